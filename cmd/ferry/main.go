@@ -1,0 +1,113 @@
+// Command ferry is the local telemetry agent: it takes messages from local
+// programs over HTTP and forwards them to Apache Kafka, answering each client
+// only once Kafka has acknowledged its records.
+//
+//	ferry run [-c ferry.yaml] [--set key.path=value ...]
+//	ferry validate [-c ferry.yaml] [--set ...]
+//	ferry config default
+//	ferry version
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/ferryhq/ferry/config"
+	"github.com/ferryhq/ferry/pipeline"
+	"github.com/ferryhq/ferry/telemetry"
+)
+
+const usage = `ferry — a local telemetry agent that forwards to Apache Kafka
+
+Usage:
+  ferry run [-c FILE] [--set key.path=value ...]   run the agent (built-in defaults without -c)
+  ferry validate [-c FILE] [--set ...]              check a configuration and exit
+  ferry config default                              print the complete default configuration
+  ferry version                                     print the version
+`
+
+type sets []string
+
+func (s *sets) String() string     { return fmt.Sprint(*s) }
+func (s *sets) Set(v string) error { *s = append(*s, v); return nil }
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "version", "--version", "-v":
+		fmt.Println("ferry", pipeline.Version)
+		return 0
+	case "config":
+		if len(args) == 2 && args[1] == "default" {
+			os.Stdout.Write(config.DefaultYAML())
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, "usage: ferry config default")
+		return 2
+	case "run", "validate":
+		fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+		file := fs.String("c", "", "configuration file (YAML)")
+		fs.StringVar(file, "config", "", "configuration file (YAML)")
+		var s sets
+		fs.Var(&s, "set", "override one key: key.path=value (repeatable)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return 2
+		}
+		cfg, err := config.Load(*file, s)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ferry:", err)
+			return 1
+		}
+		if args[0] == "validate" {
+			fmt.Println("configuration is valid")
+			return 0
+		}
+		return serve(cfg)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "ferry: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+func serve(cfg *config.Config) int {
+	set := telemetry.NewSettings(cfg.Telemetry, os.Stderr)
+	p, err := pipeline.New(cfg, set)
+	if err != nil {
+		set.Logger.Error("cannot build the pipeline", "err", err)
+		return 1
+	}
+	if err := p.Start(context.Background()); err != nil {
+		set.Logger.Error("cannot start", "err", err)
+		return 1
+	}
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	s := <-sig
+	set.Logger.Info("stopping: no new requests; flushing to Kafka", "signal", s.String(), "timeout", cfg.ShutdownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	go func() {
+		// A second signal means "now": exit without waiting for Kafka.
+		s := <-sig
+		set.Logger.Error("second signal: exiting without flushing", "signal", s.String())
+		os.Exit(1)
+	}()
+	if err := p.Shutdown(ctx); err != nil {
+		set.Logger.Error("shutdown incomplete", "err", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,66 @@
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ferryhq/ferry/buffer/memqueue"
+	"github.com/ferryhq/ferry/exporter/kafkaexporter"
+	"github.com/ferryhq/ferry/receiver/httpreceiver"
+	"github.com/ferryhq/ferry/telemetry"
+)
+
+// Config is the whole agent configuration.
+type Config struct {
+	Telemetry telemetry.Config `yaml:"telemetry"`
+	Receivers Receivers        `yaml:"receivers"`
+	Queue     memqueue.Config  `yaml:"queue"`
+	Exporter  Exporter         `yaml:"exporter"`
+	// ShutdownTimeout bounds a graceful stop: waiting requests, then
+	// flushing Kafka. What is not acknowledged by then is counted and logged.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// Receivers holds every receiver's section.
+type Receivers struct {
+	HTTP httpreceiver.Config `yaml:"http"`
+}
+
+// Exporter selects and configures the exporter.
+type Exporter struct {
+	Type  string               `yaml:"type"`
+	Kafka kafkaexporter.Config `yaml:"kafka"`
+}
+
+// Validate checks every section and names the failing key by its full path.
+func (c *Config) Validate() error {
+	wrap := func(prefix string, err error) error {
+		if err != nil {
+			return fmt.Errorf("config: %s.%w", prefix, err)
+		}
+		return nil
+	}
+	if err := wrap("telemetry", c.Telemetry.Validate()); err != nil {
+		return err
+	}
+	if err := wrap("receivers.http", c.Receivers.HTTP.Validate()); err != nil {
+		return err
+	}
+	if err := wrap("queue", c.Queue.Validate()); err != nil {
+		return err
+	}
+	if c.Exporter.Type != "kafka" {
+		return fmt.Errorf("config: exporter.type: %q is not one of kafka", c.Exporter.Type)
+	}
+	if err := wrap("exporter.kafka", c.Exporter.Kafka.Validate()); err != nil {
+		return err
+	}
+	if c.ShutdownTimeout < time.Second {
+		return fmt.Errorf("config: shutdown_timeout: %s is below 1s", c.ShutdownTimeout)
+	}
+	if c.Receivers.HTTP.MaxRequestBytes > c.Queue.MemoryLimit {
+		return fmt.Errorf("config: receivers.http.max_request_bytes (%s) exceeds queue.memory_limit (%s): such a request could never be accepted",
+			c.Receivers.HTTP.MaxRequestBytes, c.Queue.MemoryLimit)
+	}
+	return nil
+}

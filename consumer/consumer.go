@@ -1,0 +1,87 @@
+// Package consumer owns the contract between pipeline stages and the error
+// kinds that cross it.
+//
+// A stage hands a *record.Batch to the next with Consume. If Consume returns
+// nil the next stage owns the batch and guarantees that the batch's
+// completions run exactly once, later, with the delivery outcome. If Consume
+// returns an error the batch was not taken: no completion of the callee runs
+// and the caller still owns it. Errors are classified so that a receiver can
+// answer its client correctly without knowing which stage refused:
+// retryable refusals (full, unavailable, shutting down) become 429/503 with
+// Retry-After; permanent ones (too large, unknown topic) become 4xx.
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ferryhq/ferry/record"
+)
+
+// Consumer is a pipeline stage that accepts batches.
+type Consumer interface {
+	Consume(ctx context.Context, b *record.Batch) error
+}
+
+// Func adapts a function to Consumer.
+type Func func(ctx context.Context, b *record.Batch) error
+
+// Consume calls f.
+func (f Func) Consume(ctx context.Context, b *record.Batch) error { return f(ctx, b) }
+
+// Retryable refusals. The client should retry after RetryAfter.
+var (
+	// ErrFull: a byte-bounded buffer has no room; Kafka is reachable.
+	ErrFull = &RetryableError{Reason: "queue_full", Msg: "ferry's buffer is full; retry later", After: time.Second}
+	// ErrUnavailable: no room and Kafka is unreachable, so room will not free up soon.
+	ErrUnavailable = &RetryableError{Reason: "kafka_unavailable", Msg: "Kafka is unreachable and ferry's buffer is full; retry later", After: 5 * time.Second}
+	// ErrShuttingDown: the agent is stopping.
+	ErrShuttingDown = &RetryableError{Reason: "shutting_down", Msg: "ferry is shutting down", After: 5 * time.Second}
+)
+
+// RetryableError is a refusal the client should retry.
+type RetryableError struct {
+	Reason string // short counter label
+	Msg    string
+	After  time.Duration
+}
+
+func (e *RetryableError) Error() string { return e.Msg }
+
+// PermanentError is a failure retrying the same data cannot fix.
+type PermanentError struct {
+	Reason string // short counter label: record_too_large, unknown_topic, ...
+	Msg    string
+	Err    error // the underlying cause, if any
+}
+
+func (e *PermanentError) Error() string { return e.Msg }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// TooLarge reports a record or request larger than a limit.
+func TooLarge(what string, size, limit int64, cause error) *PermanentError {
+	return &PermanentError{Reason: "record_too_large", Err: cause,
+		Msg: fmt.Sprintf("%s of %d bytes exceeds the limit of %d bytes", what, size, limit)}
+}
+
+// UnknownTopic reports a topic that does not exist in Kafka.
+func UnknownTopic(topic string, cause error) *PermanentError {
+	return &PermanentError{Reason: "unknown_topic", Err: cause,
+		Msg: fmt.Sprintf("topic %q does not exist in Kafka (and auto-creation is off)", topic)}
+}
+
+// Reason returns the counter label of err: the Reason of a classified error,
+// "error" otherwise.
+func Reason(err error) string {
+	var re *RetryableError
+	if errors.As(err, &re) {
+		return re.Reason
+	}
+	var pe *PermanentError
+	if errors.As(err, &pe) {
+		return pe.Reason
+	}
+	return "error"
+}

@@ -1,0 +1,100 @@
+package kafkaexporter
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ferryhq/ferry/config/bytesize"
+)
+
+// Config is the user configuration of the Kafka exporter (YAML
+// exporter.kafka). Defaults live in config/default.yaml.
+type Config struct {
+	Brokers  []string `yaml:"brokers"`
+	ClientID string   `yaml:"client_id"`
+	// Acks: "all" (default; required for idempotence), "leader" or "none".
+	Acks       string `yaml:"acks"`
+	Idempotent bool   `yaml:"idempotent"`
+	// Compression: none, gzip, snappy, lz4 (default) or zstd; level 0 = codec default.
+	Compression      string        `yaml:"compression"`
+	CompressionLevel int           `yaml:"compression_level"`
+	Linger           time.Duration `yaml:"linger"`
+	// MaxBatchBytes is the largest record batch sent to a partition, and so
+	// the largest record accepted. Keep it ≤ the broker's message.max.bytes.
+	MaxBatchBytes bytesize.Size `yaml:"max_batch_bytes"`
+	// MaxBufferedBytes bounds the Kafka client's own buffer. 0 = derived from
+	// the queue's memory_limit, so that the queue, not the client, is the bound
+	// and producing never blocks.
+	MaxBufferedBytes bytesize.Size `yaml:"max_buffered_bytes"`
+	// Partitioner: murmur2 (Java-client compatible for keyed records, sticky
+	// for keyless), round_robin, or uniform_bytes (KIP-480 sticky by bytes).
+	Partitioner         string        `yaml:"partitioner"`
+	RequestTimeout      time.Duration `yaml:"request_timeout"`
+	DialTimeout         time.Duration `yaml:"dial_timeout"`
+	RetryBackoffMax     time.Duration `yaml:"retry_backoff_max"`
+	AutoCreateTopics    bool          `yaml:"auto_create_topics"`
+	HealthCheckInterval time.Duration `yaml:"health_check_interval"`
+	TLS                 TLSConfig     `yaml:"tls"`
+	SASL                SASLConfig    `yaml:"sasl"`
+}
+
+// TLSConfig is reserved for broker TLS; not implemented yet.
+type TLSConfig struct {
+	Enabled bool `yaml:"enabled"`
+}
+
+// SASLConfig is reserved for broker SASL; not implemented yet.
+type SASLConfig struct {
+	Mechanism string `yaml:"mechanism"`
+}
+
+// Validate reports the first invalid field, named by its YAML key.
+func (c *Config) Validate() error {
+	if len(c.Brokers) == 0 {
+		return fmt.Errorf("brokers: at least one broker address is required")
+	}
+	for _, b := range c.Brokers {
+		if !strings.Contains(b, ":") {
+			return fmt.Errorf("brokers: %q is not host:port", b)
+		}
+	}
+	switch c.Acks {
+	case "all", "leader", "none":
+	default:
+		return fmt.Errorf("acks: %q is not one of all, leader, none", c.Acks)
+	}
+	if c.Idempotent && c.Acks != "all" {
+		return fmt.Errorf("idempotent: requires acks: all (set idempotent: false to use acks: %s)", c.Acks)
+	}
+	if _, err := compressionCodec(c.Compression, c.CompressionLevel); err != nil {
+		return fmt.Errorf("compression: %w", err)
+	}
+	switch c.Partitioner {
+	case "murmur2", "round_robin", "uniform_bytes":
+	default:
+		return fmt.Errorf("partitioner: %q is not one of murmur2, round_robin, uniform_bytes", c.Partitioner)
+	}
+	if c.Linger < 0 || c.Linger > time.Minute {
+		return fmt.Errorf("linger: %s is outside 0..1m", c.Linger)
+	}
+	if c.MaxBatchBytes < 1024 || c.MaxBatchBytes > 1<<30 {
+		return fmt.Errorf("max_batch_bytes: %s is outside 1KiB..1GiB", c.MaxBatchBytes)
+	}
+	if c.MaxBufferedBytes < 0 {
+		return fmt.Errorf("max_buffered_bytes: must not be negative")
+	}
+	if c.RequestTimeout < time.Second {
+		return fmt.Errorf("request_timeout: %s is below 1s", c.RequestTimeout)
+	}
+	if c.DialTimeout <= 0 || c.RetryBackoffMax <= 0 || c.HealthCheckInterval <= 0 {
+		return fmt.Errorf("dial_timeout, retry_backoff_max and health_check_interval must be positive")
+	}
+	if c.TLS.Enabled {
+		return fmt.Errorf("tls.enabled: broker TLS is not implemented yet")
+	}
+	if c.SASL.Mechanism != "" {
+		return fmt.Errorf("sasl.mechanism: broker SASL is not implemented yet")
+	}
+	return nil
+}

@@ -1,0 +1,448 @@
+// Package kafkaexporter owns delivery of record batches to Apache Kafka with
+// franz-go.
+//
+// Guarantees:
+//   - A record is reported done (Batch.Ack) only from franz-go's promise: with
+//     acks=all that is after every in-sync replica has it. No delivery timeout
+//     is set and record retries are unbounded, so while ferry runs a record is
+//     retried until Kafka takes it or fails it for a reason retrying cannot fix
+//     (too large, unknown topic, authorization); those are reported as
+//     consumer.PermanentError.
+//   - The idempotent producer is on by default, so broker restarts and retried
+//     requests do not duplicate or reorder records within a partition.
+//     Records with the same key go to the same partition (murmur2, as the Java
+//     client) in the order they were consumed.
+//   - Consume never blocks: it uses TryProduce, so if the client's own buffer
+//     were ever full the batch fails at once with consumer.ErrFull instead of
+//     stalling a receiver. The pipeline sizes that buffer above the queue's
+//     memory limit so the queue is the bound users configure.
+//   - The exporter starts while Kafka is unreachable; readiness reports it and
+//     a line is logged once per interval, not per record.
+//
+// Lifecycle: New builds the client without connecting. Start begins the
+// health probe. Consume may be called between Start and Shutdown. Shutdown
+// refuses new batches, flushes what is buffered until ctx ends, then closes
+// the client, failing what is left; those records are counted as dropped
+// with reason shutdown_timeout and the count is logged.
+package kafkaexporter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/record"
+	"github.com/ferryhq/ferry/telemetry"
+)
+
+// Exporter delivers batches to Kafka.
+type Exporter struct {
+	cfg    Config
+	set    telemetry.Settings
+	log    *telemetry.Limited
+	cl     *kgo.Client
+	m      *metrics
+	topics *telemetry.Labels
+
+	up       atomic.Bool
+	downErr  atomic.Pointer[string]
+	closing  atomic.Bool
+	inflight atomic.Int64
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	pool     sync.Pool
+}
+
+// New builds the exporter. bufferedBytes is the queue's memory limit, used to
+// size the client's own buffer when max_buffered_bytes is 0.
+func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Exporter{cfg: cfg, set: set, stop: make(chan struct{}), topics: telemetry.NewLabels(1000)}
+	e.log = telemetry.NewLimited(set.Logger.With("component", "exporter/kafka"), 30*time.Second)
+	e.m = newMetrics(set.Registry)
+	e.pool.New = func() any { return &exportBatch{e: e} }
+
+	buffered := int64(cfg.MaxBufferedBytes)
+	if buffered == 0 {
+		// Above the queue's bound (records carry a little framing the queue
+		// does not count), so the queue refuses first and TryProduce never does.
+		buffered = bufferedBytes + bufferedBytes/4 + 1<<20
+	}
+	codec, _ := compressionCodec(cfg.Compression, cfg.CompressionLevel)
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID(cfg.ClientID),
+		kgo.ProducerBatchCompression(codec),
+		kgo.ProducerLinger(cfg.Linger),
+		kgo.ProducerBatchMaxBytes(int32(cfg.MaxBatchBytes)),
+		kgo.MaxBufferedBytes(int(buffered)),
+		// Records are bounded by bytes above; the record count bound only has
+		// to be out of the way (one byte per record is the floor).
+		kgo.MaxBufferedRecords(int(buffered)),
+		kgo.ProduceRequestTimeout(cfg.RequestTimeout),
+		kgo.DialTimeout(cfg.DialTimeout),
+		// RecordRetries and RecordDeliveryTimeout are left at franz-go's
+		// defaults, which are unlimited and none: a record is never given up
+		// on for being slow. (RecordRetries(-1) would mean zero retries.)
+		kgo.RetryBackoffFn(backoff(cfg.RetryBackoffMax)),
+		kgo.WithHooks(hooks{e}),
+		kgo.WithLogger(kgoLogger{e}),
+	}
+	switch cfg.Acks {
+	case "all":
+		opts = append(opts, kgo.RequiredAcks(kgo.AllISRAcks()))
+	case "leader":
+		opts = append(opts, kgo.RequiredAcks(kgo.LeaderAck()))
+	case "none":
+		opts = append(opts, kgo.RequiredAcks(kgo.NoAck()))
+	}
+	if !cfg.Idempotent {
+		opts = append(opts, kgo.DisableIdempotentWrite())
+	}
+	if cfg.AutoCreateTopics {
+		opts = append(opts, kgo.AllowAutoTopicCreation())
+	}
+	switch cfg.Partitioner {
+	case "murmur2":
+		opts = append(opts, kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+	case "round_robin":
+		opts = append(opts, kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	case "uniform_bytes":
+		opts = append(opts, kgo.RecordPartitioner(kgo.UniformBytesPartitioner(64<<10, true, true, nil)))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	e.cl = cl
+	set.Health.Register("kafka", e.ready)
+	return e, nil
+}
+
+// backoff grows 100ms ×2 up to max; a record is never given up on.
+func backoff(max time.Duration) func(int) time.Duration {
+	return func(tries int) time.Duration {
+		d := 100 * time.Millisecond
+		for i := 1; i < tries && d < max; i++ {
+			d *= 2
+		}
+		return min(d, max)
+	}
+}
+
+func compressionCodec(name string, level int) (kgo.CompressionCodec, error) {
+	var c kgo.CompressionCodec
+	switch name {
+	case "none":
+		return kgo.NoCompression(), nil
+	case "gzip":
+		c = kgo.GzipCompression()
+	case "snappy":
+		return kgo.SnappyCompression(), nil
+	case "lz4":
+		c = kgo.Lz4Compression()
+	case "zstd":
+		c = kgo.ZstdCompression()
+	default:
+		return c, fmt.Errorf("%q is not one of none, gzip, snappy, lz4, zstd", name)
+	}
+	if level != 0 {
+		c = c.WithLevel(level)
+	}
+	return c, nil
+}
+
+// Start begins probing the brokers for readiness. It does not wait for Kafka.
+func (e *Exporter) Start(context.Context) error {
+	e.wg.Add(1)
+	go e.probe()
+	return nil
+}
+
+// Up reports whether the last probe reached a broker.
+func (e *Exporter) Up() bool { return e.up.Load() }
+
+func (e *Exporter) ready() error {
+	if e.up.Load() {
+		return nil
+	}
+	if p := e.downErr.Load(); p != nil {
+		return fmt.Errorf("kafka unreachable: %s", *p)
+	}
+	return errors.New("kafka not reached yet")
+}
+
+func (e *Exporter) probe() {
+	defer e.wg.Done()
+	t := time.NewTicker(e.cfg.HealthCheckInterval)
+	defer t.Stop()
+	var downSince time.Time
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.DialTimeout+time.Second)
+		err := e.cl.Ping(ctx)
+		cancel()
+		switch {
+		case err == nil && !e.up.Load():
+			if !downSince.IsZero() {
+				e.set.Logger.Info("kafka reachable again", "component", "exporter/kafka", "down_for", time.Since(downSince).Round(time.Second))
+			} else {
+				e.set.Logger.Info("kafka reachable", "component", "exporter/kafka", "brokers", e.cfg.Brokers)
+			}
+			e.up.Store(true)
+			e.m.up.Set(1)
+			downSince = time.Time{}
+		case err != nil:
+			if e.up.Load() || downSince.IsZero() {
+				downSince = time.Now()
+			}
+			e.up.Store(false)
+			e.m.up.Set(0)
+			s := err.Error()
+			e.downErr.Store(&s)
+			e.log.Log(slog.LevelWarn, "down", "kafka unreachable; records are held and retried",
+				"brokers", e.cfg.Brokers, "since", downSince.Format(time.RFC3339), "records_waiting", e.inflight.Load(), "err", err)
+		}
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// The exporter's record struct mirrors record.Header exactly; this conversion
+// compiles only while the two layouts are identical, which makes the
+// zero-copy slice cast in Consume safe.
+var _ = kgo.RecordHeader(record.Header{})
+
+// exportBatch carries one batch through franz-go. It implements
+// context.Context so it can ride in kgo.Record.Context: that lets one shared
+// promise find its batch without a closure or map per record.
+type exportBatch struct {
+	e       *Exporter
+	b       *record.Batch
+	recs    []kgo.Record
+	pending atomic.Int64
+	sent    atomic.Int64
+	sentB   atomic.Int64
+	topic   string
+}
+
+func (*exportBatch) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (*exportBatch) Done() <-chan struct{}       { return nil }
+func (*exportBatch) Err() error                  { return nil }
+func (*exportBatch) Value(any) any               { return nil }
+
+// Consume hands every record of b to the Kafka client and returns at once;
+// b's completions run when Kafka has answered for all of them.
+func (e *Exporter) Consume(_ context.Context, b *record.Batch) error {
+	if e.closing.Load() {
+		return consumer.ErrShuttingDown
+	}
+	n := len(b.Records)
+	if n == 0 {
+		b.Arm()
+		b.Fail(nil)
+		return nil
+	}
+	eb := e.pool.Get().(*exportBatch)
+	eb.b = b
+	eb.topic = b.Records[0].Topic
+	if cap(eb.recs) < n {
+		eb.recs = make([]kgo.Record, n)
+	}
+	eb.recs = eb.recs[:n]
+	eb.pending.Store(int64(n))
+	b.Arm()
+	e.inflight.Add(int64(n))
+	e.m.inflight.Add(float64(n))
+	for i := range b.Records {
+		r := &b.Records[i]
+		kr := &eb.recs[i]
+		*kr = kgo.Record{
+			Topic:     r.Topic,
+			Key:       r.Key,
+			Value:     r.Value,
+			Timestamp: r.Timestamp,
+			Context:   eb,
+		}
+		if len(r.Headers) > 0 {
+			kr.Headers = *(*[]kgo.RecordHeader)(unsafe.Pointer(&r.Headers))
+		}
+		e.cl.TryProduce(context.Background(), kr, e.promise)
+	}
+	return nil
+}
+
+func (e *Exporter) promise(kr *kgo.Record, err error) {
+	eb := kr.Context.(*exportBatch)
+	b := eb.b
+	if err != nil {
+		err = e.classify(kr, err)
+		reason := consumer.Reason(err)
+		e.m.dropped.WithLabelValues(e.topics.Get(kr.Topic), reason).Inc()
+		e.log.Log(slog.LevelError, reason, "record not delivered to kafka", "topic", kr.Topic, "reason", reason, "err", err)
+	} else if kr.Topic == eb.topic {
+		eb.sent.Add(1)
+		eb.sentB.Add(int64(len(kr.Key) + len(kr.Value)))
+	} else {
+		e.m.sent.WithLabelValues(e.topics.Get(kr.Topic)).Inc()
+		e.m.sentBytes.WithLabelValues(e.topics.Get(kr.Topic)).Add(float64(len(kr.Key) + len(kr.Value)))
+	}
+	e.inflight.Add(-1)
+	e.m.inflight.Dec()
+	if eb.pending.Add(-1) == 0 {
+		if s := eb.sent.Load(); s > 0 {
+			t := e.topics.Get(eb.topic)
+			e.m.sent.WithLabelValues(t).Add(float64(s))
+			e.m.sentBytes.WithLabelValues(t).Add(float64(eb.sentB.Load()))
+		}
+		clear(eb.recs)
+		eb.b = nil
+		eb.sent.Store(0)
+		eb.sentB.Store(0)
+		e.pool.Put(eb)
+	}
+	// After the batch's last Ack its owner may reuse it: nothing of eb or kr
+	// is touched past this point.
+	b.Ack(err)
+}
+
+// classify turns a franz-go failure into the consumer error kinds receivers
+// understand.
+func (e *Exporter) classify(kr *kgo.Record, err error) error {
+	switch {
+	case errors.Is(err, kgo.ErrMaxBuffered):
+		return consumer.ErrFull
+	case errors.Is(err, kgo.ErrClientClosed):
+		return &consumer.PermanentError{Reason: "shutdown_timeout", Msg: "ferry stopped before Kafka acknowledged the record", Err: err}
+	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
+		return consumer.TooLarge("record", int64(len(kr.Key)+len(kr.Value)), int64(e.cfg.MaxBatchBytes), err)
+	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
+		return consumer.UnknownTopic(kr.Topic, err)
+	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.InvalidTopicException):
+		return &consumer.PermanentError{Reason: "topic_rejected", Msg: fmt.Sprintf("Kafka refused topic %q: %v", kr.Topic, err), Err: err}
+	}
+	return &consumer.PermanentError{Reason: "kafka_error", Msg: "Kafka failed the record: " + err.Error(), Err: err}
+}
+
+// Shutdown refuses new batches, flushes until ctx ends and closes the client.
+func (e *Exporter) Shutdown(ctx context.Context) error {
+	e.closing.Store(true)
+	ferr := e.cl.Flush(ctx)
+	left := e.inflight.Load()
+	if ferr != nil && left > 0 {
+		e.set.Logger.Error("shutdown: Kafka did not acknowledge every record in time; they are failed and counted as dropped (reason shutdown_timeout)",
+			"component", "exporter/kafka", "records", left)
+	}
+	close(e.stop)
+	e.wg.Wait()
+	e.cl.Close() // fails whatever is still buffered with ErrClientClosed
+	if left > 0 {
+		return fmt.Errorf("kafka exporter: %d records not acknowledged at shutdown", left)
+	}
+	return nil
+}
+
+// Inflight is the number of records handed to Kafka and not yet answered.
+func (e *Exporter) Inflight() int64 { return e.inflight.Load() }
+
+type metrics struct {
+	sent      *prometheus.CounterVec
+	sentBytes *prometheus.CounterVec
+	dropped   *prometheus.CounterVec
+	inflight  prometheus.Gauge
+	up        prometheus.Gauge
+	latency   prometheus.Histogram
+	batchRecs prometheus.Histogram
+	batchB    prometheus.Histogram
+	batchC    prometheus.Histogram
+	brokerErr *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	lbl := prometheus.Labels{"exporter": "kafka"}
+	m := &metrics{
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exporter_sent_records_total",
+			Help: "Records acknowledged by Kafka.", ConstLabels: lbl}, []string{"topic"}),
+		sentBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exporter_sent_bytes_total",
+			Help: "Key and value bytes acknowledged by Kafka.", ConstLabels: lbl}, []string{"topic"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exporter_dropped_records_total",
+			Help: "Records that left ferry without reaching Kafka, by reason.", ConstLabels: lbl}, []string{"topic", "reason"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_exporter_inflight_records",
+			Help: "Records handed to the Kafka client and not yet answered.", ConstLabels: lbl}),
+		up: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_exporter_kafka_up",
+			Help: "1 if the last probe reached a broker.", ConstLabels: lbl}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_exporter_kafka_produce_latency_seconds",
+			Help: "Produce request round trip to a broker (write to response).", ConstLabels: lbl,
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		batchRecs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_exporter_kafka_batch_records",
+			Help: "Records per partition batch written.", ConstLabels: lbl, Buckets: prometheus.ExponentialBuckets(1, 4, 10)}),
+		batchB: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_exporter_kafka_batch_bytes",
+			Help: "Uncompressed bytes per partition batch written.", ConstLabels: lbl, Buckets: prometheus.ExponentialBuckets(256, 4, 10)}),
+		batchC: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_exporter_kafka_batch_compressed_bytes",
+			Help: "Compressed bytes per partition batch written.", ConstLabels: lbl, Buckets: prometheus.ExponentialBuckets(256, 4, 10)}),
+		brokerErr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exporter_errors_total",
+			Help: "Broker connection and request errors (retried), by kind.", ConstLabels: lbl}, []string{"reason"}),
+	}
+	reg.MustRegister(m.sent, m.sentBytes, m.dropped, m.inflight, m.up, m.latency, m.batchRecs, m.batchB, m.batchC, m.brokerErr)
+	return m
+}
+
+type hooks struct{ e *Exporter }
+
+var (
+	_ kgo.HookBrokerE2E           = hooks{}
+	_ kgo.HookProduceBatchWritten = hooks{}
+	_ kgo.HookBrokerConnect       = hooks{}
+)
+
+func (h hooks) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if key != 0 { // produce requests only
+		return
+	}
+	if e2e.Err() != nil {
+		h.e.m.brokerErr.WithLabelValues("produce_request").Inc()
+		return
+	}
+	h.e.m.latency.Observe(e2e.DurationE2E().Seconds())
+}
+
+func (h hooks) OnProduceBatchWritten(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.ProduceBatchMetrics) {
+	h.e.m.batchRecs.Observe(float64(m.NumRecords))
+	h.e.m.batchB.Observe(float64(m.UncompressedBytes))
+	h.e.m.batchC.Observe(float64(m.CompressedBytes))
+}
+
+func (h hooks) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err != nil {
+		h.e.m.brokerErr.WithLabelValues("connect").Inc()
+	}
+}
+
+// kgoLogger routes franz-go's own warnings and errors into ferry's log at a
+// bounded rate (a down broker makes it log on every reconnect attempt).
+type kgoLogger struct{ e *Exporter }
+
+func (l kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+
+func (l kgoLogger) Log(level kgo.LogLevel, msg string, kv ...any) {
+	lvl := slog.LevelWarn
+	if level == kgo.LogLevelError {
+		lvl = slog.LevelError
+	}
+	l.e.log.Log(lvl, "kgo:"+msg, "kafka client: "+msg, kv...)
+}

@@ -1,0 +1,170 @@
+// Package pipeline owns the wiring of ferry's components from a Config and
+// their lifecycle as one unit.
+//
+// Start order is exporter → queue → receivers → admin, so nothing accepts
+// data before the stage behind it runs. Shutdown reverses it: receivers stop
+// accepting and wait for requests in flight (which wait for Kafka's
+// acknowledgements), then the exporter flushes, all within one deadline;
+// what Kafka has not acknowledged by then is counted and logged by the
+// exporter.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/ferryhq/ferry/buffer/memqueue"
+	"github.com/ferryhq/ferry/config"
+	"github.com/ferryhq/ferry/exporter/kafkaexporter"
+	"github.com/ferryhq/ferry/receiver/httpreceiver"
+	"github.com/ferryhq/ferry/telemetry"
+)
+
+// Pipeline is a running agent.
+type Pipeline struct {
+	cfg      *config.Config
+	Set      telemetry.Settings
+	Admin    *telemetry.Admin
+	Exporter *kafkaexporter.Exporter
+	Queue    *memqueue.Queue
+	HTTP     *httpreceiver.Receiver
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+// New builds every component; nothing listens or connects yet.
+func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
+	p := &Pipeline{cfg: cfg, Set: set, stop: make(chan struct{}), done: make(chan struct{})}
+	var err error
+	if p.Exporter, err = kafkaexporter.New(cfg.Exporter.Kafka, set, int64(cfg.Queue.MemoryLimit)); err != nil {
+		return nil, fmt.Errorf("exporter.kafka: %w", err)
+	}
+	if p.Queue, err = memqueue.New(cfg.Queue, set, p.Exporter, p.Exporter.Up); err != nil {
+		return nil, fmt.Errorf("queue: %w", err)
+	}
+	if cfg.Receivers.HTTP.Enabled {
+		if p.HTTP, err = httpreceiver.New(cfg.Receivers.HTTP, set, p.Queue); err != nil {
+			return nil, fmt.Errorf("receivers.http: %w", err)
+		}
+	}
+	p.Admin = telemetry.NewAdmin(cfg.Telemetry.Admin.Listen, set)
+	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_build_info", Help: "Always 1; labels say what runs.",
+		ConstLabels: prometheus.Labels{"version": Version}})
+	info.Set(1)
+	set.Registry.MustRegister(info)
+	return p, nil
+}
+
+// Version is set at build time (-ldflags "-X .../pipeline.Version=...").
+var Version = "dev"
+
+// Start starts every component; on error the ones started are shut down.
+func (p *Pipeline) Start(ctx context.Context) error {
+	if err := p.Exporter.Start(ctx); err != nil {
+		return err
+	}
+	if err := p.Queue.Start(ctx); err != nil {
+		return err
+	}
+	if p.HTTP != nil {
+		if err := p.HTTP.Start(ctx); err != nil {
+			_ = p.Exporter.Shutdown(ctx)
+			return err
+		}
+	}
+	if err := p.Admin.Start(ctx); err != nil {
+		if p.HTTP != nil {
+			_ = p.HTTP.Shutdown(ctx)
+		}
+		_ = p.Exporter.Shutdown(ctx)
+		return fmt.Errorf("admin: %w", err)
+	}
+	go p.report()
+	attrs := []any{"admin", p.Admin.Addr(), "kafka", p.cfg.Exporter.Kafka.Brokers, "memory_limit", p.cfg.Queue.MemoryLimit.String()}
+	if p.HTTP != nil {
+		attrs = append(attrs, "http", p.HTTP.Addr())
+	}
+	p.Set.Logger.Info("ferry started", attrs...)
+	return nil
+}
+
+// Shutdown stops gracefully within ctx.
+func (p *Pipeline) Shutdown(ctx context.Context) error {
+	close(p.stop)
+	<-p.done
+	var errs []error
+	if p.HTTP != nil {
+		if err := p.HTTP.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("http receiver: %w", err))
+		}
+	}
+	if err := p.Exporter.Shutdown(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = p.Admin.Shutdown(sctx)
+	p.logTotals("ferry stopped")
+	return errors.Join(errs...)
+}
+
+// report logs records and bytes forwarded per interval and the rate.
+func (p *Pipeline) report() {
+	defer close(p.done)
+	iv := p.cfg.Telemetry.ReportInterval
+	if iv <= 0 {
+		<-p.stop
+		return
+	}
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	var lastR, lastB float64
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		r, b := p.sum("ferry_exporter_sent_records_total"), p.sum("ferry_exporter_sent_bytes_total")
+		p.Set.Logger.Info("forwarded", "interval", iv, "records", int64(r-lastR), "bytes", int64(b-lastB),
+			"records_per_sec", int64((r-lastR)/iv.Seconds()), "mb_per_sec", fmt.Sprintf("%.2f", (b-lastB)/iv.Seconds()/1e6),
+			"queued_bytes", p.Queue.Used(), "kafka_up", p.Exporter.Up())
+		lastR, lastB = r, b
+	}
+}
+
+func (p *Pipeline) logTotals(msg string) {
+	p.Set.Logger.Info(msg, "received_records", int64(p.sum("ferry_receiver_received_records_total")),
+		"sent_records", int64(p.sum("ferry_exporter_sent_records_total")),
+		"dropped_records", int64(p.sum("ferry_exporter_dropped_records_total")))
+}
+
+// sum adds up every series of a counter in the registry.
+func (p *Pipeline) sum(name string) float64 {
+	mfs, err := p.Set.Registry.Gather()
+	if err != nil {
+		return 0
+	}
+	var total float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			total += counterValue(m)
+		}
+	}
+	return total
+}
+
+func counterValue(m *dto.Metric) float64 {
+	if c := m.GetCounter(); c != nil {
+		return c.GetValue()
+	}
+	return 0
+}

@@ -1,0 +1,50 @@
+package httpreceiver
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ferryhq/ferry/config/bytesize"
+)
+
+// Config is the user configuration (YAML receivers.http).
+type Config struct {
+	Enabled bool   `yaml:"enabled"`
+	Listen  string `yaml:"listen"`
+	// MaxRequestBytes bounds a request body, both as sent and after
+	// decompression (a gzip bomb is cut off at this size, not after).
+	MaxRequestBytes bytesize.Size `yaml:"max_request_bytes"`
+	// WaitForAck: answer only after Kafka acknowledged every record (200).
+	// false answers 202 once the records are queued; ?wait= overrides per request.
+	WaitForAck bool `yaml:"wait_for_ack"`
+	// AckTimeout: how long a waiting request waits for Kafka before it is
+	// answered 504; its records stay queued and may still be delivered.
+	AckTimeout time.Duration `yaml:"ack_timeout"`
+	// ValidateJSON: refuse NDJSON lines that are not valid JSON (400 naming
+	// the line). Off by default: lines are forwarded as bytes.
+	ValidateJSON    bool          `yaml:"validate_json"`
+	ReadTimeout     time.Duration `yaml:"read_timeout"`
+	IdleTimeout     time.Duration `yaml:"idle_timeout"`
+	MaxHeaderBytes  bytesize.Size `yaml:"max_header_bytes"`
+	ShutdownTimeout time.Duration `yaml:"-"`
+}
+
+// Validate names the first invalid field.
+func (c *Config) Validate() error {
+	if c.Enabled && c.Listen == "" {
+		return fmt.Errorf("listen: required when enabled")
+	}
+	if c.MaxRequestBytes < 1024 {
+		return fmt.Errorf("max_request_bytes: %s is below 1KiB", c.MaxRequestBytes)
+	}
+	if c.AckTimeout < 100*time.Millisecond {
+		return fmt.Errorf("ack_timeout: %s is below 100ms", c.AckTimeout)
+	}
+	if c.ReadTimeout <= 0 || c.IdleTimeout <= 0 {
+		return fmt.Errorf("read_timeout and idle_timeout must be positive")
+	}
+	if c.MaxHeaderBytes < 1024 {
+		return fmt.Errorf("max_header_bytes: %s is below 1KiB", c.MaxHeaderBytes)
+	}
+	return nil
+}

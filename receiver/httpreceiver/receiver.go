@@ -1,0 +1,465 @@
+// Package httpreceiver owns ferry's HTTP message ingest:
+// POST /v1/messages/{topic} with one message (application/octet-stream,
+// text/plain, application/json) or one record per line
+// (application/x-ndjson), optionally gzip- or zstd-encoded.
+//
+// The request body is read into one pooled buffer (decompressed into a
+// second); records are slices of it, so payload bytes are copied once, from
+// the socket, and never again before the Kafka client. The buffer goes back
+// to the pool when the batch completes.
+//
+// By default a request is answered 200 {"accepted":N} only after Kafka has
+// acknowledged every record; ?wait=false (or wait_for_ack: false) answers
+// 202 as soon as the records are queued. Every refusal is a JSON body
+// {"error": ..., "reason": ...} and a count in
+// ferry_receiver_errors_total{reason}.
+//
+// Lifecycle: Start binds the listener (a taken port fails start-up). Shutdown
+// stops accepting connections and waits, until ctx ends, for requests in
+// progress — including those waiting for Kafka's acknowledgement.
+package httpreceiver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/record"
+	"github.com/ferryhq/ferry/telemetry"
+)
+
+// RecordOverhead is what a record costs in memory besides its payload (our
+// Record plus the Kafka client's), counted against the queue's memory limit.
+const RecordOverhead = 320
+
+// Receiver serves HTTP ingest.
+type Receiver struct {
+	cfg    Config
+	set    telemetry.Settings
+	log    *telemetry.Limited
+	next   consumer.Consumer
+	srv    *http.Server
+	ln     net.Listener
+	topics *telemetry.Labels
+	m      metrics
+	bufs   bufPool
+	zstdP  sync.Pool
+	batchP sync.Pool
+}
+
+type metrics struct {
+	requests  *prometheus.CounterVec
+	errors    *prometheus.CounterVec
+	records   *prometheus.CounterVec
+	bytes     *prometheus.CounterVec
+	noWait    prometheus.Counter
+	reqBytes  prometheus.Histogram
+	ackLatency prometheus.Histogram
+}
+
+// New builds the receiver; next receives the batches.
+func New(cfg Config, set telemetry.Settings, next consumer.Consumer) (*Receiver, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Receiver{cfg: cfg, set: set, next: next, topics: telemetry.NewLabels(1000)}
+	r.log = telemetry.NewLimited(set.Logger.With("component", "receiver/http"), 10*time.Second)
+	lbl := prometheus.Labels{"receiver": "http"}
+	r.m = metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_requests_total",
+			Help: "Requests answered, by HTTP status code.", ConstLabels: lbl}, []string{"code"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_errors_total",
+			Help: "Requests refused or failed, by reason.", ConstLabels: lbl}, []string{"reason"}),
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_received_records_total",
+			Help: "Records accepted into the pipeline.", ConstLabels: lbl}, []string{"topic"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_received_bytes_total",
+			Help: "Key and value bytes accepted into the pipeline.", ConstLabels: lbl}, []string{"topic"}),
+		noWait: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_receiver_fire_and_forget_records_total",
+			Help: "Records answered 202 before Kafka acknowledged them (wait=false).", ConstLabels: lbl}),
+		reqBytes: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_receiver_request_bytes",
+			Help: "Decoded request body size.", ConstLabels: lbl, Buckets: prometheus.ExponentialBuckets(64, 4, 12)}),
+		ackLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_receiver_ack_latency_seconds",
+			Help: "From request read to Kafka's acknowledgement of all its records.", ConstLabels: lbl,
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+	}
+	set.Registry.MustRegister(r.m.requests, r.m.errors, r.m.records, r.m.bytes, r.m.noWait, r.m.reqBytes, r.m.ackLatency)
+	r.batchP.New = func() any { return new(record.Batch) }
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/messages/{topic}", r.handleMessages)
+	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
+		r.fail(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint %s; send POST /v1/messages/{topic}", req.URL.Path), 0)
+	})
+	r.srv = &http.Server{
+		Addr:              cfg.Listen,
+		Handler:           mux,
+		ReadHeaderTimeout: cfg.ReadTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    int(cfg.MaxHeaderBytes),
+		ErrorLog:          slog.NewLogLogger(set.Logger.Handler(), slog.LevelDebug),
+	}
+	return r, nil
+}
+
+// Start binds and serves in the background.
+func (r *Receiver) Start(context.Context) error {
+	ln, err := net.Listen("tcp", r.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("http receiver: %w", err)
+	}
+	r.ln = ln
+	go func() {
+		if err := r.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			r.set.Logger.Error("http receiver stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// Addr is the bound address.
+func (r *Receiver) Addr() string { return r.ln.Addr().String() }
+
+// Shutdown stops accepting and waits for requests in progress until ctx ends.
+func (r *Receiver) Shutdown(ctx context.Context) error {
+	if r.ln == nil {
+		return nil
+	}
+	return r.srv.Shutdown(ctx)
+}
+
+// validTopic applies Kafka's rule: 1..249 of [a-zA-Z0-9._-], not "." or "..".
+func validTopic(t string) bool {
+	if len(t) == 0 || len(t) > 249 || t == "." || t == ".." {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+const headerPrefix = "X-Ferry-Header-"
+
+// reqState is what a waiting handler shares with the batch's completion.
+type reqState struct {
+	done   chan error
+	n      int
+	failed int
+}
+
+func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		r.fail(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST", 0)
+		return
+	}
+	topic := req.PathValue("topic")
+	if !validTopic(topic) {
+		r.fail(w, http.StatusBadRequest, "invalid_topic",
+			fmt.Sprintf("invalid topic name %q: use 1 to 249 of a-z A-Z 0-9 . _ -", topic), 0)
+		return
+	}
+	ndjson, ok := r.mediaType(req.Header.Get("Content-Type"))
+	if !ok {
+		r.fail(w, http.StatusUnsupportedMediaType, "unsupported_content_type",
+			fmt.Sprintf("unsupported Content-Type %q: use application/octet-stream, text/plain, application/json or application/x-ndjson", req.Header.Get("Content-Type")), 0)
+		return
+	}
+	wait := r.cfg.WaitForAck
+	if v := req.URL.Query().Get("wait"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			r.fail(w, http.StatusBadRequest, "invalid_parameter", fmt.Sprintf("wait=%q is not true or false", v), 0)
+			return
+		}
+		wait = b
+	}
+
+	body, status, reason, msg := r.readBody(req)
+	if status != 0 {
+		r.fail(w, status, reason, msg, 0)
+		return
+	}
+	if len(body.b) == 0 {
+		r.bufs.put(body)
+		r.fail(w, http.StatusBadRequest, "empty_body", "empty body: nothing to send", 0)
+		return
+	}
+
+	b := r.batchP.Get().(*record.Batch)
+	var key []byte
+	if k := req.Header.Get("X-Ferry-Key"); k != "" {
+		key = []byte(k)
+	} else if k := req.URL.Query().Get("key"); k != "" {
+		key = []byte(k)
+	}
+	headers := r.headers(req.Header)
+	now := time.Now()
+	if ndjson {
+		if line, err := splitLines(body.b, b, topic, key, headers, now, r.cfg.ValidateJSON); err != nil {
+			r.recycle(b, body)
+			r.fail(w, http.StatusBadRequest, "invalid_ndjson", fmt.Sprintf("line %d: %v", line, err), 0)
+			return
+		}
+		if len(b.Records) == 0 {
+			r.recycle(b, body)
+			r.fail(w, http.StatusBadRequest, "empty_body", "no records: every line is empty", 0)
+			return
+		}
+	} else {
+		b.Records = append(b.Records, record.Record{Topic: topic, Key: key, Value: body.b, Headers: headers, Timestamp: now})
+	}
+	n := len(b.Records)
+	b.MemBytes = int64(cap(body.b) + n*RecordOverhead)
+	payload := len(body.b) + len(key)*n
+
+	st := &reqState{n: n}
+	if wait {
+		st.done = make(chan error, 1)
+	}
+	b.OnDone(func(err error) {
+		st.failed = b.Failed()
+		r.recycle(b, body)
+		if st.done != nil {
+			st.done <- err
+		}
+	})
+	if err := r.next.Consume(req.Context(), b); err != nil {
+		b.PopDone()
+		r.recycle(b, body)
+		r.failErr(w, err, n)
+		return
+	}
+	t := r.topics.Get(topic)
+	r.m.records.WithLabelValues(t).Add(float64(n))
+	r.m.bytes.WithLabelValues(t).Add(float64(payload))
+	r.m.reqBytes.Observe(float64(payload))
+
+	if !wait {
+		r.m.noWait.Add(float64(n))
+		r.answer(w, http.StatusAccepted, n)
+		return
+	}
+	timer := time.NewTimer(r.cfg.AckTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-st.done:
+		r.m.ackLatency.Observe(time.Since(now).Seconds())
+		if err != nil {
+			r.failErr(w, err, st.failed)
+			return
+		}
+		r.answer(w, http.StatusOK, n)
+	case <-timer.C:
+		r.fail(w, http.StatusGatewayTimeout, "ack_timeout",
+			fmt.Sprintf("Kafka did not acknowledge within %s; the %d records stay queued and may still be delivered", r.cfg.AckTimeout, n), n)
+	case <-req.Context().Done():
+		// The client left; the records stay queued and are delivered or
+		// counted by the exporter. Nothing to answer.
+		r.m.errors.WithLabelValues("client_gone").Inc()
+	}
+}
+
+// splitLines appends one record per non-empty line of body (a trailing \r is
+// dropped). It returns the 1-based line of a JSON error when validating.
+func splitLines(body []byte, b *record.Batch, topic string, key []byte, headers []record.Header, ts time.Time, validate bool) (int, error) {
+	line := 0
+	for len(body) > 0 {
+		line++
+		var l []byte
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			l, body = body[:i], body[i+1:]
+		} else {
+			l, body = body, nil
+		}
+		if n := len(l); n > 0 && l[n-1] == '\r' {
+			l = l[:n-1]
+		}
+		if len(l) == 0 {
+			continue
+		}
+		if validate && !json.Valid(l) {
+			return line, errors.New("not valid JSON")
+		}
+		b.Records = append(b.Records, record.Record{Topic: topic, Key: key, Value: l, Headers: headers, Timestamp: ts})
+	}
+	return 0, nil
+}
+
+func (r *Receiver) recycle(b *record.Batch, body *buf) {
+	b.Reset()
+	r.batchP.Put(b)
+	r.bufs.put(body)
+}
+
+// mediaType reports whether the body is NDJSON, and whether the type is
+// supported at all. A missing Content-Type is one raw message.
+func (r *Receiver) mediaType(ct string) (ndjson, ok bool) {
+	if ct == "" {
+		return false, true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false, false
+	}
+	switch mt {
+	case "application/octet-stream", "text/plain", "application/json":
+		return false, true
+	case "application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines":
+		return true, true
+	}
+	return false, false
+}
+
+func (r *Receiver) headers(h http.Header) []record.Header {
+	var out []record.Header
+	for name, vals := range h {
+		if len(name) <= len(headerPrefix) || !strings.EqualFold(name[:len(headerPrefix)], headerPrefix) {
+			continue
+		}
+		// HTTP header names are case-insensitive; lower-case makes the Kafka
+		// header name predictable whatever the client sent.
+		k := strings.ToLower(name[len(headerPrefix):])
+		for _, v := range vals {
+			out = append(out, record.Header{Key: k, Value: []byte(v)})
+		}
+	}
+	return out
+}
+
+// readBody reads and decodes the body within max_request_bytes.
+func (r *Receiver) readBody(req *http.Request) (body *buf, status int, reason, msg string) {
+	max := int64(r.cfg.MaxRequestBytes)
+	if req.ContentLength > max {
+		return nil, http.StatusRequestEntityTooLarge, "request_too_large",
+			fmt.Sprintf("body of %d bytes exceeds max_request_bytes (%d)", req.ContentLength, max)
+	}
+	enc := strings.ToLower(strings.TrimSpace(req.Header.Get("Content-Encoding")))
+	switch enc {
+	case "", "identity", "gzip", "zstd":
+	default:
+		return nil, http.StatusUnsupportedMediaType, "unsupported_content_encoding",
+			fmt.Sprintf("unsupported Content-Encoding %q: use gzip, zstd or none", enc)
+	}
+	raw, err := r.bufs.readAll(req.Body, req.ContentLength, max)
+	if err != nil {
+		r.bufs.put(raw) // readAll returns its buffer even on error
+		if errors.Is(err, errTooLarge) {
+			return nil, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("body exceeds max_request_bytes (%d)", max)
+		}
+		return nil, http.StatusBadRequest, "read_error", "reading body: " + err.Error()
+	}
+	if enc == "" || enc == "identity" {
+		return raw, 0, "", ""
+	}
+	defer r.bufs.put(raw)
+	var dec io.Reader
+	switch enc {
+	case "gzip":
+		zr, err := gzip.NewReader(bytes.NewReader(raw.b))
+		if err != nil {
+			return nil, http.StatusBadRequest, "corrupt_body", "invalid gzip body: " + err.Error()
+		}
+		defer zr.Close()
+		dec = zr
+	case "zstd":
+		zr, _ := r.zstdP.Get().(*zstd.Decoder)
+		if zr == nil {
+			zr, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(max)+1))
+		}
+		if err := zr.Reset(bytes.NewReader(raw.b)); err != nil {
+			return nil, http.StatusBadRequest, "corrupt_body", "invalid zstd body: " + err.Error()
+		}
+		defer func() { _ = zr.Reset(nil); r.zstdP.Put(zr) }()
+		dec = zr
+	}
+	out, err := r.bufs.readAll(dec, int64(len(raw.b))*4, max)
+	if err != nil {
+		r.bufs.put(out)
+		if errors.Is(err, errTooLarge) {
+			return nil, http.StatusRequestEntityTooLarge, "request_too_large",
+				fmt.Sprintf("decompressed body exceeds max_request_bytes (%d)", max)
+		}
+		return nil, http.StatusBadRequest, "corrupt_body", fmt.Sprintf("invalid %s body: %v", enc, err)
+	}
+	return out, 0, "", ""
+}
+
+func (r *Receiver) answer(w http.ResponseWriter, code, n int) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	var b [48]byte
+	out := append(b[:0], `{"accepted":`...)
+	out = strconv.AppendInt(out, int64(n), 10)
+	out = append(out, "}\n"...)
+	_, _ = w.Write(out)
+	r.m.requests.WithLabelValues(strconv.Itoa(code)).Inc()
+}
+
+// failErr answers a pipeline error with its status.
+func (r *Receiver) failErr(w http.ResponseWriter, err error, records int) {
+	var re *consumer.RetryableError
+	if errors.As(err, &re) {
+		code := http.StatusServiceUnavailable
+		if re == consumer.ErrFull {
+			code = http.StatusTooManyRequests
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(re.After.Seconds()))))
+		r.fail(w, code, re.Reason, re.Msg, records)
+		return
+	}
+	var pe *consumer.PermanentError
+	if errors.As(err, &pe) {
+		code := http.StatusBadGateway
+		switch pe.Reason {
+		case "record_too_large":
+			code = http.StatusRequestEntityTooLarge
+		case "unknown_topic":
+			code = http.StatusNotFound
+		case "topic_rejected":
+			code = http.StatusForbidden
+		case "shutdown_timeout":
+			code = http.StatusServiceUnavailable
+		}
+		r.fail(w, code, pe.Reason, pe.Msg, records)
+		return
+	}
+	r.fail(w, http.StatusInternalServerError, "internal", err.Error(), records)
+}
+
+func (r *Receiver) fail(w http.ResponseWriter, code int, reason, msg string, records int) {
+	r.m.errors.WithLabelValues(reason).Inc()
+	r.m.requests.WithLabelValues(strconv.Itoa(code)).Inc()
+	if code >= 500 || reason == "ack_timeout" {
+		r.log.Log(slog.LevelWarn, reason, "request failed", "status", code, "reason", reason, "err", msg)
+	}
+	body := map[string]any{"error": msg, "reason": reason}
+	if records > 0 {
+		body["records"] = records
+	}
+	out, _ := json.Marshal(body)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(out, '\n'))
+}

@@ -1,0 +1,155 @@
+// Package record owns the one data model every ferry receiver produces and
+// every exporter consumes: a Record (topic, key, value, headers, timestamp)
+// and a Batch of records that share one completion.
+//
+// A Batch is the unit of acknowledgement. The receiver that built it attaches
+// a completion with OnDone; each stage that holds resources for it (the
+// queue's byte reservation, the receiver's body buffer) attaches its own. The
+// exporter reports every record exactly once through Ack; when the last record
+// is reported the completions run, newest first, with the first error seen.
+// So a client can be answered "accepted" precisely when every record of its
+// request is acknowledged, and never before.
+//
+// Records reference the receiver's decoded buffer (Key and Value are slices of
+// it): payload bytes are not copied between decode and the Kafka client. The
+// buffer is owned by the batch and returned by one of its completions, so no
+// stage may keep a record past its Ack.
+package record
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Header is one Kafka record header.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Record is one message on its way to Kafka.
+type Record struct {
+	Topic     string
+	Key       []byte
+	Value     []byte
+	Headers   []Header
+	Timestamp time.Time
+}
+
+// Size is the payload size the record is accounted with in metrics: key,
+// value and headers, without framing.
+func (r *Record) Size() int {
+	n := len(r.Key) + len(r.Value)
+	for i := range r.Headers {
+		n += len(r.Headers[i].Key) + len(r.Headers[i].Value)
+	}
+	return n
+}
+
+// Batch is a group of records completed together. Its zero value is ready to
+// use; a Batch must not be copied after first use.
+type Batch struct {
+	Records []Record
+
+	// MemBytes is what this batch costs in memory while it is held by ferry
+	// (decoded buffer plus per-record overhead). Queues bound themselves on it.
+	MemBytes int64
+
+	pending atomic.Int64
+	failed  atomic.Int64
+	mu      sync.Mutex
+	err     error
+
+	// Completions are few (receiver, queue, buffer release); an inline array
+	// keeps attaching them free of allocation.
+	dones  [4]func(error)
+	ndones int
+	extra  []func(error)
+}
+
+// OnDone attaches a completion. Completions run once, after the last record
+// is acknowledged, in reverse order of attachment (the last stage to attach,
+// nearest the exporter, releases its resources first). OnDone must not be
+// called after the batch has been handed to the next stage.
+func (b *Batch) OnDone(fn func(err error)) {
+	if b.ndones < len(b.dones) {
+		b.dones[b.ndones] = fn
+		b.ndones++
+		return
+	}
+	b.extra = append(b.extra, fn)
+}
+
+// PopDone detaches the most recently attached completion. A stage calls it
+// when the next stage refused the batch, so that the caller, who still owns
+// the batch, does not run that stage's completion later.
+func (b *Batch) PopDone() {
+	if n := len(b.extra); n > 0 {
+		b.extra = b.extra[:n-1]
+		return
+	}
+	if b.ndones > 0 {
+		b.ndones--
+		b.dones[b.ndones] = nil
+	}
+}
+
+// Arm prepares the batch for acknowledgement of all its records. The stage
+// that starts delivery (the exporter) calls it once before the first Ack.
+func (b *Batch) Arm() { b.pending.Store(int64(len(b.Records))) }
+
+// Ack reports one record as done (err == nil: durably accepted by Kafka).
+// When the last record is reported the completions run in the caller's
+// goroutine. Ack must be called exactly once per record after Arm.
+func (b *Batch) Ack(err error) {
+	if err != nil {
+		b.failed.Add(1)
+		b.mu.Lock()
+		if b.err == nil {
+			b.err = err
+		}
+		b.mu.Unlock()
+	}
+	if b.pending.Add(-1) == 0 {
+		b.complete()
+	}
+}
+
+// Fail completes a batch that never reached delivery (for example refused by
+// a later stage after earlier ones attached completions). Every record counts
+// as failed.
+func (b *Batch) Fail(err error) {
+	b.failed.Store(int64(len(b.Records)))
+	b.err = err
+	b.complete()
+}
+
+// Failed is the number of records reported with an error. Valid inside a
+// completion.
+func (b *Batch) Failed() int { return int(b.failed.Load()) }
+
+func (b *Batch) complete() {
+	b.mu.Lock()
+	err := b.err
+	b.mu.Unlock()
+	for i := len(b.extra) - 1; i >= 0; i-- {
+		b.extra[i](err)
+	}
+	for i := b.ndones - 1; i >= 0; i-- {
+		b.dones[i](err)
+	}
+}
+
+// Reset clears the batch for reuse from a pool, keeping the Records capacity.
+func (b *Batch) Reset() {
+	clear(b.Records)
+	b.Records = b.Records[:0]
+	b.MemBytes = 0
+	b.pending.Store(0)
+	b.failed.Store(0)
+	b.err = nil
+	b.dones = [4]func(error){}
+	b.ndones = 0
+	b.extra = nil
+}

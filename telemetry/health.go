@@ -1,0 +1,97 @@
+package telemetry
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Health collects readiness checks from components. A component registers a
+// function that returns nil when it is ready or an error saying why not.
+type Health struct {
+	mu     sync.Mutex
+	checks map[string]func() error
+}
+
+// NewHealth returns an empty set of checks (ready).
+func NewHealth() *Health { return &Health{checks: map[string]func() error{}} }
+
+// Register adds or replaces the check named name.
+func (h *Health) Register(name string, check func() error) {
+	h.mu.Lock()
+	h.checks[name] = check
+	h.mu.Unlock()
+}
+
+// Ready runs every check and returns the failures by name.
+func (h *Health) Ready() (bool, map[string]string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]string{}
+	for name, c := range h.checks {
+		if err := c(); err != nil {
+			out[name] = err.Error()
+		}
+	}
+	return len(out) == 0, out
+}
+
+// Admin is the admin HTTP server: /metrics, /healthz, /readyz. More routes
+// (reload) are added by the pipeline through Handle.
+type Admin struct {
+	set Settings
+	mux *http.ServeMux
+	srv *http.Server
+	ln  net.Listener
+}
+
+// NewAdmin builds the admin server for addr.
+func NewAdmin(addr string, set Settings) *Admin {
+	a := &Admin{set: set, mux: http.NewServeMux()}
+	a.mux.Handle("GET /metrics", promhttp.HandlerFor(set.Registry, promhttp.HandlerOpts{ErrorLog: nil}))
+	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"alive"}` + "\n"))
+	})
+	a.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		ok, why := set.Health.Ready()
+		w.Header().Set("Content-Type", "application/json")
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"ready": ok, "not_ready": why})
+	})
+	a.srv = &http.Server{Addr: addr, Handler: a.mux, ReadHeaderTimeout: 10 * time.Second}
+	return a
+}
+
+// Handle adds a route.
+func (a *Admin) Handle(pattern string, h http.Handler) { a.mux.Handle(pattern, h) }
+
+// Start binds the listener (so a port conflict fails start-up) and serves in
+// the background.
+func (a *Admin) Start(_ context.Context) error {
+	ln, err := net.Listen("tcp", a.srv.Addr)
+	if err != nil {
+		return err
+	}
+	a.ln = ln
+	go func() {
+		if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.set.Logger.Error("admin server stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// Addr is the bound address (useful with port 0).
+func (a *Admin) Addr() string { return a.ln.Addr().String() }
+
+// Shutdown stops the server, waiting for requests until ctx ends.
+func (a *Admin) Shutdown(ctx context.Context) error { return a.srv.Shutdown(ctx) }
