@@ -52,7 +52,7 @@ func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
 			return nil, fmt.Errorf("receivers.http: %w", err)
 		}
 	}
-	p.Admin = telemetry.NewAdmin(cfg.Telemetry.Admin.Listen, set)
+	p.Admin = telemetry.NewAdmin(cfg.Telemetry.Admin, set)
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_build_info", Help: "Always 1; labels say what runs.",
 		ConstLabels: prometheus.Labels{"version": Version}})
 	info.Set(1)

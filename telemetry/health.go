@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -52,8 +53,14 @@ type Admin struct {
 }
 
 // NewAdmin builds the admin server for addr.
-func NewAdmin(addr string, set Settings) *Admin {
+func NewAdmin(cfg AdminConfig, set Settings) *Admin {
+	addr := cfg.Listen
 	a := &Admin{set: set, mux: http.NewServeMux()}
+	if cfg.Pprof {
+		a.mux.HandleFunc("/debug/pprof/", pprof.Index)
+		a.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		a.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	a.mux.Handle("GET /metrics", promhttp.HandlerFor(set.Registry, promhttp.HandlerOpts{ErrorLog: nil}))
 	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -36,6 +36,8 @@ type LogConfig struct {
 // AdminConfig is the admin listener (metrics, health, readiness).
 type AdminConfig struct {
 	Listen string `yaml:"listen"`
+	// Pprof serves Go's profiler under /debug/pprof/ (loopback admin only).
+	Pprof bool `yaml:"pprof"`
 }
 
 // Validate names the first invalid field.

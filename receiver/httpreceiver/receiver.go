@@ -64,12 +64,12 @@ type Receiver struct {
 }
 
 type metrics struct {
-	requests  *prometheus.CounterVec
-	errors    *prometheus.CounterVec
-	records   *prometheus.CounterVec
-	bytes     *prometheus.CounterVec
-	noWait    prometheus.Counter
-	reqBytes  prometheus.Histogram
+	requests   *prometheus.CounterVec
+	errors     *prometheus.CounterVec
+	records    *prometheus.CounterVec
+	bytes      *prometheus.CounterVec
+	noWait     prometheus.Counter
+	reqBytes   prometheus.Histogram
 	ackLatency prometheus.Histogram
 }
 

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+type consumeResult struct {
+	Topic    string  `json:"topic"`
+	Records  int64   `json:"records"`
+	Bytes    int64   `json:"bytes"`
+	Seconds  float64 `json:"seconds"`
+	MBSec    float64 `json:"mb_per_sec"`
+	NMsgSec  float64 `json:"records_per_sec"`
+	Expected int64   `json:"expected,omitempty"`
+}
+
+// consumeCmd reads a topic from the start without a consumer group and
+// prints ConsumerPerformance's columns. It stops after --messages records or
+// when nothing arrives for --timeout.
+func consumeCmd(args []string) error {
+	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
+	brokers := fs.String("bootstrap-server", "127.0.0.1:9092", "Kafka broker")
+	topic := fs.String("topic", "ferry-bench", "topic to read")
+	messages := fs.Int64("messages", 0, "stop after this many records (0 = until idle)")
+	timeout := fs.Duration("timeout", 10*time.Second, "stop when no record arrives for this long")
+	expect := fs.Int64("expect", -1, "fail unless exactly this many records are read")
+	report := fs.String("report-json", "", "also write the result as JSON to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(*brokers), kgo.ConsumeTopics(*topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxBytes(64<<20))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	start := time.Now()
+	var n, bytes int64
+	var firstFetch time.Time
+	lastProgress := start
+	for *messages == 0 || n < *messages {
+		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+		fetches := cl.PollFetches(ctx)
+		cancel()
+		if errs := fetches.Errors(); len(errs) > 0 {
+			if ctx.Err() != nil {
+				break // idle for --timeout: done
+			}
+			return fmt.Errorf("fetch: %v", errs[0].Err)
+		}
+		if firstFetch.IsZero() {
+			firstFetch = time.Now()
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			n++
+			bytes += int64(len(r.Value))
+		})
+		if time.Since(lastProgress) >= 5*time.Second {
+			fmt.Fprintf(os.Stderr, "%d records read (%.1f MB)\n", n, float64(bytes)/(1<<20))
+			lastProgress = time.Now()
+		}
+	}
+	end := time.Now()
+	if *messages == 0 {
+		end = end.Add(-*timeout) // the idle wait is not reading time
+		if end.Before(start) {
+			end = start
+		}
+	}
+	if firstFetch.IsZero() || firstFetch.After(end) {
+		firstFetch = start
+	}
+	sec := end.Sub(start).Seconds()
+	fsec := end.Sub(firstFetch).Seconds()
+	mb := float64(bytes) / (1 << 20)
+	div := func(a, b float64) float64 {
+		if b <= 0 {
+			return 0
+		}
+		return a / b
+	}
+	const layout = "2006-01-02 15:04:05:000"
+	fmt.Println("start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec")
+	fmt.Printf("%s, %s, %.4f, %.4f, %d, %.4f, %d, %d, %.4f, %.4f\n",
+		start.Format(layout), end.Format(layout), mb, div(mb, sec), n, div(float64(n), sec),
+		0, end.Sub(firstFetch).Milliseconds(), div(mb, fsec), div(float64(n), fsec))
+	if *report != "" {
+		b, _ := json.MarshalIndent(consumeResult{Topic: *topic, Records: n, Bytes: bytes, Seconds: sec,
+			MBSec: div(mb, sec), NMsgSec: div(float64(n), sec), Expected: max(*expect, 0)}, "", "  ")
+		if err := os.WriteFile(*report, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if *expect >= 0 && n != *expect {
+		return fmt.Errorf("read %d records, expected %d", n, *expect)
+	}
+	return nil
+}
+
+// topicCmd: ferry-bench topic create|delete --topic T [--partitions N].
+func topicCmd(args []string) error {
+	if len(args) == 0 || (args[0] != "create" && args[0] != "delete") {
+		return fmt.Errorf("usage: ferry-bench topic create|delete --topic T [--partitions N] [--bootstrap-server H:P]")
+	}
+	fs := flag.NewFlagSet("topic", flag.ContinueOnError)
+	brokers := fs.String("bootstrap-server", "127.0.0.1:9092", "Kafka broker")
+	topic := fs.String("topic", "ferry-bench", "topic")
+	parts := fs.Int("partitions", 1, "partitions (create)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(*brokers))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if args[0] == "delete" {
+		_, err := adm.DeleteTopic(ctx, *topic)
+		return err
+	}
+	resp, err := adm.CreateTopic(ctx, int32(*parts), 1, nil, *topic)
+	if err != nil {
+		return err
+	}
+	if resp.Err != nil {
+		return resp.Err
+	}
+	fmt.Fprintf(os.Stderr, "created topic %s with %d partitions\n", *topic, *parts)
+	return nil
+}

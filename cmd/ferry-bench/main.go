@@ -1,0 +1,51 @@
+// Command ferry-bench is ferry's load tool, so that every figure ferry claims
+// can be reproduced on the user's own machine.
+//
+//	ferry-bench produce --target http://127.0.0.1:8088 | kafka://127.0.0.1:9092 [flags]
+//	ferry-bench consume --topic T [--messages N] [--expect N]
+//	ferry-bench topic create|delete --topic T [--partitions N]
+//
+// produce takes Kafka ProducerPerformance's flags and prints its final line.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+const usage = `ferry-bench — load and verification tool for ferry
+
+  ferry-bench produce [--target http://127.0.0.1:8088|kafka://127.0.0.1:9092] [--topic T]
+                      [--num-records N] [--record-size B] [--throughput R|-1] [--duration D]
+                      [--batch N] [--concurrency C] [--keys] [--producer-props k=v] [--report-json F]
+  ferry-bench consume [--bootstrap-server H:P] --topic T [--messages N] [--timeout D] [--expect N]
+  ferry-bench topic create|delete --topic T [--partitions N] [--bootstrap-server H:P]
+
+Run a command with -h for every flag.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "produce":
+		err = produceCmd(os.Args[2:])
+	case "consume":
+		err = consumeCmd(os.Args[2:])
+	case "topic":
+		err = topicCmd(os.Args[2:])
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "ferry-bench: unknown command %q\n\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ferry-bench:", err)
+		os.Exit(1)
+	}
+}
