@@ -21,6 +21,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -61,6 +62,9 @@ type Queue struct {
 
 	used    atomic.Int64
 	records atomic.Int64
+	// lastRefused (unix nanos): a queue that just refused a request is full
+	// for that client even if its fill fraction is below ready_below.
+	lastRefused atomic.Int64
 
 	usedG    prometheus.Gauge
 	recordsG prometheus.Gauge
@@ -88,9 +92,16 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, up func() b
 	return q, nil
 }
 
+// refusedRecently is how long a refusal keeps /readyz false.
+const refusedRecently = 2 * time.Second
+
 func (q *Queue) ready() error {
-	if u := q.used.Load(); u >= q.readyAt {
+	u := q.used.Load()
+	if u >= q.readyAt {
 		return fmt.Errorf("queue %d%% full (%d of %d bytes)", u*100/q.limit, u, q.limit)
+	}
+	if t := q.lastRefused.Load(); t != 0 && time.Since(time.Unix(0, t)) < refusedRecently {
+		return fmt.Errorf("queue refused data in the last %s (%d of %d bytes used)", refusedRecently, u, q.limit)
 	}
 	return nil
 }
@@ -109,6 +120,7 @@ func (q *Queue) Consume(ctx context.Context, b *record.Batch) error {
 				err = consumer.ErrUnavailable
 			}
 			q.refused.WithLabelValues(err.Reason).Add(float64(len(b.Records)))
+			q.lastRefused.Store(time.Now().UnixNano())
 			return err
 		}
 		if q.used.CompareAndSwap(u, u+size) {

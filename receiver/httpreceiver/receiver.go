@@ -388,6 +388,11 @@ func (r *Receiver) readBody(req *http.Request) (body *buf, status int, reason, m
 			zr, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(max)+1))
 		}
 		if err := zr.Reset(bytes.NewReader(raw.b)); err != nil {
+			r.zstdP.Put(zr)
+			if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) {
+				return nil, http.StatusRequestEntityTooLarge, "request_too_large",
+					fmt.Sprintf("zstd frame declares more than max_request_bytes (%d)", max)
+			}
 			return nil, http.StatusBadRequest, "corrupt_body", "invalid zstd body: " + err.Error()
 		}
 		defer func() { _ = zr.Reset(nil); r.zstdP.Put(zr) }()
@@ -396,7 +401,7 @@ func (r *Receiver) readBody(req *http.Request) (body *buf, status int, reason, m
 	out, err := r.bufs.readAll(dec, int64(len(raw.b))*4, max)
 	if err != nil {
 		r.bufs.put(out)
-		if errors.Is(err, errTooLarge) {
+		if errors.Is(err, errTooLarge) || errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) {
 			return nil, http.StatusRequestEntityTooLarge, "request_too_large",
 				fmt.Sprintf("decompressed body exceeds max_request_bytes (%d)", max)
 		}

@@ -1,0 +1,133 @@
+package config
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/ferryhq/ferry/config/bytesize"
+)
+
+func TestDefaultsMatchTheConventions(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Receivers.HTTP.Listen != "127.0.0.1:8088" || c.Telemetry.Admin.Listen != "127.0.0.1:8089" ||
+		len(c.Exporter.Kafka.Brokers) != 1 || c.Exporter.Kafka.Brokers[0] != "127.0.0.1:9092" {
+		t.Fatalf("default listeners/brokers changed: %+v", c)
+	}
+	if c.Queue.MemoryLimit != 256<<20 || c.Receivers.HTTP.MaxRequestBytes != 8<<20 ||
+		c.Exporter.Kafka.Compression != "lz4" || c.Exporter.Kafka.Linger != 5*time.Millisecond ||
+		c.Exporter.Kafka.Acks != "all" || !c.Exporter.Kafka.Idempotent || c.Exporter.Kafka.Partitioner != "murmur2" {
+		t.Fatalf("documented defaults changed: %+v", c)
+	}
+}
+
+// TestDefaultYAMLIsComplete: `ferry config default` must print every key.
+func TestDefaultYAMLIsComplete(t *testing.T) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(DefaultYAML(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	var missing []string
+	var walk func(n *yaml.Node, typ reflect.Type, path string)
+	walk = func(n *yaml.Node, typ reflect.Type, path string) {
+		if typ.Kind() != reflect.Struct || typ == reflect.TypeOf(time.Time{}) {
+			return
+		}
+		for i := 0; i < typ.NumField(); i++ {
+			name, _, _ := strings.Cut(typ.Field(i).Tag.Get("yaml"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			var child *yaml.Node
+			for j := 0; n != nil && j+1 < len(n.Content); j += 2 {
+				if n.Content[j].Value == name {
+					child = n.Content[j+1]
+				}
+			}
+			if child == nil {
+				missing = append(missing, path+name)
+				continue
+			}
+			walk(child, typ.Field(i).Type, path+name+".")
+		}
+	}
+	walk(doc.Content[0], reflect.TypeOf(Config{}), "")
+	if len(missing) > 0 {
+		t.Fatalf("default.yaml lacks: %v", missing)
+	}
+}
+
+func TestErrorsNameTheKey(t *testing.T) {
+	cases := map[string]string{
+		"exporter:\n  kafka:\n    compresion: lz4\n":         "unknown key exporter.kafka.compresion",
+		"queue:\n  memory_limit: lots\n":                     "queue.memory_limit",
+		"exporter:\n  kafka:\n    linger: 5\n":               "exporter.kafka.linger",
+		"exporter:\n  kafka:\n    acks: some\n":              "exporter.kafka.acks",
+		"exporter:\n  kafka:\n    brokers: []\n":             "exporter.kafka.brokers",
+		"exporter:\n  kafka:\n    acks: leader\n":            "exporter.kafka.idempotent",
+		"receivers:\n  http:\n    max_request_bytes: 1GiB\n": "max_request_bytes",
+		"exporter:\n  type: nats\n":                          "exporter.type",
+		"telemetry:\n  log:\n    level: loud\n":              "telemetry.log.level",
+	}
+	for src, want := range cases {
+		_, err := Parse([]byte(src), nil)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want an error naming %s", src, err, want)
+		}
+	}
+}
+
+func TestSetOverrides(t *testing.T) {
+	c, err := Parse([]byte("queue:\n  memory_limit: 64MiB\n"), []string{
+		"exporter.kafka.brokers=[127.0.0.1:1,127.0.0.1:2]", "exporter.kafka.linger=20ms", "queue.memory_limit=128MiB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Exporter.Kafka.Brokers) != 2 || c.Exporter.Kafka.Linger != 20*time.Millisecond || c.Queue.MemoryLimit != 128<<20 {
+		t.Fatalf("overrides not applied: %+v %v %v", c.Exporter.Kafka.Brokers, c.Exporter.Kafka.Linger, c.Queue.MemoryLimit)
+	}
+	if c.Exporter.Kafka.Compression != "lz4" {
+		t.Fatal("keys not set must keep their defaults")
+	}
+	if _, err := Parse(nil, []string{"nokey"}); err == nil {
+		t.Fatal("--set without = accepted")
+	}
+	if _, err := Parse(nil, []string{"queue.memory_limit.x=1"}); err == nil {
+		t.Fatal("--set through a scalar accepted")
+	}
+}
+
+func TestExpandEnv(t *testing.T) {
+	env := map[string]string{"B": "10.0.0.1:9092"}
+	look := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	out, err := ExpandEnv([]byte("a: ${B}\nb: ${MISSING:-dflt}\nc: pa$$word\nd: $lone"), look)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != "a: 10.0.0.1:9092\nb: dflt\nc: pa$word\nd: $lone" {
+		t.Fatalf("got %q", out)
+	}
+	if _, err := ExpandEnv([]byte("x: 1\ny: ${NOPE}"), look); err == nil || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), "NOPE") {
+		t.Fatalf("unset variable: %v", err)
+	}
+}
+
+func TestByteSize(t *testing.T) {
+	for in, want := range map[string]bytesize.Size{"8MiB": 8 << 20, "512KiB": 512 << 10, "1GB": 1e9, "100": 100, "1.5KiB": 1536} {
+		got, err := bytesize.Parse(in)
+		if err != nil || got != want {
+			t.Errorf("%s = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "-1", "ten", "5XB"} {
+		if _, err := bytesize.Parse(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,185 @@
+// Package kafkatest gives tests a real Apache Kafka broker on 127.0.0.1,
+// started with the project's own scripts/kafka-local (never a mock).
+//
+// Main(m) provides the shared broker of a test binary: the one named by
+// FERRY_TEST_KAFKA (make test starts one for the whole run), or else one it
+// starts on a free port for this package and stops afterwards. Tests that
+// must stop or kill a broker start their own with Start. With -short,
+// integration tests call SkipShort and do not need Java.
+package kafkatest
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+var shared string
+
+// Main runs the package's tests with a shared broker available.
+func Main(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	if addr := os.Getenv("FERRY_TEST_KAFKA"); addr != "" {
+		shared = addr
+		os.Exit(m.Run())
+	}
+	b, err := start(FreePort())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kafkatest:", err)
+		os.Exit(1)
+	}
+	shared = b.Addr
+	code := m.Run()
+	b.Stop()
+	os.Exit(code)
+}
+
+// SkipShort skips an integration test under -short.
+func SkipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test against real Kafka; skipped with -short")
+	}
+}
+
+// Shared returns the shared broker's address.
+func Shared(t testing.TB) string {
+	t.Helper()
+	SkipShort(t)
+	if shared == "" {
+		t.Fatal("kafkatest: no shared broker; call kafkatest.Main from TestMain")
+	}
+	return shared
+}
+
+// Broker is one kafka-local instance.
+type Broker struct {
+	Port int
+	Addr string
+}
+
+func script() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "scripts", "kafka-local")
+}
+
+func (b *Broker) run(args ...string) error {
+	cmd := exec.Command(script(), append(args, "--port", strconv.Itoa(b.Port))...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("kafka-local %v: %v\n%s", args, err, out)
+	}
+	return nil
+}
+
+func start(port int) (*Broker, error) {
+	b := &Broker{Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port)}
+	return b, b.run("start")
+}
+
+// Start starts a broker of the test's own on a free port; it is stopped and
+// its data deleted when the test ends.
+func Start(t testing.TB) *Broker {
+	t.Helper()
+	SkipShort(t)
+	b, err := start(FreePort())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	return b
+}
+
+// Stop stops the broker and deletes its data.
+func (b *Broker) Stop() { _ = b.run("stop") }
+
+// Kill sends SIGKILL and keeps the data, as a crash would.
+func (b *Broker) Kill(t testing.TB) {
+	t.Helper()
+	if err := b.run("kill"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Restart starts a killed broker again on its kept data.
+func (b *Broker) Restart(t testing.TB) {
+	t.Helper()
+	if err := b.run("start", "--keep-data"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FreePort finds a port p such that p and p+1 (the controller) are free.
+func FreePort() int {
+	for i := 0; i < 100; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			continue
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1)); err == nil {
+			l2.Close()
+			return p
+		}
+	}
+	panic("kafkatest: no free port pair")
+}
+
+// CreateTopic creates a topic (replication 1) and waits until it is usable.
+func CreateTopic(t testing.TB, brokers, topic string, partitions int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(partitions), 1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+}
+
+// Consume reads topic from the start until want records arrived or timeout
+// passed, and returns what it read.
+func Consume(t testing.TB, brokers, topic string, want int, timeout time.Duration) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []*kgo.Record
+	deadline := time.Now().Add(timeout)
+	for len(out) < want && time.Now().Before(deadline) {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	// Anything beyond want (duplicates) should be seen too: one short extra poll.
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	cancel()
+	return out
+}

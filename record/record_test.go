@@ -1,0 +1,71 @@
+package record
+
+import (
+	"errors"
+	"sync"
+	"testing"
+)
+
+func TestCompletionRunsOnceAfterLastAck(t *testing.T) {
+	var b Batch
+	b.Records = make([]Record, 100)
+	var order []string
+	var calls int
+	var gotErr error
+	b.OnDone(func(err error) { order = append(order, "receiver"); calls++; gotErr = err })
+	b.OnDone(func(error) { order = append(order, "queue") })
+	b.Arm()
+	boom := errors.New("boom")
+	var wg sync.WaitGroup
+	for i := 0; i < 100; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			if i == 42 {
+				b.Ack(boom)
+			} else {
+				b.Ack(nil)
+			}
+		}(i)
+	}
+	wg.Wait()
+	if calls != 1 || !errors.Is(gotErr, boom) || b.Failed() != 1 {
+		t.Fatalf("calls=%d err=%v failed=%d", calls, gotErr, b.Failed())
+	}
+	if len(order) != 2 || order[0] != "queue" || order[1] != "receiver" {
+		t.Fatalf("order %v: the stage nearest the exporter must release first", order)
+	}
+}
+
+func TestPopDoneAndManyCompletions(t *testing.T) {
+	var b Batch
+	b.Records = make([]Record, 1)
+	n := 0
+	for i := 0; i < 6; i++ { // past the inline array
+		b.OnDone(func(error) { n++ })
+	}
+	b.OnDone(func(error) { t.Fatal("popped completion ran") })
+	b.PopDone()
+	b.Arm()
+	b.Ack(nil)
+	if n != 6 {
+		t.Fatalf("%d completions ran, want 6", n)
+	}
+	b.Reset()
+	if len(b.Records) != 0 || b.ndones != 0 || b.extra != nil {
+		t.Fatal("Reset left state behind")
+	}
+}
+
+func BenchmarkBatchAck(b *testing.B) {
+	var batch Batch
+	batch.Records = make([]Record, 1000)
+	batch.OnDone(func(error) {})
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		batch.Arm()
+		for range batch.Records {
+			batch.Ack(nil)
+		}
+	}
+}
