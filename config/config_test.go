@@ -106,11 +106,11 @@ func TestSetOverrides(t *testing.T) {
 func TestExpandEnv(t *testing.T) {
 	env := map[string]string{"B": "10.0.0.1:9092"}
 	look := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	out, err := ExpandEnv([]byte("a: ${B}\nb: ${MISSING:-dflt}\nc: pa$$word\nd: $lone"), look)
+	out, err := ExpandEnv([]byte("a: ${B}\nb: ${MISSING:-dflt}\nc: pa$$word\nd: $lone # ${DOC} stays\n# ${ALSO}\ne: \"#${B}\""), look)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(out) != "a: 10.0.0.1:9092\nb: dflt\nc: pa$word\nd: $lone" {
+	if string(out) != "a: 10.0.0.1:9092\nb: dflt\nc: pa$word\nd: $lone # ${DOC} stays\n# ${ALSO}\ne: \"#10.0.0.1:9092\"" {
 		t.Fatalf("got %q", out)
 	}
 	if _, err := ExpandEnv([]byte("x: 1\ny: ${NOPE}"), look); err == nil || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), "NOPE") {

@@ -157,30 +157,58 @@ func applySet(root *yaml.Node, set string) error {
 var envRef = regexp.MustCompile(`\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
 
 // ExpandEnv replaces ${NAME} and ${NAME:-default} in a config file; "$$" is a
-// literal "$". A lone "$" is left alone, so secrets containing "$" survive. An
-// unset variable without a default is an error naming it and its line, since
+// literal "$". A lone "$" is left alone, so secrets containing "$" survive,
+// and comments are left alone, so documentation may mention ${NAME}. An unset
+// variable without a default is an error naming it and its line, since
 // silently using "" for a broker address or key is worse than not starting.
 func ExpandEnv(src []byte, lookup func(string) (string, bool)) ([]byte, error) {
-	var firstErr error
-	out := envRef.ReplaceAllFunc(src, func(m []byte) []byte {
-		if string(m) == "$$" {
-			return []byte("$")
+	var out bytes.Buffer
+	for i, line := range bytes.SplitAfter(src, []byte("\n")) {
+		code, comment := splitComment(line)
+		var firstErr error
+		code = envRef.ReplaceAllFunc(code, func(m []byte) []byte {
+			if string(m) == "$$" {
+				return []byte("$")
+			}
+			sub := envRef.FindSubmatch(m)
+			name := string(sub[1])
+			if v, ok := lookup(name); ok {
+				return []byte(v)
+			}
+			if len(sub[2]) > 0 {
+				return sub[3]
+			}
+			if firstErr == nil {
+				firstErr = fmt.Errorf("line %d: environment variable %s is not set (use ${%s:-default} to allow that)", i+1, name, name)
+			}
+			return nil
+		})
+		if firstErr != nil {
+			return nil, firstErr
 		}
-		sub := envRef.FindSubmatch(m)
-		name := string(sub[1])
-		if v, ok := lookup(name); ok {
-			return []byte(v)
+		out.Write(code)
+		out.Write(comment)
+	}
+	return out.Bytes(), nil
+}
+
+// splitComment cuts a YAML line before its comment: a "#" at the start or
+// after white space, outside quotes.
+func splitComment(line []byte) (code, comment []byte) {
+	var quote byte
+	for i, c := range line {
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '"' || c == '\'':
+			quote = c
+		case c == '#' && (i == 0 || line[i-1] == ' ' || line[i-1] == '\t'):
+			return line[:i], line[i:]
 		}
-		if len(sub[2]) > 0 {
-			return sub[3]
-		}
-		if firstErr == nil {
-			line := 1 + bytes.Count(src[:bytes.Index(src, m)], []byte("\n"))
-			firstErr = fmt.Errorf("line %d: environment variable %s is not set (use ${%s:-default} to allow that)", line, name, name)
-		}
-		return nil
-	})
-	return out, firstErr
+	}
+	return line, nil
 }
 
 // checkKeys walks a mapping against the struct it decodes into and names the

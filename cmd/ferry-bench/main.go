@@ -20,6 +20,7 @@ const usage = `ferry-bench — load and verification tool for ferry
                       [--batch N] [--concurrency C] [--keys] [--producer-props k=v] [--report-json F]
   ferry-bench consume [--bootstrap-server H:P] --topic T [--messages N] [--timeout D] [--expect N]
   ferry-bench topic create|delete --topic T [--partitions N] [--bootstrap-server H:P]
+  ferry-bench table --via F --direct F --consumed F [--agent-cpu P] [--agent-rss-kb K]
 
 Run a command with -h for every flag.
 `
@@ -37,6 +38,8 @@ func main() {
 		err = consumeCmd(os.Args[2:])
 	case "topic":
 		err = topicCmd(os.Args[2:])
+	case "table":
+		err = tableCmd(os.Args[2:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

@@ -140,7 +140,16 @@ func FreePort() int {
 	panic("kafkatest: no free port pair")
 }
 
-// CreateTopic creates a topic (replication 1) and waits until it is usable.
+// NewTopic creates a topic named prefix plus a unique suffix (so reruns on a
+// shared broker do not collide) and returns its name.
+func NewTopic(t testing.TB, brokers, prefix string, partitions int) string {
+	t.Helper()
+	topic := fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
+	CreateTopic(t, brokers, topic, partitions)
+	return topic
+}
+
+// CreateTopic creates a topic (replication 1).
 func CreateTopic(t testing.TB, brokers, topic string, partitions int) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers))

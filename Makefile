@@ -1,0 +1,39 @@
+# ferry — see README.md. Every target installs what it needs (Kafka jars from
+# Maven Central, Go modules) so it works on a fresh machine with Go, Java, Maven.
+.PHONY: build demo test test-short fuzz vet clean kafka-start kafka-stop
+
+GO ?= go
+BIN := bin
+
+build:
+	$(GO) build -o $(BIN)/ferry ./cmd/ferry
+	$(GO) build -o $(BIN)/ferry-bench ./cmd/ferry-bench
+
+# Real local Kafka + agent + ~20 s of load through ferry, verified by consuming.
+demo: build
+	scripts/demo.sh
+
+# Unit, fuzz-smoke and integration tests against a real local Kafka, with -race.
+test:
+	scripts/test.sh
+
+# Unit tests only (no Kafka, no Java): quick feedback while editing.
+test-short:
+	$(GO) test -short -race ./...
+
+# Longer fuzzing of the decoders (FUZZTIME each).
+FUZZTIME ?= 2m
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./receiver/httpreceiver
+
+vet:
+	gofmt -l . | (! grep .) || (echo "gofmt needed on the files above" && exit 1)
+	$(GO) vet ./...
+
+kafka-start:
+	scripts/kafka-local start
+kafka-stop:
+	scripts/kafka-local stop
+
+clean:
+	rm -rf $(BIN)

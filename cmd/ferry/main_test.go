@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ferryhq/ferry/internal/kafkatest"
+)
+
+func TestMain(m *testing.M) { kafkatest.Main(m) }
+
+func buildFerry(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "ferry")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestSIGTERMKeepsAcknowledgedRecords: SIGTERM while clients are mid-request
+// and records sit in the Kafka client's linger buffer. The agent must stop
+// cleanly, and every record it answered 200 for must be in Kafka.
+func TestSIGTERMKeepsAcknowledgedRecords(t *testing.T) {
+	brokers := kafkatest.Shared(t)
+	topic := kafkatest.NewTopic(t, brokers, "it-sigterm", 3)
+	bin := buildFerry(t)
+	httpAddr, adminAddr := freeAddr(t), freeAddr(t)
+	var logs bytes.Buffer
+	cmd := exec.Command(bin, "run",
+		"--set", "receivers.http.listen="+httpAddr, "--set", "telemetry.admin.listen="+adminAddr,
+		"--set", "exporter.kafka.brokers=["+brokers+"]", "--set", "exporter.kafka.linger=50ms",
+		"--set", "shutdown_timeout=20s")
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		res, err := http.Get("http://" + adminAddr + "/readyz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent not ready:\n%s", logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := 0; c < 8; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			client := &http.Client{Timeout: 30 * time.Second}
+			for r := 0; ; r++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var body bytes.Buffer
+				var ids []string
+				for i := 0; i < 200; i++ {
+					id := fmt.Sprintf("c%d-r%d-%d", c, r, i)
+					ids = append(ids, id)
+					body.WriteString(id + "\n")
+				}
+				res, err := client.Post("http://"+httpAddr+"/v1/messages/"+topic, "application/x-ndjson", &body)
+				if err != nil {
+					return // the listener is closed: the agent is stopping
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode == 200 {
+					mu.Lock()
+					for _, id := range ids {
+						acked[id] = true
+					}
+					mu.Unlock()
+				}
+			}
+		}(c)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("agent exited with %v:\n%s", err, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("agent did not stop within 30 s:\n%s", logs.String())
+	}
+	close(stop)
+	wg.Wait()
+	if len(acked) == 0 {
+		t.Fatal("no request was acknowledged before SIGTERM")
+	}
+	if !strings.Contains(logs.String(), "ferry stopped") {
+		t.Errorf("no final summary in the log:\n%s", logs.String())
+	}
+	recs := kafkatest.Consume(t, brokers, topic, len(acked), 60*time.Second)
+	inKafka := map[string]bool{}
+	for _, r := range recs {
+		inKafka[string(r.Value)] = true
+	}
+	var lost int
+	for id := range acked {
+		if !inKafka[id] {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d acknowledged records are not in Kafka", lost, len(acked))
+	}
+	t.Logf("%d acknowledged records, all in Kafka (%d records in the topic)", len(acked), len(recs))
+}
+
+func TestCommands(t *testing.T) {
+	bin := buildFerry(t)
+	out, err := exec.Command(bin, "config", "default").Output()
+	if err != nil || !bytes.Contains(out, []byte("memory_limit: 256MiB")) {
+		t.Fatalf("config default: %v\n%s", err, out)
+	}
+	cfg := filepath.Join(t.TempDir(), "f.yaml")
+	_ = os.WriteFile(cfg, out, 0o644)
+	if out, err := exec.Command(bin, "validate", "-c", cfg).CombinedOutput(); err != nil {
+		t.Fatalf("the printed default does not validate: %v\n%s", err, out)
+	}
+	out, err = exec.Command(bin, "validate", "--set", "exporter.kafka.linger=soon").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "exporter.kafka.linger") {
+		t.Fatalf("bad value: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(bin, "version").Output(); err != nil || !strings.HasPrefix(string(out), "ferry ") {
+		t.Fatalf("version: %v %s", err, out)
+	}
+}

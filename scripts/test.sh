@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# make test: format and vet checks, unit tests, a short fuzz run, and the
+# integration tests against one real local Kafka shared by the whole run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+port=${FERRY_TEST_KAFKA_PORT:-39092}
+
+echo "== go modules"
+go mod download
+echo "== Kafka jars"
+scripts/kafka-local jars
+
+echo "== gofmt, go vet"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted"; exit 1; fi
+go vet ./...
+
+echo "== local Kafka on 127.0.0.1:$port"
+scripts/kafka-local stop --port "$port" >/dev/null 2>&1 || true
+trap 'scripts/kafka-local stop --port "$port"' EXIT
+scripts/kafka-local start --port "$port"
+
+echo "== short fuzz run of the HTTP decoder"
+go test -run='^$' -fuzz=FuzzDecode -fuzztime=10s ./receiver/httpreceiver
+
+echo "== go test -race (unit + integration)"
+FERRY_TEST_KAFKA=127.0.0.1:$port go test -race -count=1 -timeout 15m ./... 2>&1 | tee /tmp/ferry-test.$$.log
+status=${PIPESTATUS[0]}
+passed=$(grep -c '^ok ' /tmp/ferry-test.$$.log || true)
+failed=$(grep -c '^FAIL' /tmp/ferry-test.$$.log || true)
+rm -f /tmp/ferry-test.$$.log
+echo "packages: $passed passed, $failed failed"
+exit "$status"
