@@ -89,7 +89,9 @@ func consumeCmd(args []string) error {
 	}
 	// ConsumerPerformance's yyyy-MM-dd HH:mm:ss:SSS (Go's layouts want a dot
 	// before milliseconds, so they are appended by hand).
-	stamp := func(t time.Time) string { return t.Format("2006-01-02 15:04:05") + fmt.Sprintf(":%03d", t.Nanosecond()/1e6) }
+	stamp := func(t time.Time) string {
+		return t.Format("2006-01-02 15:04:05") + fmt.Sprintf(":%03d", t.Nanosecond()/1e6)
+	}
 	fmt.Println("start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec")
 	fmt.Printf("%s, %s, %.4f, %.4f, %d, %.4f, %d, %d, %.4f, %.4f\n",
 		stamp(start), stamp(end), mb, div(mb, sec), n, div(float64(n), sec),
