@@ -60,6 +60,7 @@ type Receiver struct {
 	m      metrics
 	bufs   bufPool
 	zstdP  sync.Pool
+	gzipP  sync.Pool
 	batchP sync.Pool
 }
 
@@ -376,11 +377,17 @@ func (r *Receiver) readBody(req *http.Request) (body *buf, status int, reason, m
 	var dec io.Reader
 	switch enc {
 	case "gzip":
-		zr, err := gzip.NewReader(bytes.NewReader(raw.b))
+		zr, _ := r.gzipP.Get().(*gzip.Reader)
+		var err error
+		if zr == nil {
+			zr, err = gzip.NewReader(bytes.NewReader(raw.b))
+		} else {
+			err = zr.Reset(bytes.NewReader(raw.b))
+		}
 		if err != nil {
 			return nil, http.StatusBadRequest, "corrupt_body", "invalid gzip body: " + err.Error()
 		}
-		defer zr.Close()
+		defer r.gzipP.Put(zr)
 		dec = zr
 	case "zstd":
 		zr, _ := r.zstdP.Get().(*zstd.Decoder)
