@@ -62,6 +62,9 @@ type Exporter struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	pool     sync.Pool
+	// promiseFn is e.promise bound once: a method value taken per record
+	// would allocate a closure per record.
+	promiseFn func(*kgo.Record, error)
 }
 
 // New builds the exporter. bufferedBytes is the queue's memory limit, used to
@@ -74,6 +77,7 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 	e.log = telemetry.NewLimited(set.Logger.With("component", "exporter/kafka"), 30*time.Second)
 	e.m = newMetrics(set.Registry)
 	e.pool.New = func() any { return &exportBatch{e: e} }
+	e.promiseFn = e.promise
 
 	buffered := int64(cfg.MaxBufferedBytes)
 	if buffered == 0 {
@@ -282,7 +286,7 @@ func (e *Exporter) Consume(_ context.Context, b *record.Batch) error {
 		if len(r.Headers) > 0 {
 			kr.Headers = *(*[]kgo.RecordHeader)(unsafe.Pointer(&r.Headers))
 		}
-		e.cl.TryProduce(context.Background(), kr, e.promise)
+		e.cl.TryProduce(context.Background(), kr, e.promiseFn)
 	}
 	return nil
 }
