@@ -355,6 +355,12 @@ func (e *Exporter) Shutdown(ctx context.Context) error {
 	close(e.stop)
 	e.wg.Wait()
 	e.cl.Close() // fails whatever is still buffered with ErrClientClosed
+	// Those failures reach our promise through franz-go's promise worker,
+	// after Close returns; wait (bounded) so every batch is completed and
+	// counted before Shutdown reports.
+	for deadline := time.Now().Add(5 * time.Second); e.inflight.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if left > 0 {
 		return fmt.Errorf("kafka exporter: %d records not acknowledged at shutdown", left)
 	}
