@@ -1,0 +1,85 @@
+package telemetry
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLimitedLogsOncePerInterval(t *testing.T) {
+	var buf bytes.Buffer
+	l := NewLimited(slog.New(slog.NewTextHandler(&buf, nil)), 50*time.Millisecond)
+	for i := 0; i < 100; i++ {
+		l.Log(slog.LevelWarn, "k", "kafka down")
+	}
+	if n := strings.Count(buf.String(), "kafka down"); n != 1 {
+		t.Fatalf("%d lines for 100 calls in one interval", n)
+	}
+	time.Sleep(60 * time.Millisecond)
+	l.Log(slog.LevelWarn, "k", "kafka down")
+	if !strings.Contains(buf.String(), "suppressed=99") {
+		t.Fatalf("the next line must say how many were suppressed:\n%s", buf.String())
+	}
+	l.Log(slog.LevelWarn, "other", "different key")
+	if !strings.Contains(buf.String(), "different key") {
+		t.Fatal("keys are limited independently")
+	}
+}
+
+func TestLabelsCapCardinality(t *testing.T) {
+	l := NewLabels(3)
+	for i := 0; i < 10; i++ {
+		l.Get(fmt.Sprint("t", i))
+	}
+	if l.Get("t0") != "t0" || l.Get("t2") != "t2" || l.Get("t9") != "_other" || l.Get("new") != "_other" {
+		t.Fatal("cap not applied")
+	}
+}
+
+func TestAdminEndpoints(t *testing.T) {
+	set := TestSettings()
+	down := errors.New("kafka unreachable: dial refused")
+	var fail error = down
+	set.Health.Register("kafka", func() error { return fail })
+	a := NewAdmin(AdminConfig{Listen: "127.0.0.1:0"}, set)
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Shutdown(context.Background())
+	get := func(path string) (int, map[string]any) {
+		res, err := http.Get("http://" + a.Addr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var m map[string]any
+		_ = json.NewDecoder(res.Body).Decode(&m)
+		return res.StatusCode, m
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("healthz %d", code)
+	}
+	code, body := get("/readyz")
+	if code != 503 || body["ready"] != false || !strings.Contains(fmt.Sprint(body["not_ready"]), "dial refused") {
+		t.Fatalf("readyz while down: %d %v", code, body)
+	}
+	fail = nil
+	if code, _ := get("/readyz"); code != 200 {
+		t.Fatalf("readyz when up: %d", code)
+	}
+	res, err := http.Get("http://" + a.Addr() + "/metrics")
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("metrics: %v", err)
+	}
+	res.Body.Close()
+	if code, _ := get("/debug/pprof/"); code != 404 {
+		t.Fatalf("pprof served without being enabled: %d", code)
+	}
+}
