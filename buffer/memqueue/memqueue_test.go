@@ -10,35 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
 )
-
-// pending holds batches until ackAll, like a slow Kafka.
-type pending struct {
-	mu sync.Mutex
-	bs []*record.Batch
-}
-
-func (p *pending) Consume(_ context.Context, b *record.Batch) error {
-	b.Arm()
-	p.mu.Lock()
-	p.bs = append(p.bs, b)
-	p.mu.Unlock()
-	return nil
-}
-
-func (p *pending) ackAll() {
-	p.mu.Lock()
-	bs := p.bs
-	p.bs = nil
-	p.mu.Unlock()
-	for _, b := range bs {
-		for range b.Records {
-			b.Ack(nil)
-		}
-	}
-}
 
 func batch(size int64) *record.Batch {
 	return &record.Batch{Records: make([]record.Record, 1), MemBytes: size}
@@ -48,7 +23,7 @@ func batch(size int64) *record.Batch {
 // reserved bytes past the limit, and every refusal is ErrFull.
 func TestBoundUnderConcurrency(t *testing.T) {
 	set := telemetry.TestSettings()
-	p := &pending{}
+	p := &consumertest.Holder{}
 	q, err := New(Config{MemoryLimit: 1 << 20, ReadyBelow: 0.9}, set, p, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -84,14 +59,14 @@ func TestBoundUnderConcurrency(t *testing.T) {
 	if v := testutil.ToFloat64(q.refused.WithLabelValues("queue_full")); v != float64(refused.Load()) {
 		t.Fatalf("refused counter %v, refusals %d", v, refused.Load())
 	}
-	p.ackAll()
+	p.Release(nil)
 	if q.Used() != 0 || testutil.ToFloat64(q.recordsG) != 0 {
 		t.Fatalf("after acks: used %d", q.Used())
 	}
 }
 
 func TestUnavailableWhenDownstreamDown(t *testing.T) {
-	q, _ := New(Config{MemoryLimit: 1 << 20, ReadyBelow: 0.9}, telemetry.TestSettings(), &pending{}, func() bool { return false })
+	q, _ := New(Config{MemoryLimit: 1 << 20, ReadyBelow: 0.9}, telemetry.TestSettings(), &consumertest.Holder{}, func() bool { return false })
 	if err := q.Consume(context.Background(), batch(1<<20)); err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,7 @@ type produceOpts struct {
 	props       []string
 	reportJSON  string
 	key         bool
+	wait        bool
 }
 
 // result is the machine-readable outcome (--report-json), used by the demo.
@@ -65,6 +66,7 @@ func produceCmd(args []string) error {
 	fs.IntVar(&o.concurrency, "concurrency", 8, "concurrent HTTP requests; http target only")
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (0 = when --num-records are sent)")
 	fs.StringVar(&o.reportJSON, "report-json", "", "also write the result as JSON to this file")
+	fs.BoolVar(&o.wait, "wait", true, "http target: wait for Kafka's acknowledgement (false: ?wait=false, answered on enqueue)")
 	fs.BoolVar(&o.key, "keys", false, "give every record a key (worker-sequence); default keyless")
 	var props multi
 	fs.Var(&props, "producer-props", "kafka target: k=v producer settings (acks, linger.ms, compression.type, batch.size); repeatable")
@@ -183,6 +185,9 @@ func (r *run) http(ctx context.Context) error {
 		return err
 	}
 	endpoint := fmt.Sprintf("http://%s/v1/messages/%s", u.Host, url.PathEscape(r.o.topic))
+	if !r.o.wait {
+		endpoint += "?wait=false"
+	}
 	tr := &http.Transport{
 		MaxIdleConns: r.o.concurrency, MaxIdleConnsPerHost: r.o.concurrency, MaxConnsPerHost: r.o.concurrency,
 		DialContext:        (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
