@@ -265,3 +265,74 @@ func TestKafkaDownThenUp(t *testing.T) {
 		t.Fatalf("after recovery: %v %d %v", err, a.code, a.body)
 	}
 }
+
+// TestQueueFullWithLiveKafka: Kafka is up but slow to acknowledge (a 2 s
+// linger), so the memory queue fills: new requests get 429 with Retry-After,
+// the queued-bytes gauge scraped from /metrics never exceeds the limit, and
+// every accepted record is delivered.
+func TestQueueFullWithLiveKafka(t *testing.T) {
+	brokers := kafkatest.Shared(t)
+	topic := kafkatest.NewTopic(t, brokers, "it-full", 1)
+	p := startAgent(t, brokers, "queue.memory_limit=1MiB", "receivers.http.max_request_bytes=128KiB",
+		"exporter.kafka.linger=2s")
+	waitFor(t, "ready", 20*time.Second, func() bool { return readyz(t, p) })
+	url := "http://" + p.HTTP.Addr() + "/v1/messages/" + topic + "?wait=false"
+	client := &http.Client{Timeout: 10 * time.Second}
+	limit := float64(p.Queue.Limit())
+	var accepted, refused int
+	for i := 0; i < 40; i++ {
+		body := bytes.Repeat([]byte(fmt.Sprintf("%02d", i%100)), 30<<10) // 60 KiB, one record
+		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/octet-stream")
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		switch res.StatusCode {
+		case 202:
+			accepted++
+		case 429:
+			refused++
+			if res.Header.Get("Retry-After") == "" {
+				t.Fatal("429 without Retry-After")
+			}
+		default:
+			t.Fatalf("status %d", res.StatusCode)
+		}
+		if g := gauge(t, p, "ferry_queue_bytes"); g > limit {
+			t.Fatalf("ferry_queue_bytes %v over the limit %v", g, limit)
+		}
+	}
+	if accepted == 0 || refused == 0 {
+		t.Fatalf("accepted %d refused %d: want both (Kafka holds batches for 2 s)", accepted, refused)
+	}
+	recs := kafkatest.Consume(t, brokers, topic, accepted, 30*time.Second)
+	if len(recs) != accepted {
+		t.Fatalf("%d records in Kafka, %d accepted", len(recs), accepted)
+	}
+	waitFor(t, "the queue to drain", 10*time.Second, func() bool { return gauge(t, p, "ferry_queue_bytes") == 0 })
+}
+
+// gauge scrapes one unlabelled metric from the admin endpoint, as a user would.
+func gauge(t *testing.T, p *Pipeline, name string) float64 {
+	t.Helper()
+	res, err := http.Get("http://" + p.Admin.Addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("%s not in /metrics", name)
+	return 0
+}
