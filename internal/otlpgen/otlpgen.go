@@ -1,0 +1,153 @@
+// Package otlpgen owns synthetic OTLP payloads for benchmarks, tests and
+// ferry-bench. Their shape follows the generator bk-collector's published
+// benchmarks use, so figures compare like for like: one resource with
+// service.name and three more attributes; every span, log record and metric
+// in its own scope; four string attributes on each item; random ids and
+// names. Values come from a seeded generator: the same call gives the same
+// payload.
+package otlpgen
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+)
+
+const letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+// Gen makes payloads; not safe for concurrent use.
+type Gen struct {
+	rng *rand.Rand
+	Now time.Time
+}
+
+// New returns a generator seeded with seed.
+func New(seed uint64) *Gen {
+	return &Gen{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), Now: time.Unix(1_790_000_000, 0)}
+}
+
+// String returns n random letters and digits.
+func (g *Gen) String(n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = letters[g.rng.IntN(len(letters))]
+	}
+	return string(b)
+}
+
+// TraceID returns a random non-zero trace id.
+func (g *Gen) TraceID() pcommon.TraceID {
+	var id pcommon.TraceID
+	binary.LittleEndian.PutUint64(id[:8], g.rng.Uint64()|1)
+	binary.LittleEndian.PutUint64(id[8:], g.rng.Uint64())
+	return id
+}
+
+// SpanID returns a random non-zero span id.
+func (g *Gen) SpanID() pcommon.SpanID {
+	var id pcommon.SpanID
+	binary.LittleEndian.PutUint64(id[:], g.rng.Uint64()|1)
+	return id
+}
+
+func (g *Gen) resource(m pcommon.Map) {
+	m.PutStr("service.name", "generator.service")
+	for i := 1; i <= 3; i++ {
+		m.PutStr("http.resource"+strconv.Itoa(i), g.String(8))
+	}
+}
+
+func (g *Gen) attrs(m pcommon.Map) {
+	for i := 1; i <= 4; i++ {
+		m.PutStr("http.method"+strconv.Itoa(i), g.String(8))
+	}
+}
+
+// Traces returns n spans of one resource.
+func (g *Gen) Traces(n int) ptrace.Traces {
+	td := ptrace.NewTraces()
+	rs := td.ResourceSpans().AppendEmpty()
+	g.resource(rs.Resource().Attributes())
+	for i := 0; i < n; i++ {
+		ss := rs.ScopeSpans().AppendEmpty()
+		ss.Scope().SetName("otlpgen")
+		sp := ss.Spans().AppendEmpty()
+		sp.SetName(g.String(12))
+		sp.SetTraceID(g.TraceID())
+		sp.SetSpanID(g.SpanID())
+		sp.SetParentSpanID(g.SpanID())
+		sp.SetStartTimestamp(pcommon.NewTimestampFromTime(g.Now))
+		sp.SetEndTimestamp(pcommon.NewTimestampFromTime(g.Now.Add(time.Second)))
+		sp.SetKind(ptrace.SpanKind(1 + i%5))
+		g.attrs(sp.Attributes())
+	}
+	return td
+}
+
+// Logs returns n log records of size bytes of body each, of one resource.
+func (g *Gen) Logs(n, size int) plog.Logs {
+	ld := plog.NewLogs()
+	rl := ld.ResourceLogs().AppendEmpty()
+	g.resource(rl.Resource().Attributes())
+	for i := 0; i < n; i++ {
+		lr := rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
+		lr.SetTraceID(g.TraceID())
+		lr.SetSpanID(g.SpanID())
+		lr.SetTimestamp(pcommon.NewTimestampFromTime(g.Now))
+		lr.SetSeverityNumber(plog.SeverityNumberInfo)
+		lr.SetSeverityText("INFO")
+		lr.Body().SetStr(g.String(size))
+		g.attrs(lr.Attributes())
+	}
+	return ld
+}
+
+// Metrics returns gauges, counters and histograms metrics of one data point
+// each, of one resource.
+func (g *Gen) Metrics(gauges, counters, histograms int) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	rm := md.ResourceMetrics().AppendEmpty()
+	g.resource(rm.Resource().Attributes())
+	ts := pcommon.NewTimestampFromTime(g.Now)
+	for i := 0; i < gauges; i++ {
+		m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+		m.SetName("gauge_" + g.String(6))
+		dp := m.SetEmptyGauge().DataPoints().AppendEmpty()
+		dp.SetTimestamp(ts)
+		dp.SetDoubleValue(g.rng.Float64() * 100)
+		g.attrs(dp.Attributes())
+	}
+	for i := 0; i < counters; i++ {
+		m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+		m.SetName("counter_" + g.String(6))
+		s := m.SetEmptySum()
+		s.SetIsMonotonic(true)
+		s.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+		dp := s.DataPoints().AppendEmpty()
+		dp.SetStartTimestamp(ts)
+		dp.SetTimestamp(ts)
+		dp.SetIntValue(g.rng.Int64N(1 << 20))
+		g.attrs(dp.Attributes())
+	}
+	for i := 0; i < histograms; i++ {
+		m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+		m.SetName("histogram_" + g.String(6))
+		h := m.SetEmptyHistogram()
+		h.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+		dp := h.DataPoints().AppendEmpty()
+		dp.SetStartTimestamp(ts)
+		dp.SetTimestamp(ts)
+		dp.ExplicitBounds().FromRaw([]float64{1, 5, 10, 50, 100})
+		dp.BucketCounts().FromRaw([]uint64{1, 2, 3, 4, 5, 6})
+		dp.SetCount(21)
+		dp.SetSum(321.5)
+		g.attrs(dp.Attributes())
+	}
+	return md
+}
