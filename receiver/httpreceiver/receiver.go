@@ -25,7 +25,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"mime"
 	"net"
@@ -35,11 +34,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/zstd"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -58,9 +56,7 @@ type Receiver struct {
 	ln     net.Listener
 	topics *telemetry.Labels
 	m      metrics
-	bufs   bufPool
-	zstdP  sync.Pool
-	gzipP  sync.Pool
+	body   *httpbody.Reader
 	batchP sync.Pool
 }
 
@@ -79,7 +75,7 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer) (*Receiver,
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Receiver{cfg: cfg, set: set, next: next, topics: telemetry.NewLabels(1000)}
+	r := &Receiver{cfg: cfg, set: set, next: next, topics: telemetry.NewLabels(1000), body: httpbody.NewReader(int64(cfg.MaxRequestBytes))}
 	r.log = telemetry.NewLimited(set.Logger.With("component", "receiver/http"), 10*time.Second)
 	lbl := prometheus.Labels{"receiver": "http"}
 	r.m = metrics{
@@ -196,13 +192,13 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 		wait = b
 	}
 
-	body, status, reason, msg := r.readBody(req)
-	if status != 0 {
-		r.fail(w, status, reason, msg, 0)
+	body, berr := r.body.Read(req)
+	if berr != nil {
+		r.fail(w, berr.Status, berr.Reason, berr.Msg, 0)
 		return
 	}
-	if len(body.b) == 0 {
-		r.bufs.put(body)
+	if len(body.B) == 0 {
+		r.body.Put(body)
 		r.fail(w, http.StatusBadRequest, "empty_body", "empty body: nothing to send", 0)
 		return
 	}
@@ -217,7 +213,7 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 	headers := r.headers(req.Header)
 	now := time.Now()
 	if ndjson {
-		if line, err := splitLines(body.b, b, topic, key, headers, now, r.cfg.ValidateJSON); err != nil {
+		if line, err := splitLines(body.B, b, topic, key, headers, now, r.cfg.ValidateJSON); err != nil {
 			r.recycle(b, body)
 			r.fail(w, http.StatusBadRequest, "invalid_ndjson", fmt.Sprintf("line %d: %v", line, err), 0)
 			return
@@ -228,11 +224,11 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	} else {
-		b.Records = append(b.Records, record.Record{Topic: topic, Key: key, Value: body.b, Headers: headers, Timestamp: now})
+		b.Records = append(b.Records, record.Record{Topic: topic, Key: key, Value: body.B, Headers: headers, Timestamp: now})
 	}
 	n := len(b.Records)
-	b.MemBytes = int64(cap(body.b) + n*RecordOverhead)
-	payload := len(body.b) + len(key)*n
+	b.MemBytes = int64(cap(body.B) + n*RecordOverhead)
+	payload := len(body.B) + len(key)*n
 
 	st := &reqState{n: n}
 	if wait {
@@ -307,10 +303,10 @@ func splitLines(body []byte, b *record.Batch, topic string, key []byte, headers 
 	return 0, nil
 }
 
-func (r *Receiver) recycle(b *record.Batch, body *buf) {
+func (r *Receiver) recycle(b *record.Batch, body *httpbody.Buf) {
 	b.Reset()
 	r.batchP.Put(b)
-	r.bufs.put(body)
+	r.body.Put(body)
 }
 
 // mediaType reports whether the body is NDJSON, and whether the type is
@@ -346,75 +342,6 @@ func (r *Receiver) headers(h http.Header) []record.Header {
 		}
 	}
 	return out
-}
-
-// readBody reads and decodes the body within max_request_bytes.
-func (r *Receiver) readBody(req *http.Request) (body *buf, status int, reason, msg string) {
-	max := int64(r.cfg.MaxRequestBytes)
-	if req.ContentLength > max {
-		return nil, http.StatusRequestEntityTooLarge, "request_too_large",
-			fmt.Sprintf("body of %d bytes exceeds max_request_bytes (%d)", req.ContentLength, max)
-	}
-	enc := strings.ToLower(strings.TrimSpace(req.Header.Get("Content-Encoding")))
-	switch enc {
-	case "", "identity", "gzip", "zstd":
-	default:
-		return nil, http.StatusUnsupportedMediaType, "unsupported_content_encoding",
-			fmt.Sprintf("unsupported Content-Encoding %q: use gzip, zstd or none", enc)
-	}
-	raw, err := r.bufs.readAll(req.Body, req.ContentLength, max)
-	if err != nil {
-		r.bufs.put(raw) // readAll returns its buffer even on error
-		if errors.Is(err, errTooLarge) {
-			return nil, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("body exceeds max_request_bytes (%d)", max)
-		}
-		return nil, http.StatusBadRequest, "read_error", "reading body: " + err.Error()
-	}
-	if enc == "" || enc == "identity" {
-		return raw, 0, "", ""
-	}
-	defer r.bufs.put(raw)
-	var dec io.Reader
-	switch enc {
-	case "gzip":
-		zr, _ := r.gzipP.Get().(*gzip.Reader)
-		var err error
-		if zr == nil {
-			zr, err = gzip.NewReader(bytes.NewReader(raw.b))
-		} else {
-			err = zr.Reset(bytes.NewReader(raw.b))
-		}
-		if err != nil {
-			return nil, http.StatusBadRequest, "corrupt_body", "invalid gzip body: " + err.Error()
-		}
-		defer r.gzipP.Put(zr)
-		dec = zr
-	case "zstd":
-		zr, _ := r.zstdP.Get().(*zstd.Decoder)
-		if zr == nil {
-			zr, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(max)+1))
-		}
-		if err := zr.Reset(bytes.NewReader(raw.b)); err != nil {
-			r.zstdP.Put(zr)
-			if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) {
-				return nil, http.StatusRequestEntityTooLarge, "request_too_large",
-					fmt.Sprintf("zstd frame declares more than max_request_bytes (%d)", max)
-			}
-			return nil, http.StatusBadRequest, "corrupt_body", "invalid zstd body: " + err.Error()
-		}
-		defer func() { _ = zr.Reset(nil); r.zstdP.Put(zr) }()
-		dec = zr
-	}
-	out, err := r.bufs.readAll(dec, int64(len(raw.b))*4, max)
-	if err != nil {
-		r.bufs.put(out)
-		if errors.Is(err, errTooLarge) || errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) {
-			return nil, http.StatusRequestEntityTooLarge, "request_too_large",
-				fmt.Sprintf("decompressed body exceeds max_request_bytes (%d)", max)
-		}
-		return nil, http.StatusBadRequest, "corrupt_body", fmt.Sprintf("invalid %s body: %v", enc, err)
-	}
-	return out, 0, "", ""
 }
 
 func (r *Receiver) answer(w http.ResponseWriter, code, n int) {

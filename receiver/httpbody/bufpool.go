@@ -1,4 +1,4 @@
-package httpreceiver
+package httpbody
 
 import (
 	"errors"
@@ -9,10 +9,10 @@ import (
 
 var errTooLarge = errors.New("body too large")
 
-// buf is a pooled body buffer. It is a pointer so a pool round trip does
+// Buf is a pooled body buffer. It is a pointer so a pool round trip does
 // not allocate a slice header.
-type buf struct {
-	b     []byte
+type Buf struct {
+	B     []byte
 	class int
 }
 
@@ -31,21 +31,21 @@ func classFor(n int) int {
 	return min(bits.Len(uint(n-1))-minClassShift, 14)
 }
 
-func (p *bufPool) get(n int) *buf {
+func (p *bufPool) get(n int) *Buf {
 	c := classFor(n)
 	if v := p.classes[c].Get(); v != nil {
-		b := v.(*buf)
-		b.b = b.b[:0]
+		b := v.(*Buf)
+		b.B = b.B[:0]
 		return b
 	}
 	size := 1 << (c + minClassShift)
 	if size < n {
 		size = n
 	}
-	return &buf{b: make([]byte, 0, size), class: c}
+	return &Buf{B: make([]byte, 0, size), class: c}
 }
 
-func (p *bufPool) put(b *buf) {
+func (p *bufPool) put(b *Buf) {
 	if b == nil {
 		return
 	}
@@ -54,24 +54,24 @@ func (p *bufPool) put(b *buf) {
 
 // readAll reads r into a pooled buffer sized from hint, refusing more than
 // max bytes. It always returns the buffer (also on error) for put.
-func (p *bufPool) readAll(r io.Reader, hint, max int64) (*buf, error) {
+func (p *bufPool) readAll(r io.Reader, hint, max int64) (*Buf, error) {
 	if hint <= 0 {
 		hint = 16 << 10
 	}
 	b := p.get(int(min(hint, max+1)))
 	for {
-		if len(b.b) == cap(b.b) {
-			if int64(len(b.b)) > max {
+		if len(b.B) == cap(b.B) {
+			if int64(len(b.B)) > max {
 				return b, errTooLarge
 			}
-			nb := p.get(min(2*cap(b.b), int(max)+1))
-			nb.b = append(nb.b, b.b...)
+			nb := p.get(min(2*cap(b.B), int(max)+1))
+			nb.B = append(nb.B, b.B...)
 			p.put(b)
 			b = nb
 		}
-		n, err := r.Read(b.b[len(b.b):cap(b.b)])
-		b.b = b.b[:len(b.b)+n]
-		if int64(len(b.b)) > max {
+		n, err := r.Read(b.B[len(b.B):cap(b.B)])
+		b.B = b.B[:len(b.B)+n]
+		if int64(len(b.B)) > max {
 			return b, errTooLarge
 		}
 		if err == io.EOF {
