@@ -1,0 +1,285 @@
+// Package encoding owns how an OTLP export request becomes Kafka records:
+// the topic per signal, the encoding of the value and the key.
+//
+// Encodings:
+//   - otlp_proto: TracesData / MetricsData / LogsData in protobuf, which is
+//     byte for byte what the OpenTelemetry Collector's kafka exporter writes
+//     and its kafka receiver reads (the export request has the same wire
+//     form, so with partition none the request bytes are forwarded untouched);
+//   - otlp_json: the same in OTLP/JSON;
+//   - flat_json: one JSON object per span, log record or data point.
+//
+// Partitioning decides both how a request is split and the key:
+//   - trace_id (traces): one record per trace (flat_json: per span) keyed by
+//     the hex trace id, so a trace stays on one partition;
+//   - resource: one record per resource (flat_json: per item) keyed by a
+//     hash of the resource attributes that does not depend on their order;
+//   - none: one record per request (flat_json: per item), no key.
+package encoding
+
+import (
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"sort"
+
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/ferryhq/ferry/otlp/flatjson"
+	"github.com/ferryhq/ferry/otlp/wire"
+)
+
+// Signal is an OTLP signal.
+type Signal uint8
+
+// The signals.
+const (
+	Traces Signal = iota
+	Metrics
+	Logs
+)
+
+func (s Signal) String() string { return [...]string{"traces", "metrics", "logs"}[s] }
+
+// Config is one signal's output (YAML receivers.otlp.<signal>).
+type Config struct {
+	Topic     string `yaml:"topic"`
+	Encoding  string `yaml:"encoding"`  // otlp_proto, otlp_json, flat_json
+	Partition string `yaml:"partition"` // trace_id (traces only), resource, none
+}
+
+// Validate names the first invalid field.
+func (c *Config) Validate(s Signal) error {
+	if c.Topic == "" {
+		return fmt.Errorf("topic: required")
+	}
+	switch c.Encoding {
+	case "otlp_proto", "otlp_json", "flat_json":
+	default:
+		return fmt.Errorf("encoding: %q is not one of otlp_proto, otlp_json, flat_json", c.Encoding)
+	}
+	switch c.Partition {
+	case "resource", "none":
+	case "trace_id":
+		if s != Traces {
+			return fmt.Errorf("partition: trace_id applies to traces only (use resource or none)")
+		}
+	default:
+		return fmt.Errorf("partition: %q is not one of trace_id, resource, none", c.Partition)
+	}
+	return nil
+}
+
+// Part is one record to be: its key and value are ranges of the output
+// buffer (or, for Whole, the input itself), resolved by the caller once the
+// buffer is complete, so growing the buffer never leaves a record pointing
+// at stale memory.
+type Part struct {
+	KeyStart, KeyEnd int
+	ValStart, ValEnd int
+	Items            int
+	Whole            bool // value is the whole input, unchanged; no key
+}
+
+// Encoder turns requests into parts; reuse one per goroutine.
+type Encoder struct {
+	fj    flatjson.Encoder
+	parts []Part
+	hash  resourceHasher
+	group grouper
+}
+
+// Encode appends to out the records of one request raw (protobuf) and
+// returns the parts and the number of items. out may grow; parts index into
+// the returned buffer.
+func (e *Encoder) Encode(sig Signal, c *Config, raw []byte, out []byte) ([]Part, []byte, int, error) {
+	e.parts = e.parts[:0]
+	e.fj.Reset()
+	e.hash.reset()
+	switch {
+	case c.Encoding == "flat_json":
+		return e.flat(sig, c, raw, out)
+	case c.Partition == "none":
+		n, err := countItems(sig, raw)
+		if err != nil || n == 0 {
+			return nil, out, 0, err
+		}
+		if c.Encoding == "otlp_json" {
+			start := len(out)
+			out, err = appendJSON(sig, raw, out)
+			if err != nil {
+				return nil, out, 0, err
+			}
+			e.parts = append(e.parts, Part{ValStart: start, ValEnd: len(out), Items: n})
+			return e.parts, out, n, nil
+		}
+		e.parts = append(e.parts, Part{Whole: true, Items: n})
+		return e.parts, out, n, nil
+	default:
+		return e.split(sig, c, raw, out)
+	}
+}
+
+func (e *Encoder) flat(sig Signal, c *Config, raw []byte, out []byte) ([]Part, []byte, int, error) {
+	n := 0
+	add := func(res *wire.Resource, key []byte, start int) {
+		p := Part{ValStart: start, ValEnd: len(out), Items: 1}
+		switch {
+		case key != nil:
+			p.KeyStart = len(out)
+			out = hex.AppendEncode(out, key)
+			p.KeyEnd = len(out)
+		case c.Partition == "resource":
+			p.KeyStart = len(out)
+			out = e.hash.appendKey(out, res)
+			p.KeyEnd = len(out)
+		}
+		e.parts = append(e.parts, p)
+		n++
+	}
+	switch sig {
+	case Traces:
+		it := wire.NewTraces(raw)
+		for it.Next() {
+			start := len(out)
+			out = e.fj.Span(out, it.Resource(), it.Scope(), it.Span())
+			var key []byte
+			if c.Partition == "trace_id" && len(it.Span().TraceID) > 0 {
+				key = it.Span().TraceID
+			}
+			add(it.Resource(), key, start)
+		}
+		return e.parts, out, n, it.Err()
+	case Logs:
+		it := wire.NewLogs(raw)
+		for it.Next() {
+			start := len(out)
+			out = e.fj.Log(out, it.Resource(), it.Scope(), it.Record())
+			add(it.Resource(), nil, start)
+		}
+		return e.parts, out, n, it.Err()
+	default:
+		it := wire.NewMetrics(raw)
+		for it.Next() {
+			start := len(out)
+			out = e.fj.Point(out, it.Resource(), it.Scope(), it.Metric(), it.Point())
+			add(it.Resource(), nil, start)
+		}
+		return e.parts, out, n, it.Err()
+	}
+}
+
+// countItems validates raw and counts its items.
+func countItems(sig Signal, raw []byte) (int, error) {
+	n := 0
+	switch sig {
+	case Traces:
+		it := wire.NewTraces(raw)
+		for it.Next() {
+			n++
+		}
+		return n, it.Err()
+	case Logs:
+		it := wire.NewLogs(raw)
+		for it.Next() {
+			n++
+		}
+		return n, it.Err()
+	default:
+		it := wire.NewMetrics(raw)
+		for it.Next() {
+			n++
+		}
+		return n, it.Err()
+	}
+}
+
+// appendJSON appends raw (protobuf) re-encoded as OTLP/JSON.
+func appendJSON(sig Signal, raw []byte, out []byte) ([]byte, error) {
+	var j []byte
+	var err error
+	switch sig {
+	case Traces:
+		var td ptrace.Traces
+		if td, err = (&ptrace.ProtoUnmarshaler{}).UnmarshalTraces(raw); err == nil {
+			j, err = (&ptrace.JSONMarshaler{}).MarshalTraces(td)
+		}
+	case Logs:
+		var ld plog.Logs
+		if ld, err = (&plog.ProtoUnmarshaler{}).UnmarshalLogs(raw); err == nil {
+			j, err = (&plog.JSONMarshaler{}).MarshalLogs(ld)
+		}
+	default:
+		var md pmetric.Metrics
+		if md, err = (&pmetric.ProtoUnmarshaler{}).UnmarshalMetrics(raw); err == nil {
+			j, err = (&pmetric.JSONMarshaler{}).MarshalMetrics(md)
+		}
+	}
+	return append(out, j...), err
+}
+
+// resourceHasher computes, once per resource, a key that does not depend on
+// the order of the resource's attributes: FNV-1a 64 over the sorted
+// (key, wire-encoded value) pairs, in hex.
+type resourceHasher struct {
+	lastRaw []byte
+	lastKey [16]byte
+	valid   bool
+	kvs     []kv
+}
+
+type kv struct{ k, v []byte }
+
+func (h *resourceHasher) reset() { h.valid = false }
+
+func (h *resourceHasher) appendKey(out []byte, res *wire.Resource) []byte {
+	if h.valid && len(h.lastRaw) == len(res.Raw) && (len(res.Raw) == 0 || &h.lastRaw[0] == &res.Raw[0]) {
+		return append(out, h.lastKey[:]...)
+	}
+	h.kvs = h.kvs[:0]
+	attrs := res.Attributes()
+	for {
+		raw, ok := attrs.Repeated.Next()
+		if !ok {
+			break
+		}
+		k, v := splitKV(raw)
+		h.kvs = append(h.kvs, kv{k, v})
+	}
+	sort.Slice(h.kvs, func(i, j int) bool { return string(h.kvs[i].k) < string(h.kvs[j].k) })
+	f := fnv.New64a()
+	for _, p := range h.kvs {
+		f.Write(p.k)
+		f.Write([]byte{0})
+		f.Write(p.v)
+		f.Write([]byte{0})
+	}
+	hex.Encode(h.lastKey[:], f.Sum(nil))
+	h.lastRaw, h.valid = res.Raw, true
+	return append(out, h.lastKey[:]...)
+}
+
+// splitKV returns a KeyValue's key and its value's wire bytes.
+func splitKV(b []byte) (k, v []byte) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || typ != protowire.BytesType {
+			return k, v
+		}
+		val, m := protowire.ConsumeBytes(b[n:])
+		if m < 0 {
+			return k, v
+		}
+		switch num {
+		case 1:
+			k = val
+		case 2:
+			v = val
+		}
+		b = b[n+m:]
+	}
+	return k, v
+}

@@ -1,0 +1,205 @@
+package encoding
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"testing"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+
+	"github.com/ferryhq/ferry/internal/otlpgen"
+)
+
+// interleaved has 3 traces spread over 2 resources and 3 scopes.
+func interleaved() ptrace.Traces {
+	td := ptrace.NewTraces()
+	for r := 0; r < 2; r++ {
+		rs := td.ResourceSpans().AppendEmpty()
+		rs.SetSchemaUrl("s")
+		rs.Resource().Attributes().PutInt("r", int64(r))
+		for s := 0; s < 2-r; s++ {
+			ss := rs.ScopeSpans().AppendEmpty()
+			ss.Scope().SetName("scope")
+			ss.Scope().SetVersion(string(rune('a' + s)))
+			for i := 0; i < 6; i++ {
+				sp := ss.Spans().AppendEmpty()
+				sp.SetTraceID(pcommon.TraceID{byte(1 + i%3)})
+				sp.SetSpanID(pcommon.SpanID{byte(r), byte(s), byte(i), 1})
+				sp.SetName("op")
+			}
+		}
+	}
+	return td
+}
+
+func parts(t *testing.T, sig Signal, c Config, raw []byte) ([]Part, []byte, int) {
+	t.Helper()
+	if err := c.Validate(sig); err != nil {
+		t.Fatal(err)
+	}
+	var e Encoder
+	ps, out, n, err := e.Encode(sig, &c, raw, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps, out, n
+}
+
+func TestProtoWholeRequestIsForwardedUntouched(t *testing.T) {
+	raw, _ := ptraceotlp.NewExportRequestFromTraces(interleaved()).MarshalProto()
+	ps, out, n := parts(t, Traces, Config{Topic: "t", Encoding: "otlp_proto", Partition: "none"}, raw)
+	if len(ps) != 1 || !ps[0].Whole || n != 18 || len(out) != 0 {
+		t.Fatalf("parts %+v out %d n %d", ps, len(out), n)
+	}
+}
+
+func TestSplitByTraceID(t *testing.T) {
+	td := interleaved()
+	raw, _ := ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()
+	for _, enc := range []string{"otlp_proto", "otlp_json"} {
+		ps, out, n := parts(t, Traces, Config{Topic: "t", Encoding: enc, Partition: "trace_id"}, raw)
+		if len(ps) != 3 || n != 18 {
+			t.Fatalf("%s: %d parts, %d items", enc, len(ps), n)
+		}
+		seen := map[pcommon.SpanID]bool{}
+		for _, p := range ps {
+			val := out[p.ValStart:p.ValEnd]
+			var got ptrace.Traces
+			var err error
+			if enc == "otlp_proto" {
+				got, err = (&ptrace.ProtoUnmarshaler{}).UnmarshalTraces(val)
+			} else {
+				got, err = (&ptrace.JSONUnmarshaler{}).UnmarshalTraces(val)
+			}
+			if err != nil {
+				t.Fatalf("%s part does not decode: %v", enc, err)
+			}
+			key := string(out[p.KeyStart:p.KeyEnd])
+			if got.SpanCount() != p.Items || p.Items != 6 {
+				t.Fatalf("%s part has %d spans, says %d", enc, got.SpanCount(), p.Items)
+			}
+			for i := 0; i < got.ResourceSpans().Len(); i++ {
+				rs := got.ResourceSpans().At(i)
+				if rs.SchemaUrl() != "s" || rs.Resource().Attributes().Len() != 1 {
+					t.Fatalf("resource lost: %v", rs.Resource().Attributes().AsRaw())
+				}
+				for j := 0; j < rs.ScopeSpans().Len(); j++ {
+					ss := rs.ScopeSpans().At(j)
+					if ss.Scope().Name() != "scope" {
+						t.Fatal("scope lost")
+					}
+					for k := 0; k < ss.Spans().Len(); k++ {
+						sp := ss.Spans().At(k)
+						tid := sp.TraceID()
+						if hex.EncodeToString(tid[:]) != key {
+							t.Fatalf("span of trace %x in the record keyed %s", tid, key)
+						}
+						seen[sp.SpanID()] = true
+					}
+				}
+			}
+		}
+		if len(seen) != 18 {
+			t.Fatalf("%s: %d distinct spans across parts, want 18", enc, len(seen))
+		}
+	}
+}
+
+func TestSplitByResourceWithStableKeys(t *testing.T) {
+	ld := plog.NewLogs()
+	for r := 0; r < 2; r++ {
+		rl := ld.ResourceLogs().AppendEmpty()
+		if r == 0 {
+			rl.Resource().Attributes().PutStr("a", "1")
+			rl.Resource().Attributes().PutStr("b", "2")
+		} else { // same attributes, other order
+			rl.Resource().Attributes().PutStr("b", "2")
+			rl.Resource().Attributes().PutStr("a", "1")
+		}
+		lr := rl.ScopeLogs().AppendEmpty().LogRecords()
+		for i := 0; i < 3; i++ {
+			lr.AppendEmpty().Body().SetStr("x")
+		}
+	}
+	other := ld.ResourceLogs().AppendEmpty()
+	other.Resource().Attributes().PutStr("a", "other")
+	other.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
+	raw, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+	ps, out, n := parts(t, Logs, Config{Topic: "l", Encoding: "otlp_proto", Partition: "resource"}, raw)
+	if len(ps) != 3 || n != 7 {
+		t.Fatalf("%d parts %d items", len(ps), n)
+	}
+	k0, k1, k2 := string(out[ps[0].KeyStart:ps[0].KeyEnd]), string(out[ps[1].KeyStart:ps[1].KeyEnd]), string(out[ps[2].KeyStart:ps[2].KeyEnd])
+	if k0 != k1 || k0 == k2 || len(k0) != 16 {
+		t.Fatalf("keys %q %q %q: same attributes in any order must share a key", k0, k1, k2)
+	}
+	for _, p := range ps {
+		got, err := (&plog.ProtoUnmarshaler{}).UnmarshalLogs(out[p.ValStart:p.ValEnd])
+		if err != nil || got.LogRecordCount() != p.Items || got.ResourceLogs().Len() != 1 {
+			t.Fatalf("part: %v, %d records, says %d", err, got.LogRecordCount(), p.Items)
+		}
+	}
+}
+
+func TestMetricsSplitCountsDataPoints(t *testing.T) {
+	md := otlpgen.New(1).Metrics(2, 2, 2)
+	md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics().At(0).Gauge().DataPoints().AppendEmpty().SetIntValue(1)
+	raw, _ := pmetricotlp.NewExportRequestFromMetrics(md).MarshalProto()
+	ps, out, n := parts(t, Metrics, Config{Topic: "m", Encoding: "otlp_proto", Partition: "resource"}, raw)
+	if len(ps) != 1 || n != 7 || ps[0].Items != 7 {
+		t.Fatalf("parts %+v n %d", ps, n)
+	}
+	got, err := (&pmetric.ProtoUnmarshaler{}).UnmarshalMetrics(out[ps[0].ValStart:ps[0].ValEnd])
+	if err != nil || got.DataPointCount() != 7 {
+		t.Fatalf("%v %d", err, got.DataPointCount())
+	}
+}
+
+func TestFlatJSONOneRecordPerItem(t *testing.T) {
+	raw, _ := ptraceotlp.NewExportRequestFromTraces(interleaved()).MarshalProto()
+	ps, out, n := parts(t, Traces, Config{Topic: "t", Encoding: "flat_json", Partition: "trace_id"}, raw)
+	if len(ps) != 18 || n != 18 {
+		t.Fatalf("%d parts", len(ps))
+	}
+	for _, p := range ps {
+		var m map[string]any
+		if err := json.Unmarshal(out[p.ValStart:p.ValEnd], &m); err != nil {
+			t.Fatal(err)
+		}
+		if m["trace_id"] != string(out[p.KeyStart:p.KeyEnd]) {
+			t.Fatalf("key %s, trace_id %v", out[p.KeyStart:p.KeyEnd], m["trace_id"])
+		}
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	bad := []struct {
+		s Signal
+		c Config
+	}{
+		{Traces, Config{Topic: "", Encoding: "otlp_proto", Partition: "none"}},
+		{Traces, Config{Topic: "t", Encoding: "avro", Partition: "none"}},
+		{Logs, Config{Topic: "t", Encoding: "flat_json", Partition: "trace_id"}},
+		{Metrics, Config{Topic: "t", Encoding: "flat_json", Partition: "span"}},
+	}
+	for _, b := range bad {
+		if err := b.c.Validate(b.s); err == nil {
+			t.Errorf("%+v accepted", b.c)
+		}
+	}
+}
+
+func TestMalformedRequestIsAnError(t *testing.T) {
+	var e Encoder
+	for _, c := range []Config{{"t", "otlp_proto", "none"}, {"t", "otlp_proto", "trace_id"}, {"t", "flat_json", "none"}, {"t", "otlp_json", "resource"}} {
+		if _, _, _, err := e.Encode(Traces, &c, []byte{0x0a, 0x05, 0x01}, nil); err == nil {
+			t.Errorf("%+v: malformed accepted", c)
+		}
+	}
+}

@@ -1,0 +1,244 @@
+package encoding
+
+import (
+	"encoding/hex"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/ferryhq/ferry/otlp/wire"
+)
+
+// entry is one item (span, log record or metric) with where it came from.
+type entry struct {
+	res, resSchema []byte
+	sc, scSchema   []byte
+	hasRes, hasSc  bool
+	item           []byte
+	group          int
+}
+
+// grouper collects entries of one request and the groups they fall in.
+type grouper struct {
+	entries []entry
+	groups  []groupInfo
+	byTrace map[[16]byte]int
+}
+
+type groupInfo struct {
+	traceID []byte
+	res     *wire.Resource
+	resRaw  []byte
+	items   int
+}
+
+func (g *grouper) reset() {
+	g.entries = g.entries[:0]
+	g.groups = g.groups[:0]
+	clear(g.byTrace)
+}
+
+func sameSlice(a, b []byte) bool { return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0]) }
+
+func (g *grouper) add(res *wire.Resource, sc *wire.Scope, item []byte, traceID []byte) int {
+	e := entry{res: res.Raw, resSchema: res.SchemaURL, sc: sc.Raw, scSchema: sc.SchemaURL,
+		hasRes: res.Raw != nil, hasSc: sc.Raw != nil, item: item}
+	if traceID != nil {
+		if g.byTrace == nil {
+			g.byTrace = map[[16]byte]int{}
+		}
+		var k [16]byte
+		copy(k[:], traceID)
+		idx, ok := g.byTrace[k]
+		if !ok {
+			idx = len(g.groups)
+			g.byTrace[k] = idx
+			g.groups = append(g.groups, groupInfo{traceID: traceID})
+		}
+		e.group = idx
+	} else {
+		// One group per resource message.
+		if n := len(g.groups); n > 0 && sameSlice(g.groups[n-1].resRaw, res.Raw) {
+			e.group = n - 1
+		} else {
+			r := *res
+			g.groups = append(g.groups, groupInfo{res: &r, resRaw: res.Raw})
+			e.group = len(g.groups) - 1
+		}
+	}
+	g.groups[e.group].items++
+	g.entries = append(g.entries, e)
+	return e.group
+}
+
+func tagged(b []byte) int { return 1 + protowire.SizeVarint(uint64(len(b))) + len(b) }
+
+// appendGroup writes the entries of group gi as one TracesData / LogsData /
+// MetricsData: a run of entries with the same resource becomes one
+// Resource<X>, a run with the same scope one Scope<X>. Sizes are computed
+// before writing so every item is copied once.
+func (g *grouper) appendGroup(out []byte, gi int) []byte {
+	es := g.entries
+	for i := 0; i < len(es); {
+		if es[i].group != gi {
+			i++
+			continue
+		}
+		// The resource run: entries of this group with the same resource.
+		j := i
+		resSize := 0
+		for j < len(es) && (es[j].group != gi || sameSlice(es[j].res, es[i].res)) {
+			j++
+		}
+		// Size pass.
+		for k := i; k < j; {
+			if es[k].group != gi {
+				k++
+				continue
+			}
+			l, sz := scopeRun(es, k, j, gi)
+			resSize += 1 + protowire.SizeVarint(uint64(sz)) + sz
+			k = l
+		}
+		if es[i].hasRes {
+			resSize += tagged(es[i].res)
+		}
+		if len(es[i].resSchema) > 0 {
+			resSize += tagged(es[i].resSchema)
+		}
+		// Write pass.
+		out = protowire.AppendTag(out, 1, protowire.BytesType)
+		out = protowire.AppendVarint(out, uint64(resSize))
+		if es[i].hasRes {
+			out = protowire.AppendTag(out, 1, protowire.BytesType)
+			out = protowire.AppendBytes(out, es[i].res)
+		}
+		for k := i; k < j; {
+			if es[k].group != gi {
+				k++
+				continue
+			}
+			l, sz := scopeRun(es, k, j, gi)
+			out = protowire.AppendTag(out, 2, protowire.BytesType)
+			out = protowire.AppendVarint(out, uint64(sz))
+			if es[k].hasSc {
+				out = protowire.AppendTag(out, 1, protowire.BytesType)
+				out = protowire.AppendBytes(out, es[k].sc)
+			}
+			for m := k; m < l; m++ {
+				if es[m].group == gi {
+					out = protowire.AppendTag(out, 2, protowire.BytesType)
+					out = protowire.AppendBytes(out, es[m].item)
+				}
+			}
+			if len(es[k].scSchema) > 0 {
+				out = protowire.AppendTag(out, 3, protowire.BytesType)
+				out = protowire.AppendBytes(out, es[k].scSchema)
+			}
+			k = l
+		}
+		if len(es[i].resSchema) > 0 {
+			out = protowire.AppendTag(out, 3, protowire.BytesType)
+			out = protowire.AppendBytes(out, es[i].resSchema)
+		}
+		i = j
+	}
+	return out
+}
+
+// scopeRun returns the end of the run of entries starting at k (within
+// [k, end)) that share k's scope, and the size of its Scope<X> message
+// counting only entries of group gi.
+func scopeRun(es []entry, k, end, gi int) (int, int) {
+	l := k
+	size := 0
+	if es[k].hasSc {
+		size += tagged(es[k].sc)
+	}
+	if len(es[k].scSchema) > 0 {
+		size += tagged(es[k].scSchema)
+	}
+	for l < end && (es[l].group != gi || sameSlice(es[l].sc, es[k].sc)) {
+		if es[l].group == gi {
+			size += tagged(es[l].item)
+		}
+		l++
+	}
+	return l, size
+}
+
+// split writes one record per trace (or per resource).
+func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, []byte, int, error) {
+	g := &e.group
+	g.reset()
+	n := 0
+	byTrace := c.Partition == "trace_id"
+	switch sig {
+	case Traces:
+		it := wire.NewTraces(raw)
+		for it.Next() {
+			var tid []byte
+			if byTrace {
+				tid = it.Span().TraceID
+				if tid == nil {
+					tid = make([]byte, 16) // spans without a trace id share one record
+				}
+			}
+			g.add(it.Resource(), it.Scope(), it.Span().Raw, tid)
+			n++
+		}
+		if err := it.Err(); err != nil {
+			return nil, out, 0, err
+		}
+	case Logs:
+		it := wire.NewLogs(raw)
+		for it.Next() {
+			g.add(it.Resource(), it.Scope(), it.Record().Raw, nil)
+			n++
+		}
+		if err := it.Err(); err != nil {
+			return nil, out, 0, err
+		}
+	default:
+		it := wire.NewMetrics(raw)
+		var last []byte
+		lastGroup := 0
+		for it.Next() {
+			n++
+			if m := it.Metric().Raw; !sameSlice(m, last) {
+				lastGroup = g.add(it.Resource(), it.Scope(), m, nil)
+				last = m
+			} else {
+				g.groups[lastGroup].items++ // items count data points, as OTLP's responses do
+			}
+		}
+		if err := it.Err(); err != nil {
+			return nil, out, 0, err
+		}
+	}
+	var scratch []byte
+	for gi := range g.groups {
+		p := Part{Items: g.groups[gi].items}
+		if byTrace {
+			p.KeyStart = len(out)
+			out = hex.AppendEncode(out, g.groups[gi].traceID)
+			p.KeyEnd = len(out)
+		} else {
+			p.KeyStart = len(out)
+			out = e.hash.appendKey(out, g.groups[gi].res)
+			p.KeyEnd = len(out)
+		}
+		p.ValStart = len(out)
+		if c.Encoding == "otlp_json" {
+			scratch = g.appendGroup(scratch[:0], gi)
+			var err error
+			if out, err = appendJSON(sig, scratch, out); err != nil {
+				return nil, out, 0, err
+			}
+		} else {
+			out = g.appendGroup(out, gi)
+		}
+		p.ValEnd = len(out)
+		e.parts = append(e.parts, p)
+	}
+	return e.parts, out, n, nil
+}
