@@ -34,10 +34,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/receiver/httpbody"
+	"github.com/ferryhq/ferry/receiver/receivermetrics"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -55,19 +54,9 @@ type Receiver struct {
 	srv    *http.Server
 	ln     net.Listener
 	topics *telemetry.Labels
-	m      metrics
+	m      *receivermetrics.Metrics
 	body   *httpbody.Reader
 	batchP sync.Pool
-}
-
-type metrics struct {
-	requests   *prometheus.CounterVec
-	errors     *prometheus.CounterVec
-	records    *prometheus.CounterVec
-	bytes      *prometheus.CounterVec
-	noWait     prometheus.Counter
-	reqBytes   prometheus.Histogram
-	ackLatency prometheus.Histogram
 }
 
 // New builds the receiver; next receives the batches.
@@ -77,25 +66,7 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer) (*Receiver,
 	}
 	r := &Receiver{cfg: cfg, set: set, next: next, topics: telemetry.NewLabels(1000), body: httpbody.NewReader(int64(cfg.MaxRequestBytes))}
 	r.log = telemetry.NewLimited(set.Logger.With("component", "receiver/http"), 10*time.Second)
-	lbl := prometheus.Labels{"receiver": "http"}
-	r.m = metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_requests_total",
-			Help: "Requests answered, by HTTP status code.", ConstLabels: lbl}, []string{"code"}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_errors_total",
-			Help: "Requests refused or failed, by reason.", ConstLabels: lbl}, []string{"reason"}),
-		records: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_received_records_total",
-			Help: "Records accepted into the pipeline.", ConstLabels: lbl}, []string{"topic"}),
-		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_received_bytes_total",
-			Help: "Key and value bytes accepted into the pipeline.", ConstLabels: lbl}, []string{"topic"}),
-		noWait: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_receiver_fire_and_forget_records_total",
-			Help: "Records answered 202 before Kafka acknowledged them (wait=false).", ConstLabels: lbl}),
-		reqBytes: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_receiver_request_bytes",
-			Help: "Decoded request body size.", ConstLabels: lbl, Buckets: prometheus.ExponentialBuckets(64, 4, 12)}),
-		ackLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_receiver_ack_latency_seconds",
-			Help: "From request read to Kafka's acknowledgement of all its records.", ConstLabels: lbl,
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
-	}
-	set.Registry.MustRegister(r.m.requests, r.m.errors, r.m.records, r.m.bytes, r.m.noWait, r.m.reqBytes, r.m.ackLatency)
+	r.m = receivermetrics.New(set.Registry, "http")
 	r.batchP.New = func() any { return new(record.Batch) }
 
 	mux := http.NewServeMux()
@@ -248,12 +219,12 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	t := r.topics.Get(topic)
-	r.m.records.WithLabelValues(t).Add(float64(n))
-	r.m.bytes.WithLabelValues(t).Add(float64(payload))
-	r.m.reqBytes.Observe(float64(payload))
+	r.m.Received(t, n, payload)
+	r.m.Items("messages", n)
+	r.m.ReqBytes.Observe(float64(payload))
 
 	if !wait {
-		r.m.noWait.Add(float64(n))
+		r.m.NoWait(n)
 		r.answer(w, http.StatusAccepted, n)
 		return
 	}
@@ -261,7 +232,7 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 	defer timer.Stop()
 	select {
 	case err := <-st.done:
-		r.m.ackLatency.Observe(time.Since(now).Seconds())
+		r.m.AckLatency.Observe(time.Since(now).Seconds())
 		if err != nil {
 			r.failErr(w, err, st.failed)
 			return
@@ -273,7 +244,7 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 	case <-req.Context().Done():
 		// The client left; the records stay queued and are delivered or
 		// counted by the exporter. Nothing to answer.
-		r.m.errors.WithLabelValues("client_gone").Inc()
+		r.m.Error("client_gone")
 	}
 }
 
@@ -352,7 +323,7 @@ func (r *Receiver) answer(w http.ResponseWriter, code, n int) {
 	out = strconv.AppendInt(out, int64(n), 10)
 	out = append(out, "}\n"...)
 	_, _ = w.Write(out)
-	r.m.requests.WithLabelValues(strconv.Itoa(code)).Inc()
+	r.m.Request(code)
 }
 
 // failErr answers a pipeline error with its status.
@@ -387,8 +358,8 @@ func (r *Receiver) failErr(w http.ResponseWriter, err error, records int) {
 }
 
 func (r *Receiver) fail(w http.ResponseWriter, code int, reason, msg string, records int) {
-	r.m.errors.WithLabelValues(reason).Inc()
-	r.m.requests.WithLabelValues(strconv.Itoa(code)).Inc()
+	r.m.Error(reason)
+	r.m.Request(code)
 	if code >= 500 || reason == "ack_timeout" {
 		r.log.Log(slog.LevelWarn, reason, "request failed", "status", code, "reason", reason, "err", msg)
 	}

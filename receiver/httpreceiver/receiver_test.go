@@ -139,7 +139,7 @@ func TestAcceptsSingleAndNDJSON(t *testing.T) {
 	if h := s.recs[0].Headers; len(h) != 1 || h[0].Key != "trace-id" || string(h[0].Value) != "abc" {
 		t.Errorf("headers = %+v, want trace-id=abc", h)
 	}
-	if v := testutil.ToFloat64(r.m.records.WithLabelValues("t1")); v != 6 {
+	if v := testutil.ToFloat64(r.m.Records("t1")); v != 6 {
 		t.Errorf("received records counter = %v, want 6", v)
 	}
 }
@@ -151,7 +151,7 @@ func TestFireAndForget(t *testing.T) {
 	if got.code != http.StatusAccepted || got.body["accepted"] != 2.0 {
 		t.Fatalf("got %d %v, want 202 accepted 2", got.code, got.body)
 	}
-	if v := testutil.ToFloat64(r.m.noWait); v != 2 {
+	if v := testutil.ToFloat64(r.m.NoWaitCounter()); v != 2 {
 		t.Errorf("fire-and-forget counter = %v, want 2", v)
 	}
 }
@@ -204,7 +204,7 @@ func TestErrorPaths(t *testing.T) {
 			if c.retryAfter && got.hdr.Get("Retry-After") == "" {
 				t.Errorf("no Retry-After header")
 			}
-			if v := testutil.ToFloat64(r.m.errors.WithLabelValues(c.reason)); v != 1 {
+			if v := testutil.ToFloat64(r.m.Errors(c.reason)); v != 1 {
 				t.Errorf("errors_total{reason=%s} = %v, want 1", c.reason, v)
 			}
 		})
@@ -221,7 +221,7 @@ func TestMethodNotAllowed(t *testing.T) {
 	if res.StatusCode != 405 || res.Header.Get("Allow") != "POST" {
 		t.Fatalf("GET = %d (Allow %q), want 405 Allow POST", res.StatusCode, res.Header.Get("Allow"))
 	}
-	if v := testutil.ToFloat64(r.m.errors.WithLabelValues("method_not_allowed")); v != 1 {
+	if v := testutil.ToFloat64(r.m.Errors("method_not_allowed")); v != 1 {
 		t.Errorf("counter = %v", v)
 	}
 }
@@ -246,7 +246,7 @@ func TestAckTimeout(t *testing.T) {
 		t.Fatalf("got %d %v, want 504 ack_timeout", got.code, got.body)
 	}
 	h.Release(nil) // a late acknowledgement must not panic or block
-	if v := testutil.ToFloat64(r.m.errors.WithLabelValues("ack_timeout")); v != 1 {
+	if v := testutil.ToFloat64(r.m.Errors("ack_timeout")); v != 1 {
 		t.Errorf("counter = %v", v)
 	}
 }
