@@ -7,6 +7,7 @@ import (
 	"github.com/ferryhq/ferry/buffer/memqueue"
 	"github.com/ferryhq/ferry/exporter/kafkaexporter"
 	"github.com/ferryhq/ferry/receiver/httpreceiver"
+	"github.com/ferryhq/ferry/receiver/otlpreceiver"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -24,6 +25,7 @@ type Config struct {
 // Receivers holds every receiver's section.
 type Receivers struct {
 	HTTP httpreceiver.Config `yaml:"http"`
+	OTLP otlpreceiver.Config `yaml:"otlp"`
 }
 
 // Exporter selects and configures the exporter.
@@ -45,6 +47,13 @@ func (c *Config) Validate() error {
 	}
 	if err := wrap("receivers.http", c.Receivers.HTTP.Validate()); err != nil {
 		return err
+	}
+	if err := wrap("receivers.otlp", c.Receivers.OTLP.Validate()); err != nil {
+		return err
+	}
+	if c.Receivers.OTLP.Enabled && c.Receivers.OTLP.MaxRequestBytes > c.Queue.MemoryLimit/2 {
+		return fmt.Errorf("config: receivers.otlp.max_request_bytes (%s) exceeds half of queue.memory_limit (%s): an OTLP request holds its bytes and their encoding",
+			c.Receivers.OTLP.MaxRequestBytes, c.Queue.MemoryLimit)
 	}
 	if err := wrap("queue", c.Queue.Validate()); err != nil {
 		return err

@@ -22,6 +22,7 @@ import (
 	"github.com/ferryhq/ferry/config"
 	"github.com/ferryhq/ferry/exporter/kafkaexporter"
 	"github.com/ferryhq/ferry/receiver/httpreceiver"
+	"github.com/ferryhq/ferry/receiver/otlpreceiver"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -33,6 +34,7 @@ type Pipeline struct {
 	Exporter *kafkaexporter.Exporter
 	Queue    *memqueue.Queue
 	HTTP     *httpreceiver.Receiver
+	OTLP     *otlpreceiver.Receiver
 	stop     chan struct{}
 	done     chan struct{}
 }
@@ -50,6 +52,11 @@ func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
 	if cfg.Receivers.HTTP.Enabled {
 		if p.HTTP, err = httpreceiver.New(cfg.Receivers.HTTP, set, p.Queue); err != nil {
 			return nil, fmt.Errorf("receivers.http: %w", err)
+		}
+	}
+	if cfg.Receivers.OTLP.Enabled {
+		if p.OTLP, err = otlpreceiver.New(cfg.Receivers.OTLP, set, p.Queue); err != nil {
+			return nil, fmt.Errorf("receivers.otlp: %w", err)
 		}
 	}
 	p.Admin = telemetry.NewAdmin(cfg.Telemetry.Admin, set)
@@ -77,9 +84,21 @@ func (p *Pipeline) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	if p.OTLP != nil {
+		if err := p.OTLP.Start(ctx); err != nil {
+			if p.HTTP != nil {
+				_ = p.HTTP.Shutdown(ctx)
+			}
+			_ = p.Exporter.Shutdown(ctx)
+			return err
+		}
+	}
 	if err := p.Admin.Start(ctx); err != nil {
 		if p.HTTP != nil {
 			_ = p.HTTP.Shutdown(ctx)
+		}
+		if p.OTLP != nil {
+			_ = p.OTLP.Shutdown(ctx)
 		}
 		_ = p.Exporter.Shutdown(ctx)
 		return fmt.Errorf("admin: %w", err)
@@ -88,6 +107,12 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	attrs := []any{"admin", p.Admin.Addr(), "kafka", p.cfg.Exporter.Kafka.Brokers, "memory_limit", p.cfg.Queue.MemoryLimit.String()}
 	if p.HTTP != nil {
 		attrs = append(attrs, "http", p.HTTP.Addr())
+	}
+	if p.OTLP != nil && p.cfg.Receivers.OTLP.HTTP.Enabled {
+		attrs = append(attrs, "otlp_http", p.OTLP.HTTPAddr())
+	}
+	if p.OTLP != nil && p.cfg.Receivers.OTLP.GRPC.Enabled {
+		attrs = append(attrs, "otlp_grpc", p.OTLP.GRPCAddr())
 	}
 	p.Set.Logger.Info("ferry started", attrs...)
 	return nil
@@ -101,6 +126,11 @@ func (p *Pipeline) Shutdown(ctx context.Context) error {
 	if p.HTTP != nil {
 		if err := p.HTTP.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("http receiver: %w", err))
+		}
+	}
+	if p.OTLP != nil {
+		if err := p.OTLP.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("otlp receiver: %w", err))
 		}
 	}
 	if err := p.Exporter.Shutdown(ctx); err != nil {

@@ -44,3 +44,60 @@ func (h *Holder) Held() int {
 	defer h.mu.Unlock()
 	return len(h.batches)
 }
+
+// Sink keeps a copy of every record it receives and acknowledges each one
+// with Err (nil: delivered), from another goroutine as Kafka's client does.
+// FailFirst, when set, fails only the first record of every batch with it.
+type Sink struct {
+	Err       error
+	FailFirst error
+	mu        sync.Mutex
+	recs      []record.Record
+	batches   int
+}
+
+// Consume copies b's records and acknowledges them.
+func (s *Sink) Consume(_ context.Context, b *record.Batch) error {
+	s.mu.Lock()
+	for _, r := range b.Records {
+		c := r
+		c.Key = append([]byte(nil), r.Key...)
+		c.Value = append([]byte(nil), r.Value...)
+		c.Headers = nil
+		for _, h := range r.Headers {
+			c.Headers = append(c.Headers, record.Header{Key: h.Key, Value: append([]byte(nil), h.Value...)})
+		}
+		s.recs = append(s.recs, c)
+	}
+	s.batches++
+	s.mu.Unlock()
+	b.Arm()
+	for i := range b.Records {
+		err := s.Err
+		if i == 0 && s.FailFirst != nil {
+			err = s.FailFirst
+		}
+		go b.Ack(err)
+	}
+	return nil
+}
+
+// Records returns copies of what arrived so far.
+func (s *Sink) Records() []record.Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]record.Record(nil), s.recs...)
+}
+
+// Reset forgets what arrived.
+func (s *Sink) Reset() {
+	s.mu.Lock()
+	s.recs, s.batches = nil, 0
+	s.mu.Unlock()
+}
+
+// Refuse is a next stage that refuses every batch with Err.
+type Refuse struct{ Err error }
+
+// Consume refuses b.
+func (r Refuse) Consume(context.Context, *record.Batch) error { return r.Err }

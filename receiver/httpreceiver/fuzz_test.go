@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -24,7 +25,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{0x1f, 0x8b, 0x08, 0, 0, 0}, uint8(1), false)
 	f.Add([]byte{0x28, 0xb5, 0x2f, 0xfd, 0xff}, uint8(2), true)
 	cfg := testConfig()
-	s := &sink{}
+	s := &consumertest.Sink{}
 	r, err := New(cfg, telemetry.TestSettings(), s)
 	if err != nil {
 		f.Fatal(err)
@@ -32,9 +33,7 @@ func FuzzDecode(f *testing.F) {
 	encs := []string{"", "gzip", "zstd", "identity"}
 	allowed := map[int]bool{200: true, 400: true, 413: true, 415: true}
 	f.Fuzz(func(t *testing.T, body []byte, enc uint8, ndjson bool) {
-		s.mu.Lock()
-		s.recs = s.recs[:0]
-		s.mu.Unlock()
+		s.Reset()
 		req := httptest.NewRequest(http.MethodPost, "/v1/messages/fuzz", bytes.NewReader(body))
 		req.SetPathValue("topic", "fuzz")
 		ct := "application/octet-stream"
@@ -54,9 +53,7 @@ func FuzzDecode(f *testing.F) {
 		if !allowed[w.Code] {
 			t.Fatalf("status %d: %s", w.Code, w.Body.String())
 		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for _, rec := range s.recs {
+		for _, rec := range s.Records() {
 			if rec.Topic != "fuzz" || (ndjson && (len(rec.Value) == 0 || bytes.IndexByte(rec.Value, '\n') >= 0)) {
 				t.Fatalf("bad record %+v", rec)
 			}

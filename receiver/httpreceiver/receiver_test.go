@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,33 +37,6 @@ func start(t *testing.T, cfg Config, next consumer.Consumer) (*Receiver, string)
 	}
 	t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
 	return r, "http://" + r.Addr()
-}
-
-// sink records what reached it (copies, since buffers are reused) and acks.
-type sink struct {
-	mu   sync.Mutex
-	recs []record.Record
-	err  error // Ack every record with this
-}
-
-func (s *sink) Consume(_ context.Context, b *record.Batch) error {
-	s.mu.Lock()
-	for _, r := range b.Records {
-		c := r
-		c.Key = bytes.Clone(r.Key)
-		c.Value = bytes.Clone(r.Value)
-		c.Headers = nil
-		for _, h := range r.Headers {
-			c.Headers = append(c.Headers, record.Header{Key: h.Key, Value: bytes.Clone(h.Value)})
-		}
-		s.recs = append(s.recs, c)
-	}
-	s.mu.Unlock()
-	b.Arm()
-	for range b.Records {
-		go b.Ack(s.err) // from another goroutine, as franz-go's promises do
-	}
-	return nil
 }
 
 type resp struct {
@@ -112,7 +84,7 @@ func zst(b []byte) []byte {
 }
 
 func TestAcceptsSingleAndNDJSON(t *testing.T) {
-	s := &sink{}
+	s := &consumertest.Sink{}
 	r, base := start(t, testConfig(), s)
 
 	got := post(t, base+"/v1/messages/t1?key=qk", "text/plain", "", []byte("hello"), "X-Ferry-Header-Trace-ID", "abc")
@@ -128,15 +100,16 @@ func TestAcceptsSingleAndNDJSON(t *testing.T) {
 		t.Fatalf("zstd: %d %v", got.code, got.body)
 	}
 	want := []struct{ key, val string }{{"qk", "hello"}, {"hk", `{"a":1}`}, {"hk", `{"a":2}`}, {"hk", `{"a":3}`}, {"", "x"}, {"", "y"}}
-	if len(s.recs) != len(want) {
-		t.Fatalf("got %d records, want %d", len(s.recs), len(want))
+	recs := s.Records()
+	if len(recs) != len(want) {
+		t.Fatalf("got %d records, want %d", len(recs), len(want))
 	}
 	for i, w := range want {
-		if string(s.recs[i].Key) != w.key || string(s.recs[i].Value) != w.val || s.recs[i].Topic != "t1" {
-			t.Errorf("record %d = %q/%q/%s, want %q/%q/t1", i, s.recs[i].Key, s.recs[i].Value, s.recs[i].Topic, w.key, w.val)
+		if string(recs[i].Key) != w.key || string(recs[i].Value) != w.val || recs[i].Topic != "t1" {
+			t.Errorf("record %d = %q/%q/%s, want %q/%q/t1", i, recs[i].Key, recs[i].Value, recs[i].Topic, w.key, w.val)
 		}
 	}
-	if h := s.recs[0].Headers; len(h) != 1 || h[0].Key != "trace-id" || string(h[0].Value) != "abc" {
+	if h := recs[0].Headers; len(h) != 1 || h[0].Key != "trace-id" || string(h[0].Value) != "abc" {
 		t.Errorf("headers = %+v, want trace-id=abc", h)
 	}
 	if v := testutil.ToFloat64(r.m.Records("t1")); v != 6 {
@@ -145,7 +118,7 @@ func TestAcceptsSingleAndNDJSON(t *testing.T) {
 }
 
 func TestFireAndForget(t *testing.T) {
-	s := &sink{}
+	s := &consumertest.Sink{}
 	r, base := start(t, testConfig(), s)
 	got := post(t, base+"/v1/messages/t1?wait=false", "application/x-ndjson", "", []byte("a\nb\n"))
 	if got.code != http.StatusAccepted || got.body["accepted"] != 2.0 {
@@ -172,24 +145,24 @@ func TestErrorPaths(t *testing.T) {
 		reason                 string
 		retryAfter             bool
 	}{
-		{"invalid topic", "/v1/messages/bad%20topic", "text/plain", "", []byte("x"), &sink{}, 400, "invalid_topic", false},
-		{"topic too long", "/v1/messages/" + strings.Repeat("t", 250), "text/plain", "", []byte("x"), &sink{}, 400, "invalid_topic", false},
-		{"unknown path", "/v2/other", "text/plain", "", []byte("x"), &sink{}, 404, "not_found", false},
-		{"body too large", "/v1/messages/t", "text/plain", "", big, &sink{}, 413, "request_too_large", false},
-		{"gzip bomb", "/v1/messages/t", "text/plain", "gzip", bomb, &sink{}, 413, "request_too_large", false},
-		{"zstd bomb", "/v1/messages/t", "text/plain", "zstd", zst(bytes.Repeat([]byte("z"), 1<<20)), &sink{}, 413, "request_too_large", false},
-		{"content type", "/v1/messages/t", "application/x-www-form-urlencoded", "", []byte("x"), &sink{}, 415, "unsupported_content_type", false},
-		{"content encoding", "/v1/messages/t", "text/plain", "br", []byte("x"), &sink{}, 415, "unsupported_content_encoding", false},
-		{"corrupt gzip", "/v1/messages/t", "text/plain", "gzip", []byte("not gzip at all"), &sink{}, 400, "corrupt_body", false},
-		{"corrupt zstd", "/v1/messages/t", "text/plain", "zstd", []byte("not zstd at all"), &sink{}, 400, "corrupt_body", false},
-		{"truncated gzip", "/v1/messages/t", "text/plain", "gzip", gz([]byte("hello world"))[:15], &sink{}, 400, "corrupt_body", false},
-		{"empty body", "/v1/messages/t", "text/plain", "", nil, &sink{}, 400, "empty_body", false},
-		{"only blank lines", "/v1/messages/t", "application/x-ndjson", "", []byte("\n\r\n\n"), &sink{}, 400, "empty_body", false},
-		{"bad wait", "/v1/messages/t?wait=maybe", "text/plain", "", []byte("x"), &sink{}, 400, "invalid_parameter", false},
+		{"invalid topic", "/v1/messages/bad%20topic", "text/plain", "", []byte("x"), &consumertest.Sink{}, 400, "invalid_topic", false},
+		{"topic too long", "/v1/messages/" + strings.Repeat("t", 250), "text/plain", "", []byte("x"), &consumertest.Sink{}, 400, "invalid_topic", false},
+		{"unknown path", "/v2/other", "text/plain", "", []byte("x"), &consumertest.Sink{}, 404, "not_found", false},
+		{"body too large", "/v1/messages/t", "text/plain", "", big, &consumertest.Sink{}, 413, "request_too_large", false},
+		{"gzip bomb", "/v1/messages/t", "text/plain", "gzip", bomb, &consumertest.Sink{}, 413, "request_too_large", false},
+		{"zstd bomb", "/v1/messages/t", "text/plain", "zstd", zst(bytes.Repeat([]byte("z"), 1<<20)), &consumertest.Sink{}, 413, "request_too_large", false},
+		{"content type", "/v1/messages/t", "application/x-www-form-urlencoded", "", []byte("x"), &consumertest.Sink{}, 415, "unsupported_content_type", false},
+		{"content encoding", "/v1/messages/t", "text/plain", "br", []byte("x"), &consumertest.Sink{}, 415, "unsupported_content_encoding", false},
+		{"corrupt gzip", "/v1/messages/t", "text/plain", "gzip", []byte("not gzip at all"), &consumertest.Sink{}, 400, "corrupt_body", false},
+		{"corrupt zstd", "/v1/messages/t", "text/plain", "zstd", []byte("not zstd at all"), &consumertest.Sink{}, 400, "corrupt_body", false},
+		{"truncated gzip", "/v1/messages/t", "text/plain", "gzip", gz([]byte("hello world"))[:15], &consumertest.Sink{}, 400, "corrupt_body", false},
+		{"empty body", "/v1/messages/t", "text/plain", "", nil, &consumertest.Sink{}, 400, "empty_body", false},
+		{"only blank lines", "/v1/messages/t", "application/x-ndjson", "", []byte("\n\r\n\n"), &consumertest.Sink{}, 400, "empty_body", false},
+		{"bad wait", "/v1/messages/t?wait=maybe", "text/plain", "", []byte("x"), &consumertest.Sink{}, 400, "invalid_parameter", false},
 		{"queue full", "/v1/messages/t", "text/plain", "", []byte("x"), errorConsumer{consumer.ErrFull}, 429, "queue_full", true},
 		{"kafka down", "/v1/messages/t", "text/plain", "", []byte("x"), errorConsumer{consumer.ErrUnavailable}, 503, "kafka_unavailable", true},
-		{"record too large", "/v1/messages/t", "text/plain", "", []byte("x"), &sink{err: consumer.TooLarge("record", 2000000, 1000000, nil)}, 413, "record_too_large", false},
-		{"unknown topic", "/v1/messages/t", "text/plain", "", []byte("x"), &sink{err: consumer.UnknownTopic("t", nil)}, 404, "unknown_topic", false},
+		{"record too large", "/v1/messages/t", "text/plain", "", []byte("x"), &consumertest.Sink{Err: consumer.TooLarge("record", 2000000, 1000000, nil)}, 413, "record_too_large", false},
+		{"unknown topic", "/v1/messages/t", "text/plain", "", []byte("x"), &consumertest.Sink{Err: consumer.UnknownTopic("t", nil)}, 404, "unknown_topic", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -212,7 +185,7 @@ func TestErrorPaths(t *testing.T) {
 }
 
 func TestMethodNotAllowed(t *testing.T) {
-	r, base := start(t, testConfig(), &sink{})
+	r, base := start(t, testConfig(), &consumertest.Sink{})
 	res, err := http.Get(base + "/v1/messages/t")
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +202,7 @@ func TestMethodNotAllowed(t *testing.T) {
 func TestValidateJSON(t *testing.T) {
 	cfg := testConfig()
 	cfg.ValidateJSON = true
-	_, base := start(t, cfg, &sink{})
+	_, base := start(t, cfg, &consumertest.Sink{})
 	got := post(t, base+"/v1/messages/t", "application/x-ndjson", "", []byte("{\"ok\":1}\n{broken\n"))
 	if got.code != 400 || got.body["reason"] != "invalid_ndjson" || !strings.Contains(got.body["error"].(string), "line 2") {
 		t.Fatalf("got %d %v, want 400 invalid_ndjson naming line 2", got.code, got.body)

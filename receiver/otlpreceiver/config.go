@@ -1,0 +1,60 @@
+package otlpreceiver
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ferryhq/ferry/config/bytesize"
+	"github.com/ferryhq/ferry/otlp/encoding"
+)
+
+// Config is the user configuration (YAML receivers.otlp).
+type Config struct {
+	Enabled bool `yaml:"enabled"`
+	HTTP    struct {
+		Enabled bool   `yaml:"enabled"`
+		Listen  string `yaml:"listen"`
+	} `yaml:"http"`
+	GRPC struct {
+		Enabled bool   `yaml:"enabled"`
+		Listen  string `yaml:"listen"`
+	} `yaml:"grpc"`
+	// MaxRequestBytes bounds a request as sent and after decompression.
+	MaxRequestBytes bytesize.Size `yaml:"max_request_bytes"`
+	// WaitForAck: answer success only after Kafka acknowledged every record
+	// of the request; false answers once queued (fire and forget).
+	WaitForAck bool            `yaml:"wait_for_ack"`
+	AckTimeout time.Duration   `yaml:"ack_timeout"`
+	Traces     encoding.Config `yaml:"traces"`
+	Metrics    encoding.Config `yaml:"metrics"`
+	Logs       encoding.Config `yaml:"logs"`
+}
+
+// Validate names the first invalid field.
+func (c *Config) Validate() error {
+	if !c.Enabled {
+		return nil
+	}
+	if c.HTTP.Enabled && c.HTTP.Listen == "" {
+		return fmt.Errorf("http.listen: required when enabled")
+	}
+	if c.GRPC.Enabled && c.GRPC.Listen == "" {
+		return fmt.Errorf("grpc.listen: required when enabled")
+	}
+	if c.MaxRequestBytes < 1024 || c.MaxRequestBytes > 1<<30 {
+		return fmt.Errorf("max_request_bytes: %s is outside 1KiB..1GiB", c.MaxRequestBytes)
+	}
+	if c.AckTimeout < 100*time.Millisecond {
+		return fmt.Errorf("ack_timeout: %s is below 100ms", c.AckTimeout)
+	}
+	for _, s := range []struct {
+		name string
+		sig  encoding.Signal
+		c    *encoding.Config
+	}{{"traces", encoding.Traces, &c.Traces}, {"metrics", encoding.Metrics, &c.Metrics}, {"logs", encoding.Logs, &c.Logs}} {
+		if err := s.c.Validate(s.sig); err != nil {
+			return fmt.Errorf("%s.%w", s.name, err)
+		}
+	}
+	return nil
+}

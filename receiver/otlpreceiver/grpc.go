@@ -1,0 +1,143 @@
+package otlpreceiver
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	_ "google.golang.org/grpc/encoding/gzip" // OTLP/gRPC clients may gzip
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/receiver/httpbody"
+)
+
+// The gRPC services are registered with hand-written descriptors and a codec
+// that hands ferry the raw request bytes: decoding into generated structs or
+// pdata would cost what the wire decoder exists to avoid.
+
+type grpcServer struct {
+	r   *Receiver
+	srv *grpc.Server
+	ln  net.Listener
+}
+
+// rawMsg carries a request's bytes in (copied once out of gRPC's buffers into
+// a pooled buffer) and a response's bytes out.
+type rawMsg struct {
+	reader *httpbody.Reader
+	buf    *httpbody.Buf
+	out    []byte
+}
+
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(*rawMsg)
+	if !ok {
+		return nil, fmt.Errorf("otlp grpc: cannot marshal %T", v)
+	}
+	return mem.BufferSlice{mem.SliceBuffer(m.out)}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(*rawMsg)
+	if !ok {
+		return fmt.Errorf("otlp grpc: cannot unmarshal into %T", v)
+	}
+	n := data.Len()
+	m.buf = m.reader.Get(n)
+	m.buf.B = m.buf.B[:n]
+	data.CopyTo(m.buf.B)
+	return nil
+}
+
+func newGRPCServer(r *Receiver) *grpcServer {
+	g := &grpcServer{r: r}
+	g.srv = grpc.NewServer(
+		grpc.ForceServerCodecV2(rawCodec{}),
+		// Enforced on the decompressed size too, so a gzip bomb stops here.
+		grpc.MaxRecvMsgSize(int(r.cfg.MaxRequestBytes)),
+	)
+	for _, s := range []struct {
+		service string
+		sig     encoding.Signal
+	}{
+		{"opentelemetry.proto.collector.trace.v1.TraceService", encoding.Traces},
+		{"opentelemetry.proto.collector.metrics.v1.MetricsService", encoding.Metrics},
+		{"opentelemetry.proto.collector.logs.v1.LogsService", encoding.Logs},
+	} {
+		sig := s.sig
+		g.srv.RegisterService(&grpc.ServiceDesc{
+			ServiceName: s.service,
+			HandlerType: (*any)(nil),
+			Methods: []grpc.MethodDesc{{
+				MethodName: "Export",
+				Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+					return g.export(ctx, sig, dec)
+				},
+			}},
+		}, struct{}{})
+	}
+	return g
+}
+
+func (g *grpcServer) start() error {
+	ln, err := net.Listen("tcp", g.r.cfg.GRPC.Listen)
+	if err != nil {
+		return err
+	}
+	g.ln = ln
+	go func() {
+		if err := g.srv.Serve(ln); err != nil {
+			g.r.set.Logger.Error("otlp grpc server stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+func (g *grpcServer) shutdown(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { g.srv.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		g.srv.Stop()
+		return ctx.Err()
+	}
+}
+
+func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(any) error) (any, error) {
+	m := g.r.grpcM
+	in := &rawMsg{reader: g.r.body}
+	if err := dec(in); err != nil {
+		if in.buf != nil {
+			g.r.body.Put(in.buf)
+		}
+		m.Error("invalid_payload")
+		m.RequestCode(codes.InvalidArgument.String())
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	o := g.r.export(ctx, m, sig, in.buf)
+	if o.err != nil {
+		a := classify(o.err)
+		m.RequestCode(a.code.String())
+		st := status.New(a.code, a.msg)
+		if a.retryAfter > 0 {
+			if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(a.retryAfter)}); err == nil {
+				st = d
+			}
+		}
+		return nil, st.Err()
+	}
+	m.RequestCode(codes.OK.String())
+	return &rawMsg{out: exportResponse(o)}, nil
+}

@@ -1,0 +1,190 @@
+package otlpreceiver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/ferryhq/ferry/otlp/encoding"
+)
+
+type httpServer struct {
+	r   *Receiver
+	srv *http.Server
+	ln  net.Listener
+}
+
+func newHTTPServer(r *Receiver) *httpServer {
+	h := &httpServer{r: r}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/traces", func(w http.ResponseWriter, q *http.Request) { h.handle(w, q, encoding.Traces) })
+	mux.HandleFunc("/v1/metrics", func(w http.ResponseWriter, q *http.Request) { h.handle(w, q, encoding.Metrics) })
+	mux.HandleFunc("/v1/logs", func(w http.ResponseWriter, q *http.Request) { h.handle(w, q, encoding.Logs) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, q *http.Request) {
+		h.fail(w, false, answer{httpStatus: http.StatusNotFound, code: 5, reason: "not_found",
+			msg: fmt.Sprintf("no such endpoint %s; OTLP/HTTP serves /v1/traces, /v1/metrics and /v1/logs", q.URL.Path)})
+	})
+	h.srv = &http.Server{Addr: r.cfg.HTTP.Listen, Handler: mux, ReadHeaderTimeout: 30 * time.Second,
+		ReadTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(r.set.Logger.Handler(), slog.LevelDebug)}
+	return h
+}
+
+func (h *httpServer) start() error {
+	ln, err := net.Listen("tcp", h.srv.Addr)
+	if err != nil {
+		return err
+	}
+	h.ln = ln
+	go func() {
+		if err := h.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			h.r.set.Logger.Error("otlp http server stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+func (h *httpServer) shutdown(ctx context.Context) error { return h.srv.Shutdown(ctx) }
+
+func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding.Signal) {
+	m := h.r.httpM
+	if q.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		h.fail(w, false, answer{httpStatus: http.StatusMethodNotAllowed, code: 12, reason: "method_not_allowed", msg: "use POST"})
+		return
+	}
+	mt, _, _ := mime.ParseMediaType(q.Header.Get("Content-Type"))
+	var isJSON bool
+	switch mt {
+	case "application/x-protobuf", "application/protobuf":
+	case "application/json":
+		isJSON = true
+	default:
+		h.fail(w, false, answer{httpStatus: http.StatusUnsupportedMediaType, code: 3, reason: "unsupported_content_type",
+			msg: fmt.Sprintf("unsupported Content-Type %q: OTLP/HTTP takes application/x-protobuf or application/json", q.Header.Get("Content-Type"))})
+		return
+	}
+	body, berr := h.r.body.Read(q)
+	if berr != nil {
+		h.fail(w, isJSON, answer{httpStatus: berr.Status, code: 3, reason: berr.Reason, msg: berr.Msg})
+		return
+	}
+	if isJSON {
+		pb, err := jsonToProto(sig, body.B)
+		h.r.body.Put(body)
+		if err != nil {
+			m.Error("invalid_payload")
+			h.fail(w, true, answer{httpStatus: http.StatusBadRequest, code: 3, reason: "invalid_payload", msg: "invalid OTLP/JSON: " + err.Error()})
+			return
+		}
+		body = h.r.body.Get(len(pb))
+		body.B = append(body.B, pb...)
+	}
+	o := h.r.export(q.Context(), m, sig, body)
+	if o.err != nil {
+		a := classify(o.err)
+		if a.reason == "client_gone" {
+			return
+		}
+		if a.retryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(a.retryAfter.Seconds()))))
+		}
+		h.fail(w, isJSON, a)
+		return
+	}
+	m.Request(http.StatusOK)
+	if isJSON {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		if o.rejected == 0 {
+			_, _ = w.Write([]byte("{}"))
+			return
+		}
+		field := [...]string{"rejectedSpans", "rejectedDataPoints", "rejectedLogRecords"}[sig]
+		out, _ := json.Marshal(map[string]any{"partialSuccess": map[string]any{field: strconv.Itoa(o.rejected), "errorMessage": o.msg}})
+		_, _ = w.Write(out)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(exportResponse(o))
+}
+
+// exportResponse encodes Export<X>ServiceResponse: empty on full success,
+// else partial_success(1){rejected(1), error_message(2)} — the same field
+// numbers for all three signals.
+func exportResponse(o outcome) []byte {
+	if o.rejected == 0 {
+		return nil
+	}
+	var ps []byte
+	ps = protowire.AppendTag(ps, 1, protowire.VarintType)
+	ps = protowire.AppendVarint(ps, uint64(o.rejected))
+	ps = protowire.AppendTag(ps, 2, protowire.BytesType)
+	ps = protowire.AppendString(ps, o.msg)
+	var out []byte
+	out = protowire.AppendTag(out, 1, protowire.BytesType)
+	return protowire.AppendBytes(out, ps)
+}
+
+// fail answers with a google.rpc.Status in the request's encoding, as the
+// OTLP/HTTP specification asks.
+func (h *httpServer) fail(w http.ResponseWriter, isJSON bool, a answer) {
+	m := h.r.httpM
+	m.Error(a.reason)
+	m.Request(a.httpStatus)
+	if a.httpStatus >= 500 {
+		h.r.set.Logger.Debug("otlp http request failed", "status", a.httpStatus, "reason", a.reason, "err", a.msg)
+	}
+	if isJSON {
+		out, _ := json.Marshal(map[string]any{"code": int(a.code), "message": a.msg})
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(a.httpStatus)
+		_, _ = w.Write(out)
+		return
+	}
+	var st []byte
+	st = protowire.AppendTag(st, 1, protowire.VarintType)
+	st = protowire.AppendVarint(st, uint64(a.code))
+	st = protowire.AppendTag(st, 2, protowire.BytesType)
+	st = protowire.AppendString(st, a.msg)
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	w.WriteHeader(a.httpStatus)
+	_, _ = w.Write(st)
+}
+
+// jsonToProto converts an OTLP/JSON request to protobuf with pdata.
+func jsonToProto(sig encoding.Signal, b []byte) ([]byte, error) {
+	switch sig {
+	case encoding.Traces:
+		req := ptraceotlp.NewExportRequest()
+		if err := req.UnmarshalJSON(b); err != nil {
+			return nil, err
+		}
+		return req.MarshalProto()
+	case encoding.Metrics:
+		req := pmetricotlp.NewExportRequest()
+		if err := req.UnmarshalJSON(b); err != nil {
+			return nil, err
+		}
+		return req.MarshalProto()
+	default:
+		req := plogotlp.NewExportRequest()
+		if err := req.UnmarshalJSON(b); err != nil {
+			return nil, err
+		}
+		return req.MarshalProto()
+	}
+}

@@ -1,0 +1,233 @@
+// Package otlpreceiver owns OTLP ingest: OTLP/HTTP (/v1/traces, /v1/metrics,
+// /v1/logs; protobuf or JSON; gzip or zstd) and OTLP/gRPC (TraceService,
+// MetricsService, LogsService; gzip).
+//
+// A request is validated and turned into Kafka records by otlp/encoding in
+// one pass over its protobuf bytes (JSON is converted to protobuf first),
+// handed to the pipeline as one batch, and answered per the OTLP
+// specification so standard exporters retry correctly:
+//   - success only after Kafka acknowledged every record (wait_for_ack);
+//   - malformed payload: HTTP 400 / INVALID_ARGUMENT, with the decode error;
+//   - too large: HTTP 413 / RESOURCE_EXHAUSTED without RetryInfo (do not retry);
+//   - buffer full: HTTP 429 / RESOURCE_EXHAUSTED with RetryInfo;
+//   - Kafka unreachable or stopping: HTTP 503 / UNAVAILABLE with a retry delay;
+//   - Kafka refused a record for good (unknown topic, too large): HTTP 500 /
+//     INTERNAL, not retried; with flat_json, where each record is one item,
+//     the other items are accepted and partial_success says how many were not.
+//
+// Lifecycle: Start binds both listeners (a taken port fails start-up).
+// Shutdown stops accepting and waits, until ctx ends, for requests in
+// progress, including those waiting for Kafka.
+package otlpreceiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/receiver/httpbody"
+	"github.com/ferryhq/ferry/receiver/receivermetrics"
+	"github.com/ferryhq/ferry/record"
+	"github.com/ferryhq/ferry/telemetry"
+)
+
+// recordOverhead is what a record costs in memory besides its bytes.
+const recordOverhead = 320
+
+// Receiver serves OTLP over HTTP and gRPC.
+type Receiver struct {
+	cfg    Config
+	set    telemetry.Settings
+	next   consumer.Consumer
+	body   *httpbody.Reader
+	topics *telemetry.Labels
+	httpM  *receivermetrics.Metrics
+	grpcM  *receivermetrics.Metrics
+	sigs   [3]signalOut
+	http   *httpServer
+	grpc   *grpcServer
+	encP   sync.Pool // *encoding.Encoder: their scratch buffers are reused
+}
+
+// signalOut is a signal's fixed output: its encoding config and the Kafka
+// headers every record of it carries (built once, shared by all records).
+type signalOut struct {
+	cfg     *encoding.Config
+	headers []record.Header
+	topic   string
+}
+
+// New builds the receiver; next receives the batches.
+func New(cfg Config, set telemetry.Settings, next consumer.Consumer) (*Receiver, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Receiver{cfg: cfg, set: set, next: next, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
+		topics: telemetry.NewLabels(1000)}
+	r.httpM = receivermetrics.New(set.Registry, "otlp_http")
+	r.grpcM = receivermetrics.New(set.Registry, "otlp_grpc")
+	for i, c := range []*encoding.Config{&r.cfg.Traces, &r.cfg.Metrics, &r.cfg.Logs} {
+		r.sigs[i] = signalOut{cfg: c, topic: c.Topic, headers: []record.Header{
+			{Key: "ferry.signal", Value: []byte(encoding.Signal(i).String())},
+			{Key: "ferry.encoding", Value: []byte(c.Encoding)},
+		}}
+	}
+	if cfg.HTTP.Enabled {
+		r.http = newHTTPServer(r)
+	}
+	if cfg.GRPC.Enabled {
+		r.grpc = newGRPCServer(r)
+	}
+	return r, nil
+}
+
+// Start binds the listeners and serves in the background.
+func (r *Receiver) Start(ctx context.Context) error {
+	if r.http != nil {
+		if err := r.http.start(); err != nil {
+			return fmt.Errorf("otlp http: %w", err)
+		}
+	}
+	if r.grpc != nil {
+		if err := r.grpc.start(); err != nil {
+			if r.http != nil {
+				_ = r.http.shutdown(ctx)
+			}
+			return fmt.Errorf("otlp grpc: %w", err)
+		}
+	}
+	return nil
+}
+
+// Shutdown stops accepting and waits for requests in progress until ctx ends.
+func (r *Receiver) Shutdown(ctx context.Context) error {
+	var errs []error
+	if r.grpc != nil {
+		errs = append(errs, r.grpc.shutdown(ctx))
+	}
+	if r.http != nil {
+		errs = append(errs, r.http.shutdown(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// HTTPAddr and GRPCAddr are the bound addresses.
+func (r *Receiver) HTTPAddr() string { return r.http.ln.Addr().String() }
+
+// GRPCAddr is the bound gRPC address.
+func (r *Receiver) GRPCAddr() string { return r.grpc.ln.Addr().String() }
+
+// outcome is what export tells the transport to answer.
+type outcome struct {
+	items    int   // items in the request
+	rejected int   // items not delivered (partial success)
+	err      error // nil, or the reason the request failed as a whole
+	msg      string
+}
+
+// decodeError is a malformed request (400 / INVALID_ARGUMENT).
+type decodeError struct{ err error }
+
+func (e *decodeError) Error() string { return e.err.Error() }
+
+// errAckTimeout: Kafka did not answer in time; the records stay queued.
+var errAckTimeout = &consumer.RetryableError{Reason: "ack_timeout", Msg: "Kafka did not acknowledge in time; the data stays queued and may still be delivered", After: time.Second}
+
+// export turns one request (protobuf bytes in raw, owned by the caller
+// until export returns; export takes over and frees it) into a batch, hands
+// it on and, when waiting, waits for Kafka.
+func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig encoding.Signal, raw *httpbody.Buf) outcome {
+	so := &r.sigs[sig]
+	out := r.body.Get(len(raw.B) + len(raw.B)/2)
+	enc, _ := r.encP.Get().(*encoding.Encoder)
+	if enc == nil {
+		enc = new(encoding.Encoder)
+	}
+	defer r.encP.Put(enc)
+	parts, buf, items, err := enc.Encode(sig, so.cfg, raw.B, out.B)
+	out.B = buf
+	if err != nil {
+		r.body.Put(raw)
+		r.body.Put(out)
+		m.Error("invalid_payload")
+		return outcome{err: &decodeError{err}}
+	}
+	if items == 0 {
+		r.body.Put(raw)
+		r.body.Put(out)
+		return outcome{}
+	}
+	b := &record.Batch{Records: make([]record.Record, len(parts))}
+	now := time.Now()
+	payload := 0
+	flat := so.cfg.Encoding == "flat_json"
+	for i, p := range parts {
+		rec := &b.Records[i]
+		rec.Topic, rec.Headers, rec.Timestamp = so.topic, so.headers, now
+		if p.Whole {
+			rec.Value = raw.B
+		} else {
+			rec.Value = out.B[p.ValStart:p.ValEnd:p.ValEnd]
+			if p.KeyEnd > p.KeyStart {
+				rec.Key = out.B[p.KeyStart:p.KeyEnd:p.KeyEnd]
+			}
+		}
+		payload += len(rec.Key) + len(rec.Value)
+	}
+	b.MemBytes = int64(cap(raw.B) + cap(out.B) + len(parts)*recordOverhead)
+	wait := r.cfg.WaitForAck
+	var done chan error
+	if wait {
+		done = make(chan error, 1)
+	}
+	var failed int
+	b.OnDone(func(err error) {
+		failed = b.Failed()
+		r.body.Put(raw)
+		r.body.Put(out)
+		if done != nil {
+			done <- err
+		}
+	})
+	if err := r.next.Consume(ctx, b); err != nil {
+		b.PopDone()
+		r.body.Put(raw)
+		r.body.Put(out)
+		m.Error(consumer.Reason(err))
+		return outcome{items: items, err: err}
+	}
+	topic := r.topics.Get(so.topic)
+	m.Received(topic, len(parts), payload)
+	m.Items(sig.String(), items)
+	m.ReqBytes.Observe(float64(len(raw.B)))
+	if !wait {
+		m.NoWait(len(parts))
+		return outcome{items: items}
+	}
+	timer := time.NewTimer(r.cfg.AckTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		m.AckLatency.Observe(time.Since(now).Seconds())
+		if err == nil {
+			return outcome{items: items}
+		}
+		m.Error(consumer.Reason(err))
+		var pe *consumer.PermanentError
+		if flat && errors.As(err, &pe) && failed < len(parts) {
+			// One record is one item: the others are in Kafka.
+			return outcome{items: items, rejected: failed, msg: err.Error()}
+		}
+		return outcome{items: items, err: err}
+	case <-timer.C:
+		m.Error("ack_timeout")
+		return outcome{items: items, err: errAckTimeout}
+	case <-ctx.Done():
+		m.Error("client_gone")
+		return outcome{items: items, err: ctx.Err()}
+	}
+}

@@ -1,0 +1,56 @@
+package otlpreceiver
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/ferryhq/ferry/consumer"
+)
+
+// answer is how one outcome is told to a client over either transport.
+type answer struct {
+	httpStatus int
+	code       codes.Code
+	retryAfter time.Duration // > 0: retryable, say when
+	reason     string
+	msg        string
+}
+
+// classify maps an outcome's error to the OTLP answer. The choice of codes
+// follows the OTLP specification's retry rules: 429/502/503/504 and
+// UNAVAILABLE or RESOURCE_EXHAUSTED-with-RetryInfo are retried by exporters,
+// everything else is not.
+func classify(err error) answer {
+	var de *decodeError
+	if errors.As(err, &de) {
+		return answer{http.StatusBadRequest, codes.InvalidArgument, 0, "invalid_payload", de.Error()}
+	}
+	var re *consumer.RetryableError
+	if errors.As(err, &re) {
+		switch re {
+		case consumer.ErrFull:
+			return answer{http.StatusTooManyRequests, codes.ResourceExhausted, re.After, re.Reason, re.Msg}
+		case errAckTimeout:
+			return answer{http.StatusGatewayTimeout, codes.Unavailable, re.After, re.Reason, re.Msg}
+		}
+		return answer{http.StatusServiceUnavailable, codes.Unavailable, re.After, re.Reason, re.Msg}
+	}
+	var pe *consumer.PermanentError
+	if errors.As(err, &pe) {
+		if pe.Reason == "shutdown_timeout" {
+			return answer{http.StatusServiceUnavailable, codes.Unavailable, 5 * time.Second, pe.Reason, pe.Msg}
+		}
+		if pe.Reason == "record_too_large" {
+			return answer{http.StatusRequestEntityTooLarge, codes.InvalidArgument, 0, pe.Reason, pe.Msg}
+		}
+		return answer{http.StatusInternalServerError, codes.Internal, 0, pe.Reason, pe.Msg}
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return answer{http.StatusServiceUnavailable, codes.Canceled, 0, "client_gone", err.Error()}
+	}
+	return answer{http.StatusInternalServerError, codes.Internal, 0, "internal", err.Error()}
+}
