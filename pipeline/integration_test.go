@@ -207,7 +207,7 @@ func TestKafkaDownThenUp(t *testing.T) {
 	topic := kafkatest.NewTopic(t, b.Addr, "it-down", 2)
 	b.Kill(t)
 
-	p := startAgent(t, b.Addr, "queue.memory_limit=2MiB", "receivers.http.max_request_bytes=64KiB")
+	p := startAgent(t, b.Addr, "queue.memory_limit=2MiB", "receivers.http.max_request_bytes=64KiB", "receivers.otlp.enabled=false")
 	time.Sleep(500 * time.Millisecond)
 	if readyz(t, p) {
 		t.Fatal("ready while Kafka is down")
@@ -274,7 +274,7 @@ func TestKafkaDownThenUp(t *testing.T) {
 func TestQueueFullWithLiveKafka(t *testing.T) {
 	brokers := kafkatest.Shared(t)
 	topic := kafkatest.NewTopic(t, brokers, "it-full", 1)
-	p := startAgent(t, brokers, "queue.memory_limit=1MiB", "receivers.http.max_request_bytes=128KiB",
+	p := startAgent(t, brokers, "queue.memory_limit=1MiB", "receivers.http.max_request_bytes=128KiB", "receivers.otlp.enabled=false",
 		"exporter.kafka.linger=2s")
 	waitFor(t, "ready", 20*time.Second, func() bool { return readyz(t, p) })
 	url := "http://" + p.HTTP.Addr() + "/v1/messages/" + topic + "?wait=false"
