@@ -58,8 +58,8 @@ func (c *Config) Validate() error {
 	if err := wrap("queue", c.Queue.Validate()); err != nil {
 		return err
 	}
-	if c.Exporter.Type != "kafka" {
-		return fmt.Errorf("config: exporter.type: %q is not one of kafka", c.Exporter.Type)
+	if c.Exporter.Type != "kafka" && c.Exporter.Type != "blackhole" {
+		return fmt.Errorf("config: exporter.type: %q is not one of kafka, blackhole", c.Exporter.Type)
 	}
 	if err := wrap("exporter.kafka", c.Exporter.Kafka.Validate()); err != nil {
 		return err

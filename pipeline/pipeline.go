@@ -20,6 +20,8 @@ import (
 
 	"github.com/ferryhq/ferry/buffer/memqueue"
 	"github.com/ferryhq/ferry/config"
+	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/exporter/blackholeexporter"
 	"github.com/ferryhq/ferry/exporter/kafkaexporter"
 	"github.com/ferryhq/ferry/receiver/httpreceiver"
 	"github.com/ferryhq/ferry/receiver/otlpreceiver"
@@ -31,7 +33,7 @@ type Pipeline struct {
 	cfg      *config.Config
 	Set      telemetry.Settings
 	Admin    *telemetry.Admin
-	Exporter *kafkaexporter.Exporter
+	Exporter Exporter
 	Queue    *memqueue.Queue
 	HTTP     *httpreceiver.Receiver
 	OTLP     *otlpreceiver.Receiver
@@ -39,12 +41,26 @@ type Pipeline struct {
 	done     chan struct{}
 }
 
+// Exporter is what the pipeline needs of an exporter.
+type Exporter interface {
+	consumer.Consumer
+	Start(context.Context) error
+	Shutdown(context.Context) error
+	// Up reports whether the destination is reachable (429 vs 503 when full).
+	Up() bool
+}
+
 // New builds every component; nothing listens or connects yet.
 func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
 	p := &Pipeline{cfg: cfg, Set: set, stop: make(chan struct{}), done: make(chan struct{})}
 	var err error
-	if p.Exporter, err = kafkaexporter.New(cfg.Exporter.Kafka, set, int64(cfg.Queue.MemoryLimit)); err != nil {
-		return nil, fmt.Errorf("exporter.kafka: %w", err)
+	switch cfg.Exporter.Type {
+	case "blackhole":
+		p.Exporter = blackholeexporter.New(set)
+	default:
+		if p.Exporter, err = kafkaexporter.New(cfg.Exporter.Kafka, set, int64(cfg.Queue.MemoryLimit)); err != nil {
+			return nil, fmt.Errorf("exporter.kafka: %w", err)
+		}
 	}
 	if p.Queue, err = memqueue.New(cfg.Queue, set, p.Exporter, p.Exporter.Up); err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
@@ -55,7 +71,12 @@ func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
 		}
 	}
 	if cfg.Receivers.OTLP.Enabled {
-		if p.OTLP, err = otlpreceiver.New(cfg.Receivers.OTLP, set, p.Queue); err != nil {
+		oc := cfg.Receivers.OTLP
+		if cfg.Exporter.Type == "kafka" {
+			// Room for the record's framing, key and headers in a batch.
+			oc.MaxRecordBytes = int(cfg.Exporter.Kafka.MaxBatchBytes) - 4096
+		}
+		if p.OTLP, err = otlpreceiver.New(oc, set, p.Queue); err != nil {
 			return nil, fmt.Errorf("receivers.otlp: %w", err)
 		}
 	}

@@ -20,6 +20,8 @@ const usage = `ferry-bench — load and verification tool for ferry
                       [--batch N] [--concurrency C] [--keys] [--producer-props k=v] [--report-json F]
   ferry-bench consume [--bootstrap-server H:P] --topic T [--messages N] [--timeout D] [--expect N]
   ferry-bench topic create|delete --topic T [--partitions N] [--bootstrap-server H:P]
+  ferry-bench otlp [--target http://127.0.0.1:4318] [--signal logs|traces|metrics] [--count N]
+                   [--length B] [--requests N] [--concurrency C] [--json] [--exporter NAME]
   ferry-bench table --via F --direct F --consumed F [--agent-cpu P] [--agent-rss-kb K]
 
 Run a command with -h for every flag.
@@ -40,6 +42,8 @@ func main() {
 		err = topicCmd(os.Args[2:])
 	case "table":
 		err = tableCmd(os.Args[2:])
+	case "otlp":
+		err = otlpCmd(os.Args[2:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

@@ -86,6 +86,10 @@ type Part struct {
 
 // Encoder turns requests into parts; reuse one per goroutine.
 type Encoder struct {
+	// MaxRecordBytes, when > 0, splits a trace's or resource's items over
+	// several records (same key) so that none exceeds it.
+	MaxRecordBytes int
+
 	fj    flatjson.Encoder
 	parts []Part
 	hash  resourceHasher

@@ -203,3 +203,53 @@ func TestMalformedRequestIsAnError(t *testing.T) {
 		}
 	}
 }
+
+func TestLargeGroupsAreSplitUnderTheRecordLimit(t *testing.T) {
+	raw, _ := plogotlp.NewExportRequestFromLogs(otlpgen.New(1).Logs(10, 100<<10)).MarshalProto() // ~1 MB, one resource
+	e := Encoder{MaxRecordBytes: 300_000}
+	c := Config{Topic: "l", Encoding: "otlp_proto", Partition: "resource"}
+	ps, out, n, err := e.Encode(Logs, &c, raw, nil)
+	if err != nil || n != 10 {
+		t.Fatal(err, n)
+	}
+	if len(ps) < 4 {
+		t.Fatalf("%d parts: a 1 MB resource must be split under 300 kB", len(ps))
+	}
+	total := 0
+	key := string(out[ps[0].KeyStart:ps[0].KeyEnd])
+	for _, p := range ps {
+		if p.ValEnd-p.ValStart > 300_000 {
+			t.Fatalf("part of %d bytes over the limit", p.ValEnd-p.ValStart)
+		}
+		if string(out[p.KeyStart:p.KeyEnd]) != key {
+			t.Fatal("chunks of one resource must share its key")
+		}
+		ld, err := (&plog.ProtoUnmarshaler{}).UnmarshalLogs(out[p.ValStart:p.ValEnd])
+		if err != nil || ld.LogRecordCount() != p.Items {
+			t.Fatalf("chunk: %v, %d records, says %d", err, ld.LogRecordCount(), p.Items)
+		}
+		total += p.Items
+	}
+	if total != 10 {
+		t.Fatalf("%d records across chunks", total)
+	}
+	// Metrics: chunks count data points.
+	md := otlpgen.New(1).Metrics(200, 200, 200)
+	mraw, _ := pmetricotlp.NewExportRequestFromMetrics(md).MarshalProto()
+	e.MaxRecordBytes = 20_000
+	ps, out, n, err = e.Encode(Metrics, &Config{Topic: "m", Encoding: "otlp_proto", Partition: "resource"}, mraw, nil)
+	if err != nil || n != 600 {
+		t.Fatal(err, n)
+	}
+	total = 0
+	for _, p := range ps {
+		md, err := (&pmetric.ProtoUnmarshaler{}).UnmarshalMetrics(out[p.ValStart:p.ValEnd])
+		if err != nil || md.DataPointCount() != p.Items {
+			t.Fatalf("%v %d %d", err, md.DataPointCount(), p.Items)
+		}
+		total += p.Items
+	}
+	if total != 600 || len(ps) < 2 {
+		t.Fatalf("%d points in %d parts", total, len(ps))
+	}
+}

@@ -15,6 +15,7 @@ type entry struct {
 	hasRes, hasSc  bool
 	item           []byte
 	group          int
+	items          int // telemetry items in item (data points of a metric)
 }
 
 // grouper collects entries of one request and the groups they fall in.
@@ -41,7 +42,7 @@ func sameSlice(a, b []byte) bool { return len(a) == len(b) && (len(a) == 0 || &a
 
 func (g *grouper) add(res *wire.Resource, sc *wire.Scope, item []byte, traceID []byte) int {
 	e := entry{res: res.Raw, resSchema: res.SchemaURL, sc: sc.Raw, scSchema: sc.SchemaURL,
-		hasRes: res.Raw != nil, hasSc: sc.Raw != nil, item: item}
+		hasRes: res.Raw != nil, hasSc: sc.Raw != nil, item: item, items: 1}
 	if traceID != nil {
 		if g.byTrace == nil {
 			g.byTrace = map[[16]byte]int{}
@@ -166,6 +167,37 @@ func scopeRun(es []entry, k, end, gi int) (int, int) {
 	return l, size
 }
 
+// chunk splits every group whose items would make a record over max bytes
+// into several groups with the same key, in item order, so each record fits
+// in Kafka. An item larger than max on its own becomes a group of its own,
+// and Kafka's refusal of it is reported.
+func (g *grouper) chunk(max int) {
+	n := len(g.groups)
+	size := make([]int, n) // bytes of the current chunk of each group
+	cur := make([]int, n)  // the group index the current chunk writes to
+	for i := range cur {
+		cur[i] = i
+	}
+	for i := range g.entries {
+		e := &g.entries[i]
+		orig := e.group
+		sz := tagged(e.item) + tagged(e.sc) + tagged(e.res) + 16
+		if size[orig] > 0 && size[orig]+sz > max {
+			info := g.groups[orig]
+			info.items = 0
+			g.groups = append(g.groups, info)
+			cur[orig] = len(g.groups) - 1
+			size[orig] = 0
+		}
+		size[orig] += sz
+		if cur[orig] != orig {
+			g.groups[orig].items -= e.items
+			g.groups[cur[orig]].items += e.items
+		}
+		e.group = cur[orig]
+	}
+}
+
 // split writes one record per trace (or per resource).
 func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, []byte, int, error) {
 	g := &e.group
@@ -209,11 +241,15 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 				last = m
 			} else {
 				g.groups[lastGroup].items++ // items count data points, as OTLP's responses do
+				g.entries[len(g.entries)-1].items++
 			}
 		}
 		if err := it.Err(); err != nil {
 			return nil, out, 0, err
 		}
+	}
+	if e.MaxRecordBytes > 0 {
+		g.chunk(e.MaxRecordBytes)
 	}
 	var scratch []byte
 	for gi := range g.groups {

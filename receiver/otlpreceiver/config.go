@@ -28,6 +28,9 @@ type Config struct {
 	Traces     encoding.Config `yaml:"traces"`
 	Metrics    encoding.Config `yaml:"metrics"`
 	Logs       encoding.Config `yaml:"logs"`
+	// MaxRecordBytes is set by the pipeline from the exporter's record limit:
+	// a trace's or resource's items are split over records under it.
+	MaxRecordBytes int `yaml:"-"`
 }
 
 // Validate names the first invalid field.

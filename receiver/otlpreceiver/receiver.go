@@ -148,6 +148,7 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		enc = new(encoding.Encoder)
 	}
 	defer r.encP.Put(enc)
+	enc.MaxRecordBytes = r.cfg.MaxRecordBytes
 	parts, buf, items, err := enc.Encode(sig, so.cfg, raw.B, out.B)
 	out.B = buf
 	if err != nil {
