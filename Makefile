@@ -21,10 +21,10 @@ test:
 test-short:
 	$(GO) test -short -race ./...
 
-# Longer fuzzing of the decoders (FUZZTIME each).
+# Longer fuzzing of every decoder and converter (FUZZTIME each).
 FUZZTIME ?= 2m
 fuzz:
-	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./receiver/httpreceiver
+	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 vet:
 	gofmt -l . | (! grep .) || (echo "gofmt needed on the files above" && exit 1)

@@ -9,6 +9,10 @@ echo "== go modules"
 go mod download
 echo "== Kafka jars"
 scripts/kafka-local jars
+echo "== OpenTelemetry telemetrygen (for the OTLP integration test)"
+tgver=$(sed -n 's/^const TelemetrygenVersion = "\(.*\)"/\1/p' internal/kafkatest/kafkatest.go)
+tgdir="${FERRY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ferry}/telemetrygen-$tgver"
+[ -x "$tgdir/telemetrygen" ] || GOBIN="$tgdir" go install "github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen@$tgver"
 
 echo "== gofmt, go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
@@ -20,8 +24,8 @@ scripts/kafka-local stop --port "$port" >/dev/null 2>&1 || true
 trap 'scripts/kafka-local stop --port "$port"' EXIT
 scripts/kafka-local start --port "$port"
 
-echo "== short fuzz run of the HTTP decoder"
-go test -run='^$' -fuzz=FuzzDecode -fuzztime=10s ./receiver/httpreceiver
+echo "== short fuzz runs of the decoders and converters (make fuzz runs them longer)"
+FUZZTIME=${FUZZTIME:-8s} scripts/fuzz.sh
 
 echo "== go test -race (unit + integration)"
 FERRY_TEST_KAFKA=127.0.0.1:$port go test -race -count=1 -timeout 15m ./... 2>&1 | tee /tmp/ferry-test.$$.log

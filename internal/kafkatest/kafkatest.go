@@ -192,3 +192,54 @@ func Consume(t testing.TB, brokers, topic string, want int, timeout time.Duratio
 	cancel()
 	return out
 }
+
+// TelemetrygenVersion is the OpenTelemetry load generator the tests use.
+const TelemetrygenVersion = "v0.161.0"
+
+// Telemetrygen returns the path of OpenTelemetry's telemetrygen, installing
+// the pinned version into ferry's cache with go install if it is missing.
+func Telemetrygen(t testing.TB) string {
+	t.Helper()
+	SkipShort(t)
+	cache := os.Getenv("FERRY_CACHE")
+	if cache == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cache = filepath.Join(base, "ferry")
+	}
+	bin := filepath.Join(cache, "telemetrygen-"+TelemetrygenVersion, "telemetrygen")
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	cmd := exec.Command("go", "install", "github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen@"+TelemetrygenVersion)
+	cmd.Env = append(os.Environ(), "GOBIN="+filepath.Dir(bin))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("installing telemetrygen: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// ConsumeAll reads topic from the start until no record has arrived for idle
+// (use when the expected number of records is not known, only of items).
+func ConsumeAll(t testing.TB, brokers, topic string, idle time.Duration) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []*kgo.Record
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), idle)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		n := 0
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r); n++ })
+		if n == 0 {
+			return out
+		}
+	}
+}
