@@ -37,6 +37,7 @@ func otlpCmd(args []string) error {
 	exporter := fs.String("exporter", "kafka", "what ferry's exporter is, for the table's last column")
 	header := fs.Bool("header", true, "print the table header")
 	clientKind := fs.String("client", "raw", "raw (pre-serialized HTTP/1.1, cheap like wrk) or std (net/http)")
+	retry := fs.Bool("retry", true, "retry a request answered 429 or 503 (ferry's backpressure) after 20 ms, as OTLP exporters retry; QPS counts accepted requests")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -78,7 +79,7 @@ func otlpCmd(args []string) error {
 	client := &http.Client{Transport: tr, Timeout: 60 * time.Second}
 	defer tr.CloseIdleConnections()
 
-	var next, ok, failed atomic.Int64
+	var next, ok, failed, retried atomic.Int64
 	var lat hist
 	codes := sync.Map{}
 	start := time.Now()
@@ -93,8 +94,8 @@ func otlpCmd(args []string) error {
 			case <-t.C:
 				n := ok.Load()
 				el := time.Since(start)
-				fmt.Fprintf(os.Stderr, "%d/%d requests, %.0f req/s, %.1f ms avg, %d failed, %s elapsed\n",
-					n, *requests, float64(n)/el.Seconds(), ms(lat.mean()), failed.Load(), el.Round(time.Second))
+				fmt.Fprintf(os.Stderr, "%d/%d requests, %.0f req/s, %.1f ms avg, %d retried after 429/503, %d failed, %s elapsed\n",
+					n, *requests, float64(n)/el.Seconds(), ms(lat.mean()), retried.Load(), failed.Load(), el.Round(time.Second))
 			}
 		}
 	}()
@@ -119,6 +120,7 @@ func otlpCmd(args []string) error {
 					return
 				}
 				t0 := time.Now()
+			again:
 				var code int
 				var err error
 				if *clientKind == "raw" {
@@ -138,6 +140,11 @@ func otlpCmd(args []string) error {
 					v, _ := codes.LoadOrStore("conn_error", new(atomic.Int64))
 					v.(*atomic.Int64).Add(1)
 					continue
+				}
+				if *retry && (code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable) {
+					retried.Add(1)
+					time.Sleep(20 * time.Millisecond)
+					goto again
 				}
 				if code == http.StatusOK {
 					ok.Add(1)
@@ -167,6 +174,9 @@ func otlpCmd(args []string) error {
 	}
 	fmt.Printf("| %d | %s | %d | %s | %d | %.0f | %s | %.1f | %.1f | %s |\n", runtime.NumCPU(), *signal, *count, shape,
 		ok.Load(), qps, elapsed.Round(time.Millisecond), ms(lat.quantile(0.5)), ms(lat.quantile(0.99)), *exporter)
+	if r := retried.Load(); r > 0 {
+		fmt.Fprintf(os.Stderr, "%d requests were retried after 429/503 (ferry's memory bound pushing back)\n", r)
+	}
 	if f := failed.Load(); f > 0 {
 		var parts []string
 		codes.Range(func(k, v any) bool {
