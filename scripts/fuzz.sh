@@ -8,7 +8,8 @@ for target in \
   "FuzzDecode ./receiver/httpreceiver" \
   "FuzzTraces ./otlp/wire" \
   "FuzzLogsAndMetrics ./otlp/wire" \
-  "FuzzEncode ./otlp/flatjson"; do
+  "FuzzEncode ./otlp/flatjson" \
+  "FuzzOTLPHTTP ./receiver/otlpreceiver"; do
   set -- $target
   echo "-- $1 ($2) for $t"
   go test -run='^$' -fuzz="^$1\$" -fuzztime="$t" "$2" 2>&1 | tail -15
