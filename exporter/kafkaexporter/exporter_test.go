@@ -49,7 +49,9 @@ func send(t *testing.T, e *Exporter, recs []record.Record) (error, int) {
 	select {
 	case err := <-done:
 		return err, b.Failed()
-	case <-time.After(20 * time.Second):
+	case <-time.After(60 * time.Second):
+		// An unknown topic is failed after 4 metadata checks, which franz-go
+		// spaces by up to MetadataMinAge (5 s): up to ~20 s under load.
 		t.Fatal("batch never completed")
 		return nil, 0
 	}
