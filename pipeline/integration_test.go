@@ -178,7 +178,7 @@ func TestKafkaErrorsReachTheClient(t *testing.T) {
 	errTopic := kafkatest.NewTopic(t, brokers, "it-errors", 1)
 	p := startAgent(t, brokers)
 	base := "http://" + p.HTTP.Addr() + "/v1/messages/"
-	client := &http.Client{Timeout: 30 * time.Second}
+	client := &http.Client{Timeout: 60 * time.Second} // an unknown topic takes up to ~20 s to be known as such
 
 	a, err := send(client, base+"it-no-such-topic", []byte("x\n"))
 	if err != nil || a.code != 404 || a.body["reason"] != "unknown_topic" || !strings.Contains(a.body["error"].(string), "it-no-such-topic") {
