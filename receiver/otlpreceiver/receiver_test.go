@@ -302,3 +302,19 @@ func TestGRPCErrors(t *testing.T) {
 	}
 	_ = plog.NewLogs
 }
+
+func TestHTTPMethodNotAllowed(t *testing.T) {
+	r := start(t, testConfig(), &consumertest.Sink{})
+	res, err := http.Get("http://" + r.HTTPAddr() + "/v1/logs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if code, msg := statusOf(t, body); res.StatusCode != 405 || res.Header.Get("Allow") != "POST" || code != 12 || msg == "" {
+		t.Fatalf("GET /v1/logs: %d Allow=%q status %d %q", res.StatusCode, res.Header.Get("Allow"), code, msg)
+	}
+	if v := testutil.ToFloat64(r.httpM.Errors("method_not_allowed")); v != 1 {
+		t.Fatalf("counter %v", v)
+	}
+}
