@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/buffer/memqueue"
 	"github.com/ferryhq/ferry/exporter/kafkaexporter"
 	"github.com/ferryhq/ferry/receiver/httpreceiver"
@@ -17,6 +18,7 @@ type Config struct {
 	Receivers Receivers        `yaml:"receivers"`
 	Queue     memqueue.Config  `yaml:"queue"`
 	Exporter  Exporter         `yaml:"exporter"`
+	Auth      auth.Config      `yaml:"auth"`
 	// ShutdownTimeout bounds a graceful stop: waiting requests, then
 	// flushing Kafka. What is not acknowledged by then is counted and logged.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
@@ -63,6 +65,17 @@ func (c *Config) Validate() error {
 	}
 	if err := wrap("exporter.kafka", c.Exporter.Kafka.Validate()); err != nil {
 		return err
+	}
+	if err := wrap("auth", c.Auth.Validate()); err != nil {
+		return err
+	}
+	for _, r := range []struct {
+		name string
+		rc   auth.ReceiverConfig
+	}{{"receivers.http", c.Receivers.HTTP.Auth}, {"receivers.otlp", c.Receivers.OTLP.Auth}} {
+		if r.rc.Mode != "none" && r.rc.Mode != "" && len(c.Auth.Keys) == 0 {
+			return fmt.Errorf("config: %s.auth.mode is %s but auth.keys is empty: add a key (ferry token keygen)", r.name, r.rc.Mode)
+		}
 	}
 	if c.ShutdownTimeout < time.Second {
 		return fmt.Errorf("config: shutdown_timeout: %s is below 1s", c.ShutdownTimeout)

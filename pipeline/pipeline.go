@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/buffer/memqueue"
 	"github.com/ferryhq/ferry/config"
 	"github.com/ferryhq/ferry/consumer"
@@ -37,6 +38,7 @@ type Pipeline struct {
 	Queue    *memqueue.Queue
 	HTTP     *httpreceiver.Receiver
 	OTLP     *otlpreceiver.Receiver
+	Auth     *auth.Checker // nil when no keys are configured
 	stop     chan struct{}
 	done     chan struct{}
 }
@@ -65,8 +67,13 @@ func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
 	if p.Queue, err = memqueue.New(cfg.Queue, set, p.Exporter, p.Exporter.Up); err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
 	}
+	if len(cfg.Auth.Keys) > 0 {
+		if p.Auth, err = auth.New(cfg.Auth, set); err != nil {
+			return nil, fmt.Errorf("auth: %w", err)
+		}
+	}
 	if cfg.Receivers.HTTP.Enabled {
-		if p.HTTP, err = httpreceiver.New(cfg.Receivers.HTTP, set, p.Queue); err != nil {
+		if p.HTTP, err = httpreceiver.New(cfg.Receivers.HTTP, set, p.Queue, p.Auth); err != nil {
 			return nil, fmt.Errorf("receivers.http: %w", err)
 		}
 	}
@@ -76,7 +83,7 @@ func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
 			// Room for the record's framing, key and headers in a batch.
 			oc.MaxRecordBytes = int(cfg.Exporter.Kafka.MaxBatchBytes) - 4096
 		}
-		if p.OTLP, err = otlpreceiver.New(oc, set, p.Queue); err != nil {
+		if p.OTLP, err = otlpreceiver.New(oc, set, p.Queue, p.Auth); err != nil {
 			return nil, fmt.Errorf("receivers.otlp: %w", err)
 		}
 	}
@@ -98,6 +105,11 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	}
 	if err := p.Queue.Start(ctx); err != nil {
 		return err
+	}
+	if p.Auth != nil {
+		if err := p.Auth.Start(ctx); err != nil {
+			return err
+		}
 	}
 	if p.HTTP != nil {
 		if err := p.HTTP.Start(ctx); err != nil {
@@ -156,6 +168,9 @@ func (p *Pipeline) Shutdown(ctx context.Context) error {
 	}
 	if err := p.Exporter.Shutdown(ctx); err != nil {
 		errs = append(errs, err)
+	}
+	if p.Auth != nil {
+		_ = p.Auth.Shutdown(ctx)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

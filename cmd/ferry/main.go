@@ -27,6 +27,7 @@ Usage:
   ferry run [-c FILE] [--set key.path=value ...]   run the agent (built-in defaults without -c)
   ferry validate [-c FILE] [--set ...]              check a configuration and exit
   ferry config default                              print the complete default configuration
+  ferry token keygen|issue|inspect                  application tokens (ferry token for help)
   ferry version                                     print the version
 `
 
@@ -74,6 +75,8 @@ func run(args []string) int {
 			return 0
 		}
 		return serve(cfg)
+	case "token":
+		return tokenCmd(args[1:])
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return 0

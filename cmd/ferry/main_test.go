@@ -168,4 +168,33 @@ func TestCommands(t *testing.T) {
 	if out, err := exec.Command(bin, "version").Output(); err != nil || !strings.HasPrefix(string(out), "ferry ") {
 		t.Fatalf("version: %v %s", err, out)
 	}
+
+	// Tokens: a key from keygen, a token from issue, inspect reads it back.
+	key, err := exec.Command(bin, "token", "keygen").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	authCfg := filepath.Join(t.TempDir(), "auth.yaml")
+	_ = os.WriteFile(authCfg, []byte("auth:\n  keys:\n    - id: 3\n      secret: ${TEST_KEY}\n      issue: true\n"), 0o600)
+	env := append(os.Environ(), "TEST_KEY="+strings.TrimSpace(string(key)))
+	issue := exec.Command(bin, "token", "issue", "-c", authCfg, "--app", "shop", "--expires", "24h", "--topic", "logs=shop-logs")
+	issue.Env = env
+	tok, err := issue.Output()
+	if err != nil {
+		t.Fatalf("token issue: %v", err)
+	}
+	inspect := exec.Command(bin, "token", "inspect", "-c", authCfg, strings.TrimSpace(string(tok)))
+	inspect.Env = env
+	out, err = inspect.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "app: shop") || !strings.Contains(string(out), "topic.logs: shop-logs") {
+		t.Fatalf("token inspect: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), strings.TrimSpace(string(key))) {
+		t.Fatal("inspect printed the key")
+	}
+	bad := exec.Command(bin, "token", "inspect", "-c", authCfg, strings.TrimSpace(string(tok))[:40])
+	bad.Env = env
+	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), "invalid token") {
+		t.Fatalf("truncated token: %v %s", err, out)
+	}
 }

@@ -25,7 +25,7 @@ func (ackAll) Consume(_ context.Context, b *record.Batch) error {
 func benchHandle(b *testing.B, records, size int, enc string) {
 	cfg := testConfig()
 	cfg.MaxRequestBytes = 64 << 20
-	r, err := New(cfg, telemetry.TestSettings(), ackAll{})
+	r, err := New(cfg, telemetry.TestSettings(), ackAll{}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/config/bytesize"
 )
 
@@ -27,6 +28,8 @@ type Config struct {
 	IdleTimeout     time.Duration `yaml:"idle_timeout"`
 	MaxHeaderBytes  bytesize.Size `yaml:"max_header_bytes"`
 	ShutdownTimeout time.Duration `yaml:"-"`
+	// Auth: application tokens on this receiver (see docs/tokens.md).
+	Auth auth.ReceiverConfig `yaml:"auth"`
 }
 
 // Validate names the first invalid field.
@@ -45,6 +48,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxHeaderBytes < 1024 {
 		return fmt.Errorf("max_header_bytes: %s is below 1KiB", c.MaxHeaderBytes)
+	}
+	if err := c.Auth.Validate(); err != nil {
+		return fmt.Errorf("auth.%w", err)
 	}
 	return nil
 }

@@ -26,7 +26,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{0x28, 0xb5, 0x2f, 0xfd, 0xff}, uint8(2), true)
 	cfg := testConfig()
 	s := &consumertest.Sink{}
-	r, err := New(cfg, telemetry.TestSettings(), s)
+	r, err := New(cfg, telemetry.TestSettings(), s, nil)
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -34,6 +34,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
@@ -56,15 +57,18 @@ type Receiver struct {
 	topics *telemetry.Labels
 	m      *receivermetrics.Metrics
 	body   *httpbody.Reader
+	gate   *auth.Gate
 	batchP sync.Pool
 }
 
 // New builds the receiver; next receives the batches.
-func New(cfg Config, set telemetry.Settings, next consumer.Consumer) (*Receiver, error) {
+// checker verifies application tokens; nil when no keys are configured.
+func New(cfg Config, set telemetry.Settings, next consumer.Consumer, checker *auth.Checker) (*Receiver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Receiver{cfg: cfg, set: set, next: next, topics: telemetry.NewLabels(1000), body: httpbody.NewReader(int64(cfg.MaxRequestBytes))}
+	r := &Receiver{cfg: cfg, set: set, next: next, topics: telemetry.NewLabels(1000), body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
+		gate: auth.NewGate(cfg.Auth, checker)}
 	r.log = telemetry.NewLimited(set.Logger.With("component", "receiver/http"), 10*time.Second)
 	r.m = receivermetrics.New(set.Registry, "http")
 	r.batchP.New = func() any { return new(record.Batch) }
@@ -147,6 +151,13 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 			fmt.Sprintf("invalid topic name %q: use 1 to 249 of a-z A-Z 0-9 . _ -", topic), 0)
 		return
 	}
+	claims, aerr := r.gate.HTTP(req)
+	if aerr != nil {
+		// The reason class only: nothing of the token is echoed.
+		w.Header().Set("WWW-Authenticate", `Bearer realm="ferry"`)
+		r.fail(w, http.StatusUnauthorized, "unauthenticated", aerr.Error(), 0)
+		return
+	}
 	ndjson, ok := r.mediaType(req.Header.Get("Content-Type"))
 	if !ok {
 		r.fail(w, http.StatusUnsupportedMediaType, "unsupported_content_type",
@@ -182,6 +193,9 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 		key = []byte(k)
 	}
 	headers := r.headers(req.Header)
+	if claims != nil {
+		headers = append(headers, record.Header{Key: "ferry.app", Value: []byte(claims.App)})
+	}
 	now := time.Now()
 	if ndjson {
 		if line, err := splitLines(body.B, b, topic, key, headers, now, r.cfg.ValidateJSON); err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/config/bytesize"
 	"github.com/ferryhq/ferry/otlp/encoding"
 )
@@ -31,6 +32,8 @@ type Config struct {
 	// MaxRecordBytes is set by the pipeline from the exporter's record limit:
 	// a trace's or resource's items are split over records under it.
 	MaxRecordBytes int `yaml:"-"`
+	// Auth: application tokens on both transports (see docs/tokens.md).
+	Auth auth.ReceiverConfig `yaml:"auth"`
 }
 
 // Validate names the first invalid field.
@@ -49,6 +52,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AckTimeout < 100*time.Millisecond {
 		return fmt.Errorf("ack_timeout: %s is below 100ms", c.AckTimeout)
+	}
+	if err := c.Auth.Validate(); err != nil {
+		return fmt.Errorf("auth.%w", err)
 	}
 	for _, s := range []struct {
 		name string

@@ -117,6 +117,12 @@ func (g *grpcServer) shutdown(ctx context.Context) error {
 
 func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(any) error) (any, error) {
 	m := g.r.grpcM
+	claims, aerr := g.r.gate.GRPC(ctx)
+	if aerr != nil {
+		m.Error("unauthenticated")
+		m.RequestCode(codes.Unauthenticated.String())
+		return nil, status.Error(codes.Unauthenticated, aerr.Error())
+	}
 	in := &rawMsg{reader: g.r.body}
 	if err := dec(in); err != nil {
 		if in.buf != nil {
@@ -126,7 +132,7 @@ func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(a
 		m.RequestCode(codes.InvalidArgument.String())
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	o := g.r.export(ctx, m, sig, in.buf)
+	o := g.r.export(ctx, m, sig, in.buf, claims)
 	if o.err != nil {
 		a := classify(o.err)
 		m.RequestCode(a.code.String())

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
@@ -65,6 +66,13 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 		h.fail(w, false, answer{httpStatus: http.StatusMethodNotAllowed, code: 12, reason: "method_not_allowed", msg: "use POST"})
 		return
 	}
+	claims, aerr := h.r.gate.HTTP(q)
+	if aerr != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="ferry"`)
+		isJSON := strings.HasPrefix(q.Header.Get("Content-Type"), "application/json")
+		h.fail(w, isJSON, answer{httpStatus: http.StatusUnauthorized, code: 16, reason: "unauthenticated", msg: aerr.Error()})
+		return
+	}
 	mt, _, _ := mime.ParseMediaType(q.Header.Get("Content-Type"))
 	var isJSON bool
 	switch mt {
@@ -92,7 +100,7 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 		body = h.r.body.Get(len(pb))
 		body.B = append(body.B, pb...)
 	}
-	o := h.r.export(q.Context(), m, sig, body)
+	o := h.r.export(q.Context(), m, sig, body, claims)
 	if o.err != nil {
 		a := classify(o.err)
 		if a.reason == "client_gone" {

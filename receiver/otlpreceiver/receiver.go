@@ -27,6 +27,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ferryhq/ferry/auth"
+	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/receiver/httpbody"
@@ -51,6 +53,7 @@ type Receiver struct {
 	http   *httpServer
 	grpc   *grpcServer
 	encP   sync.Pool // *encoding.Encoder: their scratch buffers are reused
+	gate   *auth.Gate
 }
 
 // signalOut is a signal's fixed output: its encoding config and the Kafka
@@ -62,12 +65,13 @@ type signalOut struct {
 }
 
 // New builds the receiver; next receives the batches.
-func New(cfg Config, set telemetry.Settings, next consumer.Consumer) (*Receiver, error) {
+// checker verifies application tokens; nil when no keys are configured.
+func New(cfg Config, set telemetry.Settings, next consumer.Consumer, checker *auth.Checker) (*Receiver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	r := &Receiver{cfg: cfg, set: set, next: next, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
-		topics: telemetry.NewLabels(1000)}
+		topics: telemetry.NewLabels(1000), gate: auth.NewGate(cfg.Auth, checker)}
 	r.httpM = receivermetrics.New(set.Registry, "otlp_http")
 	r.grpcM = receivermetrics.New(set.Registry, "otlp_grpc")
 	for i, c := range []*encoding.Config{&r.cfg.Traces, &r.cfg.Metrics, &r.cfg.Logs} {
@@ -140,8 +144,12 @@ var errAckTimeout = &consumer.RetryableError{Reason: "ack_timeout", Msg: "Kafka 
 // export turns one request (protobuf bytes in raw, owned by the caller
 // until export returns; export takes over and frees it) into a batch, hands
 // it on and, when waiting, waits for Kafka.
-func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig encoding.Signal, raw *httpbody.Buf) outcome {
+func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig encoding.Signal, raw *httpbody.Buf, claims *token.Claims) outcome {
 	so := &r.sigs[sig]
+	headers := so.headers
+	if claims != nil {
+		headers = append(so.headers[:len(so.headers):len(so.headers)], record.Header{Key: "ferry.app", Value: []byte(claims.App)})
+	}
 	out := r.body.Get(len(raw.B) + len(raw.B)/2)
 	enc, _ := r.encP.Get().(*encoding.Encoder)
 	if enc == nil {
@@ -168,7 +176,7 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	flat := so.cfg.Encoding == "flat_json"
 	for i, p := range parts {
 		rec := &b.Records[i]
-		rec.Topic, rec.Headers, rec.Timestamp = so.topic, so.headers, now
+		rec.Topic, rec.Headers, rec.Timestamp = so.topic, headers, now
 		if p.Whole {
 			rec.Value = raw.B
 		} else {

@@ -47,7 +47,7 @@ func testConfig() Config {
 
 func start(t *testing.T, cfg Config, next consumer.Consumer) *Receiver {
 	t.Helper()
-	r, err := New(cfg, telemetry.TestSettings(), next)
+	r, err := New(cfg, telemetry.TestSettings(), next, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

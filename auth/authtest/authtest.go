@@ -1,0 +1,33 @@
+// Package authtest owns a ready keyring and checker for receivers' tests.
+package authtest
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferryhq/ferry/auth"
+	"github.com/ferryhq/ferry/auth/token"
+	"github.com/ferryhq/ferry/telemetry"
+)
+
+// Key is a fixed test key (hex).
+var Key = strings.Repeat("2a", 32)
+
+// New returns a checker with Key as key 1 and a function issuing tokens.
+func New(t testing.TB) (*auth.Checker, func(app string) string) {
+	t.Helper()
+	cfg := auth.Config{Keys: []auth.KeyConfig{{ID: 1, Secret: Key, Issue: true}}, CacheSize: 64, CacheTTL: time.Minute}
+	c, err := auth.New(cfg, telemetry.TestSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, _ := cfg.Keyring()
+	return c, func(app string) string {
+		tok, err := ring.Issue(token.Claims{App: app})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+}

@@ -1,0 +1,129 @@
+package auth
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"google.golang.org/grpc/metadata"
+
+	"github.com/ferryhq/ferry/auth/token"
+)
+
+// ReceiverConfig is one receiver's authentication (YAML receivers.<r>.auth).
+type ReceiverConfig struct {
+	// Mode: none (no token checked), optional (a token, if present, must be
+	// valid), required (a valid token must be present).
+	Mode string `yaml:"mode"`
+	// Sources, tried in order: authorization (Authorization: Bearer),
+	// header (X-Ferry-Token), query (?token=), metadata (gRPC
+	// "authorization: Bearer …" or "x-ferry-token").
+	Sources []string `yaml:"sources"`
+}
+
+// Validate names the first invalid field.
+func (c *ReceiverConfig) Validate() error {
+	switch c.Mode {
+	case "", "none", "optional", "required":
+	default:
+		return fmt.Errorf("mode: %q is not one of none, optional, required", c.Mode)
+	}
+	for _, s := range c.Sources {
+		switch s {
+		case "authorization", "header", "query", "metadata":
+		default:
+			return fmt.Errorf("sources: %q is not one of authorization, header, query, metadata", s)
+		}
+	}
+	if c.Mode != "none" && c.Mode != "" && len(c.Sources) == 0 {
+		return fmt.Errorf("sources: at least one is needed when mode is %s", c.Mode)
+	}
+	return nil
+}
+
+// Gate applies one receiver's configuration with the shared checker.
+type Gate struct {
+	mode    string
+	sources []string
+	checker *Checker
+}
+
+// NewGate returns a gate; with mode none (or a nil checker) it lets all in.
+func NewGate(c ReceiverConfig, checker *Checker) *Gate {
+	return &Gate{mode: c.Mode, sources: c.Sources, checker: checker}
+}
+
+// Enabled reports whether the gate checks anything.
+func (g *Gate) Enabled() bool {
+	return g != nil && g.mode != "none" && g.mode != "" && g.checker != nil
+}
+
+// HTTP checks the token of an HTTP request. It returns the claims (nil when
+// no token was given and none is required) or a *token.Error.
+func (g *Gate) HTTP(r *http.Request) (*token.Claims, error) {
+	if !g.Enabled() {
+		return nil, nil
+	}
+	var tok string
+	for _, s := range g.sources {
+		switch s {
+		case "authorization":
+			tok = bearer(r.Header.Get("Authorization"))
+		case "header":
+			tok = r.Header.Get("X-Ferry-Token")
+		case "query":
+			if r.URL.RawQuery != "" {
+				tok = r.URL.Query().Get("token")
+			}
+		}
+		if tok != "" {
+			break
+		}
+	}
+	return g.check(tok)
+}
+
+// GRPC checks the token in a gRPC call's metadata.
+func (g *Gate) GRPC(ctx context.Context) (*token.Claims, error) {
+	if !g.Enabled() {
+		return nil, nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	var tok string
+	for _, s := range g.sources {
+		switch s {
+		case "authorization", "metadata":
+			if v := md.Get("authorization"); len(v) > 0 {
+				tok = bearer(v[0])
+			}
+			if tok == "" {
+				if v := md.Get("x-ferry-token"); len(v) > 0 {
+					tok = v[0]
+				}
+			}
+		}
+		if tok != "" {
+			break
+		}
+	}
+	return g.check(tok)
+}
+
+func (g *Gate) check(tok string) (*token.Claims, error) {
+	if tok == "" {
+		if g.mode == "required" {
+			g.checker.Refused(token.ReasonMissing)
+			return nil, &token.Error{Reason: token.ReasonMissing}
+		}
+		return nil, nil
+	}
+	return g.checker.Check(tok)
+}
+
+func bearer(h string) string {
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
