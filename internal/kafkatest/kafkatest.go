@@ -172,11 +172,7 @@ func CreateTopic(t testing.TB, brokers, topic string, partitions int) {
 // passed, and returns what it read.
 func Consume(t testing.TB, brokers, topic string, want int, timeout time.Duration) []*kgo.Record {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := fromStart(t, brokers, topic)
 	defer cl.Close()
 	var out []*kgo.Record
 	deadline := time.Now().Add(timeout)
@@ -225,11 +221,7 @@ func Telemetrygen(t testing.TB) string {
 // (use when the expected number of records is not known, only of items).
 func ConsumeAll(t testing.TB, brokers, topic string, idle time.Duration) []*kgo.Record {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := fromStart(t, brokers, topic)
 	defer cl.Close()
 	var out []*kgo.Record
 	for {
@@ -242,4 +234,15 @@ func ConsumeAll(t testing.TB, brokers, topic string, idle time.Duration) []*kgo.
 			return out
 		}
 	}
+}
+
+// fromStart is a group-less consumer of topic from its first offset.
+func fromStart(t testing.TB, brokers, topic string) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
 }
