@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/metadata"
 
+	"github.com/ferryhq/ferry/auth/ratelimit"
 	"github.com/ferryhq/ferry/auth/token"
+	"github.com/ferryhq/ferry/consumer"
 )
 
 // ReceiverConfig is one receiver's authentication (YAML receivers.<r>.auth).
@@ -42,16 +45,49 @@ func (c *ReceiverConfig) Validate() error {
 	return nil
 }
 
-// Gate applies one receiver's configuration with the shared checker.
+// Prechecks are the shared checks every receiver runs before anything is
+// queued: token verification and per-app rate limits. Either may be nil.
+type Prechecks struct {
+	Checker *Checker
+	Limiter *ratelimit.Limiter
+}
+
+// Gate applies one receiver's configuration with the shared checks.
 type Gate struct {
 	mode    string
 	sources []string
 	checker *Checker
+	limiter *ratelimit.Limiter
 }
 
-// NewGate returns a gate; with mode none (or a nil checker) it lets all in.
-func NewGate(c ReceiverConfig, checker *Checker) *Gate {
-	return &Gate{mode: c.Mode, sources: c.Sources, checker: checker}
+// NewGate returns a gate; with mode none (or no checker) it lets all in.
+func NewGate(c ReceiverConfig, pre *Prechecks) *Gate {
+	g := &Gate{mode: c.Mode, sources: c.Sources}
+	if pre != nil {
+		g.checker, g.limiter = pre.Checker, pre.Limiter
+	}
+	return g
+}
+
+// ErrRateLimited builds the refusal for an app over its limit.
+func ErrRateLimited(wait time.Duration) error {
+	return &consumer.RetryableError{Reason: "rate_limited", Msg: "over this application's rate limit; retry later", After: max(wait, time.Second)}
+}
+
+// Limit admits records and bytes for the holder of claims (nil: no token),
+// or returns a retryable rate_limited error saying when to retry.
+func (g *Gate) Limit(claims *token.Claims, records, bytes int) error {
+	if g == nil || g.limiter == nil {
+		return nil
+	}
+	app, class := "", ""
+	if claims != nil {
+		app, class = claims.App, claims.RateClass
+	}
+	if ok, wait := g.limiter.Allow(app, class, records, bytes); !ok {
+		return ErrRateLimited(wait)
+	}
+	return nil
 }
 
 // Enabled reports whether the gate checks anything.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/auth"
+	"github.com/ferryhq/ferry/auth/ratelimit"
 	"github.com/ferryhq/ferry/buffer/memqueue"
 	"github.com/ferryhq/ferry/exporter/kafkaexporter"
 	"github.com/ferryhq/ferry/receiver/httpreceiver"
@@ -14,11 +15,12 @@ import (
 
 // Config is the whole agent configuration.
 type Config struct {
-	Telemetry telemetry.Config `yaml:"telemetry"`
-	Receivers Receivers        `yaml:"receivers"`
-	Queue     memqueue.Config  `yaml:"queue"`
-	Exporter  Exporter         `yaml:"exporter"`
-	Auth      auth.Config      `yaml:"auth"`
+	Telemetry  telemetry.Config `yaml:"telemetry"`
+	Receivers  Receivers        `yaml:"receivers"`
+	Queue      memqueue.Config  `yaml:"queue"`
+	Exporter   Exporter         `yaml:"exporter"`
+	Auth       auth.Config      `yaml:"auth"`
+	RateLimits ratelimit.Config `yaml:"rate_limits"`
 	// ShutdownTimeout bounds a graceful stop: waiting requests, then
 	// flushing Kafka. What is not acknowledged by then is counted and logged.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
@@ -67,6 +69,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := wrap("auth", c.Auth.Validate()); err != nil {
+		return err
+	}
+	if err := wrap("rate_limits", c.RateLimits.Validate()); err != nil {
 		return err
 	}
 	for _, r := range []struct {

@@ -19,6 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ferryhq/ferry/auth"
+	"github.com/ferryhq/ferry/auth/ratelimit"
 	"github.com/ferryhq/ferry/buffer/memqueue"
 	"github.com/ferryhq/ferry/config"
 	"github.com/ferryhq/ferry/consumer"
@@ -38,7 +39,8 @@ type Pipeline struct {
 	Queue    *memqueue.Queue
 	HTTP     *httpreceiver.Receiver
 	OTLP     *otlpreceiver.Receiver
-	Auth     *auth.Checker // nil when no keys are configured
+	Auth     *auth.Checker      // nil when no keys are configured
+	Limiter  *ratelimit.Limiter // nil when no rate-limit classes are configured
 	stop     chan struct{}
 	done     chan struct{}
 }
@@ -72,8 +74,14 @@ func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
 			return nil, fmt.Errorf("auth: %w", err)
 		}
 	}
+	if len(cfg.RateLimits.Classes) > 0 {
+		if p.Limiter, err = ratelimit.New(cfg.RateLimits, set); err != nil {
+			return nil, fmt.Errorf("rate_limits: %w", err)
+		}
+	}
+	pre := &auth.Prechecks{Checker: p.Auth, Limiter: p.Limiter}
 	if cfg.Receivers.HTTP.Enabled {
-		if p.HTTP, err = httpreceiver.New(cfg.Receivers.HTTP, set, p.Queue, p.Auth); err != nil {
+		if p.HTTP, err = httpreceiver.New(cfg.Receivers.HTTP, set, p.Queue, pre); err != nil {
 			return nil, fmt.Errorf("receivers.http: %w", err)
 		}
 	}
@@ -83,7 +91,7 @@ func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
 			// Room for the record's framing, key and headers in a batch.
 			oc.MaxRecordBytes = int(cfg.Exporter.Kafka.MaxBatchBytes) - 4096
 		}
-		if p.OTLP, err = otlpreceiver.New(oc, set, p.Queue, p.Auth); err != nil {
+		if p.OTLP, err = otlpreceiver.New(oc, set, p.Queue, pre); err != nil {
 			return nil, fmt.Errorf("receivers.otlp: %w", err)
 		}
 	}

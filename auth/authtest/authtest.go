@@ -31,3 +31,18 @@ func New(t testing.TB) (*auth.Checker, func(app string) string) {
 		return tok
 	}
 }
+
+// NewWithClass is New whose tokens name a rate-limit class.
+func NewWithClass(t testing.TB, class string) (*auth.Checker, func(app string) string) {
+	t.Helper()
+	c, _ := New(t)
+	cfg := auth.Config{Keys: []auth.KeyConfig{{ID: 1, Secret: Key, Issue: true}}, CacheSize: 64, CacheTTL: time.Minute}
+	ring, _ := cfg.Keyring()
+	return c, func(app string) string {
+		tok, err := ring.Issue(token.Claims{App: app, RateClass: class})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+}

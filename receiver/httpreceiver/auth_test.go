@@ -21,7 +21,7 @@ func TestTokens(t *testing.T) {
 			cfg := testConfig()
 			cfg.Auth = auth.ReceiverConfig{Mode: mode, Sources: []string{"authorization", "header", "query"}}
 			sink := &consumertest.Sink{}
-			r, err := New(cfg, telemetry.TestSettings(), sink, checker)
+			r, err := New(cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
 			if err != nil {
 				t.Fatal(err)
 			}

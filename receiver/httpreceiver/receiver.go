@@ -62,13 +62,14 @@ type Receiver struct {
 }
 
 // New builds the receiver; next receives the batches.
-// checker verifies application tokens; nil when no keys are configured.
-func New(cfg Config, set telemetry.Settings, next consumer.Consumer, checker *auth.Checker) (*Receiver, error) {
+// pre holds the token checker and rate limiter; nil (or nil fields) when
+// none is configured.
+func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.Prechecks) (*Receiver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	r := &Receiver{cfg: cfg, set: set, next: next, topics: telemetry.NewLabels(1000), body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
-		gate: auth.NewGate(cfg.Auth, checker)}
+		gate: auth.NewGate(cfg.Auth, pre)}
 	r.log = telemetry.NewLimited(set.Logger.With("component", "receiver/http"), 10*time.Second)
 	r.m = receivermetrics.New(set.Registry, "http")
 	r.batchP.New = func() any { return new(record.Batch) }
@@ -215,6 +216,11 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 	b.MemBytes = int64(cap(body.B) + n*RecordOverhead)
 	payload := len(body.B) + len(key)*n
 
+	if err := r.gate.Limit(claims, n, payload); err != nil {
+		r.recycle(b, body)
+		r.failErr(w, err, n)
+		return
+	}
 	st := &reqState{n: n}
 	if wait {
 		st.done = make(chan error, 1)
@@ -345,7 +351,7 @@ func (r *Receiver) failErr(w http.ResponseWriter, err error, records int) {
 	var re *consumer.RetryableError
 	if errors.As(err, &re) {
 		code := http.StatusServiceUnavailable
-		if re == consumer.ErrFull {
+		if re == consumer.ErrFull || re.Reason == "rate_limited" {
 			code = http.StatusTooManyRequests
 		}
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(re.After.Seconds()))))

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/authtest"
+	"github.com/ferryhq/ferry/auth/ratelimit"
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/internal/otlpgen"
 	"github.com/ferryhq/ferry/telemetry"
@@ -24,7 +26,7 @@ func TestTokensOnBothTransports(t *testing.T) {
 	cfg := testConfig()
 	cfg.Auth = auth.ReceiverConfig{Mode: "required", Sources: []string{"authorization", "header", "metadata"}}
 	sink := &consumertest.Sink{}
-	r, err := New(cfg, telemetry.TestSettings(), sink, checker)
+	r, err := New(cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,5 +68,35 @@ func TestTokensOnBothTransports(t *testing.T) {
 		if !found {
 			t.Fatalf("record without ferry.app header: %+v", rec.Headers)
 		}
+	}
+}
+
+func TestRateLimitOverGRPC(t *testing.T) {
+	set := telemetry.TestSettings()
+	lim, _ := ratelimit.New(ratelimit.Config{Classes: map[string]ratelimit.Class{"tiny": {RecordsPerSec: 1, BurstRecords: 2}}, DefaultClass: "tiny"}, set)
+	r, err := New(testConfig(), set, &consumertest.Sink{}, &auth.Prechecks{Limiter: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+	cc, _ := grpc.NewClient(r.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer cc.Close()
+	client := plogotlp.NewGRPCClient(cc)
+	req := plogotlp.NewExportRequestFromLogs(otlpgen.New(1).Logs(2, 10))
+	if _, err := client.Export(context.Background(), req); err != nil {
+		t.Fatalf("within the burst: %v", err)
+	}
+	_, err = client.Export(context.Background(), req)
+	st := status.Convert(err)
+	hasRetry := false
+	for _, d := range st.Details() {
+		_, ok := d.(*errdetails.RetryInfo)
+		hasRetry = hasRetry || ok
+	}
+	if st.Code() != codes.ResourceExhausted || !hasRetry {
+		t.Fatalf("over the limit: %v (RetryInfo %v)", err, hasRetry)
 	}
 }

@@ -65,13 +65,14 @@ type signalOut struct {
 }
 
 // New builds the receiver; next receives the batches.
-// checker verifies application tokens; nil when no keys are configured.
-func New(cfg Config, set telemetry.Settings, next consumer.Consumer, checker *auth.Checker) (*Receiver, error) {
+// pre holds the token checker and rate limiter; nil (or nil fields) when
+// none is configured.
+func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.Prechecks) (*Receiver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	r := &Receiver{cfg: cfg, set: set, next: next, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
-		topics: telemetry.NewLabels(1000), gate: auth.NewGate(cfg.Auth, checker)}
+		topics: telemetry.NewLabels(1000), gate: auth.NewGate(cfg.Auth, pre)}
 	r.httpM = receivermetrics.New(set.Registry, "otlp_http")
 	r.grpcM = receivermetrics.New(set.Registry, "otlp_grpc")
 	for i, c := range []*encoding.Config{&r.cfg.Traces, &r.cfg.Metrics, &r.cfg.Logs} {
@@ -186,6 +187,12 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 			}
 		}
 		payload += len(rec.Key) + len(rec.Value)
+	}
+	if err := r.gate.Limit(claims, items, payload); err != nil {
+		r.body.Put(raw)
+		r.body.Put(out)
+		m.Error("rate_limited")
+		return outcome{items: items, err: err}
 	}
 	b.MemBytes = int64(cap(raw.B) + cap(out.B) + len(parts)*recordOverhead)
 	wait := r.cfg.WaitForAck

@@ -31,10 +31,10 @@ func classify(err error) answer {
 	}
 	var re *consumer.RetryableError
 	if errors.As(err, &re) {
-		switch re {
-		case consumer.ErrFull:
+		switch {
+		case re == consumer.ErrFull || re.Reason == "rate_limited":
 			return answer{http.StatusTooManyRequests, codes.ResourceExhausted, re.After, re.Reason, re.Msg}
-		case errAckTimeout:
+		case re == errAckTimeout:
 			return answer{http.StatusGatewayTimeout, codes.Unavailable, re.After, re.Reason, re.Msg}
 		}
 		return answer{http.StatusServiceUnavailable, codes.Unavailable, re.After, re.Reason, re.Msg}

@@ -1,0 +1,123 @@
+package ratelimit
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ferryhq/ferry/telemetry"
+)
+
+func limiter(t *testing.T, cfg Config) (*Limiter, *time.Time) {
+	t.Helper()
+	l, err := New(cfg, telemetry.TestSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	l.now = func() time.Time { return now }
+	return l, &now
+}
+
+func TestRecordsPerSecondWithBurst(t *testing.T) {
+	l, now := limiter(t, Config{Classes: map[string]Class{"small": {RecordsPerSec: 100, BurstRecords: 200}}})
+	admitted := 0
+	for i := 0; i < 50; i++ {
+		if ok, _ := l.Allow("shop", "small", 10, 0); ok {
+			admitted += 10
+		}
+	}
+	// The burst (200) admits exactly 200 in requests of 10.
+	if admitted != 200 {
+		t.Fatalf("admitted %d at once, want the burst of 200", admitted)
+	}
+	// A request larger than the burst passes when the bucket is full, into
+	// debt; nothing more passes until the debt is paid.
+	l2, now2 := limiter(t, Config{Classes: map[string]Class{"small": {RecordsPerSec: 100, BurstRecords: 15}}})
+	if ok, _ := l2.Allow("a", "small", 40, 0); !ok {
+		t.Fatal("request larger than the burst refused on a full bucket")
+	}
+	if ok, wait := l2.Allow("a", "small", 1, 0); ok || wait < 200*time.Millisecond {
+		t.Fatalf("admitted while in debt (wait %v)", wait)
+	}
+	*now2 = now2.Add(300 * time.Millisecond) // 30 back: debt of 25 paid, 5 left
+	if ok, _ := l2.Allow("a", "small", 5, 0); !ok {
+		t.Fatal("not admitted after the debt was paid")
+	}
+	ok, wait := l.Allow("shop", "small", 10, 0)
+	if ok || wait <= 0 || wait > time.Second {
+		t.Fatalf("over the limit: ok %v wait %v", ok, wait)
+	}
+	*now = now.Add(time.Second) // 100 records of refill pay the debt of 10 and admit more
+	if ok, _ := l.Allow("shop", "small", 10, 0); !ok {
+		t.Fatal("refill did not admit")
+	}
+	// Over 10 seconds at steady pressure the rate holds at ~100/s.
+	admitted = 0
+	for s := 0; s < 1000; s++ {
+		*now = now.Add(10 * time.Millisecond)
+		if ok, _ := l.Allow("shop", "small", 5, 0); ok {
+			admitted += 5
+		}
+	}
+	if admitted < 950 || admitted > 1100 {
+		t.Fatalf("%d records admitted in 10 s at 100/s", admitted)
+	}
+	if v := testutil.ToFloat64(l.refused.WithLabelValues("shop")); v == 0 {
+		t.Fatal("refusals not counted")
+	}
+}
+
+func TestClassesOverridesAndUnlimited(t *testing.T) {
+	l, _ := limiter(t, Config{
+		Classes:      map[string]Class{"tiny": {BytesPerSec: 1000}, "free": {RecordsPerSec: 1}},
+		DefaultClass: "free",
+		Apps:         map[string]string{"vip": "tiny"},
+	})
+	// vip's token says "free", its override says "tiny" (bytes only).
+	if ok, _ := l.Allow("vip", "free", 1000, 600); !ok {
+		t.Fatal("vip within bytes refused")
+	}
+	if ok, _ := l.Allow("vip", "free", 1, 600); ok {
+		t.Fatal("vip over its bytes admitted")
+	}
+	if ok, _ := l.Allow("vip", "free", 1, 300); !ok {
+		t.Fatal("vip within what is left refused")
+	}
+	// No class on the token: default class applies.
+	l.Allow("anon", "", 1, 0)
+	if ok, _ := l.Allow("anon", "", 1, 0); ok {
+		t.Fatal("default class not applied")
+	}
+	// Without a default, unknown apps are unlimited.
+	u, _ := limiter(t, Config{Classes: map[string]Class{"x": {RecordsPerSec: 1}}})
+	for i := 0; i < 100; i++ {
+		if ok, _ := u.Allow("any", "", 1000, 1<<20); !ok {
+			t.Fatal("unlimited app refused")
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, c := range []Config{
+		{DefaultClass: "nope"},
+		{Classes: map[string]Class{"a": {RecordsPerSec: -1}}},
+		{Classes: map[string]Class{"a": {}}, Apps: map[string]string{"x": "b"}},
+	} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+}
+
+func BenchmarkAllow(b *testing.B) {
+	l, err := New(Config{Classes: map[string]Class{"c": {RecordsPerSec: 1e12, BytesPerSec: 1e15}}, DefaultClass: "c"}, telemetry.TestSettings())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		l.Allow("shop", "c", 100, 10000)
+	}
+}
