@@ -89,6 +89,8 @@ type Encoder struct {
 	// MaxRecordBytes, when > 0, splits a trace's or resource's items over
 	// several records (same key) so that none exceeds it.
 	MaxRecordBytes int
+	// FlatExtra is appended to every flat_json object (tenant, data id).
+	FlatExtra []byte
 
 	fj    flatjson.Encoder
 	parts []Part
@@ -102,6 +104,7 @@ type Encoder struct {
 func (e *Encoder) Encode(sig Signal, c *Config, raw []byte, out []byte) ([]Part, []byte, int, error) {
 	e.parts = e.parts[:0]
 	e.fj.Reset()
+	e.fj.Extra = e.FlatExtra
 	e.hash.reset()
 	switch {
 	case c.Encoding == "flat_json":

@@ -33,6 +33,9 @@ import (
 // Encoder appends flat_json objects to a buffer. It caches the encoded
 // resource and scope of the last item; reuse one Encoder per request.
 type Encoder struct {
+	// Extra is appended to every object after its resource and scope, e.g.
+	// `,"tenant":"shop","data_id":1001` (the receiver builds it per request).
+	Extra    []byte
 	resRaw   []byte
 	resJSON  []byte
 	scRaw    []byte
@@ -70,7 +73,8 @@ func (e *Encoder) head(dst []byte, res *wire.Resource, sc *wire.Scope) []byte {
 		e.scRaw, e.scValid = sc.Raw, true
 	}
 	dst = append(dst, e.resJSON...)
-	return append(dst, e.scJSON...)
+	dst = append(dst, e.scJSON...)
+	return append(dst, e.Extra...)
 }
 
 // Span appends one span object.

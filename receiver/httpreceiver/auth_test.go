@@ -8,6 +8,7 @@ import (
 
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/authtest"
+	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -71,13 +72,13 @@ func TestTokens(t *testing.T) {
 			withApp := 0
 			for _, rec := range recs {
 				for _, h := range rec.Headers {
-					if h.Key == "ferry.app" && string(h.Value) == "shop" {
+					if h.Key == "ferry.tenant" && string(h.Value) == "shop" {
 						withApp++
 					}
 				}
 			}
 			if withApp != 3 {
-				t.Fatalf("%d records carry ferry.app=shop, want 3 (one per valid token)", withApp)
+				t.Fatalf("%d records carry ferry.tenant=shop, want 3 (one per valid token)", withApp)
 			}
 			want := 2.0
 			if mode == "required" {
@@ -87,5 +88,29 @@ func TestTokens(t *testing.T) {
 				t.Fatalf("unauthenticated counter %v, want %v", v, want)
 			}
 		})
+	}
+}
+
+func TestTokenTopicRestriction(t *testing.T) {
+	checker, _ := authtest.New(t)
+	ring, _ := (&auth.Config{Keys: []auth.KeyConfig{{ID: 1, Secret: authtest.Key, Issue: true}}}).Keyring()
+	tok, _ := ring.Issue(token.Claims{App: "shop", Topics: [4]string{token.Messages: "shop-events"}})
+	cfg := testConfig()
+	cfg.Auth = auth.ReceiverConfig{Mode: "required", Sources: []string{"header"}}
+	r, err := New(cfg, telemetry.TestSettings(), &consumertest.Sink{}, &auth.Prechecks{Checker: checker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown(t.Context())
+	base := "http://" + r.Addr() + "/v1/messages/"
+	if got := post(t, base+"shop-events", "text/plain", "", []byte("x"), "X-Ferry-Token", tok); got.code != 200 {
+		t.Fatalf("own topic: %d", got.code)
+	}
+	got := post(t, base+"billing", "text/plain", "", []byte("x"), "X-Ferry-Token", tok)
+	if got.code != 403 || got.body["reason"] != "topic_not_allowed" {
+		t.Fatalf("other topic: %d %v", got.code, got.body)
 	}
 }

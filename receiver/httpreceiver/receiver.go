@@ -35,10 +35,12 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/auth"
+	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
 	"github.com/ferryhq/ferry/record"
+	"github.com/ferryhq/ferry/routing"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -159,6 +161,12 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 		r.fail(w, http.StatusUnauthorized, "unauthenticated", aerr.Error(), 0)
 		return
 	}
+	// A token that names a messages topic may write to that topic only.
+	if claims != nil && claims.Topics[token.Messages] != "" && claims.Topics[token.Messages] != topic {
+		r.fail(w, http.StatusForbidden, "topic_not_allowed",
+			fmt.Sprintf("this token may write to topic %q only", claims.Topics[token.Messages]), 0)
+		return
+	}
 	ndjson, ok := r.mediaType(req.Header.Get("Content-Type"))
 	if !ok {
 		r.fail(w, http.StatusUnsupportedMediaType, "unsupported_content_type",
@@ -195,7 +203,7 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 	}
 	headers := r.headers(req.Header)
 	if claims != nil {
-		headers = append(headers, record.Header{Key: "ferry.app", Value: []byte(claims.App)})
+		headers, _ = routing.TenantHeaders(headers, claims, token.Messages)
 	}
 	now := time.Now()
 	if ndjson {

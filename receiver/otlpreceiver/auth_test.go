@@ -1,8 +1,12 @@
 package otlpreceiver
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"net/http"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -15,6 +19,7 @@ import (
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/authtest"
 	"github.com/ferryhq/ferry/auth/ratelimit"
+	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/internal/otlpgen"
 	"github.com/ferryhq/ferry/telemetry"
@@ -63,10 +68,10 @@ func TestTokensOnBothTransports(t *testing.T) {
 	for _, rec := range recs {
 		found := false
 		for _, h := range rec.Headers {
-			found = found || (h.Key == "ferry.app" && string(h.Value) == "billing")
+			found = found || (h.Key == "ferry.tenant" && string(h.Value) == "billing")
 		}
 		if !found {
-			t.Fatalf("record without ferry.app header: %+v", rec.Headers)
+			t.Fatalf("record without ferry.tenant header: %+v", rec.Headers)
 		}
 	}
 }
@@ -98,5 +103,67 @@ func TestRateLimitOverGRPC(t *testing.T) {
 	}
 	if st.Code() != codes.ResourceExhausted || !hasRetry {
 		t.Fatalf("over the limit: %v (RetryInfo %v)", err, hasRetry)
+	}
+}
+
+func TestRouting(t *testing.T) {
+	checker, _ := authtest.New(t)
+	cfgAuth := auth.Config{Keys: []auth.KeyConfig{{ID: 1, Secret: authtest.Key, Issue: true}}, CacheSize: 16, CacheTTL: time.Minute}
+	ring, _ := cfgAuth.Keyring()
+	plain, _ := ring.Issue(token.Claims{App: "shop eu", BusinessID: 9, DataIDs: [4]uint64{token.Logs: 1003}})
+	own, _ := ring.Issue(token.Claims{App: "own", Topics: [4]string{token.Logs: "own-logs"}})
+
+	cfg := testConfig()
+	cfg.Logs.Topic = "otel-{signal}-{tenant}"
+	cfg.Auth = auth.ReceiverConfig{Mode: "optional", Sources: []string{"authorization"}}
+	sink := &consumertest.Sink{}
+	r, err := New(cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+	raw, _ := plogotlp.NewExportRequestFromLogs(otlpgen.New(1).Logs(1, 10)).MarshalProto()
+	send := func(tok string) int {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+r.HTTPAddr()+"/v1/logs", bytes.NewReader(raw))
+		req.Header.Set("Content-Type", "application/x-protobuf")
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if code := send(plain); code != 200 {
+		t.Fatalf("templated: %d", code)
+	}
+	if code := send(own); code != 200 {
+		t.Fatalf("token topic: %d", code)
+	}
+	if code := send(""); code != 400 {
+		t.Fatalf("a {tenant} template without a token: %d, want 400", code)
+	}
+	recs := sink.Records()
+	if len(recs) != 2 || recs[0].Topic != "otel-logs-shop_eu" || recs[1].Topic != "own-logs" {
+		t.Fatalf("topics %q, %q", recs[0].Topic, recs[1].Topic)
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(recs[0].Value, &obj); err != nil {
+		t.Fatal(err)
+	}
+	if obj["tenant"] != "shop eu" || obj["business_id"] != 9.0 || obj["data_id"] != 1003.0 {
+		t.Fatalf("flat_json tenant fields: %v %v %v", obj["tenant"], obj["business_id"], obj["data_id"])
+	}
+	hs := map[string]string{}
+	for _, h := range recs[0].Headers {
+		hs[h.Key] = string(h.Value)
+	}
+	if hs["ferry.tenant"] != "shop eu" || hs["ferry.business_id"] != "9" || hs["ferry.data_id"] != "1003" {
+		t.Fatalf("headers %v", hs)
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
 	"github.com/ferryhq/ferry/record"
+	"github.com/ferryhq/ferry/routing"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -62,6 +63,7 @@ type signalOut struct {
 	cfg     *encoding.Config
 	headers []record.Header
 	topic   string
+	tmpl    *routing.Template
 }
 
 // New builds the receiver; next receives the batches.
@@ -76,7 +78,11 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.P
 	r.httpM = receivermetrics.New(set.Registry, "otlp_http")
 	r.grpcM = receivermetrics.New(set.Registry, "otlp_grpc")
 	for i, c := range []*encoding.Config{&r.cfg.Traces, &r.cfg.Metrics, &r.cfg.Logs} {
-		r.sigs[i] = signalOut{cfg: c, topic: c.Topic, headers: []record.Header{
+		tmpl, err := routing.Parse(c.Topic)
+		if err != nil {
+			return nil, fmt.Errorf("%s.topic: %w", encoding.Signal(i), err)
+		}
+		r.sigs[i] = signalOut{cfg: c, topic: c.Topic, tmpl: tmpl, headers: []record.Header{
 			{Key: "ferry.signal", Value: []byte(encoding.Signal(i).String())},
 			{Key: "ferry.encoding", Value: []byte(c.Encoding)},
 		}}
@@ -147,9 +153,27 @@ var errAckTimeout = &consumer.RetryableError{Reason: "ack_timeout", Msg: "Kafka 
 // it on and, when waiting, waits for Kafka.
 func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig encoding.Signal, raw *httpbody.Buf, claims *token.Claims) outcome {
 	so := &r.sigs[sig]
+	// Routing: the token's topic for this signal wins, then the template.
+	// (encoding.Signal and token signal indexes are the same: traces,
+	// metrics, logs.)
+	topic := so.topic
 	headers := so.headers
+	var extra []byte
+	vars := routing.Vars{Signal: sig.String()}
 	if claims != nil {
-		headers = append(so.headers[:len(so.headers):len(so.headers)], record.Header{Key: "ferry.app", Value: []byte(claims.App)})
+		vars.Tenant, vars.BusinessID, vars.DataID = claims.App, claims.BusinessID, claims.DataIDs[sig]
+		headers, extra = routing.TenantHeaders(so.headers, claims, int(sig))
+	}
+	if claims != nil && claims.Topics[sig] != "" {
+		topic = routing.Sanitize(claims.Topics[sig])
+	} else if !so.tmpl.Static() {
+		t, err := so.tmpl.Expand(vars)
+		if err != nil {
+			r.body.Put(raw)
+			m.Error("no_route")
+			return outcome{err: &decodeError{err}}
+		}
+		topic = t
 	}
 	out := r.body.Get(len(raw.B) + len(raw.B)/2)
 	enc, _ := r.encP.Get().(*encoding.Encoder)
@@ -158,6 +182,7 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	}
 	defer r.encP.Put(enc)
 	enc.MaxRecordBytes = r.cfg.MaxRecordBytes
+	enc.FlatExtra = extra
 	parts, buf, items, err := enc.Encode(sig, so.cfg, raw.B, out.B)
 	out.B = buf
 	if err != nil {
@@ -177,7 +202,7 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	flat := so.cfg.Encoding == "flat_json"
 	for i, p := range parts {
 		rec := &b.Records[i]
-		rec.Topic, rec.Headers, rec.Timestamp = so.topic, headers, now
+		rec.Topic, rec.Headers, rec.Timestamp = topic, headers, now
 		if p.Whole {
 			rec.Value = raw.B
 		} else {
@@ -216,8 +241,7 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		m.Error(consumer.Reason(err))
 		return outcome{items: items, err: err}
 	}
-	topic := r.topics.Get(so.topic)
-	m.Received(topic, len(parts), payload)
+	m.Received(r.topics.Get(topic), len(parts), payload)
 	m.Items(sig.String(), items)
 	m.ReqBytes.Observe(float64(len(raw.B)))
 	if !wait {

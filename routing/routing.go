@@ -1,0 +1,146 @@
+// Package routing owns where a record goes: a topic template over the
+// request's signal and its token's fields, e.g. "otel-{signal}-{tenant}".
+// A topic named by the token itself wins over any template.
+//
+// Placeholders: {signal} (traces, metrics, logs, messages), {tenant} (the
+// token's app; {app} is the same), {business_id}, {data_id} (the token's
+// data id for the signal). A template without placeholders is a plain topic.
+// Characters Kafka does not allow in topic names are replaced by '_' after
+// expansion, so any app name makes a valid topic.
+package routing
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/ferryhq/ferry/auth/token"
+	"github.com/ferryhq/ferry/record"
+)
+
+// Vars are the values a template can use.
+type Vars struct {
+	Signal     string
+	Tenant     string // "" when the request has no token
+	BusinessID uint64
+	DataID     uint64
+}
+
+type part struct {
+	lit   string
+	field string
+}
+
+// Template is a parsed topic template.
+type Template struct {
+	raw   string
+	parts []part
+}
+
+var fields = map[string]bool{"signal": true, "tenant": true, "app": true, "business_id": true, "data_id": true}
+
+// Parse reads a template; unknown placeholders are errors.
+func Parse(s string) (*Template, error) {
+	t := &Template{raw: s}
+	for len(s) > 0 {
+		i := strings.IndexByte(s, '{')
+		if i < 0 {
+			t.parts = append(t.parts, part{lit: s})
+			break
+		}
+		if i > 0 {
+			t.parts = append(t.parts, part{lit: s[:i]})
+		}
+		j := strings.IndexByte(s[i:], '}')
+		if j < 0 {
+			return nil, fmt.Errorf("%q: unclosed {", t.raw)
+		}
+		f := s[i+1 : i+j]
+		if !fields[f] {
+			return nil, fmt.Errorf("%q: unknown placeholder {%s} (use signal, tenant, business_id, data_id)", t.raw, f)
+		}
+		t.parts = append(t.parts, part{field: f})
+		s = s[i+j+1:]
+	}
+	if t.raw == "" {
+		return nil, errors.New("empty topic")
+	}
+	return t, nil
+}
+
+// Static reports whether the template is a plain topic.
+func (t *Template) Static() bool { return len(t.parts) == 1 && t.parts[0].field == "" }
+
+// String is the template as written.
+func (t *Template) String() string { return t.raw }
+
+// ErrNeedsToken: the template uses token fields and the request has none.
+var ErrNeedsToken = errors.New("the topic template uses token fields ({tenant}, {business_id}, {data_id}) and the request has no token")
+
+// Expand returns the topic for v.
+func (t *Template) Expand(v Vars) (string, error) {
+	if t.Static() {
+		return t.raw, nil
+	}
+	var b strings.Builder
+	for _, p := range t.parts {
+		switch p.field {
+		case "":
+			b.WriteString(p.lit)
+		case "signal":
+			b.WriteString(v.Signal)
+		case "tenant", "app":
+			if v.Tenant == "" {
+				return "", ErrNeedsToken
+			}
+			b.WriteString(v.Tenant)
+		case "business_id":
+			if v.Tenant == "" {
+				return "", ErrNeedsToken
+			}
+			b.WriteString(strconv.FormatUint(v.BusinessID, 10))
+		case "data_id":
+			if v.Tenant == "" {
+				return "", ErrNeedsToken
+			}
+			b.WriteString(strconv.FormatUint(v.DataID, 10))
+		}
+	}
+	return Sanitize(b.String()), nil
+}
+
+// Sanitize makes s a valid Kafka topic: [a-zA-Z0-9._-], at most 249 bytes.
+func Sanitize(s string) string {
+	out := []byte(s)
+	for i, c := range out {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			out[i] = '_'
+		}
+	}
+	if len(out) > 249 {
+		out = out[:249]
+	}
+	if s := string(out); s != "." && s != ".." {
+		return s
+	}
+	return "_"
+}
+
+// TenantHeaders returns base plus the token's tenant, business id and data
+// id for signal (a token.Traces… index) as Kafka headers (ferry.tenant,
+// ferry.business_id, ferry.data_id), and the same as flat_json fields.
+// base is never modified.
+func TenantHeaders(base []record.Header, c *token.Claims, signal int) ([]record.Header, []byte) {
+	h := append(base[:len(base):len(base)], record.Header{Key: "ferry.tenant", Value: []byte(c.App)})
+	extra := append([]byte(`,"tenant":`), strconv.Quote(c.App)...)
+	if c.BusinessID != 0 {
+		h = append(h, record.Header{Key: "ferry.business_id", Value: strconv.AppendUint(nil, c.BusinessID, 10)})
+		extra = strconv.AppendUint(append(extra, `,"business_id":`...), c.BusinessID, 10)
+	}
+	if id := c.DataIDs[signal]; id != 0 {
+		h = append(h, record.Header{Key: "ferry.data_id", Value: strconv.AppendUint(nil, id, 10)})
+		extra = strconv.AppendUint(append(extra, `,"data_id":`...), id, 10)
+	}
+	return h, extra
+}
