@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/metadata"
@@ -52,22 +53,26 @@ type Prechecks struct {
 	Limiter *ratelimit.Limiter
 }
 
-// Gate applies one receiver's configuration with the shared checks.
+// Gate applies one receiver's configuration with the shared checks. Its
+// configuration can be swapped while requests run (reload).
 type Gate struct {
-	mode    string
-	sources []string
+	cfg     atomic.Pointer[ReceiverConfig]
 	checker *Checker
 	limiter *ratelimit.Limiter
 }
 
 // NewGate returns a gate; with mode none (or no checker) it lets all in.
 func NewGate(c ReceiverConfig, pre *Prechecks) *Gate {
-	g := &Gate{mode: c.Mode, sources: c.Sources}
+	g := &Gate{}
+	g.cfg.Store(&c)
 	if pre != nil {
 		g.checker, g.limiter = pre.Checker, pre.Limiter
 	}
 	return g
 }
+
+// SetConfig swaps the receiver's auth configuration (reload).
+func (g *Gate) SetConfig(c ReceiverConfig) { g.cfg.Store(&c) }
 
 // ErrRateLimited builds the refusal for an app over its limit.
 func ErrRateLimited(wait time.Duration) error {
@@ -92,7 +97,11 @@ func (g *Gate) Limit(claims *token.Claims, records, bytes int) error {
 
 // Enabled reports whether the gate checks anything.
 func (g *Gate) Enabled() bool {
-	return g != nil && g.mode != "none" && g.mode != "" && g.checker != nil
+	if g == nil || g.checker == nil {
+		return false
+	}
+	m := g.cfg.Load().Mode
+	return m != "none" && m != ""
 }
 
 // HTTP checks the token of an HTTP request. It returns the claims (nil when
@@ -101,8 +110,9 @@ func (g *Gate) HTTP(r *http.Request) (*token.Claims, error) {
 	if !g.Enabled() {
 		return nil, nil
 	}
+	c := g.cfg.Load()
 	var tok string
-	for _, s := range g.sources {
+	for _, s := range c.Sources {
 		switch s {
 		case "authorization":
 			tok = bearer(r.Header.Get("Authorization"))
@@ -117,7 +127,7 @@ func (g *Gate) HTTP(r *http.Request) (*token.Claims, error) {
 			break
 		}
 	}
-	return g.check(tok)
+	return g.check(c.Mode, tok)
 }
 
 // GRPC checks the token in a gRPC call's metadata.
@@ -125,9 +135,10 @@ func (g *Gate) GRPC(ctx context.Context) (*token.Claims, error) {
 	if !g.Enabled() {
 		return nil, nil
 	}
+	c := g.cfg.Load()
 	md, _ := metadata.FromIncomingContext(ctx)
 	var tok string
-	for _, s := range g.sources {
+	for _, s := range c.Sources {
 		switch s {
 		case "authorization", "metadata":
 			if v := md.Get("authorization"); len(v) > 0 {
@@ -143,12 +154,12 @@ func (g *Gate) GRPC(ctx context.Context) (*token.Claims, error) {
 			break
 		}
 	}
-	return g.check(tok)
+	return g.check(c.Mode, tok)
 }
 
-func (g *Gate) check(tok string) (*token.Claims, error) {
+func (g *Gate) check(mode, tok string) (*token.Claims, error) {
 	if tok == "" {
-		if g.mode == "required" {
+		if mode == "required" {
 			g.checker.Refused(token.ReasonMissing)
 			return nil, &token.Error{Reason: token.ReasonMissing}
 		}

@@ -13,6 +13,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,8 +42,9 @@ type Pipeline struct {
 	Queue    *memqueue.Queue
 	HTTP     *httpreceiver.Receiver
 	OTLP     *otlpreceiver.Receiver
-	Auth     *auth.Checker      // nil when no keys are configured
-	Limiter  *ratelimit.Limiter // nil when no rate-limit classes are configured
+	Auth     *auth.Checker
+	Limiter  *ratelimit.Limiter
+	reloadMu sync.Mutex
 	stop     chan struct{}
 	done     chan struct{}
 }
@@ -69,15 +73,12 @@ func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
 	if p.Queue, err = memqueue.New(cfg.Queue, set, p.Exporter, p.Exporter.Up); err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
 	}
-	if len(cfg.Auth.Keys) > 0 {
-		if p.Auth, err = auth.New(cfg.Auth, set); err != nil {
-			return nil, fmt.Errorf("auth: %w", err)
-		}
+	// Built even when unconfigured, so a reload can add keys and limits.
+	if p.Auth, err = auth.New(cfg.Auth, set); err != nil {
+		return nil, fmt.Errorf("auth: %w", err)
 	}
-	if len(cfg.RateLimits.Classes) > 0 {
-		if p.Limiter, err = ratelimit.New(cfg.RateLimits, set); err != nil {
-			return nil, fmt.Errorf("rate_limits: %w", err)
-		}
+	if p.Limiter, err = ratelimit.New(cfg.RateLimits, set); err != nil {
+		return nil, fmt.Errorf("rate_limits: %w", err)
 	}
 	pre := &auth.Prechecks{Checker: p.Auth, Limiter: p.Limiter}
 	if cfg.Receivers.HTTP.Enabled {
@@ -114,10 +115,8 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	if err := p.Queue.Start(ctx); err != nil {
 		return err
 	}
-	if p.Auth != nil {
-		if err := p.Auth.Start(ctx); err != nil {
-			return err
-		}
+	if err := p.Auth.Start(ctx); err != nil {
+		return err
 	}
 	if p.HTTP != nil {
 		if err := p.HTTP.Start(ctx); err != nil {
@@ -177,14 +176,68 @@ func (p *Pipeline) Shutdown(ctx context.Context) error {
 	if err := p.Exporter.Shutdown(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	if p.Auth != nil {
-		_ = p.Auth.Shutdown(ctx)
-	}
+	_ = p.Auth.Shutdown(ctx)
 	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = p.Admin.Shutdown(sctx)
 	p.logTotals("ferry stopped")
 	return errors.Join(errs...)
+}
+
+// Reload applies what can change while running: token keys, rate limits
+// and the receivers' auth settings. Data in flight is untouched: requests in
+// progress finish under the settings they started with. cfg must be
+// validated (config.Load does). Differences in anything else (listeners,
+// exporter, queue) need a restart; they are listed in the returned warning
+// and not applied.
+func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
+	p.reloadMu.Lock()
+	defer p.reloadMu.Unlock()
+	// Check everything before changing anything, so a bad config changes nothing.
+	if _, err := cfg.Auth.Keyring(); err != nil {
+		return "", fmt.Errorf("auth: %w", err)
+	}
+	if err := cfg.RateLimits.Validate(); err != nil {
+		return "", fmt.Errorf("rate_limits: %w", err)
+	}
+	if err := p.Auth.SetKeys(cfg.Auth); err != nil {
+		return "", fmt.Errorf("auth: %w", err)
+	}
+	if err := p.Limiter.SetConfig(cfg.RateLimits); err != nil {
+		return "", fmt.Errorf("rate_limits: %w", err)
+	}
+	if p.HTTP != nil {
+		p.HTTP.SetAuth(cfg.Receivers.HTTP.Auth)
+	}
+	if p.OTLP != nil {
+		p.OTLP.SetAuth(cfg.Receivers.OTLP.Auth)
+	}
+	old, next := *p.cfg, *cfg
+	old.Auth, next.Auth = auth.Config{}, auth.Config{}
+	old.RateLimits, next.RateLimits = ratelimit.Config{}, ratelimit.Config{}
+	old.Receivers.HTTP.Auth, next.Receivers.HTTP.Auth = auth.ReceiverConfig{}, auth.ReceiverConfig{}
+	old.Receivers.OTLP.Auth, next.Receivers.OTLP.Auth = auth.ReceiverConfig{}, auth.ReceiverConfig{}
+	var restart []string
+	for _, d := range []struct {
+		name string
+		a, b any
+	}{
+		{"telemetry", old.Telemetry, next.Telemetry}, {"receivers.http", old.Receivers.HTTP, next.Receivers.HTTP},
+		{"receivers.otlp", old.Receivers.OTLP, next.Receivers.OTLP}, {"queue", old.Queue, next.Queue},
+		{"exporter", old.Exporter, next.Exporter}, {"shutdown_timeout", old.ShutdownTimeout, next.ShutdownTimeout},
+	} {
+		if !reflect.DeepEqual(d.a, d.b) {
+			restart = append(restart, d.name)
+		}
+	}
+	p.cfg.Auth, p.cfg.RateLimits = cfg.Auth, cfg.RateLimits
+	p.cfg.Receivers.HTTP.Auth, p.cfg.Receivers.OTLP.Auth = cfg.Receivers.HTTP.Auth, cfg.Receivers.OTLP.Auth
+	p.Set.Logger.Info("configuration reloaded", "applied", "auth keys, rate limits, receivers' auth")
+	if len(restart) > 0 {
+		warning = "changes to " + strings.Join(restart, ", ") + " need a restart and were not applied"
+		p.Set.Logger.Warn(warning)
+	}
+	return warning, nil
 }
 
 // report logs records and bytes forwarded per interval and the rate.

@@ -10,8 +10,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -74,7 +77,7 @@ func run(args []string) int {
 			fmt.Println("configuration is valid")
 			return 0
 		}
-		return serve(cfg)
+		return serve(cfg, func() (*config.Config, error) { return config.Load(*file, s) })
 	case "token":
 		return tokenCmd(args[1:])
 	case "help", "-h", "--help":
@@ -85,17 +88,36 @@ func run(args []string) int {
 	return 2
 }
 
-func serve(cfg *config.Config) int {
+// serve runs the agent until SIGTERM/SIGINT. SIGHUP and POST /-/reload on
+// the admin listener re-read the configuration with load and apply what can
+// change while running.
+func serve(cfg *config.Config, load func() (*config.Config, error)) int {
 	set := telemetry.NewSettings(cfg.Telemetry, os.Stderr)
 	p, err := pipeline.New(cfg, set)
 	if err != nil {
 		set.Logger.Error("cannot build the pipeline", "err", err)
 		return 1
 	}
+	reload := func() (string, error) {
+		next, err := load()
+		if err != nil {
+			set.Logger.Error("reload refused: the running configuration stays", "err", err)
+			return "", err
+		}
+		return p.Reload(next)
+	}
+	p.Admin.Handle("POST /-/reload", reloadHandler(reload))
 	if err := p.Start(context.Background()); err != nil {
 		set.Logger.Error("cannot start", "err", err)
 		return 1
 	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for range hup {
+			_, _ = reload()
+		}
+	}()
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	s := <-sig
@@ -113,4 +135,28 @@ func serve(cfg *config.Config) int {
 		return 1
 	}
 	return 0
+}
+
+// reloadHandler serves POST /-/reload, from loopback clients only.
+func reloadHandler(reload func() (string, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			w.WriteHeader(http.StatusForbidden)
+			_ = json.NewEncoder(w).Encode(map[string]any{"error": "reload is allowed from loopback only"})
+			return
+		}
+		warning, err := reload()
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(map[string]any{"reloaded": false, "error": err.Error()})
+			return
+		}
+		out := map[string]any{"reloaded": true}
+		if warning != "" {
+			out["warning"] = warning
+		}
+		_ = json.NewEncoder(w).Encode(out)
+	})
 }

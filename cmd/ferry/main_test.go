@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -196,5 +197,116 @@ func TestCommands(t *testing.T) {
 	bad.Env = env
 	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), "invalid token") {
 		t.Fatalf("truncated token: %v %s", err, out)
+	}
+}
+
+// TestSIGHUPReloadsKeys: edit the file, send SIGHUP, and the new key works
+// while the old one is refused; POST /-/reload does the same.
+func TestSIGHUPReloadsKeys(t *testing.T) {
+	bin := buildFerry(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "ferry.yaml")
+	httpAddr, adminAddr := freeAddr(t), freeAddr(t)
+	write := func(id int, key string) {
+		cfg := fmt.Sprintf(`exporter: {type: blackhole}
+receivers:
+  http: {listen: "%s", auth: {mode: required, sources: [header]}}
+  otlp: {enabled: false}
+telemetry: {admin: {listen: "%s"}}
+auth: {keys: [{id: %d, secret: "%s", issue: true}]}
+`, httpAddr, adminAddr, id, key)
+		if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	issue := func() string {
+		out, err := exec.Command(bin, "token", "issue", "-c", file, "--app", "a").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	status := func(tok string) int {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+httpAddr+"/v1/messages/t", strings.NewReader("m"))
+		req.Header.Set("Content-Type", "text/plain")
+		req.Header.Set("X-Ferry-Token", tok)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	write(1, strings.Repeat("ab", 32))
+	tok1 := issue()
+	var logs bytes.Buffer
+	cmd := exec.Command(bin, "run", "-c", file)
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if res, err := http.Get("http://" + adminAddr + "/healthz"); err == nil {
+			res.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not up:\n%s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if c := status(tok1); c != 200 {
+		t.Fatalf("key 1: %d", c)
+	}
+	write(2, strings.Repeat("cd", 32))
+	tok2 := issue()
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for status(tok2) != 200 {
+		if time.Now().After(deadline) {
+			t.Fatalf("SIGHUP did not load key 2:\n%s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if c := status(tok1); c != 401 {
+		t.Fatalf("key 1 after reload: %d", c)
+	}
+	// A broken file is refused over HTTP and the running keys stay.
+	if err := os.WriteFile(file, []byte("auth: {keys: [{id: 1, secret: nope}]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.Post("http://"+adminAddr+"/-/reload", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 400 || !strings.Contains(string(body), "auth.keys[0]") {
+		t.Fatalf("bad reload: %d %s", res.StatusCode, body)
+	}
+	if c := status(tok2); c != 200 {
+		t.Fatalf("after a refused reload: %d", c)
+	}
+}
+
+func TestReloadIsLoopbackOnly(t *testing.T) {
+	called := false
+	h := reloadHandler(func() (string, error) { called = true; return "", nil })
+	req := httptest.NewRequest(http.MethodPost, "/-/reload", nil)
+	req.RemoteAddr = "192.0.2.7:5555"
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	if w.Code != 403 || called {
+		t.Fatalf("remote reload: %d, called %v", w.Code, called)
+	}
+	req.RemoteAddr = "127.0.0.1:5555"
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	if w.Code != 200 || !called {
+		t.Fatalf("loopback reload: %d", w.Code)
 	}
 }

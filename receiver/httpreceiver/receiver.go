@@ -111,6 +111,10 @@ func (r *Receiver) Start(context.Context) error {
 // Addr is the bound address.
 func (r *Receiver) Addr() string { return r.ln.Addr().String() }
 
+// SetAuth swaps the receiver's token configuration (reload); requests in
+// progress finish under the configuration they started with.
+func (r *Receiver) SetAuth(c auth.ReceiverConfig) { r.gate.SetConfig(c) }
+
 // Shutdown stops accepting and waits for requests in progress until ctx ends.
 func (r *Receiver) Shutdown(ctx context.Context) error {
 	if r.ln == nil {

@@ -114,6 +114,10 @@ func (r *Receiver) Start(ctx context.Context) error {
 	return nil
 }
 
+// SetAuth swaps the receiver's token configuration (reload); requests in
+// progress finish under the configuration they started with.
+func (r *Receiver) SetAuth(c auth.ReceiverConfig) { r.gate.SetConfig(c) }
+
 // Shutdown stops accepting and waits for requests in progress until ctx ends.
 func (r *Receiver) Shutdown(ctx context.Context) error {
 	var errs []error
