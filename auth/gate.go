@@ -13,6 +13,7 @@ import (
 	"github.com/ferryhq/ferry/auth/ratelimit"
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/processor/sampler"
 )
 
 // ReceiverConfig is one receiver's authentication (YAML receivers.<r>.auth).
@@ -46,11 +47,13 @@ func (c *ReceiverConfig) Validate() error {
 	return nil
 }
 
-// Prechecks are the shared checks every receiver runs before anything is
-// queued: token verification and per-app rate limits. Either may be nil.
+// Prechecks are the shared stages every receiver runs before anything is
+// queued: token verification, per-app rate limits, and the sampler (which
+// the OTLP receiver applies in its single decode pass). Any may be nil.
 type Prechecks struct {
 	Checker *Checker
 	Limiter *ratelimit.Limiter
+	Sampler *sampler.Sampler
 }
 
 // Gate applies one receiver's configuration with the shared checks. Its

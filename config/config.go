@@ -8,6 +8,7 @@ import (
 	"github.com/ferryhq/ferry/auth/ratelimit"
 	"github.com/ferryhq/ferry/buffer/memqueue"
 	"github.com/ferryhq/ferry/exporter/kafkaexporter"
+	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/receiver/httpreceiver"
 	"github.com/ferryhq/ferry/receiver/otlpreceiver"
 	"github.com/ferryhq/ferry/telemetry"
@@ -21,6 +22,7 @@ type Config struct {
 	Exporter   Exporter         `yaml:"exporter"`
 	Auth       auth.Config      `yaml:"auth"`
 	RateLimits ratelimit.Config `yaml:"rate_limits"`
+	Processors Processors       `yaml:"processors"`
 	// ShutdownTimeout bounds a graceful stop: waiting requests, then
 	// flushing Kafka. What is not acknowledged by then is counted and logged.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
@@ -30,6 +32,11 @@ type Config struct {
 type Receivers struct {
 	HTTP httpreceiver.Config `yaml:"http"`
 	OTLP otlpreceiver.Config `yaml:"otlp"`
+}
+
+// Processors configures the processing stages.
+type Processors struct {
+	Sampler sampler.Config `yaml:"sampler"`
 }
 
 // Exporter selects and configures the exporter.
@@ -72,6 +79,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := wrap("rate_limits", c.RateLimits.Validate()); err != nil {
+		return err
+	}
+	if err := wrap("processors.sampler", c.Processors.Sampler.Validate()); err != nil {
 		return err
 	}
 	for _, r := range []struct {

@@ -28,6 +28,7 @@ import (
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/exporter/blackholeexporter"
 	"github.com/ferryhq/ferry/exporter/kafkaexporter"
+	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/receiver/httpreceiver"
 	"github.com/ferryhq/ferry/receiver/otlpreceiver"
 	"github.com/ferryhq/ferry/telemetry"
@@ -44,6 +45,7 @@ type Pipeline struct {
 	OTLP     *otlpreceiver.Receiver
 	Auth     *auth.Checker
 	Limiter  *ratelimit.Limiter
+	Sampler  *sampler.Sampler
 	reloadMu sync.Mutex
 	stop     chan struct{}
 	done     chan struct{}
@@ -80,7 +82,10 @@ func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
 	if p.Limiter, err = ratelimit.New(cfg.RateLimits, set); err != nil {
 		return nil, fmt.Errorf("rate_limits: %w", err)
 	}
-	pre := &auth.Prechecks{Checker: p.Auth, Limiter: p.Limiter}
+	if p.Sampler, err = sampler.New(cfg.Processors.Sampler, set); err != nil {
+		return nil, fmt.Errorf("processors.sampler: %w", err)
+	}
+	pre := &auth.Prechecks{Checker: p.Auth, Limiter: p.Limiter, Sampler: p.Sampler}
 	if cfg.Receivers.HTTP.Enabled {
 		if p.HTTP, err = httpreceiver.New(cfg.Receivers.HTTP, set, p.Queue, pre); err != nil {
 			return nil, fmt.Errorf("receivers.http: %w", err)
@@ -200,11 +205,17 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 	if err := cfg.RateLimits.Validate(); err != nil {
 		return "", fmt.Errorf("rate_limits: %w", err)
 	}
+	if err := cfg.Processors.Sampler.Validate(); err != nil {
+		return "", fmt.Errorf("processors.sampler: %w", err)
+	}
 	if err := p.Auth.SetKeys(cfg.Auth); err != nil {
 		return "", fmt.Errorf("auth: %w", err)
 	}
 	if err := p.Limiter.SetConfig(cfg.RateLimits); err != nil {
 		return "", fmt.Errorf("rate_limits: %w", err)
+	}
+	if err := p.Sampler.SetConfig(cfg.Processors.Sampler); err != nil {
+		return "", fmt.Errorf("processors.sampler: %w", err)
 	}
 	if p.HTTP != nil {
 		p.HTTP.SetAuth(cfg.Receivers.HTTP.Auth)
@@ -215,6 +226,7 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 	old, next := *p.cfg, *cfg
 	old.Auth, next.Auth = auth.Config{}, auth.Config{}
 	old.RateLimits, next.RateLimits = ratelimit.Config{}, ratelimit.Config{}
+	old.Processors, next.Processors = config.Processors{}, config.Processors{}
 	old.Receivers.HTTP.Auth, next.Receivers.HTTP.Auth = auth.ReceiverConfig{}, auth.ReceiverConfig{}
 	old.Receivers.OTLP.Auth, next.Receivers.OTLP.Auth = auth.ReceiverConfig{}, auth.ReceiverConfig{}
 	var restart []string
@@ -230,9 +242,9 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 			restart = append(restart, d.name)
 		}
 	}
-	p.cfg.Auth, p.cfg.RateLimits = cfg.Auth, cfg.RateLimits
+	p.cfg.Auth, p.cfg.RateLimits, p.cfg.Processors = cfg.Auth, cfg.RateLimits, cfg.Processors
 	p.cfg.Receivers.HTTP.Auth, p.cfg.Receivers.OTLP.Auth = cfg.Receivers.HTTP.Auth, cfg.Receivers.OTLP.Auth
-	p.Set.Logger.Info("configuration reloaded", "applied", "auth keys, rate limits, receivers' auth")
+	p.Set.Logger.Info("configuration reloaded", "applied", "auth keys, rate limits, sampler, receivers' auth")
 	if len(restart) > 0 {
 		warning = "changes to " + strings.Join(restart, ", ") + " need a restart and were not applied"
 		p.Set.Logger.Warn(warning)

@@ -30,6 +30,7 @@ import (
 
 	"github.com/ferryhq/ferry/otlp/flatjson"
 	"github.com/ferryhq/ferry/otlp/wire"
+	"github.com/ferryhq/ferry/processor/sampler"
 )
 
 // Signal is an OTLP signal.
@@ -91,6 +92,10 @@ type Encoder struct {
 	MaxRecordBytes int
 	// FlatExtra is appended to every flat_json object (tenant, data id).
 	FlatExtra []byte
+	// Sample drops spans and log records by trace id (zero: keep all);
+	// Dropped is how many the last Encode dropped.
+	Sample  sampler.Decision
+	Dropped int
 
 	fj    flatjson.Encoder
 	parts []Part
@@ -103,12 +108,16 @@ type Encoder struct {
 // the returned buffer.
 func (e *Encoder) Encode(sig Signal, c *Config, raw []byte, out []byte) ([]Part, []byte, int, error) {
 	e.parts = e.parts[:0]
+	e.Dropped = 0
 	e.fj.Reset()
 	e.fj.Extra = e.FlatExtra
 	e.hash.reset()
 	switch {
 	case c.Encoding == "flat_json":
 		return e.flat(sig, c, raw, out)
+	case c.Partition == "none" && !e.Sample.All() && sig != Metrics:
+		// Some items may go: re-frame what is kept as one record.
+		return e.split(sig, c, raw, out)
 	case c.Partition == "none":
 		n, err := countItems(sig, raw)
 		if err != nil || n == 0 {
@@ -151,6 +160,10 @@ func (e *Encoder) flat(sig Signal, c *Config, raw []byte, out []byte) ([]Part, [
 	case Traces:
 		it := wire.NewTraces(raw)
 		for it.Next() {
+			if !e.Sample.Keep(it.Span().TraceID) {
+				e.Dropped++
+				continue
+			}
 			start := len(out)
 			out = e.fj.Span(out, it.Resource(), it.Scope(), it.Span())
 			var key []byte
@@ -163,6 +176,10 @@ func (e *Encoder) flat(sig Signal, c *Config, raw []byte, out []byte) ([]Part, [
 	case Logs:
 		it := wire.NewLogs(raw)
 		for it.Next() {
+			if !e.Sample.Keep(it.Record().TraceID) {
+				e.Dropped++
+				continue
+			}
 			start := len(out)
 			out = e.fj.Log(out, it.Resource(), it.Scope(), it.Record())
 			add(it.Resource(), nil, start)

@@ -204,10 +204,15 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 	g.reset()
 	n := 0
 	byTrace := c.Partition == "trace_id"
+	single := c.Partition == "none" // one record for the whole (sampled) request
 	switch sig {
 	case Traces:
 		it := wire.NewTraces(raw)
 		for it.Next() {
+			if !e.Sample.Keep(it.Span().TraceID) {
+				e.Dropped++
+				continue
+			}
 			var tid []byte
 			if byTrace {
 				tid = it.Span().TraceID
@@ -224,6 +229,10 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 	case Logs:
 		it := wire.NewLogs(raw)
 		for it.Next() {
+			if !e.Sample.Keep(it.Record().TraceID) {
+				e.Dropped++
+				continue
+			}
 			g.add(it.Resource(), it.Scope(), it.Record().Raw, nil)
 			n++
 		}
@@ -248,13 +257,24 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 			return nil, out, 0, err
 		}
 	}
+	if single {
+		for i := range g.entries {
+			g.entries[i].group = 0
+		}
+		if len(g.groups) > 0 {
+			g.groups = g.groups[:1]
+			g.groups[0].items = n
+		}
+	}
 	if e.MaxRecordBytes > 0 {
 		g.chunk(e.MaxRecordBytes)
 	}
 	var scratch []byte
 	for gi := range g.groups {
 		p := Part{Items: g.groups[gi].items}
-		if byTrace {
+		if single {
+			// no key
+		} else if byTrace {
 			p.KeyStart = len(out)
 			out = hex.AppendEncode(out, g.groups[gi].traceID)
 			p.KeyEnd = len(out)

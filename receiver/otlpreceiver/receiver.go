@@ -31,6 +31,7 @@ import (
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
 	"github.com/ferryhq/ferry/record"
@@ -43,18 +44,19 @@ const recordOverhead = 320
 
 // Receiver serves OTLP over HTTP and gRPC.
 type Receiver struct {
-	cfg    Config
-	set    telemetry.Settings
-	next   consumer.Consumer
-	body   *httpbody.Reader
-	topics *telemetry.Labels
-	httpM  *receivermetrics.Metrics
-	grpcM  *receivermetrics.Metrics
-	sigs   [3]signalOut
-	http   *httpServer
-	grpc   *grpcServer
-	encP   sync.Pool // *encoding.Encoder: their scratch buffers are reused
-	gate   *auth.Gate
+	cfg     Config
+	set     telemetry.Settings
+	next    consumer.Consumer
+	body    *httpbody.Reader
+	topics  *telemetry.Labels
+	httpM   *receivermetrics.Metrics
+	grpcM   *receivermetrics.Metrics
+	sigs    [3]signalOut
+	http    *httpServer
+	grpc    *grpcServer
+	encP    sync.Pool // *encoding.Encoder: their scratch buffers are reused
+	gate    *auth.Gate
+	sampler *sampler.Sampler
 }
 
 // signalOut is a signal's fixed output: its encoding config and the Kafka
@@ -75,6 +77,9 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.P
 	}
 	r := &Receiver{cfg: cfg, set: set, next: next, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
 		topics: telemetry.NewLabels(1000), gate: auth.NewGate(cfg.Auth, pre)}
+	if pre != nil {
+		r.sampler = pre.Sampler
+	}
 	r.httpM = receivermetrics.New(set.Registry, "otlp_http")
 	r.grpcM = receivermetrics.New(set.Registry, "otlp_grpc")
 	for i, c := range []*encoding.Config{&r.cfg.Traces, &r.cfg.Metrics, &r.cfg.Logs} {
@@ -187,6 +192,7 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	defer r.encP.Put(enc)
 	enc.MaxRecordBytes = r.cfg.MaxRecordBytes
 	enc.FlatExtra = extra
+	enc.Sample = r.sampler.Decide(sig.String(), vars.Tenant)
 	parts, buf, items, err := enc.Encode(sig, so.cfg, raw.B, out.B)
 	out.B = buf
 	if err != nil {
@@ -195,6 +201,7 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		m.Error("invalid_payload")
 		return outcome{err: &decodeError{err}}
 	}
+	r.sampler.Dropped(sig.String(), vars.Tenant, enc.Dropped)
 	if items == 0 {
 		r.body.Put(raw)
 		r.body.Put(out)

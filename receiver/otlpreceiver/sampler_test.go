@@ -1,0 +1,90 @@
+package otlpreceiver
+
+import (
+	"bytes"
+	"net/http"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+
+	"github.com/ferryhq/ferry/auth"
+	"github.com/ferryhq/ferry/consumer/consumertest"
+	"github.com/ferryhq/ferry/internal/otlpgen"
+	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/processor/sampler"
+	"github.com/ferryhq/ferry/telemetry"
+)
+
+// TestSamplingKeepsTheSameTracesInEveryEncoding: at 30%, about 30% of
+// traces arrive, exactly those the rule keeps, whatever the partitioning;
+// the rest are counted as dropped by policy.
+func TestSamplingKeepsTheSameTracesInEveryEncoding(t *testing.T) {
+	td := otlpgen.New(9).Traces(2000) // 2000 spans, 2000 random trace ids
+	raw, _ := ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()
+	decision := sampler.For(30)
+	want := 0
+	spans := td.ResourceSpans().At(0).ScopeSpans()
+	for i := 0; i < spans.Len(); i++ {
+		id := spans.At(i).Spans().At(0).TraceID()
+		if decision.Keep(id[:]) {
+			want++
+		}
+	}
+	if want < 540 || want > 660 {
+		t.Fatalf("the rule itself keeps %d of 2000", want)
+	}
+	for _, part := range []string{"none", "trace_id", "resource"} {
+		t.Run(part, func(t *testing.T) {
+			set := telemetry.TestSettings()
+			s, _ := sampler.New(sampler.Config{TracesPercent: 30, LogsPercent: 100}, set)
+			cfg := testConfig()
+			cfg.Traces = encoding.Config{Topic: "spans", Encoding: "otlp_proto", Partition: part}
+			cfg.MaxRequestBytes = 4 << 20
+			sink := &consumertest.Sink{}
+			r, err := New(cfg, set, sink, &auth.Prechecks{Sampler: s})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Start(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			defer r.Shutdown(t.Context())
+			res, err := http.Post("http://"+r.HTTPAddr()+"/v1/traces", "application/x-protobuf", bytes.NewReader(raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != 200 {
+				t.Fatalf("status %d", res.StatusCode)
+			}
+			got := 0
+			for _, rec := range sink.Records() {
+				td, err := (&ptrace.ProtoUnmarshaler{}).UnmarshalTraces(rec.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rss := td.ResourceSpans()
+				for i := 0; i < rss.Len(); i++ {
+					for j := 0; j < rss.At(i).ScopeSpans().Len(); j++ {
+						sps := rss.At(i).ScopeSpans().At(j).Spans()
+						for k := 0; k < sps.Len(); k++ {
+							id := sps.At(k).TraceID()
+							if !decision.Keep(id[:]) {
+								t.Fatalf("a trace the rule drops arrived")
+							}
+							got++
+						}
+					}
+				}
+			}
+			if got != want {
+				t.Fatalf("%d spans arrived, the rule keeps %d", got, want)
+			}
+			if v := testutil.ToFloat64(s.DroppedCounter("traces", "")); int(v) != 2000-want {
+				t.Fatalf("dropped counter %v, want %d", v, 2000-want)
+			}
+		})
+	}
+}
