@@ -13,6 +13,7 @@ import (
 	"github.com/ferryhq/ferry/auth/ratelimit"
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
 )
 
@@ -51,9 +52,10 @@ func (c *ReceiverConfig) Validate() error {
 // queued: token verification, per-app rate limits, and the sampler (which
 // the OTLP receiver applies in its single decode pass). Any may be nil.
 type Prechecks struct {
-	Checker *Checker
-	Limiter *ratelimit.Limiter
-	Sampler *sampler.Sampler
+	Checker    *Checker
+	Limiter    *ratelimit.Limiter
+	Sampler    *sampler.Sampler
+	Attributes *attributes.Processor
 }
 
 // Gate applies one receiver's configuration with the shared checks. Its

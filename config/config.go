@@ -8,6 +8,7 @@ import (
 	"github.com/ferryhq/ferry/auth/ratelimit"
 	"github.com/ferryhq/ferry/buffer/memqueue"
 	"github.com/ferryhq/ferry/exporter/kafkaexporter"
+	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/receiver/httpreceiver"
 	"github.com/ferryhq/ferry/receiver/otlpreceiver"
@@ -36,7 +37,8 @@ type Receivers struct {
 
 // Processors configures the processing stages.
 type Processors struct {
-	Sampler sampler.Config `yaml:"sampler"`
+	Sampler    sampler.Config    `yaml:"sampler"`
+	Attributes attributes.Config `yaml:"attributes"`
 }
 
 // Exporter selects and configures the exporter.
@@ -82,6 +84,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := wrap("processors.sampler", c.Processors.Sampler.Validate()); err != nil {
+		return err
+	}
+	if err := wrap("processors.attributes", c.Processors.Attributes.Validate()); err != nil {
 		return err
 	}
 	for _, r := range []struct {

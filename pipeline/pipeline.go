@@ -28,6 +28,7 @@ import (
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/exporter/blackholeexporter"
 	"github.com/ferryhq/ferry/exporter/kafkaexporter"
+	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/receiver/httpreceiver"
 	"github.com/ferryhq/ferry/receiver/otlpreceiver"
@@ -46,6 +47,7 @@ type Pipeline struct {
 	Auth     *auth.Checker
 	Limiter  *ratelimit.Limiter
 	Sampler  *sampler.Sampler
+	Attrs    *attributes.Processor
 	reloadMu sync.Mutex
 	stop     chan struct{}
 	done     chan struct{}
@@ -85,7 +87,10 @@ func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
 	if p.Sampler, err = sampler.New(cfg.Processors.Sampler, set); err != nil {
 		return nil, fmt.Errorf("processors.sampler: %w", err)
 	}
-	pre := &auth.Prechecks{Checker: p.Auth, Limiter: p.Limiter, Sampler: p.Sampler}
+	if p.Attrs, err = attributes.New(cfg.Processors.Attributes, set); err != nil {
+		return nil, fmt.Errorf("processors.attributes: %w", err)
+	}
+	pre := &auth.Prechecks{Checker: p.Auth, Limiter: p.Limiter, Sampler: p.Sampler, Attributes: p.Attrs}
 	if cfg.Receivers.HTTP.Enabled {
 		if p.HTTP, err = httpreceiver.New(cfg.Receivers.HTTP, set, p.Queue, pre); err != nil {
 			return nil, fmt.Errorf("receivers.http: %w", err)
@@ -208,6 +213,9 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 	if err := cfg.Processors.Sampler.Validate(); err != nil {
 		return "", fmt.Errorf("processors.sampler: %w", err)
 	}
+	if err := cfg.Processors.Attributes.Validate(); err != nil {
+		return "", fmt.Errorf("processors.attributes: %w", err)
+	}
 	if err := p.Auth.SetKeys(cfg.Auth); err != nil {
 		return "", fmt.Errorf("auth: %w", err)
 	}
@@ -216,6 +224,9 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 	}
 	if err := p.Sampler.SetConfig(cfg.Processors.Sampler); err != nil {
 		return "", fmt.Errorf("processors.sampler: %w", err)
+	}
+	if err := p.Attrs.SetConfig(cfg.Processors.Attributes); err != nil {
+		return "", fmt.Errorf("processors.attributes: %w", err)
 	}
 	if p.HTTP != nil {
 		p.HTTP.SetAuth(cfg.Receivers.HTTP.Auth)
@@ -244,7 +255,7 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 	}
 	p.cfg.Auth, p.cfg.RateLimits, p.cfg.Processors = cfg.Auth, cfg.RateLimits, cfg.Processors
 	p.cfg.Receivers.HTTP.Auth, p.cfg.Receivers.OTLP.Auth = cfg.Receivers.HTTP.Auth, cfg.Receivers.OTLP.Auth
-	p.Set.Logger.Info("configuration reloaded", "applied", "auth keys, rate limits, sampler, receivers' auth")
+	p.Set.Logger.Info("configuration reloaded", "applied", "auth keys, rate limits, sampler, attribute filters, receivers' auth")
 	if len(restart) > 0 {
 		warning = "changes to " + strings.Join(restart, ", ") + " need a restart and were not applied"
 		p.Set.Logger.Warn(warning)

@@ -31,6 +31,7 @@ import (
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
@@ -57,6 +58,7 @@ type Receiver struct {
 	encP    sync.Pool // *encoding.Encoder: their scratch buffers are reused
 	gate    *auth.Gate
 	sampler *sampler.Sampler
+	attrs   *attributes.Processor
 }
 
 // signalOut is a signal's fixed output: its encoding config and the Kafka
@@ -78,7 +80,7 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.P
 	r := &Receiver{cfg: cfg, set: set, next: next, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
 		topics: telemetry.NewLabels(1000), gate: auth.NewGate(cfg.Auth, pre)}
 	if pre != nil {
-		r.sampler = pre.Sampler
+		r.sampler, r.attrs = pre.Sampler, pre.Attributes
 	}
 	r.httpM = receivermetrics.New(set.Registry, "otlp_http")
 	r.grpcM = receivermetrics.New(set.Registry, "otlp_grpc")
@@ -183,6 +185,18 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 			return outcome{err: &decodeError{err}}
 		}
 		topic = t
+	}
+	if r.attrs != nil && r.attrs.Active(sig.String(), vars.Tenant) {
+		rewritten, _, err := r.attrs.Apply(sig.String(), vars.Tenant, raw.B)
+		if err != nil {
+			r.body.Put(raw)
+			m.Error("invalid_payload")
+			return outcome{err: &decodeError{err}}
+		}
+		nb := r.body.Get(len(rewritten))
+		nb.B = append(nb.B, rewritten...)
+		r.body.Put(raw)
+		raw = nb
 	}
 	out := r.body.Get(len(raw.B) + len(raw.B)/2)
 	enc, _ := r.encP.Get().(*encoding.Encoder)

@@ -13,6 +13,7 @@ import (
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/internal/otlpgen"
 	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -86,5 +87,44 @@ func TestSamplingKeepsTheSameTracesInEveryEncoding(t *testing.T) {
 				t.Fatalf("dropped counter %v, want %d", v, 2000-want)
 			}
 		})
+	}
+}
+
+func TestAttributeFiltersOnTheWay(t *testing.T) {
+	set := telemetry.TestSettings()
+	ap, err := attributes.New(attributes.Config{
+		Actions: []attributes.Action{{Action: "delete", Key: "http.method1"}},
+		DropIf:  []attributes.Match{{Key: "http.route", Equals: "/healthz"}},
+	}, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Traces = encoding.Config{Topic: "spans", Encoding: "flat_json", Partition: "trace_id"}
+	sink := &consumertest.Sink{}
+	r, err := New(cfg, set, sink, &auth.Prechecks{Attributes: ap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown(t.Context())
+	td := otlpgen.New(3).Traces(5)
+	td.ResourceSpans().At(0).ScopeSpans().At(2).Spans().At(0).Attributes().PutStr("http.route", "/healthz")
+	raw, _ := ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()
+	res, err := http.Post("http://"+r.HTTPAddr()+"/v1/traces", "application/x-protobuf", bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	recs := sink.Records()
+	if res.StatusCode != 200 || len(recs) != 4 {
+		t.Fatalf("status %d, %d records, want 4 (one health check dropped)", res.StatusCode, len(recs))
+	}
+	for _, rec := range recs {
+		if bytes.Contains(rec.Value, []byte(`"http.method1"`)) || bytes.Contains(rec.Value, []byte("/healthz")) {
+			t.Fatalf("filtered data arrived: %s", rec.Value)
+		}
 	}
 }
