@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -24,7 +25,8 @@ type ReceiverConfig struct {
 	Mode string `yaml:"mode"`
 	// Sources, tried in order: authorization (Authorization: Bearer),
 	// header (X-Ferry-Token), query (?token=), metadata (gRPC
-	// "authorization: Bearer …" or "x-ferry-token").
+	// "authorization: Bearer …" or "x-ferry-token"), resource (OTLP only: the
+	// resource attribute ferry.token, removed before export).
 	Sources []string `yaml:"sources"`
 }
 
@@ -37,9 +39,9 @@ func (c *ReceiverConfig) Validate() error {
 	}
 	for _, s := range c.Sources {
 		switch s {
-		case "authorization", "header", "query", "metadata":
+		case "authorization", "header", "query", "metadata", "resource":
 		default:
-			return fmt.Errorf("sources: %q is not one of authorization, header, query, metadata", s)
+			return fmt.Errorf("sources: %q is not one of authorization, header, query, metadata, resource", s)
 		}
 	}
 	if c.Mode != "none" && c.Mode != "" && len(c.Sources) == 0 {
@@ -115,6 +117,25 @@ func (g *Gate) HTTP(r *http.Request) (*token.Claims, error) {
 	if !g.Enabled() {
 		return nil, nil
 	}
+	return g.Check(g.HTTPToken(r))
+}
+
+// WantsResource reports whether the resource attribute ferry.token is a
+// source (the OTLP receiver then looks there when no other source had one).
+func (g *Gate) WantsResource() bool {
+	return g.Enabled() && slices.Contains(g.cfg.Load().Sources, "resource")
+}
+
+// Check applies the mode to tok ("" = none given).
+func (g *Gate) Check(tok string) (*token.Claims, error) {
+	if !g.Enabled() {
+		return nil, nil
+	}
+	return g.check(g.cfg.Load().Mode, tok)
+}
+
+// HTTPToken returns the token an HTTP request carries in its sources.
+func (g *Gate) HTTPToken(r *http.Request) string {
 	c := g.cfg.Load()
 	var tok string
 	for _, s := range c.Sources {
@@ -132,7 +153,7 @@ func (g *Gate) HTTP(r *http.Request) (*token.Claims, error) {
 			break
 		}
 	}
-	return g.check(c.Mode, tok)
+	return tok
 }
 
 // GRPC checks the token in a gRPC call's metadata.
@@ -140,6 +161,11 @@ func (g *Gate) GRPC(ctx context.Context) (*token.Claims, error) {
 	if !g.Enabled() {
 		return nil, nil
 	}
+	return g.Check(g.GRPCToken(ctx))
+}
+
+// GRPCToken returns the token in a gRPC call's metadata.
+func (g *Gate) GRPCToken(ctx context.Context) string {
 	c := g.cfg.Load()
 	md, _ := metadata.FromIncomingContext(ctx)
 	var tok string
@@ -159,7 +185,7 @@ func (g *Gate) GRPC(ctx context.Context) (*token.Claims, error) {
 			break
 		}
 	}
-	return g.check(c.Mode, tok)
+	return tok
 }
 
 func (g *Gate) check(mode, tok string) (*token.Claims, error) {

@@ -394,3 +394,26 @@ func (w *walker) enterScope(sb []byte) error {
 	w.items = Repeated{msg: sb, num: 2}
 	return nil
 }
+
+// ResourceAttribute returns the string values of attribute key on every
+// resource of a TracesData / MetricsData / LogsData (the field layout of the
+// outer message is the same for all three), reading nothing below the
+// resources.
+func ResourceAttribute(data []byte, key string) ([]string, error) {
+	var out []string
+	err := walkRepeated(data, 1, func(rb []byte) error {
+		return walkRepeated(rb, 1, func(res []byte) error {
+			a := Attrs{Repeated{msg: res, num: 1}}
+			for {
+				k, v, ok := a.Next()
+				if !ok {
+					return nil
+				}
+				if string(k) == key && v.Kind == KindString {
+					out = append(out, string(v.Str))
+				}
+			}
+		})
+	})
+	return out, err
+}

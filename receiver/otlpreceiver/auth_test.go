@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -22,6 +23,7 @@ import (
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/internal/otlpgen"
+	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -165,5 +167,75 @@ func TestRouting(t *testing.T) {
 	}
 	if hs["ferry.tenant"] != "shop eu" || hs["ferry.business_id"] != "9" || hs["ferry.data_id"] != "1003" {
 		t.Fatalf("headers %v", hs)
+	}
+}
+
+// TestTokenInResourceAttribute: ferry.token on the resource authenticates
+// the request and never reaches Kafka; disagreeing resources are refused.
+func TestTokenInResourceAttribute(t *testing.T) {
+	checker, issue := authtest.New(t)
+	tok := issue("edge")
+	cfg := testConfig()
+	cfg.Logs = encoding.Config{Topic: "logs", Encoding: "otlp_proto", Partition: "none"}
+	cfg.Auth = auth.ReceiverConfig{Mode: "required", Sources: []string{"authorization", "metadata", "resource"}}
+	sink := &consumertest.Sink{}
+	r, err := New(cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+	withTokens := func(toks ...string) []byte {
+		ld := plog.NewLogs()
+		for _, tk := range toks {
+			rl := ld.ResourceLogs().AppendEmpty()
+			rl.Resource().Attributes().PutStr("service.name", "svc")
+			if tk != "" {
+				rl.Resource().Attributes().PutStr("ferry.token", tk)
+			}
+			rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().Body().SetStr("hello")
+		}
+		raw, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+		return raw
+	}
+	post := func(raw []byte) int {
+		res, err := http.Post("http://"+r.HTTPAddr()+"/v1/logs", "application/x-protobuf", bytes.NewReader(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if c := post(withTokens(tok, tok)); c != 200 {
+		t.Fatalf("token in both resources: %d", c)
+	}
+	if c := post(withTokens(tok, issue("other"))); c != 401 {
+		t.Fatalf("conflicting tokens: %d", c)
+	}
+	if c := post(withTokens("")); c != 401 {
+		t.Fatalf("no token anywhere: %d", c)
+	}
+	// Over gRPC too.
+	cc, _ := grpc.NewClient(r.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer cc.Close()
+	req := plogotlp.NewExportRequest()
+	_ = req.UnmarshalProto(withTokens(tok))
+	if _, err := plogotlp.NewGRPCClient(cc).Export(context.Background(), req); err != nil {
+		t.Fatalf("resource token over gRPC: %v", err)
+	}
+	recs := sink.Records()
+	if len(recs) != 2 {
+		t.Fatalf("%d records", len(recs))
+	}
+	for _, rec := range recs {
+		if bytes.Contains(rec.Value, []byte("ferry.token")) || bytes.Contains(rec.Value, []byte(tok)) {
+			t.Fatal("the token reached Kafka")
+		}
+		ld, err := (&plog.ProtoUnmarshaler{}).UnmarshalLogs(rec.Value)
+		if err != nil || ld.LogRecordCount() == 0 {
+			t.Fatalf("record: %v", err)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package otlpreceiver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 )
@@ -117,11 +119,21 @@ func (g *grpcServer) shutdown(ctx context.Context) error {
 
 func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(any) error) (any, error) {
 	m := g.r.grpcM
-	claims, aerr := g.r.gate.GRPC(ctx)
-	if aerr != nil {
+	unauthenticated := func(err error) error {
 		m.Error("unauthenticated")
 		m.RequestCode(codes.Unauthenticated.String())
-		return nil, status.Error(codes.Unauthenticated, aerr.Error())
+		return status.Error(codes.Unauthenticated, err.Error())
+	}
+	var claims *token.Claims
+	var headerTok string
+	if g.r.gate.Enabled() {
+		headerTok = g.r.gate.GRPCToken(ctx)
+		if !g.r.gate.WantsResource() {
+			var aerr error
+			if claims, aerr = g.r.gate.Check(headerTok); aerr != nil {
+				return nil, unauthenticated(aerr)
+			}
+		}
 	}
 	in := &rawMsg{reader: g.r.body}
 	if err := dec(in); err != nil {
@@ -131,6 +143,18 @@ func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(a
 		m.Error("invalid_payload")
 		m.RequestCode(codes.InvalidArgument.String())
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if g.r.gate.WantsResource() {
+		var aerr error
+		if claims, in.buf, aerr = g.r.resourceAuth(headerTok, sig, in.buf); aerr != nil {
+			g.r.body.Put(in.buf)
+			var de *decodeError
+			if errors.As(aerr, &de) {
+				m.Error("invalid_payload")
+				return nil, status.Error(codes.InvalidArgument, aerr.Error())
+			}
+			return nil, unauthenticated(aerr)
+		}
 	}
 	o := g.r.export(ctx, m, sig, in.buf, claims)
 	if o.err != nil {

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/otlp/encoding"
 )
 
@@ -66,12 +67,22 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 		h.fail(w, false, answer{httpStatus: http.StatusMethodNotAllowed, code: 12, reason: "method_not_allowed", msg: "use POST"})
 		return
 	}
-	claims, aerr := h.r.gate.HTTP(q)
-	if aerr != nil {
+	unauthorized := func(err error) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="ferry"`)
 		isJSON := strings.HasPrefix(q.Header.Get("Content-Type"), "application/json")
-		h.fail(w, isJSON, answer{httpStatus: http.StatusUnauthorized, code: 16, reason: "unauthenticated", msg: aerr.Error()})
-		return
+		h.fail(w, isJSON, answer{httpStatus: http.StatusUnauthorized, code: 16, reason: "unauthenticated", msg: err.Error()})
+	}
+	var claims *token.Claims
+	var headerTok string
+	if h.r.gate.Enabled() {
+		headerTok = h.r.gate.HTTPToken(q)
+		if !h.r.gate.WantsResource() { // refuse before reading the body
+			var aerr error
+			if claims, aerr = h.r.gate.Check(headerTok); aerr != nil {
+				unauthorized(aerr)
+				return
+			}
+		}
 	}
 	mt, _, _ := mime.ParseMediaType(q.Header.Get("Content-Type"))
 	var isJSON bool
@@ -99,6 +110,19 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 		}
 		body = h.r.body.Get(len(pb))
 		body.B = append(body.B, pb...)
+	}
+	if h.r.gate.WantsResource() {
+		var aerr error
+		if claims, body, aerr = h.r.resourceAuth(headerTok, sig, body); aerr != nil {
+			h.r.body.Put(body)
+			var de *decodeError
+			if errors.As(aerr, &de) {
+				h.fail(w, isJSON, classify(aerr))
+				return
+			}
+			unauthorized(aerr)
+			return
+		}
 	}
 	o := h.r.export(q.Context(), m, sig, body, claims)
 	if o.err != nil {

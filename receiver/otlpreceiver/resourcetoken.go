@@ -1,0 +1,89 @@
+package otlpreceiver
+
+import (
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/ferryhq/ferry/auth/token"
+	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/otlp/wire"
+	"github.com/ferryhq/ferry/receiver/httpbody"
+)
+
+// tokenAttribute is the resource attribute a token may come in.
+const tokenAttribute = "ferry.token"
+
+// ReasonConflicting: the request's resources carry different tokens.
+const ReasonConflicting = "conflicting"
+
+// resourceAuth completes authentication for a receiver whose sources include
+// "resource": the token from headers/metadata if any, else the one every
+// token-carrying resource agrees on. Whatever the token's source, the
+// attribute is removed before export, so it never reaches Kafka.
+func (r *Receiver) resourceAuth(headerTok string, sig encoding.Signal, body *httpbody.Buf) (*token.Claims, *httpbody.Buf, error) {
+	vals, err := wire.ResourceAttribute(body.B, tokenAttribute)
+	if err != nil {
+		return nil, body, &decodeError{err}
+	}
+	tok := headerTok
+	if tok == "" && len(vals) > 0 {
+		tok = vals[0]
+		for _, v := range vals[1:] {
+			if v != tok {
+				return nil, body, &token.Error{Reason: ReasonConflicting}
+			}
+		}
+	}
+	claims, err := r.gate.Check(tok)
+	if err != nil {
+		return nil, body, err
+	}
+	if len(vals) > 0 {
+		stripped, err := stripResourceAttribute(sig, body.B, tokenAttribute)
+		if err != nil {
+			return nil, body, &decodeError{err}
+		}
+		nb := r.body.Get(len(stripped))
+		nb.B = append(nb.B, stripped...)
+		r.body.Put(body)
+		body = nb
+	}
+	return claims, body, nil
+}
+
+// stripResourceAttribute removes key from every resource (through pdata:
+// only requests that carry the attribute pay for it).
+func stripResourceAttribute(sig encoding.Signal, raw []byte, key string) ([]byte, error) {
+	drop := func(m pcommon.Map) { m.Remove(key) }
+	switch sig {
+	case encoding.Traces:
+		td, err := (&ptrace.ProtoUnmarshaler{}).UnmarshalTraces(raw)
+		if err != nil {
+			return nil, err
+		}
+		for i := 0; i < td.ResourceSpans().Len(); i++ {
+			drop(td.ResourceSpans().At(i).Resource().Attributes())
+		}
+		return (&ptrace.ProtoMarshaler{}).MarshalTraces(td)
+	case encoding.Logs:
+		ld, err := (&plog.ProtoUnmarshaler{}).UnmarshalLogs(raw)
+		if err != nil {
+			return nil, err
+		}
+		for i := 0; i < ld.ResourceLogs().Len(); i++ {
+			drop(ld.ResourceLogs().At(i).Resource().Attributes())
+		}
+		return (&plog.ProtoMarshaler{}).MarshalLogs(ld)
+	default:
+		md, err := (&pmetric.ProtoUnmarshaler{}).UnmarshalMetrics(raw)
+		if err != nil {
+			return nil, err
+		}
+		for i := 0; i < md.ResourceMetrics().Len(); i++ {
+			drop(md.ResourceMetrics().At(i).Resource().Attributes())
+		}
+		return (&pmetric.ProtoMarshaler{}).MarshalMetrics(md)
+	}
+}
