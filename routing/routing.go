@@ -4,7 +4,10 @@
 //
 // Placeholders: {signal} (traces, metrics, logs, messages), {tenant} (the
 // token's app; {app} is the same), {business_id}, {data_id} (the token's
-// data id for the signal). A template without placeholders is a plain topic.
+// data id for the signal), {resource.<key>} (a resource attribute of the
+// record, OTLP), {header.<name>} (a request header or gRPC metadata). A
+// missing resource attribute or header expands to "unknown". A template
+// without placeholders is a plain topic.
 // Characters Kafka does not allow in topic names are replaced by '_' after
 // expansion, so any app name makes a valid topic.
 package routing
@@ -25,6 +28,10 @@ type Vars struct {
 	Tenant     string // "" when the request has no token
 	BusinessID uint64
 	DataID     uint64
+	// Resource looks up a resource attribute of the record; Header a request
+	// header. Either may be nil.
+	Resource func(key string) (string, bool)
+	Header   func(name string) string
 }
 
 type part struct {
@@ -57,8 +64,8 @@ func Parse(s string) (*Template, error) {
 			return nil, fmt.Errorf("%q: unclosed {", t.raw)
 		}
 		f := s[i+1 : i+j]
-		if !fields[f] {
-			return nil, fmt.Errorf("%q: unknown placeholder {%s} (use signal, tenant, business_id, data_id)", t.raw, f)
+		if !fields[f] && !(strings.HasPrefix(f, "resource.") && len(f) > 9) && !(strings.HasPrefix(f, "header.") && len(f) > 7) {
+			return nil, fmt.Errorf("%q: unknown placeholder {%s} (use signal, tenant, business_id, data_id, resource.<key>, header.<name>)", t.raw, f)
 		}
 		t.parts = append(t.parts, part{field: f})
 		s = s[i+j+1:]
@@ -72,14 +79,30 @@ func Parse(s string) (*Template, error) {
 // Static reports whether the template is a plain topic.
 func (t *Template) Static() bool { return len(t.parts) == 1 && t.parts[0].field == "" }
 
+// PerResource reports whether the result depends on the record's resource.
+func (t *Template) PerResource() bool {
+	for _, p := range t.parts {
+		if strings.HasPrefix(p.field, "resource.") {
+			return true
+		}
+	}
+	return false
+}
+
 // String is the template as written.
 func (t *Template) String() string { return t.raw }
 
 // ErrNeedsToken: the template uses token fields and the request has none.
 var ErrNeedsToken = errors.New("the topic template uses token fields ({tenant}, {business_id}, {data_id}) and the request has no token")
 
-// Expand returns the topic for v.
-func (t *Template) Expand(v Vars) (string, error) {
+// Expand returns the topic for v (sanitized for Kafka).
+func (t *Template) Expand(v Vars) (string, error) { return t.expand(v, true) }
+
+// ExpandRaw returns the expansion as is, for record keys, which may hold
+// any bytes.
+func (t *Template) ExpandRaw(v Vars) (string, error) { return t.expand(v, false) }
+
+func (t *Template) expand(v Vars, sanitize bool) (string, error) {
 	if t.Static() {
 		return t.raw, nil
 	}
@@ -105,7 +128,21 @@ func (t *Template) Expand(v Vars) (string, error) {
 				return "", ErrNeedsToken
 			}
 			b.WriteString(strconv.FormatUint(v.DataID, 10))
+		default:
+			val := ""
+			if k, ok := strings.CutPrefix(p.field, "resource."); ok && v.Resource != nil {
+				val, _ = v.Resource(k)
+			} else if k, ok := strings.CutPrefix(p.field, "header."); ok && v.Header != nil {
+				val = v.Header(k)
+			}
+			if val == "" {
+				val = "unknown"
+			}
+			b.WriteString(val)
 		}
+	}
+	if !sanitize {
+		return b.String(), nil
 	}
 	return Sanitize(b.String()), nil
 }

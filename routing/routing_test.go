@@ -34,3 +34,26 @@ func TestTemplates(t *testing.T) {
 		}
 	}
 }
+
+func TestResourceAndHeaderPlaceholders(t *testing.T) {
+	tm, err := Parse("{resource.service.name}.{header.x-env}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tm.PerResource() {
+		t.Fatal("PerResource")
+	}
+	got, _ := tm.Expand(Vars{
+		Resource: func(k string) (string, bool) { return map[string]string{"service.name": "checkout"}[k], true },
+		Header:   func(n string) string { return map[string]string{"x-env": "prod"}[n] },
+	})
+	if got != "checkout.prod" {
+		t.Fatal(got)
+	}
+	if got, _ := tm.Expand(Vars{}); got != "unknown.unknown" {
+		t.Fatal(got)
+	}
+	if _, err := Parse("{resource.}"); err == nil {
+		t.Fatal("empty resource key accepted")
+	}
+}

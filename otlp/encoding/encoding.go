@@ -50,6 +50,9 @@ type Config struct {
 	Topic     string `yaml:"topic"`
 	Encoding  string `yaml:"encoding"`  // otlp_proto, otlp_json, flat_json
 	Partition string `yaml:"partition"` // trace_id (traces only), resource, none
+	// Key, when set, is a template (routing placeholders) that replaces the
+	// key the partition would give.
+	Key string `yaml:"key"`
 }
 
 // Validate names the first invalid field.
@@ -82,7 +85,8 @@ type Part struct {
 	KeyStart, KeyEnd int
 	ValStart, ValEnd int
 	Items            int
-	Whole            bool // value is the whole input, unchanged; no key
+	Whole            bool   // value is the whole input, unchanged; no key
+	ResRaw           []byte // the (first) resource of the record's items, for routing
 }
 
 // Encoder turns requests into parts; reuse one per goroutine.
@@ -129,10 +133,10 @@ func (e *Encoder) Encode(sig Signal, c *Config, raw []byte, out []byte) ([]Part,
 			if err != nil {
 				return nil, out, 0, err
 			}
-			e.parts = append(e.parts, Part{ValStart: start, ValEnd: len(out), Items: n})
+			e.parts = append(e.parts, Part{ValStart: start, ValEnd: len(out), Items: n, ResRaw: wire.FirstResource(raw)})
 			return e.parts, out, n, nil
 		}
-		e.parts = append(e.parts, Part{Whole: true, Items: n})
+		e.parts = append(e.parts, Part{Whole: true, Items: n, ResRaw: wire.FirstResource(raw)})
 		return e.parts, out, n, nil
 	default:
 		return e.split(sig, c, raw, out)
@@ -142,7 +146,7 @@ func (e *Encoder) Encode(sig Signal, c *Config, raw []byte, out []byte) ([]Part,
 func (e *Encoder) flat(sig Signal, c *Config, raw []byte, out []byte) ([]Part, []byte, int, error) {
 	n := 0
 	add := func(res *wire.Resource, key []byte, start int) {
-		p := Part{ValStart: start, ValEnd: len(out), Items: 1}
+		p := Part{ValStart: start, ValEnd: len(out), Items: 1, ResRaw: res.Raw}
 		switch {
 		case key != nil:
 			p.KeyStart = len(out)

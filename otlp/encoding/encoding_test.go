@@ -197,7 +197,7 @@ func TestConfigValidation(t *testing.T) {
 
 func TestMalformedRequestIsAnError(t *testing.T) {
 	var e Encoder
-	for _, c := range []Config{{"t", "otlp_proto", "none"}, {"t", "otlp_proto", "trace_id"}, {"t", "flat_json", "none"}, {"t", "otlp_json", "resource"}} {
+	for _, c := range []Config{{Topic: "t", Encoding: "otlp_proto", Partition: "none"}, {Topic: "t", Encoding: "otlp_proto", Partition: "trace_id"}, {Topic: "t", Encoding: "flat_json", Partition: "none"}, {Topic: "t", Encoding: "otlp_json", Partition: "resource"}} {
 		if _, _, _, err := e.Encode(Traces, &c, []byte{0x0a, 0x05, 0x01}, nil); err == nil {
 			t.Errorf("%+v: malformed accepted", c)
 		}

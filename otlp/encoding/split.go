@@ -53,7 +53,7 @@ func (g *grouper) add(res *wire.Resource, sc *wire.Scope, item []byte, traceID [
 		if !ok {
 			idx = len(g.groups)
 			g.byTrace[k] = idx
-			g.groups = append(g.groups, groupInfo{traceID: traceID})
+			g.groups = append(g.groups, groupInfo{traceID: traceID, resRaw: res.Raw})
 		}
 		e.group = idx
 	} else {
@@ -271,7 +271,7 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 	}
 	var scratch []byte
 	for gi := range g.groups {
-		p := Part{Items: g.groups[gi].items}
+		p := Part{Items: g.groups[gi].items, ResRaw: g.groups[gi].resRaw}
 		if single {
 			// no key
 		} else if byTrace {

@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"strconv"
+
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -416,4 +418,47 @@ func ResourceAttribute(data []byte, key string) ([]string, error) {
 		})
 	})
 	return out, err
+}
+
+// FirstResource returns the first Resource message of a TracesData /
+// MetricsData / LogsData (nil if none), reading nothing else.
+func FirstResource(data []byte) []byte {
+	var out []byte
+	_ = walkRepeated(data, 1, func(rb []byte) error {
+		if out != nil {
+			return nil
+		}
+		return walkRepeated(rb, 1, func(res []byte) error {
+			if out == nil {
+				out = res
+			}
+			return nil
+		})
+	})
+	return out
+}
+
+// LookupAttr returns the string form of attribute key in a Resource message.
+func LookupAttr(resource []byte, key string) (string, bool) {
+	a := Attrs{Repeated{msg: resource, num: 1}}
+	for {
+		k, v, ok := a.Next()
+		if !ok {
+			return "", false
+		}
+		if string(k) != key {
+			continue
+		}
+		switch v.Kind {
+		case KindString:
+			return string(v.Str), true
+		case KindInt:
+			return strconv.FormatInt(v.Int, 10), true
+		case KindBool:
+			return strconv.FormatBool(v.Bool), true
+		case KindDouble:
+			return strconv.FormatFloat(v.Dbl, 'g', -1, 64), true
+		}
+		return "", true
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -236,6 +237,62 @@ func TestTokenInResourceAttribute(t *testing.T) {
 		ld, err := (&plog.ProtoUnmarshaler{}).UnmarshalLogs(rec.Value)
 		if err != nil || ld.LogRecordCount() == 0 {
 			t.Fatalf("record: %v", err)
+		}
+	}
+}
+
+func TestRoutingByResourceAndHeaderWithKeyTemplate(t *testing.T) {
+	cfg := testConfig()
+	cfg.Logs = encoding.Config{Topic: "logs-{resource.service.name}-{header.x-env}", Encoding: "otlp_proto",
+		Partition: "resource", Key: "{resource.host.name}"}
+	sink := &consumertest.Sink{}
+	r, err := New(cfg, telemetry.TestSettings(), sink, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+	ld := plog.NewLogs()
+	for _, svc := range []string{"cart", "pay"} {
+		rl := ld.ResourceLogs().AppendEmpty()
+		rl.Resource().Attributes().PutStr("service.name", svc)
+		rl.Resource().Attributes().PutStr("host.name", "h-"+svc)
+		rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().Body().SetStr("x")
+	}
+	raw, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+	req, _ := http.NewRequest(http.MethodPost, "http://"+r.HTTPAddr()+"/v1/logs", bytes.NewReader(raw))
+	req.Header.Set("Content-Type", "application/x-protobuf")
+	req.Header.Set("X-Env", "prod")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	recs := sink.Records()
+	if res.StatusCode != 200 || len(recs) != 2 {
+		t.Fatalf("%d, %d records", res.StatusCode, len(recs))
+	}
+	got := map[string]string{}
+	for _, rec := range recs {
+		got[rec.Topic] = string(rec.Key)
+	}
+	if got["logs-cart-prod"] != "h-cart" || got["logs-pay-prod"] != "h-pay" {
+		t.Fatalf("topic → key %v", got)
+	}
+	// The same over gRPC, with metadata as the header.
+	cc, _ := grpc.NewClient(r.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer cc.Close()
+	sink.Reset()
+	greq := plogotlp.NewExportRequestFromLogs(ld)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-env", "stage")
+	if _, err := plogotlp.NewGRPCClient(cc).Export(ctx, greq); err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range sink.Records() {
+		if !strings.HasSuffix(rec.Topic, "-stage") {
+			t.Fatalf("gRPC topic %q", rec.Topic)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/config/bytesize"
 	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/routing"
 )
 
 // Config is the user configuration (YAML receivers.otlp).
@@ -63,6 +64,14 @@ func (c *Config) Validate() error {
 	}{{"traces", encoding.Traces, &c.Traces}, {"metrics", encoding.Metrics, &c.Metrics}, {"logs", encoding.Logs, &c.Logs}} {
 		if err := s.c.Validate(s.sig); err != nil {
 			return fmt.Errorf("%s.%w", s.name, err)
+		}
+		if _, err := routing.Parse(s.c.Topic); err != nil {
+			return fmt.Errorf("%s.topic: %w", s.name, err)
+		}
+		if s.c.Key != "" {
+			if _, err := routing.Parse(s.c.Key); err != nil {
+				return fmt.Errorf("%s.key: %w", s.name, err)
+			}
 		}
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/encoding/gzip" // OTLP/gRPC clients may gzip
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -156,7 +157,14 @@ func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(a
 			return nil, unauthenticated(aerr)
 		}
 	}
-	o := g.r.export(ctx, m, sig, in.buf, claims)
+	md, _ := metadata.FromIncomingContext(ctx)
+	header := func(name string) string {
+		if v := md.Get(name); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	o := g.r.export(ctx, m, sig, in.buf, claims, header)
 	if o.err != nil {
 		a := classify(o.err)
 		m.RequestCode(a.code.String())

@@ -124,7 +124,7 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 			return
 		}
 	}
-	o := h.r.export(q.Context(), m, sig, body, claims)
+	o := h.r.export(q.Context(), m, sig, body, claims, q.Header.Get)
 	if o.err != nil {
 		a := classify(o.err)
 		if a.reason == "client_gone" {

@@ -31,6 +31,7 @@ import (
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/otlp/wire"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/receiver/httpbody"
@@ -68,6 +69,7 @@ type signalOut struct {
 	headers []record.Header
 	topic   string
 	tmpl    *routing.Template
+	keyTmpl *routing.Template // nil: the partition's key
 }
 
 // New builds the receiver; next receives the batches.
@@ -89,7 +91,13 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.P
 		if err != nil {
 			return nil, fmt.Errorf("%s.topic: %w", encoding.Signal(i), err)
 		}
-		r.sigs[i] = signalOut{cfg: c, topic: c.Topic, tmpl: tmpl, headers: []record.Header{
+		var keyTmpl *routing.Template
+		if c.Key != "" {
+			if keyTmpl, err = routing.Parse(c.Key); err != nil {
+				return nil, fmt.Errorf("%s.key: %w", encoding.Signal(i), err)
+			}
+		}
+		r.sigs[i] = signalOut{cfg: c, topic: c.Topic, tmpl: tmpl, keyTmpl: keyTmpl, headers: []record.Header{
 			{Key: "ferry.signal", Value: []byte(encoding.Signal(i).String())},
 			{Key: "ferry.encoding", Value: []byte(c.Encoding)},
 		}}
@@ -162,7 +170,7 @@ var errAckTimeout = &consumer.RetryableError{Reason: "ack_timeout", Msg: "Kafka 
 // export turns one request (protobuf bytes in raw, owned by the caller
 // until export returns; export takes over and frees it) into a batch, hands
 // it on and, when waiting, waits for Kafka.
-func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig encoding.Signal, raw *httpbody.Buf, claims *token.Claims) outcome {
+func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig encoding.Signal, raw *httpbody.Buf, claims *token.Claims, header func(string) string) outcome {
 	so := &r.sigs[sig]
 	// Routing: the token's topic for this signal wins, then the template.
 	// (encoding.Signal and token signal indexes are the same: traces,
@@ -170,13 +178,16 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	topic := so.topic
 	headers := so.headers
 	var extra []byte
-	vars := routing.Vars{Signal: sig.String()}
+	vars := routing.Vars{Signal: sig.String(), Header: header}
 	if claims != nil {
 		vars.Tenant, vars.BusinessID, vars.DataID = claims.App, claims.BusinessID, claims.DataIDs[sig]
 		headers, extra = routing.TenantHeaders(so.headers, claims, int(sig))
 	}
+	perResource := false
 	if claims != nil && claims.Topics[sig] != "" {
 		topic = routing.Sanitize(claims.Topics[sig])
+	} else if so.tmpl.PerResource() {
+		perResource = true // decided per record below
 	} else if !so.tmpl.Static() {
 		t, err := so.tmpl.Expand(vars)
 		if err != nil {
@@ -236,6 +247,23 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 				rec.Key = out.B[p.KeyStart:p.KeyEnd:p.KeyEnd]
 			}
 		}
+		if perResource || so.keyTmpl != nil {
+			res := p.ResRaw
+			vars.Resource = func(k string) (string, bool) { return wire.LookupAttr(res, k) }
+			if perResource {
+				rec.Topic, _ = so.tmpl.Expand(vars) // resource placeholders never fail
+			}
+			if so.keyTmpl != nil {
+				k, err := so.keyTmpl.ExpandRaw(vars)
+				if err != nil {
+					r.body.Put(raw)
+					r.body.Put(out)
+					m.Error("no_route")
+					return outcome{err: &decodeError{err}}
+				}
+				rec.Key = []byte(k)
+			}
+		}
 		payload += len(rec.Key) + len(rec.Value)
 	}
 	if err := r.gate.Limit(claims, items, payload); err != nil {
@@ -266,7 +294,13 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		m.Error(consumer.Reason(err))
 		return outcome{items: items, err: err}
 	}
-	m.Received(r.topics.Get(topic), len(parts), payload)
+	if perResource {
+		for i := range b.Records {
+			m.Received(r.topics.Get(b.Records[i].Topic), 1, b.Records[i].Size())
+		}
+	} else {
+		m.Received(r.topics.Get(topic), len(parts), payload)
+	}
 	m.Items(sig.String(), items)
 	m.ReqBytes.Observe(float64(len(raw.B)))
 	if !wait {
