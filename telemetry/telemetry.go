@@ -5,6 +5,7 @@
 package telemetry
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -164,4 +165,27 @@ func (l *Labels) Get(v string) string {
 	}
 	l.m.Store(v, struct{}{})
 	return v
+}
+
+// Shared registers c in reg, or returns the collector already registered
+// under the same description, so that components can share one metric name
+// (Prometheus refuses the same name twice, and splitting it would break the
+// one-scheme rule: received − sent − dropped).
+func Shared[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			return are.ExistingCollector.(C)
+		}
+		panic(err)
+	}
+	return c
+}
+
+// DroppedItems is the counter of items dropped by policy (sampling,
+// filters), shared by every processor.
+func DroppedItems(reg prometheus.Registerer) *prometheus.CounterVec {
+	return Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_processor_dropped_items_total",
+		Help: "Items dropped by policy (never delivered, by design), by processor, signal and tenant."},
+		[]string{"processor", "signal", "tenant"}))
 }

@@ -142,9 +142,7 @@ func New(cfg Config, set telemetry.Settings) (*Processor, error) {
 	}
 	p := &Processor{labels: telemetry.NewLabels(1000), log: telemetry.NewLimited(set.Logger.With("component", "processor/attributes"), time.Minute)}
 	p.cfg.Store(&cfg)
-	p.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_processor_filter_dropped_items_total",
-		Help: "Items dropped by a drop_if rule (by policy), by signal and tenant."}, []string{"signal", "tenant"})
-	set.Registry.MustRegister(p.dropped)
+	p.dropped = telemetry.DroppedItems(set.Registry)
 	return p, nil
 }
 
@@ -275,8 +273,8 @@ func (p *Processor) Apply(signal, tenant string, raw []byte) ([]byte, int, error
 		}
 	}
 	if dropped > 0 {
-		p.dropped.WithLabelValues(signal, p.labels.Get(tenant)).Add(float64(dropped))
-		p.log.Log(slog.LevelInfo, "dropped", "items dropped by a drop_if rule (by policy; counted in ferry_processor_filter_dropped_items_total)",
+		p.dropped.WithLabelValues("filter", signal, p.labels.Get(tenant)).Add(float64(dropped))
+		p.log.Log(slog.LevelInfo, "dropped", "items dropped by a drop_if rule (by policy; counted in ferry_processor_dropped_items_total, processor filter)",
 			"signal", signal, "tenant", tenant, "items", dropped)
 	}
 	return out, dropped, nil

@@ -57,7 +57,7 @@ func TestActionsAndDrops(t *testing.T) {
 	if h := a["http.method3"].(string); len(h) != 64 || h == orig3 {
 		t.Fatalf("hash %q", h)
 	}
-	if v := testutil.ToFloat64(p.dropped.WithLabelValues("traces", "")); v != 1 {
+	if v := testutil.ToFloat64(p.dropped.WithLabelValues("filter", "traces", "")); v != 1 {
 		t.Fatalf("dropped counter %v", v)
 	}
 }

@@ -87,10 +87,7 @@ func New(cfg Config, set telemetry.Settings) (*Sampler, error) {
 	}
 	s := &Sampler{labels: telemetry.NewLabels(1000), log: telemetry.NewLimited(set.Logger.With("component", "processor/sampler"), time.Minute)}
 	s.cfg.Store(&cfg)
-	s.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_processor_dropped_items_total",
-		Help: "Items dropped by policy (never delivered, by design), by processor, signal and tenant."},
-		[]string{"processor", "signal", "tenant"})
-	set.Registry.MustRegister(s.dropped)
+	s.dropped = telemetry.DroppedItems(set.Registry)
 	return s, nil
 }
 

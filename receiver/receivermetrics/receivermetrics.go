@@ -5,10 +5,11 @@
 package receivermetrics
 
 import (
-	"errors"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferryhq/ferry/telemetry"
 )
 
 // Metrics are one receiver's view of the shared vectors.
@@ -27,37 +28,26 @@ type Metrics struct {
 // New registers (or reuses) the shared vectors in reg for the receiver name.
 func New(reg prometheus.Registerer, name string) *Metrics {
 	m := &Metrics{name: name}
-	m.requests = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_requests_total",
+	m.requests = telemetry.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_requests_total",
 		Help: "Requests answered, by status code (HTTP status, or gRPC code name)."}, []string{"receiver", "code"}))
-	m.errors = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_errors_total",
+	m.errors = telemetry.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_errors_total",
 		Help: "Requests refused or failed, by reason."}, []string{"receiver", "reason"}))
-	m.records = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_received_records_total",
+	m.records = telemetry.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_received_records_total",
 		Help: "Kafka records accepted into the pipeline."}, []string{"receiver", "topic"}))
-	m.bytes = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_received_bytes_total",
+	m.bytes = telemetry.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_received_bytes_total",
 		Help: "Key and value bytes accepted into the pipeline."}, []string{"receiver", "topic"}))
-	m.items = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_received_items_total",
+	m.items = telemetry.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_received_items_total",
 		Help: "Telemetry items (spans, log records, data points; messages for HTTP) accepted."}, []string{"receiver", "signal"}))
-	m.noWait = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_fire_and_forget_records_total",
+	m.noWait = telemetry.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_fire_and_forget_records_total",
 		Help: "Records answered before Kafka acknowledged them (wait=false)."}, []string{"receiver"}))
-	rb := register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ferry_receiver_request_bytes",
+	rb := telemetry.Shared(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ferry_receiver_request_bytes",
 		Help: "Decoded request body size.", Buckets: prometheus.ExponentialBuckets(64, 4, 12)}, []string{"receiver"}))
-	al := register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ferry_receiver_ack_latency_seconds",
+	al := telemetry.Shared(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ferry_receiver_ack_latency_seconds",
 		Help:    "From request read to Kafka's acknowledgement of all its records.",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"receiver"}))
 	m.ReqBytes = rb.WithLabelValues(name)
 	m.AckLatency = al.WithLabelValues(name)
 	return m
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			return are.ExistingCollector.(C)
-		}
-		panic(err)
-	}
-	return c
 }
 
 // Request counts an answered request by code.
