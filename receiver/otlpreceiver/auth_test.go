@@ -34,14 +34,7 @@ func TestTokensOnBothTransports(t *testing.T) {
 	cfg := testConfig()
 	cfg.Auth = auth.ReceiverConfig{Mode: "required", Sources: []string{"authorization", "header", "metadata"}}
 	sink := &consumertest.Sink{}
-	r, err := New(cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Shutdown(context.Background())
+	r := startWith(t, cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
 	raw, _ := plogotlp.NewExportRequestFromLogs(otlpgen.New(1).Logs(2, 10)).MarshalProto()
 
 	code, hdr, body := postOTLP(t, "http://"+r.HTTPAddr()+"/v1/logs", "application/x-protobuf", "", raw)
@@ -120,14 +113,7 @@ func TestRouting(t *testing.T) {
 	cfg.Logs.Topic = "otel-{signal}-{tenant}"
 	cfg.Auth = auth.ReceiverConfig{Mode: "optional", Sources: []string{"authorization"}}
 	sink := &consumertest.Sink{}
-	r, err := New(cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Shutdown(context.Background())
+	r := startWith(t, cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
 	raw, _ := plogotlp.NewExportRequestFromLogs(otlpgen.New(1).Logs(1, 10)).MarshalProto()
 	send := func(tok string) int {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+r.HTTPAddr()+"/v1/logs", bytes.NewReader(raw))
@@ -180,14 +166,7 @@ func TestTokenInResourceAttribute(t *testing.T) {
 	cfg.Logs = encoding.Config{Topic: "logs", Encoding: "otlp_proto", Partition: "none"}
 	cfg.Auth = auth.ReceiverConfig{Mode: "required", Sources: []string{"authorization", "metadata", "resource"}}
 	sink := &consumertest.Sink{}
-	r, err := New(cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Shutdown(context.Background())
+	r := startWith(t, cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
 	withTokens := func(toks ...string) []byte {
 		ld := plog.NewLogs()
 		for _, tk := range toks {
@@ -246,14 +225,7 @@ func TestRoutingByResourceAndHeaderWithKeyTemplate(t *testing.T) {
 	cfg.Logs = encoding.Config{Topic: "logs-{resource.service.name}-{header.x-env}", Encoding: "otlp_proto",
 		Partition: "resource", Key: "{resource.host.name}"}
 	sink := &consumertest.Sink{}
-	r, err := New(cfg, telemetry.TestSettings(), sink, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Shutdown(context.Background())
+	r := startWith(t, cfg, telemetry.TestSettings(), sink, nil)
 	ld := plog.NewLogs()
 	for _, svc := range []string{"cart", "pay"} {
 		rl := ld.ResourceLogs().AppendEmpty()

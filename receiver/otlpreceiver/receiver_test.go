@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/internal/otlpgen"
@@ -47,7 +48,13 @@ func testConfig() Config {
 
 func start(t *testing.T, cfg Config, next consumer.Consumer) *Receiver {
 	t.Helper()
-	r, err := New(cfg, telemetry.TestSettings(), next, nil)
+	return startWith(t, cfg, telemetry.TestSettings(), next, nil)
+}
+
+// startWith starts a receiver with shared settings and pre-checks.
+func startWith(t *testing.T, cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.Prechecks) *Receiver {
+	t.Helper()
+	r, err := New(cfg, set, next, pre)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,14 +44,7 @@ func TestSamplingKeepsTheSameTracesInEveryEncoding(t *testing.T) {
 			cfg.Traces = encoding.Config{Topic: "spans", Encoding: "otlp_proto", Partition: part}
 			cfg.MaxRequestBytes = 4 << 20
 			sink := &consumertest.Sink{}
-			r, err := New(cfg, set, sink, &auth.Prechecks{Sampler: s})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := r.Start(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			defer r.Shutdown(t.Context())
+			r := startWith(t, cfg, set, sink, &auth.Prechecks{Sampler: s})
 			res, err := http.Post("http://"+r.HTTPAddr()+"/v1/traces", "application/x-protobuf", bytes.NewReader(raw))
 			if err != nil {
 				t.Fatal(err)
@@ -102,14 +95,7 @@ func TestAttributeFiltersOnTheWay(t *testing.T) {
 	cfg := testConfig()
 	cfg.Traces = encoding.Config{Topic: "spans", Encoding: "flat_json", Partition: "trace_id"}
 	sink := &consumertest.Sink{}
-	r, err := New(cfg, set, sink, &auth.Prechecks{Attributes: ap})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Shutdown(t.Context())
+	r := startWith(t, cfg, set, sink, &auth.Prechecks{Attributes: ap})
 	td := otlpgen.New(3).Traces(5)
 	td.ResourceSpans().At(0).ScopeSpans().At(2).Spans().At(0).Attributes().PutStr("http.route", "/healthz")
 	raw, _ := ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()
