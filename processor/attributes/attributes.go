@@ -129,7 +129,7 @@ func checkOnSignals(p, on string, signals []string) error {
 
 // Processor applies the configured rules.
 type Processor struct {
-	cfg     atomic.Pointer[Config]
+	cfg     atomic.Pointer[compiled]
 	dropped *prometheus.CounterVec
 	labels  *telemetry.Labels
 	log     *telemetry.Limited
@@ -141,7 +141,7 @@ func New(cfg Config, set telemetry.Settings) (*Processor, error) {
 		return nil, err
 	}
 	p := &Processor{labels: telemetry.NewLabels(1000), log: telemetry.NewLimited(set.Logger.With("component", "processor/attributes"), time.Minute)}
-	p.cfg.Store(&cfg)
+	p.cfg.Store(compile(cfg))
 	p.dropped = telemetry.DroppedItems(set.Registry)
 	return p, nil
 }
@@ -151,8 +151,22 @@ func (p *Processor) SetConfig(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	p.cfg.Store(&cfg)
+	p.cfg.Store(compile(cfg))
 	return nil
+}
+
+// compiled is a Config ready for the request path: the default rules and
+// whether anything is configured at all, so that a request costs nothing
+// (no allocation, one atomic load) when there are no filters.
+type compiled struct {
+	base    Rules
+	tenants map[string]Rules
+	empty   bool
+}
+
+func compile(c Config) *compiled {
+	return &compiled{base: c.base(), tenants: c.Tenants,
+		empty: len(c.Actions) == 0 && len(c.DropIf) == 0 && len(c.Tenants) == 0}
 }
 
 // rules returns what applies to signal and tenant, or nil for nothing.
@@ -161,10 +175,15 @@ func (p *Processor) rules(signal, tenant string) *Rules {
 		return nil
 	}
 	cfg := p.cfg.Load()
-	base := cfg.base()
-	r := &base
-	if t, ok := cfg.Tenants[tenant]; ok && tenant != "" {
-		r = &t
+	if cfg.empty {
+		return nil
+	}
+	r := &cfg.base
+	if tenant != "" {
+		if _, ok := cfg.tenants[tenant]; ok {
+			t := cfg.tenants[tenant]
+			r = &t
+		}
 	}
 	for _, a := range r.Actions {
 		if applies(a.Signals, signal) {

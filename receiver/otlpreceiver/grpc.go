@@ -158,13 +158,7 @@ func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(a
 		}
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	header := func(name string) string {
-		if v := md.Get(name); len(v) > 0 {
-			return v[0]
-		}
-		return ""
-	}
-	o := g.r.export(ctx, m, sig, in.buf, claims, header)
+	o := g.r.export(ctx, m, sig, in.buf, claims, mdHeaders(md))
 	if o.err != nil {
 		a := classify(o.err)
 		m.RequestCode(a.code.String())

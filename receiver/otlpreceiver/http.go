@@ -124,7 +124,7 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 			return
 		}
 	}
-	o := h.r.export(q.Context(), m, sig, body, claims, q.Header.Get)
+	o := h.r.export(q.Context(), m, sig, body, claims, q.Header)
 	if o.err != nil {
 		a := classify(o.err)
 		if a.reason == "client_gone" {

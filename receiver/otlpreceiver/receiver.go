@@ -27,6 +27,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/metadata"
+
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
@@ -164,13 +166,28 @@ type decodeError struct{ err error }
 
 func (e *decodeError) Error() string { return e.err.Error() }
 
+// headerSource is a request's headers (http.Header, or gRPC metadata as
+// mdHeaders); both are maps, so passing them costs no allocation.
+type headerSource interface{ Get(string) string }
+
+// mdHeaders reads gRPC metadata as headers.
+type mdHeaders map[string][]string
+
+// Get returns the first value of name.
+func (m mdHeaders) Get(name string) string {
+	if v := metadata.MD(m).Get(name); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
 // errAckTimeout: Kafka did not answer in time; the records stay queued.
 var errAckTimeout = &consumer.RetryableError{Reason: "ack_timeout", Msg: "Kafka did not acknowledge in time; the data stays queued and may still be delivered", After: time.Second}
 
 // export turns one request (protobuf bytes in raw, owned by the caller
 // until export returns; export takes over and frees it) into a batch, hands
 // it on and, when waiting, waits for Kafka.
-func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig encoding.Signal, raw *httpbody.Buf, claims *token.Claims, header func(string) string) outcome {
+func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig encoding.Signal, raw *httpbody.Buf, claims *token.Claims, header headerSource) outcome {
 	so := &r.sigs[sig]
 	// Routing: the token's topic for this signal wins, then the template.
 	// (encoding.Signal and token signal indexes are the same: traces,
@@ -178,7 +195,10 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	topic := so.topic
 	headers := so.headers
 	var extra []byte
-	vars := routing.Vars{Signal: sig.String(), Header: header}
+	vars := routing.Vars{Signal: sig.String()}
+	if !so.tmpl.Static() || so.keyTmpl != nil {
+		vars.Header = header.Get // only templates read headers
+	}
 	if claims != nil {
 		vars.Tenant, vars.BusinessID, vars.DataID = claims.App, claims.BusinessID, claims.DataIDs[sig]
 		headers, extra = routing.TenantHeaders(so.headers, claims, int(sig))
