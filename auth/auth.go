@@ -272,7 +272,13 @@ func (c *Checker) answer(vd *verdict, now int64) (*token.Claims, error) {
 	return vd.claims, nil
 }
 
-// Refused counts a refusal the checker did not see (a missing token).
+// RefusedCounter is the refusal counter for reason (for tests).
+func (c *Checker) RefusedCounter(reason string) prometheus.Counter {
+	return c.refused.WithLabelValues(reason)
+}
+
+// Refused counts a refusal the checker did not see (a missing token, a
+// receiver's own reason).
 func (c *Checker) Refused(reason string) { c.refused.WithLabelValues(reason).Inc() }
 
 // evict frees expired verdicts' memory (the table bounds their number).

@@ -126,6 +126,14 @@ func (g *Gate) WantsResource() bool {
 	return g.Enabled() && slices.Contains(g.cfg.Load().Sources, "resource")
 }
 
+// Refused counts a refusal decided outside the checker (a receiver's own
+// reason, such as conflicting resource tokens).
+func (g *Gate) Refused(reason string) {
+	if g.Enabled() {
+		g.checker.Refused(reason)
+	}
+}
+
 // Check applies the mode to tok ("" = none given).
 func (g *Gate) Check(tok string) (*token.Claims, error) {
 	if !g.Enabled() {

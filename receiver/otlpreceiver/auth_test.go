@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -193,6 +194,9 @@ func TestTokenInResourceAttribute(t *testing.T) {
 	}
 	if c := post(withTokens(tok, issue("other"))); c != 401 {
 		t.Fatalf("conflicting tokens: %d", c)
+	}
+	if v := testutil.ToFloat64(checker.RefusedCounter(ReasonConflicting)); v != 1 {
+		t.Fatalf("ferry_auth_refused_total{reason=conflicting} = %v", v)
 	}
 	if c := post(withTokens("")); c != 401 {
 		t.Fatalf("no token anywhere: %d", c)

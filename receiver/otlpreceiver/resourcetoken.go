@@ -32,6 +32,7 @@ func (r *Receiver) resourceAuth(headerTok string, sig encoding.Signal, body *htt
 		tok = vals[0]
 		for _, v := range vals[1:] {
 			if v != tok {
+				r.gate.Refused(ReasonConflicting)
 				return nil, body, &token.Error{Reason: ReasonConflicting}
 			}
 		}
