@@ -83,7 +83,7 @@ func (g *Gate) SetConfig(c ReceiverConfig) { g.cfg.Store(&c) }
 
 // ErrRateLimited builds the refusal for an app over its limit.
 func ErrRateLimited(wait time.Duration) error {
-	return &consumer.RetryableError{Reason: "rate_limited", Msg: "over this application's rate limit; retry later", After: max(wait, time.Second)}
+	return &consumer.RetryableError{Reason: "rate_limited", Msg: "over this application's rate limit; retry later", After: max(wait, time.Second), Busy: true}
 }
 
 // Limit admits records and bytes for the holder of claims (nil: no token),

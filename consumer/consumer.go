@@ -34,7 +34,9 @@ func (f Func) Consume(ctx context.Context, b *record.Batch) error { return f(ctx
 // Retryable refusals. The client should retry after RetryAfter.
 var (
 	// ErrFull: a byte-bounded buffer has no room; Kafka is reachable.
-	ErrFull = &RetryableError{Reason: "queue_full", Msg: "ferry's buffer is full; retry later", After: time.Second}
+	ErrFull = &RetryableError{Reason: "queue_full", Msg: "ferry's buffer is full; retry later", After: time.Second, Busy: true}
+	// ErrSpoolFull: the disk spool is at its max_bytes; Kafka is reachable.
+	ErrSpoolFull = &RetryableError{Reason: "spool_full", Msg: "ferry's disk spool is full; retry later", After: time.Second, Busy: true}
 	// ErrUnavailable: no room and Kafka is unreachable, so room will not free up soon.
 	ErrUnavailable = &RetryableError{Reason: "kafka_unavailable", Msg: "Kafka is unreachable and ferry's buffer is full; retry later", After: 5 * time.Second}
 	// ErrShuttingDown: the agent is stopping.
@@ -46,6 +48,9 @@ type RetryableError struct {
 	Reason string // short counter label
 	Msg    string
 	After  time.Duration
+	// Busy: ferry is working but over capacity (HTTP 429, gRPC
+	// RESOURCE_EXHAUSTED); otherwise it cannot serve at all (503, UNAVAILABLE).
+	Busy bool
 }
 
 func (e *RetryableError) Error() string { return e.Msg }

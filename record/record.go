@@ -56,6 +56,11 @@ type Batch struct {
 	// (decoded buffer plus per-record overhead). Queues bound themselves on it.
 	MemBytes int64
 
+	// OnFailure, when set, is told which record failed and why, before that
+	// record's Ack. The spool uses it to dead-letter or retry exactly the
+	// records that failed; it is nil on the hot path and costs nothing there.
+	OnFailure func(i int, err error)
+
 	pending atomic.Int64
 	failed  atomic.Int64
 	mu      sync.Mutex
@@ -116,6 +121,26 @@ func (b *Batch) Ack(err error) {
 	}
 }
 
+// AckAt is Ack for the record at index i, reporting i to OnFailure when the
+// record failed.
+func (b *Batch) AckAt(i int, err error) {
+	if err != nil && b.OnFailure != nil {
+		b.OnFailure(i, err)
+	}
+	b.Ack(err)
+}
+
+// Complete reports every record at once with err (nil: durably stored), for
+// a stage that stores a batch as a unit (the spool). Arm must not have been
+// called.
+func (b *Batch) Complete(err error) {
+	if err != nil {
+		b.failed.Store(int64(len(b.Records)))
+		b.err = err
+	}
+	b.complete()
+}
+
 // Fail completes a batch that never reached delivery (for example refused by
 // a later stage after earlier ones attached completions). Every record counts
 // as failed.
@@ -146,6 +171,7 @@ func (b *Batch) Reset() {
 	clear(b.Records)
 	b.Records = b.Records[:0]
 	b.MemBytes = 0
+	b.OnFailure = nil
 	b.pending.Store(0)
 	b.failed.Store(0)
 	b.err = nil

@@ -9,7 +9,8 @@ for target in \
   "FuzzTraces ./otlp/wire" \
   "FuzzLogsAndMetrics ./otlp/wire" \
   "FuzzEncode ./otlp/flatjson" \
-  "FuzzOTLPHTTP ./receiver/otlpreceiver"; do
+  "FuzzOTLPHTTP ./receiver/otlpreceiver" \
+  "FuzzFrames ./buffer/spool"; do
   set -- $target
   echo "-- $1 ($2) for $t"
   go test -run='^$' -fuzz="^$1\$" -fuzztime="$t" "$2" 2>&1 | tail -15

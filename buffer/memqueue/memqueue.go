@@ -141,6 +141,30 @@ func (q *Queue) Consume(ctx context.Context, b *record.Batch) error {
 	return nil
 }
 
+// Reserve takes n bytes for a stage that holds data outside Consume (the
+// spool's reader, which reads ahead of Kafka), only while the total stays
+// at or below ceiling, so that stage can never take the room receivers need.
+// It reports whether the bytes were reserved; Release gives them back.
+func (q *Queue) Reserve(n, ceiling int64) bool {
+	ceiling = min(ceiling, q.limit)
+	for {
+		u := q.used.Load()
+		if u+n > ceiling {
+			return false
+		}
+		if q.used.CompareAndSwap(u, u+n) {
+			q.usedG.Add(float64(n))
+			return true
+		}
+	}
+}
+
+// Release gives back bytes taken with Reserve.
+func (q *Queue) Release(n int64) {
+	q.used.Add(-n)
+	q.usedG.Sub(float64(n))
+}
+
 func (q *Queue) release(size, n int64) {
 	q.used.Add(-size)
 	q.records.Add(-n)

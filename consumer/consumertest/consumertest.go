@@ -77,7 +77,7 @@ func (s *Sink) Consume(_ context.Context, b *record.Batch) error {
 		if i == 0 && s.FailFirst != nil {
 			err = s.FailFirst
 		}
-		go b.Ack(err)
+		go b.AckAt(i, err)
 	}
 	return nil
 }

@@ -294,7 +294,10 @@ func (e *Exporter) Consume(_ context.Context, b *record.Batch) error {
 func (e *Exporter) promise(kr *kgo.Record, err error) {
 	eb := kr.Context.(*exportBatch)
 	b := eb.b
+	idx := -1
 	if err != nil {
+		// kr points into eb.recs, which mirrors b.Records index for index.
+		idx = int((uintptr(unsafe.Pointer(kr)) - uintptr(unsafe.Pointer(&eb.recs[0]))) / unsafe.Sizeof(kgo.Record{}))
 		err = e.classify(kr, err)
 		reason := consumer.Reason(err)
 		e.m.dropped.WithLabelValues(e.topics.Get(kr.Topic), reason).Inc()
@@ -322,6 +325,10 @@ func (e *Exporter) promise(kr *kgo.Record, err error) {
 	}
 	// After the batch's last Ack its owner may reuse it: nothing of eb or kr
 	// is touched past this point.
+	if err != nil && b.OnFailure != nil {
+		b.AckAt(idx, err)
+		return
+	}
 	b.Ack(err)
 }
 

@@ -363,7 +363,7 @@ func (r *Receiver) failErr(w http.ResponseWriter, err error, records int) {
 	var re *consumer.RetryableError
 	if errors.As(err, &re) {
 		code := http.StatusServiceUnavailable
-		if re == consumer.ErrFull || re.Reason == "rate_limited" {
+		if re.Busy {
 			code = http.StatusTooManyRequests
 		}
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(re.After.Seconds()))))

@@ -32,7 +32,7 @@ func classify(err error) answer {
 	var re *consumer.RetryableError
 	if errors.As(err, &re) {
 		switch {
-		case re == consumer.ErrFull || re.Reason == "rate_limited":
+		case re.Busy:
 			return answer{http.StatusTooManyRequests, codes.ResourceExhausted, re.After, re.Reason, re.Msg}
 		case re == errAckTimeout:
 			return answer{http.StatusGatewayTimeout, codes.Unavailable, re.After, re.Reason, re.Msg}

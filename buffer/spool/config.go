@@ -1,0 +1,64 @@
+package spool
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ferryhq/ferry/config/bytesize"
+)
+
+// Config is the user configuration (YAML delivery.spool).
+type Config struct {
+	// Dir holds the segments, the checkpoint and a lock file; one agent per
+	// directory (a second one fails to start).
+	Dir string `yaml:"dir"`
+	// SegmentBytes: a segment is sealed and a new one started past this.
+	SegmentBytes bytesize.Size `yaml:"segment_bytes"`
+	// MaxBytes caps every segment byte on disk; appends beyond it are refused.
+	MaxBytes bytesize.Size `yaml:"max_bytes"`
+	// Fsync: always (answer after an fsync; concurrent appends share one),
+	// interval (fsync every FsyncInterval) or never.
+	Fsync         string        `yaml:"fsync"`
+	FsyncInterval time.Duration `yaml:"fsync_interval"`
+	// WriteBuffer bounds the bytes of batches being appended or waiting for
+	// their fsync.
+	WriteBuffer bytesize.Size `yaml:"write_buffer"`
+	// ReadAhead bounds the bytes read from disk and not yet acknowledged by
+	// Kafka. They are taken from queue.memory_limit; 0 means half of it.
+	ReadAhead bytesize.Size `yaml:"read_ahead"`
+	// ReplayRate throttles reading data that was on disk at start (and, in
+	// spill mode, everything spilled), in bytes per second; 0 = unthrottled.
+	ReplayRate bytesize.Size `yaml:"replay_rate"`
+	// MaxRecordBytes is the largest record accepted (the frame bound that
+	// recovery trusts); it is set from the exporter's max_batch_bytes.
+	MaxRecordBytes int `yaml:"-"`
+}
+
+// Validate names the first invalid field by its YAML key.
+func (c *Config) Validate() error {
+	if c.Dir == "" {
+		return fmt.Errorf("dir: a directory is required")
+	}
+	if c.SegmentBytes < 64<<10 || c.SegmentBytes > 1<<30 {
+		return fmt.Errorf("segment_bytes: %s is outside 64KiB..1GiB", c.SegmentBytes)
+	}
+	if c.MaxBytes < 2*c.SegmentBytes {
+		return fmt.Errorf("max_bytes: %s is below two segments (%s)", c.MaxBytes, 2*c.SegmentBytes)
+	}
+	switch c.Fsync {
+	case "always", "never":
+	case "interval":
+		if c.FsyncInterval < time.Millisecond || c.FsyncInterval > time.Minute {
+			return fmt.Errorf("fsync_interval: %s is outside 1ms..1m", c.FsyncInterval)
+		}
+	default:
+		return fmt.Errorf("fsync: %q is not one of always, interval, never", c.Fsync)
+	}
+	if c.WriteBuffer < 1<<20 {
+		return fmt.Errorf("write_buffer: %s is below 1MiB", c.WriteBuffer)
+	}
+	if c.ReadAhead < 0 || c.ReplayRate < 0 {
+		return fmt.Errorf("read_ahead and replay_rate must not be negative")
+	}
+	return nil
+}

@@ -1,0 +1,91 @@
+// Package spool owns ferry's disk buffer: an append-only log of records
+// between the receivers and Kafka that survives a Kafka outage, an agent
+// crash and a torn write, bounded in bytes on disk and in memory.
+//
+// # Files
+//
+// The spool is a directory of segment files named by a growing id
+// (00000000000000000007.seg) plus a checkpoint and a lock file. A segment
+// starts with the 8-byte magic "FRYSPL01" and holds frames:
+//
+//	u32 length | u32 CRC32C(payload) | payload (one record)
+//	payload: i64 timestamp (unix ns, 0 = none) | uvarint len, topic |
+//	         uvarint len+1, key (0 = nil key) | uvarint len, value |
+//	         uvarint n headers, each uvarint len, key | uvarint len, value
+//
+// All integers are little-endian. A process appends only to the segment it
+// created: Open always starts a new one, so a segment is written by one
+// process and then sealed, and recovery never has to reason about a file
+// that is still growing.
+//
+// # Writing and fsync
+//
+// Consume encodes a batch into one buffer and writes it with one pwrite at
+// the end of the active segment (rolling to a new segment past
+// segment_bytes). A failed or short write is truncated away, so a frame is
+// either whole or absent. The client's batch is completed — its client
+// answered "accepted" — according to the fsync policy:
+//
+//   - always: after an fsync that covers the write. One syncer goroutine
+//     runs fsyncs back to back and each one completes every append written
+//     before it started (group commit), so many concurrent clients share one
+//     fsync instead of paying one each.
+//   - interval: at once; a ticker fsyncs every fsync_interval, so a machine
+//     crash (not an agent crash: the data is in the page cache) can lose at
+//     most that window.
+//   - never: at once; the kernel writes back when it likes.
+//
+// An fsync error is sticky: the spool refuses new data (503) from then on,
+// because after a failed fsync Linux may have dropped the dirty pages and
+// nothing written before can be trusted to be on disk.
+//
+// # Reading, acknowledgement and the checkpoint
+//
+// One reader goroutine reads the log in order, in chunks (1 MiB, more for a
+// larger record) into buffers that become the records' memory — nothing is
+// copied again before Kafka — and hands each chunk to the exporter as one
+// batch. What it holds is reserved from the queue's memory budget (capped at
+// read_ahead) and given back when Kafka has answered for every record of
+// the chunk, so reading is bounded in memory however large the backlog is:
+// the spool is streamed, never loaded.
+//
+// Chunks complete out of order (partitions answer independently). The
+// watermark is the position before which every record is acknowledged; it
+// advances over completed chunks in read order. It is written to the
+// checkpoint (atomically: temp file, fsync, rename) every second and at
+// shutdown, and a segment is deleted once the watermark has passed its end,
+// so a segment goes only when every record in it was acknowledged by Kafka
+// (or dead-lettered, below).
+//
+// # Recovery
+//
+// Open reads the checkpoint and replays from the watermark: records after
+// it that Kafka had acknowledged before a crash are sent again, so a crash
+// can duplicate up to one checkpoint interval of records (at-least-once).
+// They are counted in ferry_spool_replayed_records_total. Replay is
+// streamed like any read and throttled to replay_rate so a large backlog
+// does not starve live traffic of disk and CPU.
+//
+// The newest segment of the previous run is scanned at Open: a torn tail
+// (the frame a crash cut short) is truncated and its bytes counted. Any
+// frame whose CRC does not match — a flipped byte anywhere — is skipped by
+// sliding forward a byte at a time until a frame checks again, so intact
+// records after the damage are still delivered. Damage is counted in
+// ferry_spool_corrupt_bytes_total and logged.
+//
+// # Failures after the spool
+//
+// A record the exporter fails for a reason retrying cannot fix (too large,
+// topic refused, unknown topic) goes to the dead-letter sink with its
+// reason and counts as done; a record failed for any other reason is sent
+// again with exponential backoff, without limit. Nothing leaves the spool
+// otherwise.
+//
+// # Bounds
+//
+// Disk: max_bytes counts every byte of every segment on disk, acknowledged
+// or not; an append that would pass it is refused with 429 (503 while Kafka
+// is unreachable). Memory: the reader's chunks come out of the queue's
+// budget, and the bytes of batches being appended or waiting for their fsync
+// are bounded by write_buffer (refused with 429 beyond it).
+package spool

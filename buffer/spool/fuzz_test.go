@@ -1,0 +1,58 @@
+package spool
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/ferryhq/ferry/record"
+)
+
+// FuzzFrames: a record survives the frame round trip exactly, and scanning
+// arbitrary bytes (a damaged segment) never panics, never reports more
+// frames than the bytes can hold, and accounts for every byte it passes.
+func FuzzFrames(f *testing.F) {
+	f.Add([]byte("topic"), []byte("key"), []byte("value"), []byte("h"), []byte{1, 2, 3})
+	f.Add([]byte{}, []byte(nil), []byte{}, []byte{}, appendFrame(nil, &record.Record{Topic: "t", Value: []byte("v")}))
+	f.Fuzz(func(t *testing.T, topic, key, value, hdr, junk []byte) {
+		in := record.Record{Topic: string(topic), Key: key, Value: value}
+		if len(hdr) > 0 {
+			in.Headers = []record.Header{{Key: string(hdr), Value: hdr}}
+		}
+		frame := appendFrame(nil, &in)
+		var d decoder
+		var out record.Record
+		stop, need, skipped, _ := scan(frame, true, 1<<20, func(_ int, p []byte) bool {
+			if err := d.decode(p, &out); err != nil {
+				t.Fatalf("decode of a fresh frame: %v", err)
+			}
+			return true
+		})
+		if stop != len(frame) || need != 0 || skipped != 0 {
+			t.Fatalf("scan of one frame: stop %d need %d skipped %d of %d", stop, need, skipped, len(frame))
+		}
+		if out.Topic != in.Topic || !bytes.Equal(out.Key, in.Key) || (out.Key == nil) != (in.Key == nil) ||
+			!bytes.Equal(out.Value, in.Value) || len(out.Headers) != len(in.Headers) {
+			t.Fatalf("round trip: %+v != %+v", out, in)
+		}
+
+		// Damage: junk, then the frame; the frame must still be found.
+		buf := append(append([]byte{}, junk...), frame...)
+		var frames, valid int
+		stop, _, skipped, _ = scan(buf, true, 1<<20, func(_ int, p []byte) bool {
+			frames++
+			if d.decode(p, &out) == nil {
+				valid++
+			}
+			return true
+		})
+		if stop != len(buf) {
+			t.Fatalf("scan stopped at %d of %d at the end of data", stop, len(buf))
+		}
+		if int64(frames)*frameHeader+skipped > int64(len(buf)) {
+			t.Fatalf("%d frames and %d skipped bytes in %d bytes", frames, skipped, len(buf))
+		}
+		if frames == 0 {
+			t.Fatalf("the intact frame after %d junk bytes was not found", len(junk))
+		}
+	})
+}

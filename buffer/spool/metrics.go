@@ -1,0 +1,57 @@
+package spool
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	appendedRecords prometheus.Counter
+	appendedBytes   prometheus.Counter
+	delivered       prometheus.Counter
+	retried         prometheus.Counter
+	deadLettered    prometheus.Counter
+	replayed        prometheus.Counter
+	refused         *prometheus.CounterVec
+	corruptBytes    *prometheus.CounterVec
+	corruptRegions  prometheus.Counter
+	writeErrors     prometheus.Counter
+	fsyncs          prometheus.Counter
+	fsyncSeconds    prometheus.Histogram
+	backlogAtOpen   prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer, s *Spool) *metrics {
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	m := &metrics{
+		appendedRecords: c("ferry_spool_appended_records_total", "Records written to the spool."),
+		appendedBytes:   c("ferry_spool_appended_bytes_total", "Bytes written to the spool, framing included."),
+		delivered:       c("ferry_spool_delivered_records_total", "Records read from the spool and acknowledged by Kafka."),
+		retried:         c("ferry_spool_retried_records_total", "Records from the spool that failed and were sent again."),
+		deadLettered:    c("ferry_spool_dead_lettered_records_total", "Records Kafka refused for good, moved to the dead-letter sink."),
+		replayed: c("ferry_spool_replayed_records_total",
+			"Records read that were on disk when ferry started (or were spilled): after a crash, those Kafka had already acknowledged are duplicates."),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_spool_refused_records_total",
+			Help: "Records the spool refused to store, by reason."}, []string{"reason"}),
+		corruptBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_spool_corrupt_bytes_total",
+			Help: "Damaged spool bytes: truncated (a torn tail cut at start) or skipped (failed checksum while reading)."}, []string{"kind"}),
+		corruptRegions: c("ferry_spool_corrupt_regions_total", "Damaged stretches found in the spool (and unreadable checkpoints)."),
+		writeErrors:    c("ferry_spool_write_errors_total", "Failed writes to the spool (the request was refused)."),
+		fsyncs:         c("ferry_spool_fsyncs_total", "fsync calls on spool segments."),
+		fsyncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_spool_fsync_duration_seconds",
+			Help: "Time per spool fsync.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+		backlogAtOpen: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_spool_backlog_at_start_bytes",
+			Help: "Unacknowledged bytes found on disk when ferry started."}),
+	}
+	for _, kind := range []string{"truncated", "skipped"} {
+		m.corruptBytes.WithLabelValues(kind)
+	}
+	disk := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_spool_bytes", Help: "Bytes of every spool segment on disk."},
+		func() float64 { return float64(s.DiskBytes()) })
+	backlog := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_spool_backlog_bytes",
+		Help: "Spool bytes not yet acknowledged by Kafka."}, func() float64 { return float64(s.Backlog()) })
+	limit := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_spool_limit_bytes", Help: "The configured max_bytes."})
+	limit.Set(float64(s.cfg.MaxBytes))
+	reg.MustRegister(m.appendedRecords, m.appendedBytes, m.delivered, m.retried, m.deadLettered, m.replayed, m.refused,
+		m.corruptBytes, m.corruptRegions, m.writeErrors, m.fsyncs, m.fsyncSeconds, m.backlogAtOpen, disk, backlog, limit)
+	return m
+}

@@ -1,0 +1,358 @@
+package spool
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/record"
+)
+
+// chunk is one read from a segment, delivered as one batch. Its buffer is
+// the memory of its records until Kafka has answered for all of them.
+type chunk struct {
+	s        *Spool
+	buf      []byte
+	reserved int64
+	mark     *mark
+	batch    record.Batch
+	doneFn   func(error)
+	failFn   func(int, error)
+	mu       sync.Mutex
+	retry    []int
+	dead     int
+	tries    int
+}
+
+// mark is a chunk's place in read order. It is separate from the chunk
+// because a chunk's memory is reused as soon as it completes, while its
+// mark waits until every earlier chunk has completed too.
+type mark struct {
+	end  pos
+	done bool
+}
+
+// read is the reader goroutine: it streams the log from the watermark to
+// the end, one budgeted chunk at a time, and waits at the end for appends.
+func (s *Spool) read() {
+	defer s.readWG.Done()
+	for !s.readStop.Load() {
+		s.mu.Lock()
+		end, sealed := s.woff, false
+		if s.rpos.seg != s.wseg {
+			end, sealed = s.segs[s.rpos.seg], true
+		}
+		nextSeg := s.wseg
+		if sealed {
+			for id := range s.segs {
+				if id > s.rpos.seg && id < nextSeg {
+					nextSeg = id
+				}
+			}
+		}
+		s.mu.Unlock()
+
+		avail := end - s.rpos.off
+		if avail <= 0 || !sealed && avail < int64(s.need) {
+			if sealed {
+				s.rpos = pos{nextSeg, segHeader}
+				s.need = 0
+				s.push(&mark{end: s.rpos, done: true})
+				continue
+			}
+			select {
+			case <-s.dataKick:
+			case <-s.stopRead:
+				return
+			}
+			continue
+		}
+		size := min(avail, int64(max(s.chunk, s.need)))
+		if !s.reserve(size) {
+			return
+		}
+		if (s.opt.ThrottleAll || s.rpos.less(s.replayEnd)) && !s.throttle(size) {
+			s.budget.Release(size)
+			return
+		}
+		c := s.chunks.Get().(*chunk)
+		c.reserved = size
+		if int64(cap(c.buf)) < size {
+			c.buf = make([]byte, size)
+		}
+		n, err := s.readAt(c.buf[:size], s.rpos)
+		if err != nil {
+			s.log.Log(slog.LevelError, "read", "spool read failed; retrying", "segment", segName(s.rpos.seg), "err", err)
+			s.release(c)
+			if !s.sleep(time.Second) {
+				return
+			}
+			continue
+		}
+		// A sealed segment ends at its size, or earlier if the file is
+		// shorter than recorded (then the rest is damage).
+		atEnd := sealed && (int64(n) >= avail || int64(n) < size)
+		c.batch.Records = c.batch.Records[:0]
+		var bad, badFrames int64
+		stop, need, skipped, regions := scan(c.buf[:n], atEnd, s.maxFrame, func(_ int, p []byte) bool {
+			c.batch.Records = append(c.batch.Records, record.Record{})
+			if s.dec.decode(p, &c.batch.Records[len(c.batch.Records)-1]) != nil {
+				c.batch.Records = c.batch.Records[:len(c.batch.Records)-1]
+				bad += int64(len(p) + frameHeader)
+				badFrames++
+			}
+			return true
+		})
+		if skipped+bad > 0 {
+			s.m.corruptBytes.WithLabelValues("skipped").Add(float64(skipped + bad))
+			s.m.corruptRegions.Add(float64(regions + badFrames))
+			s.logger.Warn("spool: damaged bytes skipped; the intact records around them are delivered",
+				"segment", segName(s.rpos.seg), "offset", s.rpos.off, "bytes", skipped+bad)
+		}
+		s.need = need
+		switch {
+		case atEnd:
+			s.rpos.off = end
+		case stop == 0:
+			// A frame larger than this read: read again with room for it.
+			s.release(c)
+			continue
+		default:
+			s.rpos.off += int64(stop)
+		}
+		if len(c.batch.Records) == 0 {
+			s.release(c)
+			s.push(&mark{end: s.rpos, done: true})
+			continue
+		}
+		if s.rpos.less(s.replayEnd) || s.opt.ThrottleAll {
+			s.m.replayed.Add(float64(len(c.batch.Records)))
+		}
+		c.batch.MemBytes = c.reserved
+		c.mark = &mark{end: s.rpos}
+		s.push(c.mark)
+		s.send(c)
+	}
+}
+
+func (s *Spool) readAt(buf []byte, p pos) (int, error) {
+	if s.rf == nil || s.rfSeg != p.seg {
+		if s.rf != nil {
+			s.rf.Close()
+			s.rf = nil
+		}
+		f, err := os.Open(s.path(segName(p.seg)))
+		if err != nil {
+			return 0, err
+		}
+		s.rf, s.rfSeg = f, p.seg
+	}
+	n, err := s.rf.ReadAt(buf, p.off)
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return n, err
+}
+
+// reserve takes size bytes of the memory budget, waiting for Kafka to
+// acknowledge earlier chunks; false means the reader is stopping.
+func (s *Spool) reserve(size int64) bool {
+	for !s.budget.Reserve(size, s.ceiling) {
+		select {
+		case <-s.freeKick:
+		case <-time.After(50 * time.Millisecond):
+		case <-s.stopRead:
+			return false
+		}
+	}
+	return true
+}
+
+// throttle is a token bucket of ReplayRate bytes per second with one
+// second of burst.
+func (s *Spool) throttle(n int64) bool {
+	rate := float64(s.cfg.ReplayRate)
+	if rate <= 0 {
+		return true
+	}
+	now := time.Now()
+	if s.tokensAt.IsZero() {
+		s.tokens = rate
+	} else {
+		s.tokens = min(rate, s.tokens+now.Sub(s.tokensAt).Seconds()*rate)
+	}
+	s.tokensAt = now
+	s.tokens -= float64(n)
+	if s.tokens >= 0 {
+		return true
+	}
+	return s.sleep(time.Duration(-s.tokens / rate * float64(time.Second)))
+}
+
+func (s *Spool) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.stopRead:
+		return false
+	}
+}
+
+func (s *Spool) push(m *mark) {
+	s.ackMu.Lock()
+	s.fifo = append(s.fifo, m)
+	s.ackMu.Unlock()
+	if m.done {
+		s.advance()
+	}
+}
+
+func (s *Spool) send(c *chunk) {
+	c.batch.OnFailure = c.failFn
+	c.batch.OnDone(c.doneFn)
+	if err := s.opt.Next.Consume(context.Background(), &c.batch); err != nil {
+		c.batch.PopDone()
+		c.mu.Lock()
+		c.retry = c.retry[:0]
+		for i := range c.batch.Records {
+			c.retry = append(c.retry, i)
+		}
+		c.mu.Unlock()
+		c.onDone(err)
+	}
+}
+
+// onFailure sorts one failed record: dead letter for what retrying cannot
+// fix, another try for everything else.
+func (c *chunk) onFailure(i int, err error) {
+	var pe *consumer.PermanentError
+	if dl := c.s.opt.DeadLetter; dl != nil && errors.As(err, &pe) && pe.Reason != "shutdown_timeout" {
+		if dl.Write(&c.batch.Records[i], pe.Reason, err) == nil {
+			c.mu.Lock()
+			c.dead++
+			c.mu.Unlock()
+			return
+		}
+	}
+	c.mu.Lock()
+	c.retry = append(c.retry, i)
+	c.mu.Unlock()
+}
+
+// onDone runs when Kafka has answered for every record of the batch.
+func (c *chunk) onDone(error) {
+	s := c.s
+	c.mu.Lock()
+	retry, dead := len(c.retry), c.dead
+	c.dead = 0
+	c.mu.Unlock()
+	if dead > 0 {
+		s.m.deadLettered.Add(float64(dead))
+	}
+	if retry == 0 {
+		s.m.delivered.Add(float64(len(c.batch.Records) - dead))
+		s.ackMu.Lock()
+		c.mark.done = true
+		s.ackMu.Unlock()
+		s.release(c)
+		s.advance()
+		return
+	}
+	s.m.delivered.Add(float64(len(c.batch.Records) - dead - retry))
+	s.m.retried.Add(float64(retry))
+	if s.readStop.Load() {
+		// Stopping: the records stay in the spool (the watermark cannot
+		// pass this chunk) and are replayed at the next start.
+		s.release(c)
+		return
+	}
+	c.tries++
+	time.AfterFunc(backoff(c.tries), c.resend)
+}
+
+func backoff(tries int) time.Duration {
+	d := 100 * time.Millisecond
+	for i := 1; i < tries && d < 5*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Second)
+}
+
+// resend sends the records that failed again, from the same buffer.
+func (c *chunk) resend() {
+	s := c.s
+	if s.readStop.Load() {
+		s.release(c)
+		return
+	}
+	c.mu.Lock()
+	keep := make([]record.Record, len(c.retry))
+	for j, i := range c.retry {
+		keep[j] = c.batch.Records[i]
+	}
+	c.retry = c.retry[:0]
+	c.mu.Unlock()
+	c.batch.Reset()
+	c.batch.Records = append(c.batch.Records, keep...)
+	c.batch.MemBytes = c.reserved
+	s.send(c)
+}
+
+// advance moves the watermark over the chunks completed in read order,
+// deletes segments it has passed and tells OnDrained when nothing is left.
+func (s *Spool) advance() {
+	s.ackMu.Lock()
+	i := 0
+	for i < len(s.fifo) && s.fifo[i].done {
+		s.wm = s.fifo[i].end
+		i++
+	}
+	if i == 0 {
+		s.ackMu.Unlock()
+		return
+	}
+	clear(s.fifo[:i])
+	s.fifo = append(s.fifo[:0], s.fifo[i:]...)
+	wm := s.wm
+	s.ackMu.Unlock()
+
+	s.mu.Lock()
+	var gone []uint64
+	for id, size := range s.segs {
+		if id < wm.seg && id != s.wseg {
+			gone = append(gone, id)
+			s.disk -= size
+			delete(s.segs, id)
+		}
+	}
+	drained := wm.seg == s.wseg && wm.off >= s.woff
+	s.mu.Unlock()
+	for _, id := range gone {
+		if err := os.Remove(s.path(segName(id))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.log.Log(slog.LevelWarn, "remove", "spool: removing an acknowledged segment failed", "err", err)
+		}
+	}
+	if drained && s.opt.OnDrained != nil {
+		s.opt.OnDrained()
+	}
+}
+
+// release gives a chunk's memory back and returns it to the pool. Only a
+// chunk whose records are all answered (or abandoned at shutdown) goes.
+func (s *Spool) release(c *chunk) {
+	s.budget.Release(c.reserved)
+	kick(s.freeKick)
+	c.reserved = 0
+	c.mark = nil
+	c.batch.Reset()
+	c.retry = c.retry[:0]
+	c.dead, c.tries = 0, 0
+	s.chunks.Put(c)
+}

@@ -1,0 +1,610 @@
+package spool
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/record"
+	"github.com/ferryhq/ferry/telemetry"
+)
+
+func testConfig(dir string) Config {
+	return Config{Dir: dir, SegmentBytes: 64 << 10, MaxBytes: 64 << 20, Fsync: "interval",
+		FsyncInterval: 10 * time.Millisecond, WriteBuffer: 8 << 20, ReadAhead: 4 << 20, MaxRecordBytes: 1 << 20}
+}
+
+func open(t testing.TB, cfg Config) *Spool {
+	t.Helper()
+	s, err := Open(cfg, telemetry.TestSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// recs makes n records with ids from..from+n-1 as values (keys, headers and
+// timestamps vary so every field goes through the frame).
+func recs(from, n int) *record.Batch {
+	b := &record.Batch{}
+	for i := from; i < from+n; i++ {
+		r := record.Record{Topic: "t", Value: []byte(fmt.Sprintf("rec-%08d-%s", i, bytes.Repeat([]byte("x"), i%50)))}
+		switch i % 3 {
+		case 0:
+			r.Key = []byte(strconv.Itoa(i))
+		case 1:
+			r.Key = []byte{}
+			r.Headers = []record.Header{{Key: "h", Value: []byte("v")}, {Key: "empty"}}
+		}
+		if i%2 == 0 {
+			r.Timestamp = time.Unix(1700000000, int64(i)).UTC()
+		}
+		b.Records = append(b.Records, r)
+	}
+	return b
+}
+
+// collector records every delivered value (copied), acknowledging from
+// another goroutine as Kafka's client does. fail, when set, decides a
+// record's outcome.
+type collector struct {
+	mu   sync.Mutex
+	got  []record.Record
+	fail func(r *record.Record) error
+	hold atomic.Bool // take batches but never answer (Kafka down)
+}
+
+func (c *collector) Consume(_ context.Context, b *record.Batch) error {
+	b.Arm()
+	if c.hold.Load() {
+		return nil
+	}
+	var errs []error
+	c.mu.Lock()
+	for i := range b.Records {
+		r := &b.Records[i]
+		var err error
+		if c.fail != nil {
+			err = c.fail(r)
+		}
+		errs = append(errs, err)
+		if err == nil {
+			cp := *r
+			cp.Key = bytes.Clone(r.Key)
+			cp.Value = bytes.Clone(r.Value)
+			cp.Headers = nil
+			for _, h := range r.Headers {
+				cp.Headers = append(cp.Headers, record.Header{Key: h.Key, Value: bytes.Clone(h.Value)})
+			}
+			c.got = append(c.got, cp)
+		}
+	}
+	c.mu.Unlock()
+	go func() {
+		for i, err := range errs {
+			b.AckAt(i, err)
+		}
+	}()
+	return nil
+}
+
+func (c *collector) values() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, r := range c.got {
+		out = append(out, string(r.Value))
+	}
+	return out
+}
+
+func (c *collector) waitFor(t *testing.T, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		v := c.values()
+		if len(v) >= n {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("delivered %d of %d records", len(v), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func appendOK(t *testing.T, s *Spool, b *record.Batch) {
+	t.Helper()
+	done := make(chan error, 1)
+	b.OnDone(func(err error) { done <- err })
+	if err := s.Consume(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("append not completed")
+	}
+}
+
+func wantIDs(t *testing.T, got []string, from, to int) {
+	t.Helper()
+	if len(got) != to-from {
+		t.Fatalf("got %d records, want %d", len(got), to-from)
+	}
+	for i, v := range got {
+		want := string(recs(from+i, 1).Records[0].Value)
+		if v != want {
+			t.Fatalf("record %d: got %.20q, want %.20q (order or content broken)", i, v, want)
+		}
+	}
+}
+
+// TestRoundTripInOrder: records come out of the spool in order with every
+// field intact, across many segment rolls, and acknowledged segments are
+// deleted.
+func TestRoundTripInOrder(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, testConfig(dir))
+	c := &collector{}
+	if err := s.Start(context.Background(), Options{Next: c}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		appendOK(t, s, recs(i*50, 50))
+	}
+	c.waitFor(t, 5000)
+	wantIDs(t, c.values(), 0, 5000)
+	c.mu.Lock()
+	for i, r := range c.got {
+		w := recs(i, 1).Records[0]
+		if !bytes.Equal(r.Key, w.Key) || (r.Key == nil) != (w.Key == nil) || !r.Timestamp.Equal(w.Timestamp) || len(r.Headers) != len(w.Headers) || r.Topic != "t" {
+			t.Fatalf("record %d: %+v differs from %+v", i, r, w)
+		}
+	}
+	c.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Backlog() != 0 || len(segments(t, dir)) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("backlog %d bytes, %d segments left after every record was acknowledged", s.Backlog(), len(segments(t, dir)))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = s.Shutdown(context.Background())
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing is replayed after a clean stop with everything acknowledged.
+	s2 := open(t, testConfig(dir))
+	defer s2.Close()
+	if b := s2.Backlog(); b != 0 {
+		t.Fatalf("backlog after reopen %d, want 0", b)
+	}
+}
+
+func segments(t *testing.T, dir string) []string {
+	m, err := filepath.Glob(filepath.Join(dir, "*.seg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(m)
+	return m
+}
+
+// TestRestartReplaysUnacknowledged: records Kafka never acknowledged are
+// delivered after a restart, in order; nothing acknowledged is lost.
+func TestRestartReplaysUnacknowledged(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, testConfig(dir))
+	c := &collector{}
+	c.hold.Store(true) // Kafka down
+	_ = s.Start(context.Background(), Options{Next: c})
+	for i := 0; i < 40; i++ {
+		appendOK(t, s, recs(i*100, 100))
+	}
+	_ = s.Shutdown(context.Background())
+	_ = s.Close()
+
+	s2 := open(t, testConfig(dir))
+	defer s2.Close()
+	c2 := &collector{}
+	_ = s2.Start(context.Background(), Options{Next: c2})
+	got := c2.waitFor(t, 4000)
+	wantIDs(t, got, 0, 4000)
+	if v := testutil.ToFloat64(s2.m.replayed); v != 4000 {
+		t.Fatalf("replayed counter %v, want 4000", v)
+	}
+	_ = s2.Shutdown(context.Background())
+}
+
+// TestCrashWithoutCloseReplaysFromCheckpoint: a process that dies without
+// Close (the files are simply abandoned) loses nothing it acknowledged; what
+// Kafka had acknowledged before the last checkpoint is not sent again.
+func TestCrashWithoutCloseReplaysFromCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	cfg.Fsync = "always"
+	s := open(t, cfg)
+	c := &collector{}
+	_ = s.Start(context.Background(), Options{Next: c})
+	for i := 0; i < 20; i++ {
+		appendOK(t, s, recs(i*100, 100))
+	}
+	c.waitFor(t, 2000)
+	time.Sleep(1500 * time.Millisecond) // one checkpoint
+	c.hold.Store(true)
+	for i := 20; i < 30; i++ {
+		appendOK(t, s, recs(i*100, 100))
+	}
+	// Crash: no Shutdown, no Close. Release the lock as process death would.
+	s.readStop.Store(true)
+	s.lockFile.Close()
+
+	s2 := open(t, cfg)
+	defer s2.Close()
+	c2 := &collector{}
+	_ = s2.Start(context.Background(), Options{Next: c2})
+	got := c2.waitFor(t, 1000)
+	time.Sleep(200 * time.Millisecond)
+	got = c2.values()
+	if len(got) != 1000 {
+		t.Fatalf("replayed %d records, want exactly the 1000 unacknowledged ones", len(got))
+	}
+	wantIDs(t, got, 2000, 3000)
+	_ = s2.Shutdown(context.Background())
+	s.readStop.Store(true)
+}
+
+// TestTornTailTruncated: a half-written frame at the end of the last
+// segment (a crash mid-write) is cut off and counted; every whole record
+// before it is delivered.
+func TestTornTailTruncated(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, testConfig(dir))
+	for i := 0; i < 10; i++ {
+		appendOK(t, s, recs(i*10, 10))
+	}
+	_ = s.Close()
+	segs := segments(t, dir)
+	last := segs[len(segs)-1]
+	full := appendFrame(nil, &recs(100, 1).Records[0])
+	f, _ := os.OpenFile(last, os.O_APPEND|os.O_WRONLY, 0)
+	_, _ = f.Write(full[:len(full)-5])
+	f.Close()
+
+	s2 := open(t, testConfig(dir))
+	defer s2.Close()
+	if v := testutil.ToFloat64(s2.m.corruptBytes.WithLabelValues("truncated")); v != float64(len(full)-5) {
+		t.Fatalf("truncated bytes counted %v, want %d", v, len(full)-5)
+	}
+	c := &collector{}
+	_ = s2.Start(context.Background(), Options{Next: c})
+	got := c.waitFor(t, 100)
+	time.Sleep(100 * time.Millisecond)
+	wantIDs(t, c.values(), 0, 100)
+	_ = got
+	_ = s2.Shutdown(context.Background())
+}
+
+// TestFlippedBytesSkipped: bytes flipped inside sealed segments lose only
+// the records they hit; the reader finds the next valid frame and every
+// other record is delivered, and the damage is counted.
+func TestFlippedBytesSkipped(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, testConfig(dir))
+	for i := 0; i < 100; i++ {
+		appendOK(t, s, recs(i*40, 40))
+	}
+	_ = s.Close()
+	segs := segments(t, dir)
+	if len(segs) < 3 {
+		t.Fatalf("want several segments, have %d", len(segs))
+	}
+	// Damage one record's value in the first segment and a frame header in
+	// the second.
+	for _, d := range []struct {
+		file string
+		off  int64
+	}{{segs[0], 4000}, {segs[1], segHeader + 2}} {
+		f, _ := os.OpenFile(d.file, os.O_RDWR, 0)
+		var b [3]byte
+		_, _ = f.ReadAt(b[:], d.off)
+		for i := range b {
+			b[i] ^= 0xA5
+		}
+		_, _ = f.WriteAt(b[:], d.off)
+		f.Close()
+	}
+	s2 := open(t, testConfig(dir))
+	defer s2.Close()
+	c := &collector{}
+	_ = s2.Start(context.Background(), Options{Next: c})
+	c.waitFor(t, 3990)
+	time.Sleep(200 * time.Millisecond)
+	got := c.values()
+	if len(got) < 3990 || len(got) > 3998 {
+		t.Fatalf("delivered %d of 4000 records; two damaged spots should cost only the records they hit", len(got))
+	}
+	seen := map[string]bool{}
+	for _, v := range got {
+		seen[v] = true
+	}
+	last := ""
+	for _, v := range got {
+		if v < last {
+			t.Fatalf("out of order after damage: %q after %q", v, last)
+		}
+		last = v
+	}
+	if v := testutil.ToFloat64(s2.m.corruptBytes.WithLabelValues("skipped")); v == 0 {
+		t.Fatal("damage not counted")
+	}
+	if v := testutil.ToFloat64(s2.m.corruptRegions); v < 2 {
+		t.Fatalf("corrupt regions %v, want ≥ 2", v)
+	}
+	_ = s2.Shutdown(context.Background())
+}
+
+// TestDiskCapRefuses: at max_bytes appends are refused (429 while Kafka is
+// up, 503 while it is down), the refused batch's completion never runs, and
+// nothing refused was stored.
+func TestDiskCapRefuses(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	cfg.MaxBytes = 256 << 10
+	s := open(t, cfg)
+	var up atomic.Bool
+	up.Store(true)
+	c := &collector{}
+	c.hold.Store(true)
+	_ = s.Start(context.Background(), Options{Next: c, Up: up.Load})
+	var stored int
+	var refusal error
+	for i := 0; i < 1000 && refusal == nil; i++ {
+		b := recs(i*100, 100)
+		completed := false
+		b.OnDone(func(error) { completed = true })
+		if err := s.Consume(context.Background(), b); err != nil {
+			if completed {
+				t.Fatal("a refused batch was completed")
+			}
+			refusal = err
+			break
+		}
+		stored += 100
+	}
+	if refusal != consumer.ErrSpoolFull {
+		t.Fatalf("refusal %v, want ErrSpoolFull (429)", refusal)
+	}
+	if d := s.DiskBytes(); d > int64(cfg.MaxBytes) {
+		t.Fatalf("spool holds %d bytes, cap %d", d, cfg.MaxBytes)
+	}
+	up.Store(false)
+	err := s.Consume(context.Background(), recs(0, 100))
+	var re *consumer.RetryableError
+	if !errors.As(err, &re) || re.Busy {
+		t.Fatalf("with Kafka down: %v, want a 503-class refusal", err)
+	}
+	if s.ready() == nil {
+		t.Fatal("readiness should report a full spool")
+	}
+	_ = s.Shutdown(context.Background())
+	_ = s.Close()
+	s2 := open(t, cfg)
+	defer s2.Close()
+	c2 := &collector{}
+	_ = s2.Start(context.Background(), Options{Next: c2})
+	c2.waitFor(t, stored)
+	time.Sleep(100 * time.Millisecond)
+	wantIDs(t, c2.values(), 0, stored)
+	_ = s2.Shutdown(context.Background())
+}
+
+type deadLetters struct {
+	mu      sync.Mutex
+	reasons []string
+	values  []string
+}
+
+func (d *deadLetters) Write(r *record.Record, reason string, _ error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.reasons = append(d.reasons, reason)
+	d.values = append(d.values, string(r.Value))
+	return nil
+}
+
+// TestDeadLetterAndRetry: a record Kafka refuses for good goes to the dead
+// letter with its reason; a record that fails for a passing reason is sent
+// again until it is delivered; the spool drains either way.
+func TestDeadLetterAndRetry(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, testConfig(dir))
+	var transient atomic.Int64
+	c := &collector{fail: func(r *record.Record) error {
+		switch {
+		case bytes.HasPrefix(r.Value, []byte("rec-00000007")):
+			return consumer.TooLarge("record", 10, 5, nil)
+		case bytes.HasPrefix(r.Value, []byte("rec-0000001")) && transient.Add(1) <= 3:
+			return consumer.ErrFull
+		}
+		return nil
+	}}
+	dl := &deadLetters{}
+	var drained atomic.Int64
+	_ = s.Start(context.Background(), Options{Next: c, DeadLetter: dl, OnDrained: func() { drained.Add(1) }})
+	appendOK(t, s, recs(0, 100))
+	got := c.waitFor(t, 99)
+	if len(got) != 99 {
+		t.Fatalf("delivered %d, want 99", len(got))
+	}
+	dl.mu.Lock()
+	if len(dl.values) != 1 || dl.reasons[0] != "record_too_large" || dl.values[0][:12] != "rec-00000007" {
+		t.Fatalf("dead letters %v %v", dl.reasons, dl.values)
+	}
+	dl.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Backlog() != 0 || drained.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("backlog %d, drained %d", s.Backlog(), drained.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v := testutil.ToFloat64(s.m.retried); v < 3 {
+		t.Fatalf("retried %v, want ≥ 3", v)
+	}
+	_ = s.Shutdown(context.Background())
+	_ = s.Close()
+}
+
+// TestGroupCommit: with fsync always, concurrent appends share fsyncs, and
+// every completion comes after an fsync.
+func TestGroupCommit(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	cfg.Fsync = "always"
+	cfg.SegmentBytes = 16 << 20
+	s := open(t, cfg)
+	c := &collector{}
+	_ = s.Start(context.Background(), Options{Next: c})
+	var wg sync.WaitGroup
+	const writers, each = 32, 20
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				b := recs((w*each+i)*5, 5)
+				done := make(chan struct{})
+				b.OnDone(func(err error) {
+					if err != nil {
+						t.Error(err)
+					}
+					if testutil.ToFloat64(s.m.fsyncs) == 0 {
+						t.Error("append completed before any fsync")
+					}
+					close(done)
+				})
+				if err := s.Consume(context.Background(), b); err != nil {
+					t.Error(err)
+					return
+				}
+				<-done
+			}
+		}(w)
+	}
+	wg.Wait()
+	fsyncs := testutil.ToFloat64(s.m.fsyncs)
+	t.Logf("%d appends, %v fsyncs", writers*each, fsyncs)
+	if fsyncs >= writers*each {
+		t.Fatalf("%v fsyncs for %d appends: no group commit", fsyncs, writers*each)
+	}
+	c.waitFor(t, writers*each*5)
+	_ = s.Shutdown(context.Background())
+	_ = s.Close()
+}
+
+// TestReadAheadBounded: with Kafka holding everything, the reader never
+// takes more than read_ahead of memory however large the backlog.
+func TestReadAheadBounded(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	cfg.ReadAhead = 3 << 20
+	s := open(t, cfg)
+	c := &collector{}
+	c.hold.Store(true)
+	b := &ownBudget{}
+	_ = s.Start(context.Background(), Options{Next: c, Budget: b})
+	big := bytes.Repeat([]byte("y"), 10<<10)
+	for i := 0; i < 1500; i++ {
+		bt := &record.Batch{Records: []record.Record{{Topic: "t", Value: big}}}
+		appendOK(t, s, bt)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if u := b.used.Load(); u == 0 || u > int64(cfg.ReadAhead) {
+		t.Fatalf("reader holds %d bytes; bound %d", u, cfg.ReadAhead)
+	}
+	_ = s.Shutdown(context.Background())
+	_ = s.Close()
+}
+
+// TestOneProcessPerDir: a second spool on the same directory is refused.
+func TestOneProcessPerDir(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, testConfig(dir))
+	defer s.Close()
+	if _, err := Open(testConfig(dir), telemetry.TestSettings()); err == nil {
+		t.Fatal("second Open on the same dir succeeded")
+	}
+}
+
+// TestDiskFull: on a real full filesystem (a 1 MiB tmpfs) appends fail
+// with a clear 503-class error, nothing refused is acknowledged, and every
+// acknowledged record is delivered after a restart.
+func TestDiskFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
+	}
+	defer exec.Command("umount", dir).Run()
+	cfg := testConfig(dir)
+	cfg.MaxBytes = 64 << 20 // the cap is not what stops it: the disk is
+	s := open(t, cfg)
+	c := &collector{}
+	c.hold.Store(true)
+	_ = s.Start(context.Background(), Options{Next: c})
+	acked := 0
+	var werr error
+	for i := 0; i < 10000; i++ {
+		b := recs(i*20, 20)
+		var cerr error
+		completed := false
+		b.OnDone(func(err error) { completed, cerr = true, err })
+		if werr = s.Consume(context.Background(), b); werr != nil {
+			if completed {
+				t.Fatal("refused batch completed")
+			}
+			break
+		}
+		if !completed || cerr != nil {
+			t.Fatalf("interval-mode append not completed: %v", cerr)
+		}
+		acked += 20
+	}
+	if werr == nil {
+		t.Fatal("a 1 MiB filesystem never filled")
+	}
+	if consumer.Reason(werr) != "spool_disk_full" {
+		t.Fatalf("error %v (reason %s), want spool_disk_full", werr, consumer.Reason(werr))
+	}
+	t.Logf("stored %d records before: %v", acked, werr)
+	_ = s.Shutdown(context.Background())
+	_ = s.Close()
+	s2 := open(t, cfg)
+	defer s2.Close()
+	c2 := &collector{}
+	_ = s2.Start(context.Background(), Options{Next: c2})
+	c2.waitFor(t, acked)
+	time.Sleep(100 * time.Millisecond)
+	wantIDs(t, c2.values(), 0, acked)
+	_ = s2.Shutdown(context.Background())
+}
