@@ -7,6 +7,8 @@ import (
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/ratelimit"
 	"github.com/ferryhq/ferry/buffer/memqueue"
+	"github.com/ferryhq/ferry/buffer/spool"
+	"github.com/ferryhq/ferry/deadletter"
 	"github.com/ferryhq/ferry/exporter/kafkaexporter"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
@@ -20,6 +22,7 @@ type Config struct {
 	Telemetry  telemetry.Config `yaml:"telemetry"`
 	Receivers  Receivers        `yaml:"receivers"`
 	Queue      memqueue.Config  `yaml:"queue"`
+	Delivery   Delivery         `yaml:"delivery"`
 	Exporter   Exporter         `yaml:"exporter"`
 	Auth       auth.Config      `yaml:"auth"`
 	RateLimits ratelimit.Config `yaml:"rate_limits"`
@@ -39,6 +42,18 @@ type Receivers struct {
 type Processors struct {
 	Sampler    sampler.Config    `yaml:"sampler"`
 	Attributes attributes.Config `yaml:"attributes"`
+}
+
+// Delivery chooses when a client is answered and whether a disk spool
+// sits between the receivers and Kafka (docs/reliability.md).
+type Delivery struct {
+	// Mode: kafka (answer after Kafka's ack; no disk), spool (answer after
+	// the spool append under its fsync policy; Kafka is fed from the
+	// spool) or spill (memory first; disk when the queue is full or Kafka
+	// is unreachable).
+	Mode       string            `yaml:"mode"`
+	Spool      spool.Config      `yaml:"spool"`
+	DeadLetter deadletter.Config `yaml:"dead_letter"`
 }
 
 // Exporter selects and configures the exporter.
@@ -70,6 +85,22 @@ func (c *Config) Validate() error {
 	}
 	if err := wrap("queue", c.Queue.Validate()); err != nil {
 		return err
+	}
+	switch c.Delivery.Mode {
+	case "kafka":
+	case "spool", "spill":
+		if err := wrap("delivery.spool", c.Delivery.Spool.Validate()); err != nil {
+			return err
+		}
+		if err := wrap("delivery.dead_letter", c.Delivery.DeadLetter.Validate()); err != nil {
+			return err
+		}
+		if ra := c.Delivery.Spool.ReadAhead; ra != 0 && (ra > c.Queue.MemoryLimit || ra < 2*c.Exporter.Kafka.MaxBatchBytes) {
+			return fmt.Errorf("config: delivery.spool.read_ahead (%s) must be between two exporter.kafka.max_batch_bytes (%s) and queue.memory_limit (%s)",
+				ra, 2*c.Exporter.Kafka.MaxBatchBytes, c.Queue.MemoryLimit)
+		}
+	default:
+		return fmt.Errorf("config: delivery.mode: %q is not one of kafka, spool, spill", c.Delivery.Mode)
 	}
 	if c.Exporter.Type != "kafka" && c.Exporter.Type != "blackhole" {
 		return fmt.Errorf("config: exporter.type: %q is not one of kafka, blackhole", c.Exporter.Type)

@@ -24,8 +24,11 @@ import (
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/ratelimit"
 	"github.com/ferryhq/ferry/buffer/memqueue"
+	"github.com/ferryhq/ferry/buffer/spill"
+	"github.com/ferryhq/ferry/buffer/spool"
 	"github.com/ferryhq/ferry/config"
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/deadletter"
 	"github.com/ferryhq/ferry/exporter/blackholeexporter"
 	"github.com/ferryhq/ferry/exporter/kafkaexporter"
 	"github.com/ferryhq/ferry/processor/attributes"
@@ -42,6 +45,10 @@ type Pipeline struct {
 	Admin    *telemetry.Admin
 	Exporter Exporter
 	Queue    *memqueue.Queue
+	// Spool, DeadLetter and Spill exist in the spool and spill delivery modes.
+	Spool      *spool.Spool
+	DeadLetter *deadletter.Writer
+	Spill      *spill.Router
 	HTTP     *httpreceiver.Receiver
 	OTLP     *otlpreceiver.Receiver
 	Auth     *auth.Checker
@@ -74,8 +81,36 @@ func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
 			return nil, fmt.Errorf("exporter.kafka: %w", err)
 		}
 	}
-	if p.Queue, err = memqueue.New(cfg.Queue, set, p.Exporter, p.Exporter.Up); err != nil {
+	// What the receivers hand their batches to, by delivery mode:
+	//   kafka: queue → exporter
+	//   spool: queue → spool; the spool's reader → exporter
+	//   spill: router → (queue → exporter) or spool; the spool's reader → exporter
+	var intake consumer.Consumer
+	if cfg.Delivery.Mode != "kafka" {
+		sc := cfg.Delivery.Spool
+		sc.MaxRecordBytes = int(cfg.Exporter.Kafka.MaxBatchBytes)
+		if sc.ReadAhead == 0 {
+			sc.ReadAhead = cfg.Queue.MemoryLimit / 2
+		}
+		if p.Spool, err = spool.Open(sc, set); err != nil {
+			return nil, fmt.Errorf("delivery.spool: %w", err)
+		}
+		if p.DeadLetter, err = deadletter.New(cfg.Delivery.DeadLetter, set, p.Exporter); err != nil {
+			p.Spool.Close()
+			return nil, fmt.Errorf("delivery.dead_letter: %w", err)
+		}
+	}
+	next := consumer.Consumer(p.Exporter)
+	if cfg.Delivery.Mode == "spool" {
+		next = p.Spool
+	}
+	if p.Queue, err = memqueue.New(cfg.Queue, set, next, p.Exporter.Up); err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
+	}
+	intake = p.Queue
+	if cfg.Delivery.Mode == "spill" {
+		p.Spill = spill.New(set, p.Queue, p.Spool, p.Exporter.Up)
+		intake = p.Spill
 	}
 	// Built even when unconfigured, so a reload can add keys and limits.
 	if p.Auth, err = auth.New(cfg.Auth, set); err != nil {
@@ -92,7 +127,7 @@ func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
 	}
 	pre := &auth.Prechecks{Checker: p.Auth, Limiter: p.Limiter, Sampler: p.Sampler, Attributes: p.Attrs}
 	if cfg.Receivers.HTTP.Enabled {
-		if p.HTTP, err = httpreceiver.New(cfg.Receivers.HTTP, set, p.Queue, pre); err != nil {
+		if p.HTTP, err = httpreceiver.New(cfg.Receivers.HTTP, set, intake, pre); err != nil {
 			return nil, fmt.Errorf("receivers.http: %w", err)
 		}
 	}
@@ -102,7 +137,7 @@ func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
 			// Room for the record's framing, key and headers in a batch.
 			oc.MaxRecordBytes = int(cfg.Exporter.Kafka.MaxBatchBytes) - 4096
 		}
-		if p.OTLP, err = otlpreceiver.New(oc, set, p.Queue, pre); err != nil {
+		if p.OTLP, err = otlpreceiver.New(oc, set, intake, pre); err != nil {
 			return nil, fmt.Errorf("receivers.otlp: %w", err)
 		}
 	}
@@ -121,6 +156,15 @@ var Version = "dev"
 func (p *Pipeline) Start(ctx context.Context) error {
 	if err := p.Exporter.Start(ctx); err != nil {
 		return err
+	}
+	if p.Spool != nil {
+		opt := spool.Options{Next: p.Exporter, Budget: p.Queue, DeadLetter: p.DeadLetter, Up: p.Exporter.Up}
+		if p.Spill != nil {
+			opt.OnDrained = p.Spill.Drained
+		}
+		if err := p.Spool.Start(ctx, opt); err != nil {
+			return err
+		}
 	}
 	if err := p.Queue.Start(ctx); err != nil {
 		return err
@@ -183,8 +227,19 @@ func (p *Pipeline) Shutdown(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("otlp receiver: %w", err))
 		}
 	}
+	if p.Spool != nil {
+		// Stop reading; what was handed to Kafka is flushed next, and the
+		// checkpoint written after that records how far it got.
+		_ = p.Spool.Shutdown(ctx)
+	}
 	if err := p.Exporter.Shutdown(ctx); err != nil {
 		errs = append(errs, err)
+	}
+	if p.Spool != nil {
+		if err := p.Spool.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("spool: %w", err))
+		}
+		_ = p.DeadLetter.Close()
 	}
 	_ = p.Auth.Shutdown(ctx)
 	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -246,7 +301,7 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 		a, b any
 	}{
 		{"telemetry", old.Telemetry, next.Telemetry}, {"receivers.http", old.Receivers.HTTP, next.Receivers.HTTP},
-		{"receivers.otlp", old.Receivers.OTLP, next.Receivers.OTLP}, {"queue", old.Queue, next.Queue},
+		{"receivers.otlp", old.Receivers.OTLP, next.Receivers.OTLP}, {"queue", old.Queue, next.Queue}, {"delivery", old.Delivery, next.Delivery},
 		{"exporter", old.Exporter, next.Exporter}, {"shutdown_timeout", old.ShutdownTimeout, next.ShutdownTimeout},
 	} {
 		if !reflect.DeepEqual(d.a, d.b) {
@@ -281,9 +336,13 @@ func (p *Pipeline) report() {
 		case <-t.C:
 		}
 		r, b := p.sum("ferry_exporter_sent_records_total"), p.sum("ferry_exporter_sent_bytes_total")
-		p.Set.Logger.Info("forwarded", "interval", iv, "records", int64(r-lastR), "bytes", int64(b-lastB),
-			"records_per_sec", int64((r-lastR)/iv.Seconds()), "mb_per_sec", fmt.Sprintf("%.2f", (b-lastB)/iv.Seconds()/1e6),
-			"queued_bytes", p.Queue.Used(), "kafka_up", p.Exporter.Up())
+		attrs := []any{"interval", iv, "records", int64(r - lastR), "bytes", int64(b - lastB),
+			"records_per_sec", int64((r - lastR) / iv.Seconds()), "mb_per_sec", fmt.Sprintf("%.2f", (b-lastB)/iv.Seconds()/1e6),
+			"queued_bytes", p.Queue.Used(), "kafka_up", p.Exporter.Up()}
+		if p.Spool != nil {
+			attrs = append(attrs, "spool_backlog_bytes", p.Spool.Backlog(), "spool_disk_bytes", p.Spool.DiskBytes())
+		}
+		p.Set.Logger.Info("forwarded", attrs...)
 		lastR, lastB = r, b
 	}
 }

@@ -23,11 +23,14 @@ type Config struct {
 	// WriteBuffer bounds the bytes of batches being appended or waiting for
 	// their fsync.
 	WriteBuffer bytesize.Size `yaml:"write_buffer"`
-	// ReadAhead bounds the bytes read from disk and not yet acknowledged by
-	// Kafka. They are taken from queue.memory_limit; 0 means half of it.
+	// ReadAhead: the reader takes memory for what it has read and Kafka has
+	// not yet acknowledged only while the budget it draws from (the queue's
+	// memory_limit, shared with receivers) is below this; 0 means half of
+	// memory_limit.
 	ReadAhead bytesize.Size `yaml:"read_ahead"`
-	// ReplayRate throttles reading data that was on disk at start (and, in
-	// spill mode, everything spilled), in bytes per second; 0 = unthrottled.
+	// ReplayRate throttles reading the backlog found on disk at start, in
+	// bytes per second, so recovery leaves disk and CPU to live traffic;
+	// 0 = unthrottled.
 	ReplayRate bytesize.Size `yaml:"replay_rate"`
 	// MaxRecordBytes is the largest record accepted (the frame bound that
 	// recovery trusts); it is set from the exporter's max_batch_bytes.

@@ -73,10 +73,11 @@ func (s *Spool) read() {
 			continue
 		}
 		size := min(avail, int64(max(s.chunk, s.need)))
+		start := s.rpos
 		if !s.reserve(size) {
 			return
 		}
-		if (s.opt.ThrottleAll || s.rpos.less(s.replayEnd)) && !s.throttle(size) {
+		if s.rpos.less(s.replayEnd) && !s.throttle(size) {
 			s.budget.Release(size)
 			return
 		}
@@ -130,7 +131,7 @@ func (s *Spool) read() {
 			s.push(&mark{end: s.rpos, done: true})
 			continue
 		}
-		if s.rpos.less(s.replayEnd) || s.opt.ThrottleAll {
+		if start.less(s.replayEnd) {
 			s.m.replayed.Add(float64(len(c.batch.Records)))
 		}
 		c.batch.MemBytes = c.reserved

@@ -46,9 +46,6 @@ type Options struct {
 	DeadLetter DeadLetter
 	// Up reports whether Kafka is reachable (refusals: 429 if so, else 503).
 	Up func() bool
-	// ThrottleAll applies ReplayRate to every read (spill mode: everything
-	// in the spool is a replay), not only to what was on disk at Open.
-	ThrottleAll bool
 	// OnDrained runs when every appended record has been acknowledged.
 	OnDrained func()
 }
