@@ -49,15 +49,15 @@ type Pipeline struct {
 	Spool      *spool.Spool
 	DeadLetter *deadletter.Writer
 	Spill      *spill.Router
-	HTTP     *httpreceiver.Receiver
-	OTLP     *otlpreceiver.Receiver
-	Auth     *auth.Checker
-	Limiter  *ratelimit.Limiter
-	Sampler  *sampler.Sampler
-	Attrs    *attributes.Processor
-	reloadMu sync.Mutex
-	stop     chan struct{}
-	done     chan struct{}
+	HTTP       *httpreceiver.Receiver
+	OTLP       *otlpreceiver.Receiver
+	Auth       *auth.Checker
+	Limiter    *ratelimit.Limiter
+	Sampler    *sampler.Sampler
+	Attrs      *attributes.Processor
+	reloadMu   sync.Mutex
+	stop       chan struct{}
+	done       chan struct{}
 }
 
 // Exporter is what the pipeline needs of an exporter.
