@@ -61,6 +61,11 @@ type Batch struct {
 	// records that failed; it is nil on the hot path and costs nothing there.
 	OnFailure func(i int, err error)
 
+	// Spooled: every record is also in the disk spool, which keeps it until
+	// Kafka acknowledges it, so a failure here (a shutdown before Kafka
+	// answered) loses nothing and is not a drop.
+	Spooled bool
+
 	pending atomic.Int64
 	failed  atomic.Int64
 	mu      sync.Mutex
@@ -172,6 +177,7 @@ func (b *Batch) Reset() {
 	b.Records = b.Records[:0]
 	b.MemBytes = 0
 	b.OnFailure = nil
+	b.Spooled = false
 	b.pending.Store(0)
 	b.failed.Store(0)
 	b.err = nil

@@ -16,6 +16,9 @@ type metrics struct {
 	fsyncs          prometheus.Counter
 	fsyncSeconds    prometheus.Histogram
 	backlogAtOpen   prometheus.Gauge
+	replaySeconds   prometheus.Gauge
+
+	backlogAtOpenValue int64
 }
 
 func newMetrics(reg prometheus.Registerer, s *Spool) *metrics {
@@ -41,6 +44,8 @@ func newMetrics(reg prometheus.Registerer, s *Spool) *metrics {
 			Help: "Time per spool fsync.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 		backlogAtOpen: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_spool_backlog_at_start_bytes",
 			Help: "Unacknowledged bytes found on disk when ferry started."}),
+		replaySeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_spool_replay_seconds",
+			Help: "Time from start until Kafka acknowledged the whole backlog found at start (0 until then)."}),
 	}
 	for _, kind := range []string{"truncated", "skipped"} {
 		m.corruptBytes.WithLabelValues(kind)
@@ -52,6 +57,6 @@ func newMetrics(reg prometheus.Registerer, s *Spool) *metrics {
 	limit := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_spool_limit_bytes", Help: "The configured max_bytes."})
 	limit.Set(float64(s.cfg.MaxBytes))
 	reg.MustRegister(m.appendedRecords, m.appendedBytes, m.delivered, m.retried, m.deadLettered, m.replayed, m.refused,
-		m.corruptBytes, m.corruptRegions, m.writeErrors, m.fsyncs, m.fsyncSeconds, m.backlogAtOpen, disk, backlog, limit)
+		m.corruptBytes, m.corruptRegions, m.writeErrors, m.fsyncs, m.fsyncSeconds, m.backlogAtOpen, m.replaySeconds, disk, backlog, limit)
 	return m
 }

@@ -72,6 +72,17 @@ func (s *Spool) read() {
 			}
 			continue
 		}
+		if !sealed && avail < int64(s.chunk) && !s.lingered {
+			// Caught up with the writer: wait briefly for a fuller chunk
+			// rather than send one per append (fewer, larger batches; the
+			// exporter lingers anyway).
+			s.lingered = true
+			if !s.sleep(2 * time.Millisecond) {
+				return
+			}
+			continue
+		}
+		s.lingered = false
 		size := min(avail, int64(max(s.chunk, s.need)))
 		start := s.rpos
 		if !s.reserve(size) {
@@ -135,6 +146,7 @@ func (s *Spool) read() {
 			s.m.replayed.Add(float64(len(c.batch.Records)))
 		}
 		c.batch.MemBytes = c.reserved
+		c.batch.Spooled = true
 		c.mark = &mark{end: s.rpos}
 		s.push(c.mark)
 		s.send(c)
@@ -303,6 +315,7 @@ func (c *chunk) resend() {
 	c.batch.Reset()
 	c.batch.Records = append(c.batch.Records, keep...)
 	c.batch.MemBytes = c.reserved
+	c.batch.Spooled = true
 	s.send(c)
 }
 
@@ -322,7 +335,16 @@ func (s *Spool) advance() {
 	clear(s.fifo[:i])
 	s.fifo = append(s.fifo[:0], s.fifo[i:]...)
 	wm := s.wm
+	replayed := !s.replayDone && !wm.less(s.replayEnd)
+	if replayed {
+		s.replayDone = true
+	}
 	s.ackMu.Unlock()
+	if replayed && s.m.backlogAtOpenValue > 0 {
+		took := time.Since(s.startedAt)
+		s.m.replaySeconds.Set(took.Seconds())
+		s.logger.Info("spool: the backlog found at start is delivered", "bytes", s.m.backlogAtOpenValue, "took", took.Round(time.Millisecond))
+	}
 
 	s.mu.Lock()
 	var gone []uint64

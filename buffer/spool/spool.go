@@ -102,6 +102,9 @@ type Spool struct {
 	wm    pos // every record before wm is acknowledged
 	ckpt  pos // wm as last written to the checkpoint
 
+	replayDone bool
+	startedAt  time.Time
+
 	// Reader state, owned by the reader goroutine.
 	rpos      pos
 	rf        *os.File
@@ -109,6 +112,7 @@ type Spool struct {
 	replayEnd pos
 	dec       decoder
 	need      int
+	lingered  bool
 	chunks    sync.Pool
 	tokens    float64
 	tokensAt  time.Time
@@ -240,6 +244,7 @@ func (s *Spool) recover() error {
 	s.replayEnd = pos{next, segHeader}
 	backlog := s.Backlog()
 	s.m.backlogAtOpen.Set(float64(backlog))
+	s.m.backlogAtOpenValue = backlog
 	s.logger.Info("spool opened", "dir", s.cfg.Dir, "segments", len(ids), "backlog_bytes", backlog,
 		"fsync", s.cfg.Fsync, "max_bytes", s.cfg.MaxBytes.String())
 	if err := s.writeCheckpoint(cp); err != nil {
@@ -357,6 +362,7 @@ func (s *Spool) Start(_ context.Context, opt Options) error {
 		s.ceiling = int64(2 * s.maxFrame)
 	}
 	s.started = true
+	s.startedAt = time.Now()
 	s.readWG.Add(1)
 	go s.read()
 	s.syncWG.Add(2)

@@ -59,7 +59,9 @@ type Exporter struct {
 	downErr  atomic.Pointer[string]
 	closing  atomic.Bool
 	inflight atomic.Int64
-	stop     chan struct{}
+	// spooled counts the inflight records the spool also holds.
+	spooled atomic.Int64
+	stop    chan struct{}
 	wg       sync.WaitGroup
 	pool     sync.Pool
 	// promiseFn is e.promise bound once: a method value taken per record
@@ -273,6 +275,9 @@ func (e *Exporter) Consume(_ context.Context, b *record.Batch) error {
 	b.Arm()
 	e.inflight.Add(int64(n))
 	e.m.inflight.Add(float64(n))
+	if b.Spooled {
+		e.spooled.Add(int64(n))
+	}
 	for i := range b.Records {
 		r := &b.Records[i]
 		kr := &eb.recs[i]
@@ -300,8 +305,10 @@ func (e *Exporter) promise(kr *kgo.Record, err error) {
 		idx = int((uintptr(unsafe.Pointer(kr)) - uintptr(unsafe.Pointer(&eb.recs[0]))) / unsafe.Sizeof(kgo.Record{}))
 		err = e.classify(kr, err)
 		reason := consumer.Reason(err)
-		e.m.dropped.WithLabelValues(e.topics.Get(kr.Topic), reason).Inc()
-		e.log.Log(slog.LevelError, reason, "record not delivered to kafka", "topic", kr.Topic, "reason", reason, "err", err)
+		if !b.Spooled {
+			e.m.dropped.WithLabelValues(e.topics.Get(kr.Topic), reason).Inc()
+			e.log.Log(slog.LevelError, reason, "record not delivered to kafka", "topic", kr.Topic, "reason", reason, "err", err)
+		}
 	} else if kr.Topic == eb.topic {
 		eb.sent.Add(1)
 		eb.sentB.Add(int64(len(kr.Key) + len(kr.Value)))
@@ -311,6 +318,9 @@ func (e *Exporter) promise(kr *kgo.Record, err error) {
 	}
 	e.inflight.Add(-1)
 	e.m.inflight.Dec()
+	if b.Spooled {
+		e.spooled.Add(-1)
+	}
 	if eb.pending.Add(-1) == 0 {
 		if s := eb.sent.Load(); s > 0 {
 			t := e.topics.Get(eb.topic)
@@ -354,10 +364,15 @@ func (e *Exporter) classify(kr *kgo.Record, err error) error {
 func (e *Exporter) Shutdown(ctx context.Context) error {
 	e.closing.Store(true)
 	ferr := e.cl.Flush(ctx)
-	left := e.inflight.Load()
+	spooled := e.spooled.Load()
+	left := e.inflight.Load() - spooled
 	if ferr != nil && left > 0 {
 		e.set.Logger.Error("shutdown: Kafka did not acknowledge every record in time; they are failed and counted as dropped (reason shutdown_timeout)",
 			"component", "exporter/kafka", "records", left)
+	}
+	if ferr != nil && spooled > 0 {
+		e.set.Logger.Info("shutdown: records Kafka has not acknowledged stay in the spool for the next start",
+			"component", "exporter/kafka", "records", spooled)
 	}
 	close(e.stop)
 	e.wg.Wait()

@@ -27,8 +27,11 @@ import (
 
 var shared string
 
+// Runner is what Main runs: *testing.M, or a wrapper around it.
+type Runner interface{ Run() int }
+
 // Main runs the package's tests with a shared broker available.
-func Main(m *testing.M) {
+func Main(m Runner) {
 	flag.Parse()
 	if testing.Short() {
 		os.Exit(m.Run())
