@@ -62,8 +62,8 @@ type Exporter struct {
 	// spooled counts the inflight records the spool also holds.
 	spooled atomic.Int64
 	stop    chan struct{}
-	wg       sync.WaitGroup
-	pool     sync.Pool
+	wg      sync.WaitGroup
+	pool    sync.Pool
 	// promiseFn is e.promise bound once: a method value taken per record
 	// would allocate a closure per record.
 	promiseFn func(*kgo.Record, error)
