@@ -1,6 +1,6 @@
 # ferry — see README.md. Every target installs what it needs (Kafka jars from
 # Maven Central, Go modules) so it works on a fresh machine with Go, Java, Maven.
-.PHONY: build demo test test-short fuzz vet clean kafka-start kafka-stop
+.PHONY: build demo test test-short faults fuzz vet clean kafka-start kafka-stop
 
 GO ?= go
 BIN := bin
@@ -16,6 +16,11 @@ demo: build
 # Unit, fuzz-smoke and integration tests against a real local Kafka, with -race.
 test:
 	scripts/test.sh
+
+# The fault tests at full length (~10 min, real Kafka killed and restarted);
+# rewrites the results table in docs/reliability.md. make test runs short ones.
+faults:
+	scripts/faults.sh
 
 # Unit tests only (no Kafka, no Java): quick feedback while editing.
 test-short:

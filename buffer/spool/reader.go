@@ -85,17 +85,19 @@ func (s *Spool) read() {
 		s.lingered = false
 		size := min(avail, int64(max(s.chunk, s.need)))
 		start := s.rpos
-		if !s.reserve(size) {
-			return
-		}
-		if s.rpos.less(s.replayEnd) && !s.throttle(size) {
-			s.budget.Release(size)
-			return
-		}
 		c := s.chunks.Get().(*chunk)
-		c.reserved = size
 		if int64(cap(c.buf)) < size {
 			c.buf = make([]byte, size)
+		}
+		// The whole buffer is held, whatever this read fills of it.
+		if !s.reserve(int64(cap(c.buf))) {
+			s.chunks.Put(c)
+			return
+		}
+		c.reserved = int64(cap(c.buf))
+		if s.rpos.less(s.replayEnd) && !s.throttle(size) {
+			s.release(c)
+			return
 		}
 		n, err := s.readAt(c.buf[:size], s.rpos)
 		if err != nil {
@@ -111,7 +113,13 @@ func (s *Spool) read() {
 		atEnd := sealed && (int64(n) >= avail || int64(n) < size)
 		c.batch.Records = c.batch.Records[:0]
 		var bad, badFrames int64
+		// Many tiny records cost more in structures than in bytes: stop the
+		// chunk where they would take more than half the read-ahead.
+		maxRecs := max(1, int((s.ceiling/2-c.reserved)/record.Overhead))
 		stop, need, skipped, regions := scan(c.buf[:n], atEnd, s.maxFrame, func(_ int, p []byte) bool {
+			if len(c.batch.Records) >= maxRecs {
+				return false
+			}
 			c.batch.Records = append(c.batch.Records, record.Record{})
 			if s.dec.decode(p, &c.batch.Records[len(c.batch.Records)-1]) != nil {
 				c.batch.Records = c.batch.Records[:len(c.batch.Records)-1]
@@ -128,7 +136,7 @@ func (s *Spool) read() {
 		}
 		s.need = need
 		switch {
-		case atEnd:
+		case atEnd && stop >= n:
 			s.rpos.off = end
 		case stop == 0:
 			// A frame larger than this read: read again with room for it.
@@ -145,6 +153,14 @@ func (s *Spool) read() {
 		if start.less(s.replayEnd) {
 			s.m.replayed.Add(float64(len(c.batch.Records)))
 		}
+		// Each record costs memory beyond its bytes in the buffer (ours and
+		// the Kafka client's structures): take that too before sending.
+		extra := int64(len(c.batch.Records) * record.Overhead)
+		if !s.reserve(extra) {
+			s.release(c)
+			return
+		}
+		c.reserved += extra
 		c.batch.MemBytes = c.reserved
 		c.batch.Spooled = true
 		c.mark = &mark{end: s.rpos}

@@ -361,6 +361,7 @@ func (s *Spool) Start(_ context.Context, opt Options) error {
 	if s.ceiling < int64(2*s.maxFrame) {
 		s.ceiling = int64(2 * s.maxFrame)
 	}
+	s.chunk = int(min(1<<20, max(64<<10, s.ceiling/4)))
 	s.started = true
 	s.startedAt = time.Now()
 	s.readWG.Add(1)

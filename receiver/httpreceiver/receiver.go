@@ -44,9 +44,8 @@ import (
 	"github.com/ferryhq/ferry/telemetry"
 )
 
-// RecordOverhead is what a record costs in memory besides its payload (our
-// Record plus the Kafka client's), counted against the queue's memory limit.
-const RecordOverhead = 320
+// RecordOverhead is what a record costs in memory besides its payload.
+const RecordOverhead = record.Overhead
 
 // Receiver serves HTTP ingest.
 type Receiver struct {

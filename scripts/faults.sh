@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# make faults: the fault tests at full length (about 10 minutes): broker
+# SIGKILL under 60 s of load in every delivery mode, agent SIGKILL in spool
+# mode, Kafka down for 3 minutes of overload, a damaged spool, a full disk.
+# Each test prints a "result:" line; the table in docs/reliability.md is
+# rewritten from them. Short versions of the same tests run in make test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+port=${FERRY_TEST_KAFKA_PORT:-39192}
+go mod download
+scripts/kafka-local jars
+scripts/kafka-local stop --port "$port" >/dev/null 2>&1 || true
+trap 'scripts/kafka-local stop --port "$port"' EXIT
+scripts/kafka-local start --port "$port"
+echo "== fault tests (full length; progress below as each finishes)"
+FERRY_FAULTS=full FERRY_FAULTS_REPORT="$PWD/docs/reliability.md" FERRY_TEST_KAFKA=127.0.0.1:$port \
+  go test -count=1 -v -timeout 60m ./faults 2>&1 | grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|result:|faults_test.go'
+echo "docs/reliability.md updated"
