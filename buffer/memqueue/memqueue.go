@@ -40,6 +40,10 @@ type Config struct {
 	// fraction of MemoryLimit (default 0.95), so load balancers back off
 	// before clients see 429s.
 	ReadyBelow float64 `yaml:"ready_below"`
+	// BlockTimeout: when full, a request waits up to this for room before
+	// it is refused (backpressure instead of an error, for clients that
+	// prefer to wait); 0 refuses at once.
+	BlockTimeout time.Duration `yaml:"block_timeout"`
 }
 
 // Validate names the first invalid field.
@@ -49,6 +53,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ReadyBelow <= 0 || c.ReadyBelow > 1 {
 		return fmt.Errorf("ready_below: %v is outside (0, 1]", c.ReadyBelow)
+	}
+	if c.BlockTimeout < 0 || c.BlockTimeout > time.Minute {
+		return fmt.Errorf("block_timeout: %s is outside 0..1m", c.BlockTimeout)
 	}
 	return nil
 }
@@ -66,6 +73,10 @@ type Queue struct {
 	// for that client even if its fill fraction is below ready_below.
 	lastRefused atomic.Int64
 
+	block   time.Duration
+	waiters atomic.Int64
+	freed   chan struct{}
+
 	usedG    prometheus.Gauge
 	recordsG prometheus.Gauge
 	refused  *prometheus.CounterVec
@@ -80,7 +91,8 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, up func() b
 	if up == nil {
 		up = func() bool { return true }
 	}
-	q := &Queue{limit: int64(cfg.MemoryLimit), readyAt: int64(float64(cfg.MemoryLimit) * cfg.ReadyBelow), next: next, upstream: up}
+	q := &Queue{limit: int64(cfg.MemoryLimit), readyAt: int64(float64(cfg.MemoryLimit) * cfg.ReadyBelow), next: next, upstream: up,
+		block: cfg.BlockTimeout, freed: make(chan struct{}, 1)}
 	q.usedG = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_queue_bytes", Help: "Bytes held between receivers and Kafka's acknowledgement."})
 	q.recordsG = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_queue_records", Help: "Records held between receivers and Kafka's acknowledgement."})
 	limitG := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_queue_limit_bytes", Help: "The configured memory_limit."})
@@ -112,8 +124,18 @@ func (q *Queue) Consume(ctx context.Context, b *record.Batch) error {
 	if size > q.limit {
 		return consumer.TooLarge("request (in memory)", size, q.limit, nil)
 	}
+	var waitUntil time.Time
 	for {
 		u := q.used.Load()
+		if u+size > q.limit && q.block > 0 && ctx.Err() == nil {
+			if waitUntil.IsZero() {
+				waitUntil = time.Now().Add(q.block)
+			}
+			if time.Now().Before(waitUntil) {
+				q.wait(ctx, waitUntil)
+				continue
+			}
+		}
 		if u+size > q.limit {
 			err := consumer.ErrFull
 			if !q.upstream() {
@@ -163,9 +185,35 @@ func (q *Queue) Reserve(n, ceiling int64) bool {
 func (q *Queue) Release(n int64) {
 	q.used.Add(-n)
 	q.usedG.Sub(float64(n))
+	q.poke()
+}
+
+// wait blocks until some bytes are released, the deadline or ctx ends.
+// Releases poke freed only while someone waits, so the common path pays
+// one atomic load.
+func (q *Queue) wait(ctx context.Context, until time.Time) {
+	q.waiters.Add(1)
+	defer q.waiters.Add(-1)
+	t := time.NewTimer(min(time.Until(until), 10*time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-q.freed:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func (q *Queue) poke() {
+	if q.waiters.Load() > 0 {
+		select {
+		case q.freed <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (q *Queue) release(size, n int64) {
+	defer q.poke()
 	q.used.Add(-size)
 	q.records.Add(-n)
 	q.usedG.Sub(float64(size))

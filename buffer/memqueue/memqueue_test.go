@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -108,5 +109,35 @@ func BenchmarkConsume(b *testing.B) {
 		bt.Records = bt.Records[:1]
 		bt.MemBytes = 1000
 		_ = q.Consume(context.Background(), bt)
+	}
+}
+
+// TestBlockTimeoutWaitsForRoom: with block_timeout a request that does not
+// fit waits, and is taken as soon as room is released; without room it is
+// refused after the timeout, not before.
+func TestBlockTimeoutWaitsForRoom(t *testing.T) {
+	set := telemetry.TestSettings()
+	h := &consumertest.Holder{}
+	q, err := New(Config{MemoryLimit: 1 << 20, ReadyBelow: 0.9, BlockTimeout: 300 * time.Millisecond}, set, h, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Consume(context.Background(), batch(900<<10)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := q.Consume(context.Background(), batch(900<<10)); err != consumer.ErrFull {
+		t.Fatalf("got %v, want ErrFull after the timeout", err)
+	}
+	if d := time.Since(start); d < 250*time.Millisecond {
+		t.Fatalf("refused after %s, before block_timeout", d)
+	}
+	go func() { time.Sleep(50 * time.Millisecond); h.Release(nil) }()
+	start = time.Now()
+	if err := q.Consume(context.Background(), batch(900<<10)); err != nil {
+		t.Fatalf("room was released but the request was refused: %v", err)
+	}
+	if d := time.Since(start); d > 250*time.Millisecond {
+		t.Fatalf("took %s to notice the released room", d)
 	}
 }
