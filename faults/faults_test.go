@@ -55,6 +55,9 @@ func TestBrokerKilledUnderLoad(t *testing.T) {
 			if mode != "kafka" {
 				o.Note += fmt.Sprintf("; %0.f records retried from the spool", a.metric("ferry_spool_retried_records_total"))
 			}
+			if mode == "spill" {
+				o.Note += fmt.Sprintf("; %0.f records spilled", a.metric("ferry_spill_records_total"))
+			}
 			record(t, o)
 			a.stop()
 			if lost > 0 {

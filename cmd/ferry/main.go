@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"os/signal"
 	"syscall"
 
@@ -93,6 +94,15 @@ func run(args []string) int {
 // change while running.
 func serve(cfg *config.Config, load func() (*config.Config, error)) int {
 	set := telemetry.NewSettings(cfg.Telemetry, os.Stderr)
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// The data ferry holds is bounded by memory_limit, but Go's collector
+		// by default lets the heap grow to twice what is live before it
+		// collects. A soft limit just above the data bound keeps the process
+		// near it (the runtime, pools and listeners need ~48 MiB).
+		soft := int64(cfg.Queue.MemoryLimit) + 48<<20
+		debug.SetMemoryLimit(soft)
+		set.Logger.Debug("Go soft memory limit set", "bytes", soft)
+	}
 	p, err := pipeline.New(cfg, set)
 	if err != nil {
 		set.Logger.Error("cannot build the pipeline", "err", err)
