@@ -16,8 +16,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/ferryhq/ferry/config"
