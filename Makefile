@@ -1,6 +1,6 @@
 # ferry — see README.md. Every target installs what it needs (Kafka jars from
 # Maven Central, Go modules) so it works on a fresh machine with Go, Java, Maven.
-.PHONY: build demo test test-short faults fuzz vet clean kafka-start kafka-stop
+.PHONY: build demo test test-short faults bench bench-quick fuzz vet clean kafka-start kafka-stop
 
 GO ?= go
 BIN := bin
@@ -16,6 +16,19 @@ demo: build
 # Unit, fuzz-smoke and integration tests against a real local Kafka, with -race.
 test:
 	scripts/test.sh
+
+# Every seed's table measured on this machine beside Kafka's own tools, in one
+# run (10-15 min on 2 cores): rewrites BENCHMARKS.md and docs/bench/*.svg.
+bench: build
+	scripts/kafka-local jars
+	bin/ferry-bench suite
+
+# Every step of make bench with tiny inputs (≤ 3 min), to keep the harness
+# working (CI runs it); writes to $(BENCH_QUICK_DIR), figures not meaningful.
+BENCH_QUICK_DIR ?= /tmp/ferry-bench-quick
+bench-quick: build
+	scripts/kafka-local jars
+	bin/ferry-bench suite --quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md --charts $(BENCH_QUICK_DIR)/bench --port 39492
 
 # The fault tests at full length (~10 min, real Kafka killed and restarted);
 # rewrites the results table in docs/reliability.md. make test runs short ones.

@@ -52,6 +52,10 @@ run() { # name, then --set overrides
   kill -TERM "$pid"; wait "$pid" || true; pid=""
   rows+=("$name|$*|$(jq -r '[.records_per_sec, .mb_per_sec, .p50_ms, .p99_ms] | @tsv' "$work/$name.json" | tr '\t' '|')|$cpu|$rss|$kafka_rps|$drain")
 }
+# Warm the broker's JVM first, or whichever mode runs first looks slow.
+DURATION_SAVED=$DURATION; DURATION=${WARMUP:-5s}
+run warmup delivery.mode=kafka >/dev/null
+rows=(); DURATION=$DURATION_SAVED
 run kafka delivery.mode=kafka
 run spool-interval delivery.mode=spool delivery.spool.fsync=interval
 run spool-always delivery.mode=spool delivery.spool.fsync=always

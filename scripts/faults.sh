@@ -13,6 +13,14 @@ scripts/kafka-local stop --port "$port" >/dev/null 2>&1 || true
 trap 'scripts/kafka-local stop --port "$port"' EXIT
 scripts/kafka-local start --port "$port"
 echo "== fault tests (full length; progress below as each finishes)"
+log=$(mktemp /tmp/ferry-faults.XXXXXX.log)
+status=0
 FERRY_FAULTS=full FERRY_FAULTS_REPORT="$PWD/docs/reliability.md" FERRY_TEST_KAFKA=127.0.0.1:$port \
-  go test -count=1 -v -timeout 60m ./faults 2>&1 | grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|result:|faults_test.go'
-echo "docs/reliability.md updated"
+  go test -count=1 -v -timeout 60m ./faults 2>&1 | tee "$log" | grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|result:' || status=$?
+if grep -q '^--- FAIL' "$log"; then
+  echo "== failures (full output: $log)"
+  grep -A40 -E '^\s+faults_test.go:[0-9]+: (agent|.*not in Kafka|.*lost|.*want)' "$log" | head -80
+  exit 1
+fi
+echo "docs/reliability.md updated (full output: $log)"
+exit "$status"

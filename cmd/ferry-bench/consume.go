@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -20,6 +21,31 @@ type consumeResult struct {
 	MBSec    float64 `json:"mb_per_sec"`
 	NMsgSec  float64 `json:"records_per_sec"`
 	Expected int64   `json:"expected,omitempty"`
+	// With --verify: counted against the sequence ids produce --seq wrote.
+	Lost       *int64 `json:"lost,omitempty"`
+	Duplicated *int64 `json:"duplicated,omitempty"`
+	OutOfOrder *int64 `json:"out_of_order,omitempty"`
+}
+
+// msDuration accepts a Go duration (10s) or, as ConsumerPerformance's
+// --timeout, a number of milliseconds.
+type msDuration struct{ d *time.Duration }
+
+func (m msDuration) String() string {
+	if m.d == nil {
+		return ""
+	}
+	return m.d.String()
+}
+
+func (m msDuration) Set(v string) error {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		*m.d = time.Duration(n) * time.Millisecond
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	*m.d = d
+	return err
 }
 
 // consumeCmd reads a topic from the start without a consumer group and
@@ -30,12 +56,39 @@ func consumeCmd(args []string) error {
 	brokers := fs.String("bootstrap-server", "127.0.0.1:9092", "Kafka broker")
 	topic := fs.String("topic", "ferry-bench", "topic to read")
 	messages := fs.Int64("messages", 0, "stop after this many records (0 = until idle)")
-	timeout := fs.Duration("timeout", 10*time.Second, "stop when no record arrives for this long")
+	fs.Int64Var(messages, "num-records", 0, "the same as --messages (ConsumerPerformance's newer name)")
+	hideHeader := fs.Bool("hide-header", false, "do not print the column header")
+	timeout := 10 * time.Second
+	fs.Var(msDuration{&timeout}, "timeout", "stop when no record arrives for this long (10s, or milliseconds as ConsumerPerformance)")
 	expect := fs.Int64("expect", -1, "fail unless exactly this many records are read")
 	report := fs.String("report-json", "", "also write the result as JSON to this file")
+	verify := fs.Bool("verify", false, "check the sequence ids of produce --seq: lost, duplicated and out-of-order records (fails if any is lost)")
+	produced := fs.String("produced", "", "with --verify: produce's --report-json, so lost counts exactly the acknowledged ids not read")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	var ver *verifier
+	if *verify {
+		var want *seqReport
+		if *produced != "" {
+			b, err := os.ReadFile(*produced)
+			if err != nil {
+				return err
+			}
+			var res result
+			if err := json.Unmarshal(b, &res); err != nil || res.Seq == nil {
+				return fmt.Errorf("--produced %s: not a produce --seq report (%v)", *produced, err)
+			}
+			want = res.Seq
+			if *messages == 0 {
+				*messages = want.Issued
+			}
+		}
+		ver = newVerifier(want)
+	}
+	tty := isTTY(os.Stderr)
+	var idled bool
+	var lastRec time.Time
 	cl, err := kgo.NewClient(kgo.SeedBrokers(*brokers), kgo.ConsumeTopics(*topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxBytes(64<<20))
 	if err != nil {
@@ -47,11 +100,12 @@ func consumeCmd(args []string) error {
 	var firstFetch time.Time
 	lastProgress := start
 	for *messages == 0 || n < *messages {
-		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		fetches := cl.PollFetches(ctx)
 		cancel()
 		if errs := fetches.Errors(); len(errs) > 0 {
 			if ctx.Err() != nil {
+				idled = true
 				break // idle for --timeout: done
 			}
 			return fmt.Errorf("fetch: %v", errs[0].Err)
@@ -59,18 +113,30 @@ func consumeCmd(args []string) error {
 		if firstFetch.IsZero() {
 			firstFetch = time.Now()
 		}
+		lastRec = time.Now()
 		fetches.EachRecord(func(r *kgo.Record) {
 			n++
 			bytes += int64(len(r.Value))
+			if ver != nil {
+				ver.add(r.Value, r.Partition)
+			}
 		})
-		if time.Since(lastProgress) >= 5*time.Second {
+		switch {
+		case tty && time.Since(lastProgress) >= 200*time.Millisecond:
+			el := time.Since(start)
+			fmt.Fprint(os.Stderr, bar(n, *messages, "records", el, float64(n)/el.Seconds()))
+			lastProgress = time.Now()
+		case !tty && time.Since(lastProgress) >= 5*time.Second:
 			fmt.Fprintf(os.Stderr, "%d records read (%.1f MB)\n", n, float64(bytes)/(1<<20))
 			lastProgress = time.Now()
 		}
 	}
+	if tty {
+		fmt.Fprint(os.Stderr, "\r\033[K")
+	}
 	end := time.Now()
-	if *messages == 0 {
-		end = end.Add(-*timeout) // the idle wait is not reading time
+	if idled {
+		end = lastRec // the idle wait is not reading time
 		if end.Before(start) {
 			end = start
 		}
@@ -92,19 +158,32 @@ func consumeCmd(args []string) error {
 	stamp := func(t time.Time) string {
 		return t.Format("2006-01-02 15:04:05") + fmt.Sprintf(":%03d", t.Nanosecond()/1e6)
 	}
-	fmt.Println("start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec")
+	if !*hideHeader {
+		fmt.Println("start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec")
+	}
 	fmt.Printf("%s, %s, %.4f, %.4f, %d, %.4f, %d, %d, %.4f, %.4f\n",
 		stamp(start), stamp(end), mb, div(mb, sec), n, div(float64(n), sec),
 		0, end.Sub(firstFetch).Milliseconds(), div(mb, fsec), div(float64(n), fsec))
+	res := consumeResult{Topic: *topic, Records: n, Bytes: bytes, Seconds: sec,
+		MBSec: div(mb, sec), NMsgSec: div(float64(n), sec), Expected: max(*expect, 0)}
+	var lost int64
+	if ver != nil {
+		fmt.Println(ver.summary())
+		l, _ := ver.lost()
+		lost = l
+		res.Lost, res.Duplicated, res.OutOfOrder = &l, &ver.dups, &ver.outOfOrd
+	}
 	if *report != "" {
-		b, _ := json.MarshalIndent(consumeResult{Topic: *topic, Records: n, Bytes: bytes, Seconds: sec,
-			MBSec: div(mb, sec), NMsgSec: div(float64(n), sec), Expected: max(*expect, 0)}, "", "  ")
+		b, _ := json.MarshalIndent(res, "", "  ")
 		if err := os.WriteFile(*report, append(b, '\n'), 0o644); err != nil {
 			return err
 		}
 	}
 	if *expect >= 0 && n != *expect {
 		return fmt.Errorf("read %d records, expected %d", n, *expect)
+	}
+	if lost > 0 {
+		return fmt.Errorf("%d acknowledged records are missing", lost)
 	}
 	return nil
 }

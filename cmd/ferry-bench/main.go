@@ -4,6 +4,7 @@
 //	ferry-bench produce --target http://127.0.0.1:8088 | kafka://127.0.0.1:9092 [flags]
 //	ferry-bench consume --topic T [--messages N] [--expect N]
 //	ferry-bench topic create|delete --topic T [--partitions N]
+//	ferry-bench suite [--quick]     the whole benchmark report (make bench)
 //
 // produce takes Kafka ProducerPerformance's flags and prints its final line.
 package main
@@ -15,14 +16,17 @@ import (
 
 const usage = `ferry-bench — load and verification tool for ferry
 
-  ferry-bench produce [--target http://127.0.0.1:8088|kafka://127.0.0.1:9092] [--topic T]
-                      [--num-records N] [--record-size B] [--throughput R|-1] [--duration D]
-                      [--batch N] [--concurrency C] [--keys] [--producer-props k=v] [--report-json F]
-  ferry-bench consume [--bootstrap-server H:P] --topic T [--messages N] [--timeout D] [--expect N]
+  ferry-bench produce [--target http://127.0.0.1:8088|kafka://127.0.0.1:9092 | --bootstrap-server H:P] [--topic T]
+                      [--num-records N] [--record-size B | --payload-file F] [--throughput R|-1] [--duration D]
+                      [--batch N] [--concurrency C] [--keys] [--seq] [--producer-props k=v ...]
+                      [--print-metrics] [--report-json F]
+  ferry-bench consume [--bootstrap-server H:P] --topic T [--num-records N] [--timeout D|ms] [--expect N]
+                      [--verify [--produced F]] [--report-json F]
   ferry-bench topic create|delete --topic T [--partitions N] [--bootstrap-server H:P]
   ferry-bench otlp [--target http://127.0.0.1:4318] [--signal logs|traces|metrics] [--count N]
                    [--length B] [--requests N] [--concurrency C] [--json] [--exporter NAME]
   ferry-bench table --via F --direct F --consumed F [--agent-cpu P] [--agent-rss-kb K]
+  ferry-bench suite [--quick] [--out BENCHMARKS.md] [--charts docs/bench]   (make bench, make bench-quick)
 
 Run a command with -h for every flag.
 `
@@ -44,6 +48,8 @@ func main() {
 		err = tableCmd(os.Args[2:])
 	case "otlp":
 		err = otlpCmd(os.Args[2:])
+	case "suite":
+		err = suiteCmd(os.Args[2:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -37,6 +38,7 @@ func otlpCmd(args []string) error {
 	exporter := fs.String("exporter", "kafka", "what ferry's exporter is, for the table's last column")
 	header := fs.Bool("header", true, "print the table header")
 	clientKind := fs.String("client", "raw", "raw (pre-serialized HTTP/1.1, cheap like wrk) or std (net/http)")
+	report := fs.String("report-json", "", "also write the result as JSON to this file")
 	retry := fs.Bool("retry", true, "retry a request answered 429 or 503 (ferry's backpressure) after 20 ms, as OTLP exporters retry; QPS counts accepted requests")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -174,6 +176,14 @@ func otlpCmd(args []string) error {
 	}
 	fmt.Printf("| %d | %s | %d | %s | %d | %.0f | %s | %.1f | %.1f | %s |\n", runtime.NumCPU(), *signal, *count, shape,
 		ok.Load(), qps, elapsed.Round(time.Millisecond), ms(lat.quantile(0.5)), ms(lat.quantile(0.99)), *exporter)
+	if *report != "" {
+		b, _ := json.MarshalIndent(map[string]any{"signal": *signal, "count": *count, "length": *length, "requests": ok.Load(),
+			"qps": qps, "seconds": elapsed.Seconds(), "p50_ms": ms(lat.quantile(0.5)), "p99_ms": ms(lat.quantile(0.99)),
+			"failed": failed.Load(), "retried": retried.Load(), "exporter": *exporter}, "", "  ")
+		if err := os.WriteFile(*report, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
 	if r := retried.Load(); r > 0 {
 		fmt.Fprintf(os.Stderr, "%d requests were retried after 429/503 (ferry's memory bound pushing back)\n", r)
 	}

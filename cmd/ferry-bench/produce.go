@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +35,11 @@ type produceOpts struct {
 	reportJSON  string
 	key         bool
 	wait        bool
+	payloadFile string
+	payloadSep  string
+	seq         bool
+	metrics     bool
+	metricsURL  string
 }
 
 // result is the machine-readable outcome (--report-json), used by the demo.
@@ -52,6 +58,7 @@ type result struct {
 	P99MS       float64          `json:"p99_ms"`
 	P999MS      float64          `json:"p999_ms"`
 	FailedCodes map[string]int64 `json:"failed_by_status,omitempty"`
+	Seq         *seqReport       `json:"seq,omitempty"`
 }
 
 func produceCmd(args []string) error {
@@ -68,17 +75,54 @@ func produceCmd(args []string) error {
 	fs.StringVar(&o.reportJSON, "report-json", "", "also write the result as JSON to this file")
 	fs.BoolVar(&o.wait, "wait", true, "http target: wait for Kafka's acknowledgement (false: ?wait=false, answered on enqueue)")
 	fs.BoolVar(&o.key, "keys", false, "give every record a key (worker-sequence); default keyless")
+	fs.StringVar(&o.payloadFile, "payload-file", "", "take record values from this file, split by --payload-delimiter, picked at random (as ProducerPerformance); --record-size is then ignored")
+	fs.StringVar(&o.payloadSep, "payload-delimiter", "\\n", "delimiter of --payload-file (\\n is a newline)")
+	fs.BoolVar(&o.seq, "seq", false, "start every value with a sequence id (#producer.stream.seq.) for consume --verify; needs --record-size ≥ 16")
+	fs.BoolVar(&o.metrics, "print-metrics", false, "print the producer's metrics at the end (kafka target: the client's; http target: requests, bytes, statuses, and the agent's own with --metrics-url)")
+	fs.StringVar(&o.metricsURL, "metrics-url", "", "http target: the agent's /metrics, printed with --print-metrics")
+	bootstrap := fs.String("bootstrap-server", "", "Kafka broker: the same as --target kafka://HOST:PORT")
 	var props multi
-	fs.Var(&props, "producer-props", "kafka target: k=v producer settings (acks, linger.ms, compression.type, batch.size); repeatable")
+	fs.Var(&props, "command-property", "the same as --producer-props (ProducerPerformance's newer name)")
+	interval := fs.Int64("reporting-interval", 5000, "milliseconds between progress lines when not on a terminal")
+	fs.Var(&props, "producer-props", "k=v producer settings, repeatable or space-separated in one value: bootstrap.servers, acks, linger.ms, compression.type, batch.size, buffer.memory, enable.idempotence, client.id, request.timeout.ms, max.in.flight.requests.per.connection")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	o.props = props
+	for _, p := range props {
+		o.props = append(o.props, strings.Fields(p)...)
+	}
+	for _, p := range o.props {
+		if k, v, _ := strings.Cut(p, "="); k == "bootstrap.servers" {
+			*bootstrap = strings.Split(v, ",")[0]
+		}
+	}
+	if *bootstrap != "" {
+		o.target = "kafka://" + *bootstrap
+	}
 	if o.recordSize < 1 || o.batch < 1 || o.concurrency < 1 || o.numRecords < 1 {
 		return fmt.Errorf("--record-size, --batch, --concurrency and --num-records must be positive")
 	}
+	if o.seq && o.recordSize < minSeqRecord {
+		return fmt.Errorf("--seq needs --record-size ≥ %d to hold the id", minSeqRecord)
+	}
+	if o.seq && o.payloadFile != "" {
+		return fmt.Errorf("--seq and --payload-file exclude each other: the id replaces the start of the value")
+	}
 	pool := newPayloadPool(o.recordSize)
-	r := &run{o: o, pool: pool, start: time.Now()}
+	if o.payloadFile != "" {
+		var err error
+		if pool, err = loadPayloads(o.payloadFile, o.payloadSep); err != nil {
+			return err
+		}
+		if strings.HasPrefix(o.target, "http://") {
+			for _, p := range pool.list {
+				if bytes.IndexByte(p, '\n') >= 0 {
+					return fmt.Errorf("--payload-file: a payload contains a newline, which NDJSON over http cannot carry")
+				}
+			}
+		}
+	}
+	r := &run{o: o, pool: pool, start: time.Now(), producer: newProducerID()}
 	if o.throughput > 0 {
 		r.pace = time.Duration(float64(time.Second) / o.throughput)
 	}
@@ -88,7 +132,7 @@ func produceCmd(args []string) error {
 		ctx, cancel = context.WithTimeout(ctx, o.duration)
 		defer cancel()
 	}
-	stopProgress := r.progress(5 * time.Second)
+	stopProgress := r.progress(time.Duration(max(*interval, 100)) * time.Millisecond)
 	var err error
 	switch {
 	case strings.HasPrefix(o.target, "http://"):
@@ -113,9 +157,30 @@ func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 // payloadPool is a pre-generated block of random printable bytes; a record's
 // value is a slice of it at a random offset, so values differ (compression
 // figures stay honest) and generating them costs nothing during the run.
+// With --payload-file it is the file's payloads instead.
 type payloadPool struct {
 	data []byte
 	size int
+	list [][]byte
+}
+
+func loadPayloads(path, sep string) (*payloadPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	sep = strings.ReplaceAll(sep, `\n`, "\n")
+	var list [][]byte
+	for _, p := range bytes.Split(b, []byte(sep)) {
+		if len(p) > 0 {
+			list = append(list, p)
+		}
+	}
+	if len(list) == 0 {
+		return nil, fmt.Errorf("--payload-file %s: no payloads", path)
+	}
+	fmt.Fprintf(os.Stderr, "read %d payloads from %s\n", len(list), path)
+	return &payloadPool{list: list}, nil
 }
 
 func newPayloadPool(size int) *payloadPool {
@@ -130,6 +195,9 @@ func newPayloadPool(size int) *payloadPool {
 }
 
 func (p *payloadPool) pick(rng *rand.Rand) []byte {
+	if p.list != nil {
+		return p.list[rng.IntN(len(p.list))]
+	}
 	off := rng.IntN(len(p.data) - p.size + 1)
 	return p.data[off : off+p.size : off+p.size]
 }
@@ -145,19 +213,41 @@ type run struct {
 	failed atomic.Int64
 	lat    hist
 	codes  sync.Map // status -> *atomic.Int64
+
+	producer string // sequence-id prefix of this run
+	ledger   seqLedger
+	sentB    atomic.Int64 // payload bytes acknowledged
+	reqs     atomic.Int64
+	reqB     atomic.Int64
+	km       kmetrics
+}
+
+// value returns a record value: with --seq the id, then pool bytes up to
+// --record-size, appended to dst.
+func (r *run) value(dst []byte, rng *rand.Rand, stream int, seq int64) []byte {
+	if !r.o.seq {
+		return append(dst, r.pool.pick(rng)...)
+	}
+	start := len(dst)
+	dst = appendSeq(dst, r.producer, stream, seq)
+	if pad := r.o.recordSize - (len(dst) - start); pad > 0 {
+		dst = append(dst, r.pool.pick(rng)[:pad]...)
+	}
+	return dst
 }
 
 // claim reserves up to n records to send, honouring --num-records and
-// --throughput; 0 means stop.
-func (r *run) claim(ctx context.Context, n int) int {
+// --throughput; 0 means stop. first is the sequence id of the first.
+func (r *run) claim(ctx context.Context, n int) (first int64, _ int) {
 	if ctx.Err() != nil {
-		return 0
+		return 0, 0
 	}
 	after := r.issued.Add(int64(n))
+	first = after - int64(n)
 	if over := after - r.o.numRecords; over > 0 {
 		n -= int(over)
 		if n <= 0 {
-			return 0
+			return 0, 0
 		}
 	}
 	if r.pace > 0 {
@@ -166,11 +256,12 @@ func (r *run) claim(ctx context.Context, n int) int {
 			select {
 			case <-time.After(d):
 			case <-ctx.Done():
-				return 0
+				r.ledger.fail(first, int64(n)) // claimed, never sent
+				return 0, 0
 			}
 		}
 	}
-	return n
+	return first, n
 }
 
 func (r *run) fail(code string, n int) {
@@ -203,15 +294,17 @@ func (r *run) http(ctx context.Context) error {
 			body := make([]byte, 0, r.o.batch*(r.o.recordSize+1))
 			var seq int
 			for {
-				n := r.claim(ctx, r.o.batch)
+				first, n := r.claim(ctx, r.o.batch)
 				if n == 0 {
 					return
 				}
 				body = body[:0]
 				for i := 0; i < n; i++ {
-					body = append(body, r.pool.pick(rng)...)
+					body = r.value(body, rng, w, first+int64(i))
 					body = append(body, '\n')
 				}
+				r.reqs.Add(1)
+				r.reqB.Add(int64(len(body)))
 				req, _ := http.NewRequest(http.MethodPost, endpoint, bytes.NewReader(body))
 				req.Header.Set("Content-Type", "application/x-ndjson")
 				if r.o.key {
@@ -222,6 +315,7 @@ func (r *run) http(ctx context.Context) error {
 				resp, err := client.Do(req)
 				if err != nil {
 					r.fail("conn_error", n)
+					r.ledger.fail(first, int64(n))
 					if ctx.Err() == nil {
 						time.Sleep(100 * time.Millisecond)
 					}
@@ -232,8 +326,10 @@ func (r *run) http(ctx context.Context) error {
 				if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusAccepted {
 					r.lat.add(time.Since(t0), n)
 					r.acked.Add(int64(n))
+					r.sentB.Add(int64(len(body) - n))
 				} else {
 					r.fail(strconv.Itoa(resp.StatusCode), n)
+					r.ledger.fail(first, int64(n))
 					if ra := resp.Header.Get("Retry-After"); ra != "" {
 						time.Sleep(50 * time.Millisecond) // brief, so the run still measures the ceiling
 					}
@@ -259,10 +355,14 @@ func (r *run) kafka(ctx context.Context) error {
 		kgo.ProducerBatchMaxBytes(1_000_000),
 		kgo.MaxBufferedRecords(100_000),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.ClientID("ferry-bench"),
+		kgo.WithHooks(&r.km),
 	}
 	for _, p := range r.o.props {
 		k, v, _ := strings.Cut(p, "=")
+		n, _ := strconv.Atoi(v)
 		switch k {
+		case "bootstrap.servers":
 		case "acks":
 			switch v {
 			case "all", "-1":
@@ -271,19 +371,36 @@ func (r *run) kafka(ctx context.Context) error {
 				opts = append(opts, kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())
 			case "0":
 				opts = append(opts, kgo.RequiredAcks(kgo.NoAck()), kgo.DisableIdempotentWrite())
+			default:
+				return fmt.Errorf("--producer-props acks=%s: want all, -1, 1 or 0", v)
 			}
 		case "linger.ms":
-			ms, _ := strconv.Atoi(v)
-			opts = append(opts, kgo.ProducerLinger(time.Duration(ms)*time.Millisecond))
+			opts = append(opts, kgo.ProducerLinger(time.Duration(n)*time.Millisecond))
 		case "compression.type":
-			c := map[string]kgo.CompressionCodec{"none": kgo.NoCompression(), "gzip": kgo.GzipCompression(),
+			c, ok := map[string]kgo.CompressionCodec{"none": kgo.NoCompression(), "gzip": kgo.GzipCompression(),
 				"snappy": kgo.SnappyCompression(), "lz4": kgo.Lz4Compression(), "zstd": kgo.ZstdCompression()}[v]
+			if !ok {
+				return fmt.Errorf("--producer-props compression.type=%s: want none, gzip, snappy, lz4 or zstd", v)
+			}
 			opts = append(opts, kgo.ProducerBatchCompression(c))
 		case "batch.size":
-			n, _ := strconv.Atoi(v)
 			opts = append(opts, kgo.ProducerBatchMaxBytes(int32(n)))
+		case "buffer.memory":
+			opts = append(opts, kgo.MaxBufferedBytes(n))
+		case "enable.idempotence":
+			if v == "false" {
+				opts = append(opts, kgo.DisableIdempotentWrite())
+			}
+		case "client.id":
+			opts = append(opts, kgo.ClientID(v))
+		case "request.timeout.ms":
+			opts = append(opts, kgo.ProduceRequestTimeout(time.Duration(n)*time.Millisecond))
+		case "max.in.flight.requests.per.connection":
+			if n == 1 {
+				opts = append(opts, kgo.MaxProduceRequestsInflightPerBroker(1))
+			}
 		default:
-			return fmt.Errorf("--producer-props %s: unsupported (acks, linger.ms, compression.type, batch.size)", k)
+			return fmt.Errorf("--producer-props %s: unsupported (bootstrap.servers, acks, linger.ms, compression.type, batch.size, buffer.memory, enable.idempotence, client.id, request.timeout.ms, max.in.flight.requests.per.connection)", k)
 		}
 	}
 	cl, err := kgo.NewClient(opts...)
@@ -295,9 +412,14 @@ func (r *run) kafka(ctx context.Context) error {
 	promise := func(rec *kgo.Record, err error) {
 		if err != nil {
 			r.fail("kafka_error", 1)
+			if r.o.seq {
+				_, _, seq, _ := parseSeq(rec.Value)
+				r.ledger.fail(seq, 1)
+			}
 		} else {
 			r.lat.add(time.Since(rec.Timestamp), 1)
 			r.acked.Add(1)
+			r.sentB.Add(int64(len(rec.Value)))
 		}
 		*rec = kgo.Record{}
 		recPool.Put(rec)
@@ -305,13 +427,17 @@ func (r *run) kafka(ctx context.Context) error {
 	rng := rand.New(rand.NewPCG(3, 4))
 	var seq int
 	for {
-		n := r.claim(ctx, 64)
+		first, n := r.claim(ctx, 64)
 		if n == 0 {
 			break
 		}
 		for i := 0; i < n; i++ {
 			rec := recPool.Get().(*kgo.Record)
-			rec.Value = r.pool.pick(rng)
+			if r.o.seq {
+				rec.Value = r.value(make([]byte, 0, r.o.recordSize), rng, 0, first+int64(i))
+			} else {
+				rec.Value = r.pool.pick(rng)
+			}
 			if r.o.key {
 				rec.Key = strconv.AppendInt(nil, int64(seq), 10)
 				seq++
@@ -329,10 +455,148 @@ func (r *run) kafka(ctx context.Context) error {
 	return nil
 }
 
-// progress prints a line like ProducerPerformance's windows every interval.
+// kmetrics collects the Kafka client's figures for --print-metrics from
+// franz-go's hooks (names follow the Java producer's where one exists).
+type kmetrics struct {
+	batches, records, uncompressed, compressed atomic.Int64
+	requests, requestErrs, requestNS, maxNS    atomic.Int64
+}
+
+func (m *kmetrics) OnProduceBatchWritten(_ kgo.BrokerMetadata, _ string, _ int32, b kgo.ProduceBatchMetrics) {
+	m.batches.Add(1)
+	m.records.Add(int64(b.NumRecords))
+	m.uncompressed.Add(int64(b.UncompressedBytes))
+	m.compressed.Add(int64(b.CompressedBytes))
+}
+
+func (m *kmetrics) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if key != 0 {
+		return
+	}
+	if e2e.Err() != nil {
+		m.requestErrs.Add(1)
+		return
+	}
+	d := e2e.DurationE2E().Nanoseconds()
+	m.requests.Add(1)
+	m.requestNS.Add(d)
+	for {
+		cur := m.maxNS.Load()
+		if d <= cur || m.maxNS.CompareAndSwap(cur, d) {
+			break
+		}
+	}
+}
+
+var (
+	_ kgo.HookProduceBatchWritten = (*kmetrics)(nil)
+	_ kgo.HookBrokerE2E           = (*kmetrics)(nil)
+)
+
+// printMetrics prints "group:name:{tags} : value" lines sorted by name, the
+// shape of ProducerPerformance's --print-metrics.
+func (r *run) printMetrics() {
+	type kv struct {
+		k string
+		v float64
+	}
+	var out []kv
+	add := func(group, name string, v float64) {
+		out = append(out, kv{fmt.Sprintf("%s:%s:{client-id=ferry-bench}", group, name), v})
+	}
+	sec := r.end.Sub(r.start).Seconds()
+	div := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return a / b
+	}
+	add("producer-metrics", "record-send-total", float64(r.acked.Load()))
+	add("producer-metrics", "record-send-rate", div(float64(r.acked.Load()), sec))
+	add("producer-metrics", "record-error-total", float64(r.failed.Load()))
+	add("producer-metrics", "record-size-avg", div(float64(r.sentB.Load()), float64(r.acked.Load())))
+	add("producer-metrics", "request-latency-avg", ms(r.lat.mean()))
+	add("producer-metrics", "request-latency-max", ms(r.lat.max()))
+	if strings.HasPrefix(r.o.target, "kafka://") {
+		m := &r.km
+		add("producer-metrics", "batch-size-avg", div(float64(m.compressed.Load()), float64(m.batches.Load())))
+		add("producer-metrics", "records-per-request-avg", div(float64(m.records.Load()), float64(m.batches.Load())))
+		add("producer-metrics", "compression-rate-avg", div(float64(m.compressed.Load()), float64(m.uncompressed.Load())))
+		add("producer-metrics", "produce-request-total", float64(m.requests.Load()))
+		add("producer-metrics", "produce-request-error-total", float64(m.requestErrs.Load()))
+		add("producer-metrics", "produce-request-latency-avg", div(float64(m.requestNS.Load())/1e6, float64(m.requests.Load())))
+		add("producer-metrics", "produce-request-latency-max", float64(m.maxNS.Load())/1e6)
+		add("producer-metrics", "outgoing-byte-total", float64(m.compressed.Load()))
+	} else {
+		add("http-metrics", "request-total", float64(r.reqs.Load()))
+		add("http-metrics", "request-rate", div(float64(r.reqs.Load()), sec))
+		add("http-metrics", "outgoing-byte-total", float64(r.reqB.Load()))
+		add("http-metrics", "outgoing-byte-rate", div(float64(r.reqB.Load()), sec))
+		r.codes.Range(func(k, v any) bool {
+			add("http-metrics", "failed-records-"+k.(string), float64(v.(*atomic.Int64).Load()))
+			return true
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].k < out[j].k })
+	width := 0
+	for _, e := range out {
+		width = max(width, len(e.k))
+	}
+	fmt.Println()
+	fmt.Printf("%-*s   %s\n", width, "Metric Name", "Value")
+	for _, e := range out {
+		fmt.Printf("%-*s : %.3f\n", width, e.k, e.v)
+	}
+	if r.o.metricsURL != "" {
+		resp, err := http.Get(r.o.metricsURL)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "--metrics-url:", err)
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		fmt.Println()
+		fmt.Println("agent metrics (" + r.o.metricsURL + "):")
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "ferry_") && !strings.Contains(line, "_bucket{") {
+				fmt.Println("  " + line)
+			}
+		}
+	}
+}
+
+// progress shows how the run goes: on a terminal a live bar (records,
+// rate, elapsed, ETA); otherwise a line like ProducerPerformance's windows
+// every interval.
 func (r *run) progress(every time.Duration) func() {
 	done := make(chan struct{})
 	stopped := make(chan struct{})
+	if isTTY(os.Stderr) {
+		go func() {
+			defer close(stopped)
+			t := time.NewTicker(200 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-done:
+					fmt.Fprint(os.Stderr, "\r\033[K")
+					return
+				case now := <-t.C:
+					a, el := r.acked.Load(), now.Sub(r.start)
+					total, what := r.o.numRecords, "records"
+					if r.o.duration > 0 {
+						// A timed run: the bar is time, the counts are records.
+						total, what = int64(r.o.duration/time.Second), fmt.Sprintf("s, %s records", human(float64(a)))
+						a = int64(el / time.Second)
+						fmt.Fprint(os.Stderr, bar(a, total, what, el, 1))
+						continue
+					}
+					fmt.Fprint(os.Stderr, bar(a, total, what, el, float64(a)/el.Seconds()))
+				}
+			}
+		}()
+		return func() { close(done); <-stopped }
+	}
 	go func() {
 		defer close(stopped)
 		t := time.NewTicker(every)
@@ -390,6 +654,14 @@ func (r *run) finish() error {
 			return true
 		})
 		fmt.Printf("%d records failed: %v\n", res.Failed, res.FailedCodes)
+	}
+	if r.o.seq {
+		r.ledger.mu.Lock()
+		res.Seq = &seqReport{Producer: r.producer, Issued: min(r.issued.Load(), r.o.numRecords), Failed: r.ledger.failed}
+		r.ledger.mu.Unlock()
+	}
+	if r.o.metrics {
+		r.printMetrics()
 	}
 	if r.o.reportJSON != "" {
 		b, _ := json.MarshalIndent(res, "", "  ")

@@ -37,6 +37,7 @@ import (
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/receiver/graceful"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
 	"github.com/ferryhq/ferry/record"
@@ -54,6 +55,7 @@ type Receiver struct {
 	log    *telemetry.Limited
 	next   consumer.Consumer
 	srv    *http.Server
+	active graceful.Tracker
 	ln     net.Listener
 	topics *telemetry.Labels
 	m      *receivermetrics.Metrics
@@ -82,7 +84,7 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.P
 	})
 	r.srv = &http.Server{
 		Addr:              cfg.Listen,
-		Handler:           mux,
+		Handler:           r.active.Wrap(mux),
 		ReadHeaderTimeout: cfg.ReadTimeout,
 		ReadTimeout:       cfg.ReadTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
@@ -119,7 +121,7 @@ func (r *Receiver) Shutdown(ctx context.Context) error {
 	if r.ln == nil {
 		return nil
 	}
-	return r.srv.Shutdown(ctx)
+	return graceful.Shutdown(ctx, r.srv, &r.active)
 }
 
 // validTopic applies Kafka's rule: 1..249 of [a-zA-Z0-9._-], not "." or "..".

@@ -20,12 +20,14 @@ import (
 
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/receiver/graceful"
 )
 
 type httpServer struct {
-	r   *Receiver
-	srv *http.Server
-	ln  net.Listener
+	r      *Receiver
+	srv    *http.Server
+	ln     net.Listener
+	active graceful.Tracker
 }
 
 func newHTTPServer(r *Receiver) *httpServer {
@@ -38,7 +40,7 @@ func newHTTPServer(r *Receiver) *httpServer {
 		h.fail(w, false, answer{httpStatus: http.StatusNotFound, code: 5, reason: "not_found",
 			msg: fmt.Sprintf("no such endpoint %s; OTLP/HTTP serves /v1/traces, /v1/metrics and /v1/logs", q.URL.Path)})
 	})
-	h.srv = &http.Server{Addr: r.cfg.HTTP.Listen, Handler: mux, ReadHeaderTimeout: 30 * time.Second,
+	h.srv = &http.Server{Addr: r.cfg.HTTP.Listen, Handler: h.active.Wrap(mux), ReadHeaderTimeout: 30 * time.Second,
 		ReadTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(r.set.Logger.Handler(), slog.LevelDebug)}
 	return h
@@ -58,7 +60,9 @@ func (h *httpServer) start() error {
 	return nil
 }
 
-func (h *httpServer) shutdown(ctx context.Context) error { return h.srv.Shutdown(ctx) }
+func (h *httpServer) shutdown(ctx context.Context) error {
+	return graceful.Shutdown(ctx, h.srv, &h.active)
+}
 
 func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding.Signal) {
 	m := h.r.httpM

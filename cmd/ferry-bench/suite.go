@@ -1,0 +1,408 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// suiteCmd is make bench (and make bench-quick): a fresh local Kafka, then
+// every seed's table measured on this machine next to the reference tool
+// run in the same session, written to BENCHMARKS.md with charts.
+//
+// Everything it runs is a separate process — Kafka's own Java tools, this
+// binary's produce/consume/otlp, the ferry agent — so each figure is what a
+// user gets by running that command, and the agent's CPU and RSS are read
+// from /proc while it runs.
+func suiteCmd(args []string) error {
+	fs := flag.NewFlagSet("suite", flag.ContinueOnError)
+	s := &suite{started: time.Now()}
+	fs.BoolVar(&s.quick, "quick", false, "tiny runs of every step (make bench-quick): checks the harness, figures not meaningful")
+	fs.StringVar(&s.out, "out", "BENCHMARKS.md", "the report to write")
+	fs.StringVar(&s.charts, "charts", "docs/bench", "directory for the SVG charts (linked from the report)")
+	fs.IntVar(&s.port, "port", 39392, "port of the local Kafka the suite starts (and the next one for its controller)")
+	fs.StringVar(&s.ferry, "ferry", "bin/ferry", "the ferry binary")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var err error
+	if s.self, err = os.Executable(); err != nil {
+		return err
+	}
+	if _, err := os.Stat("scripts/kafka-local"); err != nil {
+		return fmt.Errorf("run the suite from the repository root (scripts/kafka-local not found)")
+	}
+	if s.work, err = os.MkdirTemp("", "ferry-suite"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(s.work)
+	s.brokers = fmt.Sprintf("127.0.0.1:%d", s.port)
+	s.total = 9
+	return s.run()
+}
+
+type suite struct {
+	quick   bool
+	out     string
+	charts  string
+	port    int
+	ferry   string
+	self    string
+	work    string
+	brokers string
+	cp      string
+	started time.Time
+	step    int
+	total   int
+	md      strings.Builder
+	topics  int
+	// the 100 B topic the producers leave for the consumers
+	consumeTopic string
+	consumeN     int64
+}
+
+func (s *suite) stepf(format string, a ...any) {
+	s.step++
+	fmt.Fprintf(os.Stderr, "\n[%s] step %d/%d: %s\n", time.Since(s.started).Round(time.Second), s.step, s.total, fmt.Sprintf(format, a...))
+}
+
+func (s *suite) logf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "[%s]   %s\n", time.Since(s.started).Round(time.Second), fmt.Sprintf(format, a...))
+}
+
+// exec runs a command, passing its stderr (progress) through, and returns
+// its stdout.
+func (s *suite) exec(name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = os.Stderr
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("%s %s: %w\n%s", filepath.Base(name), strings.Join(args, " "), err, out.String())
+	}
+	return out.String(), nil
+}
+
+func (s *suite) bench(args ...string) (string, error) { return s.exec(s.self, args...) }
+
+func (s *suite) java(class string, args ...string) (string, error) {
+	return s.exec("java", append([]string{"-Xmx1g", "-cp", s.cp, class}, args...)...)
+}
+
+func (s *suite) topic(prefix string, partitions int) (string, error) {
+	s.topics++
+	t := fmt.Sprintf("%s-%d", prefix, s.topics)
+	_, err := s.bench("topic", "create", "--bootstrap-server", s.brokers, "--topic", t, "--partitions", strconv.Itoa(partitions))
+	return t, err
+}
+
+func (s *suite) deleteTopic(t string) {
+	_, _ = s.bench("topic", "delete", "--bootstrap-server", s.brokers, "--topic", t)
+}
+
+// ---- the agent ----
+
+type benchAgent struct {
+	s       *suite
+	cmd     *exec.Cmd
+	http    string
+	otlp    string
+	admin   string
+	rssPeak atomic.Int64
+	done    chan struct{}
+}
+
+func (s *suite) agent(sets ...string) (*benchAgent, error) {
+	a := &benchAgent{s: s, http: "127.0.0.1:18088", admin: "127.0.0.1:18089", otlp: "127.0.0.1:14318", done: make(chan struct{})}
+	args := []string{"run", "--set", "exporter.kafka.brokers=[" + s.brokers + "]", "--set", "receivers.http.listen=" + a.http,
+		"--set", "telemetry.admin.listen=" + a.admin, "--set", "receivers.otlp.http.listen=" + a.otlp,
+		"--set", "receivers.otlp.grpc.listen=127.0.0.1:14317", "--set", "telemetry.report_interval=0s",
+		"--set", "delivery.spool.dir=" + filepath.Join(s.work, fmt.Sprintf("spool-%d", time.Now().UnixNano())),
+		"--set", "delivery.dead_letter.file=" + filepath.Join(s.work, "dead.ndjson")}
+	for _, set := range sets {
+		args = append(args, "--set", set)
+	}
+	logf, err := os.Create(filepath.Join(s.work, "agent.log"))
+	if err != nil {
+		return nil, err
+	}
+	a.cmd = exec.Command(s.ferry, args...)
+	a.cmd.Stdout, a.cmd.Stderr = logf, logf
+	if err := a.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go a.sample()
+	for i := 0; i < 200; i++ {
+		if res, err := http.Get("http://" + a.admin + "/readyz"); err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				return a, nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	a.stop()
+	log, _ := os.ReadFile(logf.Name())
+	return nil, fmt.Errorf("ferry did not become ready:\n%s", log)
+}
+
+// sample tracks the agent's peak RSS from /proc (VmRSS, so a window's
+// peak can be read by resetting it).
+func (a *benchAgent) sample() {
+	path := fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid)
+	for {
+		select {
+		case <-a.done:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+				if kb*1024 > a.rssPeak.Load() {
+					a.rssPeak.Store(kb * 1024)
+				}
+			}
+		}
+	}
+}
+
+func (a *benchAgent) cpuTicks() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", a.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces) : utime is 14th, stime 15th overall.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + st
+}
+
+// agentUsage is the agent's CPU (% of one core) and peak RSS while fn runs.
+type agentUsage struct {
+	cpu    float64
+	rssMiB float64
+}
+
+func (a *benchAgent) measure(fn func() error) (agentUsage, error) {
+	a.rssPeak.Store(0)
+	t0, c0 := time.Now(), a.cpuTicks()
+	err := fn()
+	c1, el := a.cpuTicks(), time.Since(t0).Seconds()
+	return agentUsage{cpu: float64(c1-c0) / clkTck() / el * 100, rssMiB: float64(a.rssPeak.Load()) / (1 << 20)}, err
+}
+
+func clkTck() float64 {
+	out, err := exec.Command("getconf", "CLK_TCK").Output()
+	if v, err2 := strconv.ParseFloat(strings.TrimSpace(string(out)), 64); err == nil && err2 == nil && v > 0 {
+		return v
+	}
+	return 100
+}
+
+// metric sums every series of a metric from the agent's /metrics.
+func (a *benchAgent) metric(name string) float64 {
+	res, err := http.Get("http://" + a.admin + "/metrics")
+	if err != nil {
+		return math.NaN()
+	}
+	defer res.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			sum += v
+		}
+	}
+	return sum
+}
+
+func (a *benchAgent) stop() {
+	close(a.done)
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	ch := make(chan struct{})
+	go func() { _ = a.cmd.Wait(); close(ch) }()
+	select {
+	case <-ch:
+	case <-time.After(40 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-ch
+	}
+}
+
+// ---- parsing the tools' output ----
+
+var ppLine = regexp.MustCompile(`(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, ([\d.]+) ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99.9th`)
+
+// parsePP reads ProducerPerformance's final line (ferry-bench produce
+// prints the same, which this also checks).
+func parsePP(out string) (result, error) {
+	m := ppLine.FindAllStringSubmatch(out, -1)
+	if len(m) == 0 {
+		return result{}, fmt.Errorf("no ProducerPerformance final line in:\n%s", out)
+	}
+	l := m[len(m)-1]
+	f := func(i int) float64 { v, _ := strconv.ParseFloat(l[i], 64); return v }
+	return result{Records: int64(f(1)), RecordsSec: f(2), MBSec: f(3), AvgMS: f(4), MaxMS: f(5), P50MS: f(6), P95MS: f(7), P99MS: f(8), P999MS: f(9)}, nil
+}
+
+// cpLine is one data line of ConsumerPerformance's output.
+type cpLine struct {
+	mb, mbSec, nMsg, nMsgSec, rebalanceMS, fetchMS, fetchMBSec, fetchNMsgSec float64
+}
+
+func parseCP(out string) (cpLine, error) {
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Split(line, ",")
+		if len(f) < 10 || strings.HasPrefix(line, "start.time") {
+			continue
+		}
+		var v [10]float64
+		for i := 2; i < 10; i++ {
+			x, err := strconv.ParseFloat(strings.TrimSpace(f[i]), 64)
+			if err != nil {
+				return cpLine{}, fmt.Errorf("ConsumerPerformance column %d: %q", i, f[i])
+			}
+			v[i] = x
+		}
+		return cpLine{v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]}, nil
+	}
+	return cpLine{}, fmt.Errorf("no ConsumerPerformance line in:\n%s", out)
+}
+
+func readJSON(path string, into any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, into)
+}
+
+// ---- formatting ----
+
+func (s *suite) h(format string, a ...any) { fmt.Fprintf(&s.md, "\n## "+format+"\n\n", a...) }
+func (s *suite) p(format string, a ...any) { fmt.Fprintf(&s.md, format+"\n", a...) }
+
+func (s *suite) table(head []string, rows [][]string) {
+	s.p("| %s |", strings.Join(head, " | "))
+	al := make([]string, len(head))
+	for i := range al {
+		al[i] = "---:"
+		if i == 0 {
+			al[i] = "---"
+		}
+	}
+	s.p("|%s|", strings.Join(al, "|"))
+	for _, r := range rows {
+		s.p("| %s |", strings.Join(r, " | "))
+	}
+	s.p("")
+}
+
+func f0(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "–"
+	}
+	return commas(int64(math.Round(v)))
+}
+
+func f1(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "–"
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64)
+}
+
+func ratio(a, b float64) string {
+	if b <= 0 || math.IsNaN(a) || math.IsNaN(b) {
+		return "–"
+	}
+	return strconv.FormatFloat(a/b, 'f', 2, 64) + "×"
+}
+
+func commas(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func (s *suite) chart(name, title, unit string, cats []string, ss []series) string {
+	if err := os.MkdirAll(s.charts, 0o755); err != nil {
+		return ""
+	}
+	path := filepath.Join(s.charts, name)
+	if err := os.WriteFile(path, []byte(barChart(title, unit, cats, ss)), 0o644); err != nil {
+		return ""
+	}
+	rel, err := filepath.Rel(filepath.Dir(s.out), path)
+	if err != nil {
+		rel = path
+	}
+	return fmt.Sprintf("![%s](%s)\n", title, filepath.ToSlash(rel))
+}
+
+// ---- machine ----
+
+func machine() [][]string {
+	cpu, mem, kernel := "unknown", "unknown", "unknown"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				kb, _ := strconv.ParseFloat(strings.Fields(v)[0], 64)
+				mem = fmt.Sprintf("%.1f GiB", kb/(1<<20))
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		kernel = strings.TrimSpace(string(b))
+	}
+	java := "unknown"
+	if out, err := exec.Command("java", "-version").CombinedOutput(); err == nil {
+		java = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+	}
+	return [][]string{{"CPU", cpu}, {"cores", strconv.Itoa(runtime.NumCPU())}, {"memory", mem},
+		{"kernel", "Linux " + kernel}, {"Go", runtime.Version()}, {"Java", java}}
+}

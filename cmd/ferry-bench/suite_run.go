@@ -1,0 +1,427 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Seed figures (../shared/seeds): what ferry's numbers are set beside.
+var (
+	// 000, pan: messages/s through the sidecar by size, on 4 cores.
+	seedPan = map[int]float64{10: 19000, 100: 18300, 1000: 17200, 5000: 15300}
+	// 003, Kafka's ProducerPerformance, 1 partition, 100 KB socket buffers.
+	seedKafkaPP = map[int]float64{16: 2700950.73, 32: 2381746.30, 64: 1397155.39}
+	// 003, ConsumerPerformance: 50M records of 32 B, 1 fetch thread.
+	seedKafkaCP = cpLine{mb: 1525.886, mbSec: 147.0167, nMsg: 50e6, nMsgSec: 4817442.23, rebalanceMS: 9, fetchMS: 10370, fetchMBSec: 147.1443, fetchNMsgSec: 4821623.24}
+	// 001, bk-collector's HTTP load table (8 cores), requests/s per shape.
+	seedOTLP = map[string]float64{"10x1KB": 20283, "10x10KB": 13495, "10x100KB": 1881, "100x1KB": 1595, "100x10KB": 470}
+	// 004, the Java log producer SDK: raw MB/s and CPU at its best setting.
+	seedSDKMBs, seedSDKCPU = 205.347, 244.0
+)
+
+// producer settings every producing tool uses, so rows compare like for like.
+var ppProps = []string{"acks=all", "linger.ms=5", "compression.type=lz4", "batch.size=1000000", "enable.idempotence=true"}
+
+type prodRow struct {
+	size            int
+	n               int64
+	pp, direct, via result
+	use             agentUsage
+}
+
+func (s *suite) run() error {
+	defer func() {
+		_, _ = s.exec("scripts/kafka-local", "stop", "--port", strconv.Itoa(s.port))
+	}()
+	s.stepf("a fresh local Kafka on %s", s.brokers)
+	_, _ = s.exec("scripts/kafka-local", "stop", "--port", strconv.Itoa(s.port))
+	if _, err := s.exec("scripts/kafka-local", "start", "--port", strconv.Itoa(s.port)); err != nil {
+		return err
+	}
+	cp, err := s.exec("scripts/kafka-local", "classpath")
+	if err != nil {
+		return err
+	}
+	s.cp = strings.TrimSpace(cp)
+	// Warm the broker's JVM so the first measured tool is not penalised.
+	if t, err := s.topic("warmup", 3); err == nil {
+		_, _ = s.bench("produce", "--target", "kafka://"+s.brokers, "--topic", t, "--num-records", "300000", "--record-size", "100")
+		s.deleteTopic(t)
+	}
+
+	prod, err := s.producers()
+	if err != nil {
+		return err
+	}
+	pan, err := s.panLike()
+	if err != nil {
+		return err
+	}
+	cons, err := s.consumers()
+	if err != nil {
+		return err
+	}
+	otlp, err := s.otlpTable()
+	if err != nil {
+		return err
+	}
+	modes, err := s.deliveryModes()
+	if err != nil {
+		return err
+	}
+	micro, err := s.micro()
+	if err != nil {
+		return err
+	}
+	s.stepf("writing %s and the charts in %s", s.out, s.charts)
+	return s.write(prod, pan, cons, otlp, modes, micro)
+}
+
+func (s *suite) sizes() []int {
+	if s.quick {
+		return []int{16, 100, 1000}
+	}
+	return []int{10, 16, 32, 64, 100, 1000, 5000}
+}
+
+func (s *suite) records(size int) int64 {
+	budget, lo, hi := 120e6, 50e3, 3e6
+	if s.quick {
+		budget, lo, hi = 4e6, 5e3, 100e3
+	}
+	return int64(min(hi, max(lo, budget/float64(size))))
+}
+
+func viaBatch(size int) int { return min(1000, max(1, (512<<10)/size)) }
+
+// producers: Kafka's ProducerPerformance, ferry-bench straight to Kafka,
+// and ferry-bench through ferry, at every record size, same records count.
+func (s *suite) producers() ([]prodRow, error) {
+	s.stepf("producers at %v B: Kafka's ProducerPerformance, ferry-bench direct, ferry-bench through ferry", s.sizes())
+	a, err := s.agent()
+	if err != nil {
+		return nil, err
+	}
+	defer a.stop()
+	var rows []prodRow
+	for _, size := range s.sizes() {
+		row := prodRow{size: size, n: s.records(size)}
+		n := strconv.FormatInt(row.n, 10)
+		s.logf("%d B × %s records: ProducerPerformance", size, n)
+		t1, err := s.topic(fmt.Sprintf("pp-%d", size), 3)
+		if err != nil {
+			return nil, err
+		}
+		out, err := s.java("org.apache.kafka.tools.ProducerPerformance", append([]string{"--topic", t1, "--num-records", n,
+			"--record-size", strconv.Itoa(size), "--throughput", "-1", "--producer-props", "bootstrap.servers=" + s.brokers}, ppProps...)...)
+		if err != nil {
+			return nil, err
+		}
+		if row.pp, err = parsePP(out); err != nil {
+			return nil, err
+		}
+		s.logf("%d B: ferry-bench produce --target kafka://", size)
+		t2, _ := s.topic(fmt.Sprintf("direct-%d", size), 3)
+		out, err = s.bench(append([]string{"produce", "--target", "kafka://" + s.brokers, "--topic", t2, "--num-records", n,
+			"--record-size", strconv.Itoa(size), "--producer-props"}, strings.Join(ppProps, " "))...)
+		if err != nil {
+			return nil, err
+		}
+		if row.direct, err = parsePP(out); err != nil {
+			return nil, err
+		}
+		s.logf("%d B: ferry-bench produce --target http:// (through ferry, %d records per request)", size, viaBatch(size))
+		t3, _ := s.topic(fmt.Sprintf("via-%d", size), 3)
+		row.use, err = a.measure(func() error {
+			out, err = s.bench("produce", "--target", "http://"+a.http, "--topic", t3, "--num-records", n,
+				"--record-size", strconv.Itoa(size), "--batch", strconv.Itoa(viaBatch(size)), "--concurrency", "32")
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if row.via, err = parsePP(out); err != nil {
+			return nil, err
+		}
+		s.logf("%d B: %s rec/s Kafka's tool, %s direct, %s through ferry (ferry %.0f%% CPU)", size, f0(row.pp.RecordsSec),
+			f0(row.direct.RecordsSec), f0(row.via.RecordsSec), row.use.cpu)
+		rows = append(rows, row)
+		for _, t := range []string{t2, t3} {
+			s.deleteTopic(t)
+		}
+		if size != 100 {
+			s.deleteTopic(t1) // the 100 B topic is kept for the consumers
+		} else {
+			s.consumeTopic, s.consumeN = t1, row.n
+		}
+	}
+	return rows, nil
+}
+
+// panLike: pan's shape, one message per request, answered on enqueue.
+type panResult struct {
+	res result
+	use agentUsage
+}
+
+func (s *suite) panLike() ([]panResult, error) {
+	s.stepf("pan's shape: one 100 B message per HTTP request (fire and forget, then acknowledged)")
+	a, err := s.agent()
+	if err != nil {
+		return nil, err
+	}
+	defer a.stop()
+	t, _ := s.topic("pan", 3)
+	defer s.deleteTopic(t)
+	d := "8s"
+	if s.quick {
+		d = "2s"
+	}
+	var out []panResult
+	for _, wait := range []string{"false", "true"} {
+		var res string
+		use, err := a.measure(func() error {
+			var err error
+			res, err = s.bench("produce", "--target", "http://"+a.http, "--topic", t, "--num-records", "1000000000", "--duration", d,
+				"--record-size", "100", "--batch", "1", "--concurrency", "128", "--wait="+wait)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		r, err := parsePP(res)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, panResult{r, use})
+	}
+	return out, nil
+}
+
+type consResult struct {
+	cp, ours cpLine
+	verify   string
+	verified result
+}
+
+// consumers: ConsumerPerformance against ferry-bench consume on the same
+// topic, then a produce --seq through ferry checked by consume --verify.
+func (s *suite) consumers() (*consResult, error) {
+	s.stepf("consumers: Kafka's ConsumerPerformance and ferry-bench consume (%s records of 100 B), then --verify", commas(s.consumeN))
+	var c consResult
+	n := strconv.FormatInt(s.consumeN, 10)
+	out, err := s.java("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", s.brokers, "--topic", s.consumeTopic,
+		"--num-records", n, "--timeout", "30000")
+	if err != nil {
+		return nil, err
+	}
+	if c.cp, err = parseCP(out); err != nil {
+		return nil, err
+	}
+	out, err = s.bench("consume", "--bootstrap-server", s.brokers, "--topic", s.consumeTopic, "--num-records", n, "--timeout", "30000")
+	if err != nil {
+		return nil, err
+	}
+	if c.ours, err = parseCP(out); err != nil {
+		return nil, err
+	}
+	s.deleteTopic(s.consumeTopic)
+
+	a, err := s.agent()
+	if err != nil {
+		return nil, err
+	}
+	defer a.stop()
+	t, _ := s.topic("verify", 3)
+	defer s.deleteTopic(t)
+	rep := filepath.Join(s.work, "verify.json")
+	vn := "500000"
+	if s.quick {
+		vn = "20000"
+	}
+	if _, err := s.bench("produce", "--target", "http://"+a.http, "--topic", t, "--num-records", vn, "--record-size", "100",
+		"--batch", "500", "--concurrency", "16", "--seq", "--report-json", rep); err != nil {
+		return nil, err
+	}
+	_ = readJSON(rep, &c.verified)
+	out, err = s.bench("consume", "--bootstrap-server", s.brokers, "--topic", t, "--verify", "--produced", rep, "--timeout", "10s")
+	if err != nil {
+		return nil, err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "verify:") {
+			c.verify = strings.TrimPrefix(line, "verify: ")
+		}
+	}
+	return &c, nil
+}
+
+type otlpRow struct {
+	shape    string
+	exporter string
+	qps      float64
+	p50, p99 float64
+	requests float64
+	use      agentUsage
+}
+
+func (s *suite) otlpTable() ([]otlpRow, error) {
+	s.stepf("bk-collector's OTLP/HTTP load table: logs of count × logLength, blackhole exporter and Kafka (acknowledged)")
+	shapes := []struct {
+		n, length int
+	}{{10, 1024}, {10, 10240}, {10, 102400}, {100, 1024}, {100, 10240}}
+	var rows []otlpRow
+	for _, exp := range []struct {
+		name, conc string
+		sets       []string
+	}{{"blackhole", "16", []string{"exporter.type=blackhole"}}, {"kafka (acked)", "64", nil}} {
+		if exp.sets == nil {
+			t := "otlp_logs"
+			_, _ = s.bench("topic", "create", "--bootstrap-server", s.brokers, "--topic", t, "--partitions", "3")
+		}
+		a, err := s.agent(exp.sets...)
+		if err != nil {
+			return nil, err
+		}
+		for _, sh := range shapes {
+			reqs := 20000
+			if sh.n*sh.length >= 1000*1024 || sh.length >= 102400 {
+				reqs = 4000
+			}
+			if s.quick {
+				reqs = 300
+			}
+			rep := filepath.Join(s.work, "otlp.json")
+			var res map[string]any
+			use, err := a.measure(func() error {
+				_, err := s.bench("otlp", "--target", "http://"+a.otlp, "--count", strconv.Itoa(sh.n), "--length", strconv.Itoa(sh.length),
+					"--requests", strconv.Itoa(reqs), "--concurrency", exp.conc, "--exporter", exp.name, "--header=false", "--report-json", rep)
+				return err
+			})
+			if err != nil {
+				a.stop()
+				return nil, err
+			}
+			_ = readJSON(rep, &res)
+			num := func(k string) float64 { v, _ := res[k].(float64); return v }
+			shape := fmt.Sprintf("%dx%dKB", sh.n, sh.length/1024)
+			rows = append(rows, otlpRow{shape: shape, exporter: exp.name, qps: num("qps"), p50: num("p50_ms"), p99: num("p99_ms"), requests: num("requests"), use: use})
+			s.logf("%s %s: %s requests/s (ferry %.0f%% CPU)", exp.name, shape, f0(num("qps")), use.cpu)
+		}
+		a.stop()
+	}
+	return rows, nil
+}
+
+type modeRow struct {
+	name, settings  string
+	acked           result
+	intoKafka       float64
+	drain           time.Duration
+	use             agentUsage
+	appended, fsync float64
+}
+
+func (s *suite) deliveryModes() ([]modeRow, error) {
+	s.stepf("delivery modes: kafka, spool (fsync interval), spool (fsync always), spill; 100 B records through ferry")
+	d := 10 * time.Second
+	if s.quick {
+		d = 2 * time.Second
+	}
+	var rows []modeRow
+	for _, m := range []struct{ name, settings string }{
+		{"kafka", "delivery.mode=kafka"},
+		{"spool, fsync interval", "delivery.mode=spool delivery.spool.fsync=interval"},
+		{"spool, fsync always", "delivery.mode=spool delivery.spool.fsync=always"},
+		{"spill", "delivery.mode=spill"},
+	} {
+		a, err := s.agent(strings.Fields(m.settings)...)
+		if err != nil {
+			return nil, err
+		}
+		t, _ := s.topic("modes", 3)
+		row := modeRow{name: m.name, settings: m.settings}
+		sent0 := a.metric("ferry_exporter_sent_records_total")
+		var out string
+		t0 := time.Now()
+		row.use, err = a.measure(func() error {
+			out, err = s.bench("produce", "--target", "http://"+a.http, "--topic", t, "--num-records", "1000000000",
+				"--duration", d.String(), "--record-size", "100", "--batch", "1000", "--concurrency", "32")
+			return err
+		})
+		if err != nil {
+			a.stop()
+			return nil, err
+		}
+		row.intoKafka = (a.metric("ferry_exporter_sent_records_total") - sent0) / time.Since(t0).Seconds()
+		d0 := time.Now()
+		for b := a.metric("ferry_spool_backlog_bytes"); b > 0 && time.Since(d0) < 5*time.Minute; b = a.metric("ferry_spool_backlog_bytes") {
+			time.Sleep(100 * time.Millisecond)
+		}
+		row.drain = time.Since(d0)
+		row.appended, row.fsync = a.metric("ferry_spool_appended_records_total"), a.metric("ferry_spool_fsyncs_total")
+		row.acked, err = parsePP(out)
+		a.stop()
+		s.deleteTopic(t)
+		if err != nil {
+			return nil, err
+		}
+		s.logf("%s: %s rec/s acknowledged, %s rec/s into Kafka meanwhile", m.name, f0(row.acked.RecordsSec), f0(row.intoKafka))
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+type microRow struct {
+	name   string
+	ns     float64
+	allocs float64
+}
+
+var benchLine = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:.*?\s(\d+) allocs/op)?`)
+
+func (s *suite) micro() ([]microRow, error) {
+	s.stepf("Go micro-benchmarks: OTLP decode and convert, tokens, the spool")
+	bt := "300ms"
+	if s.quick {
+		bt = "20x"
+	}
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", ".", "-benchmem", "-benchtime", bt, "./otlp/wire", "./otlp/encoding", "./auth", "./buffer/spool")
+	cmd.Stderr = os.Stderr
+	outB, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go test -bench: %w\n%s", err, outB)
+	}
+	var rows []microRow
+	for _, line := range strings.Split(string(outB), "\n") {
+		m := benchLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		ns, _ := strconv.ParseFloat(m[2], 64)
+		al := math.NaN()
+		if m[3] != "" {
+			al, _ = strconv.ParseFloat(m[3], 64)
+		}
+		rows = append(rows, microRow{name: m[1], ns: ns, allocs: al})
+	}
+	s.logf("%d benchmarks", len(rows))
+	return rows, nil
+}
+
+func dur(ns float64) string {
+	switch {
+	case ns >= 1e6:
+		return fmt.Sprintf("%.2f ms", ns/1e6)
+	case ns >= 1e3:
+		return fmt.Sprintf("%.1f µs", ns/1e3)
+	}
+	return fmt.Sprintf("%.1f ns", ns)
+}
