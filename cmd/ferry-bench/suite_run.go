@@ -388,12 +388,13 @@ type microRow struct {
 var benchLine = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:.*?\s(\d+) allocs/op)?`)
 
 func (s *suite) micro() ([]microRow, error) {
-	s.stepf("Go micro-benchmarks: OTLP decode and convert, tokens, the spool")
+	s.stepf("Go micro-benchmarks: OTLP decode and convert, tokens, limits and processors, the message path, the spool")
 	bt := "300ms"
 	if s.quick {
 		bt = "20x"
 	}
-	cmd := exec.Command("go", "test", "-run", "^$", "-bench", ".", "-benchmem", "-benchtime", bt, "./otlp/wire", "./otlp/encoding", "./auth", "./buffer/spool")
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", ".", "-benchmem", "-benchtime", bt, "./otlp/wire", "./otlp/flatjson", "./auth", "./auth/ratelimit", "./processor/...",
+		"./receiver/httpreceiver", "./exporter/kafkaexporter", "./buffer/...", "./record")
 	cmd.Stderr = os.Stderr
 	outB, err := cmd.Output()
 	if err != nil {
