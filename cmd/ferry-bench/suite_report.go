@@ -252,5 +252,5 @@ func (s *suite) writeMicro(rows []microRow) {
 	s.p("Without a seed figure:")
 	s.p("")
 	s.table([]string{"benchmark", "ferry", "allocs"}, without)
-	s.p("Command: `go test -run '^$' -bench . -benchmem ./otlp/wire ./otlp/flatjson ./auth ./auth/ratelimit ./processor/... ./receiver/httpreceiver ./exporter/kafkaexporter ./buffer/... ./record`.")
+	s.p("Command: `go test -run '^$' -bench . -benchmem ./otlp/wire ./otlp/flatjson ./auth ./auth/token ./auth/ratelimit ./processor/... ./receiver/httpreceiver ./exporter/kafkaexporter ./buffer/... ./record`.")
 }
