@@ -86,16 +86,28 @@ func otlpCmd(args []string) error {
 	codes := sync.Map{}
 	start := time.Now()
 	done := make(chan struct{})
+	tty := isTTY(os.Stderr)
 	go func() {
-		t := time.NewTicker(5 * time.Second)
+		every := 5 * time.Second
+		if tty {
+			every = 200 * time.Millisecond
+		}
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
 			case <-done:
+				if tty {
+					fmt.Fprint(os.Stderr, "\r\033[K")
+				}
 				return
 			case <-t.C:
 				n := ok.Load()
 				el := time.Since(start)
+				if tty {
+					fmt.Fprint(os.Stderr, bar(n, int64(*requests), "requests", el, float64(n)/el.Seconds()))
+					continue
+				}
 				fmt.Fprintf(os.Stderr, "%d/%d requests, %.0f req/s, %.1f ms avg, %d retried after 429/503, %d failed, %s elapsed\n",
 					n, *requests, float64(n)/el.Seconds(), ms(lat.mean()), retried.Load(), failed.Load(), el.Round(time.Second))
 			}
