@@ -728,9 +728,9 @@ func (s *Spool) Shutdown(context.Context) error {
 }
 
 // Close writes the final checkpoint and closes the files. Call it after
-// the exporter has shut down.
+// the exporter has shut down. It does not fail: a checkpoint it cannot
+// write only means more replay at the next start, and is logged.
 func (s *Spool) Close() error {
-	var err error
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closing = true
@@ -769,5 +769,5 @@ func (s *Spool) Close() error {
 		s.lockFile.Close()
 		s.logger.Info("spool closed", "backlog_bytes", s.Backlog())
 	})
-	return err
+	return nil
 }
