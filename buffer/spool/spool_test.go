@@ -143,6 +143,20 @@ func appendOK(t *testing.T, s *Spool, b *record.Batch) {
 	}
 }
 
+// deliversExactly starts s with a fresh collector and requires that exactly
+// the records from..to-1 arrive, in order (a short wait catches extras).
+func deliversExactly(t *testing.T, s *Spool, from, to int) {
+	t.Helper()
+	c := &collector{}
+	if err := s.Start(context.Background(), Options{Next: c}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor(t, to-from)
+	time.Sleep(100 * time.Millisecond)
+	wantIDs(t, c.values(), from, to)
+	_ = s.Shutdown(context.Background())
+}
+
 func wantIDs(t *testing.T, got []string, from, to int) {
 	t.Helper()
 	if len(got) != to-from {
@@ -223,14 +237,10 @@ func TestRestartReplaysUnacknowledged(t *testing.T) {
 
 	s2 := open(t, testConfig(dir))
 	defer s2.Close()
-	c2 := &collector{}
-	_ = s2.Start(context.Background(), Options{Next: c2})
-	got := c2.waitFor(t, 4000)
-	wantIDs(t, got, 0, 4000)
+	deliversExactly(t, s2, 0, 4000)
 	if v := testutil.ToFloat64(s2.m.replayed); v != 4000 {
 		t.Fatalf("replayed counter %v, want 4000", v)
 	}
-	_ = s2.Shutdown(context.Background())
 }
 
 // TestCrashWithoutCloseReplaysFromCheckpoint: a process that dies without
@@ -258,17 +268,8 @@ func TestCrashWithoutCloseReplaysFromCheckpoint(t *testing.T) {
 
 	s2 := open(t, cfg)
 	defer s2.Close()
-	c2 := &collector{}
-	_ = s2.Start(context.Background(), Options{Next: c2})
-	got := c2.waitFor(t, 1000)
-	time.Sleep(200 * time.Millisecond)
-	got = c2.values()
-	if len(got) != 1000 {
-		t.Fatalf("replayed %d records, want exactly the 1000 unacknowledged ones", len(got))
-	}
-	wantIDs(t, got, 2000, 3000)
-	_ = s2.Shutdown(context.Background())
-	s.readStop.Store(true)
+	// Exactly the 1000 unacknowledged records, none of the 2000 before.
+	deliversExactly(t, s2, 2000, 3000)
 }
 
 // TestTornTailTruncated: a half-written frame at the end of the last
@@ -293,13 +294,7 @@ func TestTornTailTruncated(t *testing.T) {
 	if v := testutil.ToFloat64(s2.m.corruptBytes.WithLabelValues("truncated")); v != float64(len(full)-5) {
 		t.Fatalf("truncated bytes counted %v, want %d", v, len(full)-5)
 	}
-	c := &collector{}
-	_ = s2.Start(context.Background(), Options{Next: c})
-	got := c.waitFor(t, 100)
-	time.Sleep(100 * time.Millisecond)
-	wantIDs(t, c.values(), 0, 100)
-	_ = got
-	_ = s2.Shutdown(context.Background())
+	deliversExactly(t, s2, 0, 100)
 }
 
 // TestFlippedBytesSkipped: bytes flipped inside sealed segments lose only
@@ -408,12 +403,7 @@ func TestDiskCapRefuses(t *testing.T) {
 	_ = s.Close()
 	s2 := open(t, cfg)
 	defer s2.Close()
-	c2 := &collector{}
-	_ = s2.Start(context.Background(), Options{Next: c2})
-	c2.waitFor(t, stored)
-	time.Sleep(100 * time.Millisecond)
-	wantIDs(t, c2.values(), 0, stored)
-	_ = s2.Shutdown(context.Background())
+	deliversExactly(t, s2, 0, stored)
 }
 
 type deadLetters struct {
@@ -601,12 +591,7 @@ func TestDiskFull(t *testing.T) {
 	_ = s.Close()
 	s2 := open(t, cfg)
 	defer s2.Close()
-	c2 := &collector{}
-	_ = s2.Start(context.Background(), Options{Next: c2})
-	c2.waitFor(t, acked)
-	time.Sleep(100 * time.Millisecond)
-	wantIDs(t, c2.values(), 0, acked)
-	_ = s2.Shutdown(context.Background())
+	deliversExactly(t, s2, 0, acked)
 }
 
 // TestReplayThrottled: the backlog found at start is read at replay_rate
