@@ -18,7 +18,7 @@ test:
 	scripts/test.sh
 
 # Every seed's table measured on this machine beside Kafka's own tools, in one
-# run (10-15 min on 2 cores): rewrites BENCHMARKS.md and docs/bench/*.svg.
+# run (about 6 min on 2 cores): rewrites BENCHMARKS.md and docs/bench/*.svg.
 bench: build
 	scripts/kafka-local jars
 	bin/ferry-bench suite

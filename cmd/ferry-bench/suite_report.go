@@ -57,7 +57,7 @@ func (s *suite) write(prod []prodRow, pan []panResult, cons *consResult, otlp []
 	s.writeMicro(micro)
 	s.h("Reproduce")
 	s.p("```sh")
-	s.p("make bench            # this whole file, about 10-15 minutes on 2 cores")
+	s.p("make bench            # this whole file, about 6 minutes on 2 cores")
 	s.p("make bench-quick      # every step with tiny inputs (≤ 3 minutes), as CI runs it")
 	s.p("scripts/kafka-local start && make build && bin/ferry run &    # then any single command shown above")
 	s.p("```")
