@@ -1,17 +1,39 @@
 #!/usr/bin/env bash
 # Runs every fuzz target for FUZZTIME each (default 2m). Failing inputs are
 # written under the package's testdata/fuzz and become regression tests.
+#
+# New-coverage inputs are minimised for at most FUZZMINIMIZE executions
+# (default 200x): go test's default of 60 s per input spends a whole short
+# run minimising, which is why the smoke runs used to report 0 execs/s after
+# the baseline and test almost nothing. Each target must execute at least
+# MIN_EXECS inputs (default 1000), or the run fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t=${FUZZTIME:-2m}
+minimize=${FUZZMINIMIZE:-200x}
+min_execs=${MIN_EXECS:-1000}
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 for target in \
   "FuzzDecode ./receiver/httpreceiver" \
   "FuzzTraces ./otlp/wire" \
   "FuzzLogsAndMetrics ./otlp/wire" \
   "FuzzEncode ./otlp/flatjson" \
+  "FuzzSplitBounded ./otlp/encoding" \
   "FuzzOTLPHTTP ./receiver/otlpreceiver" \
-  "FuzzFrames ./buffer/spool"; do
+  "FuzzFrames ./buffer/spool" \
+  "FuzzResync ./buffer/spool"; do
   set -- $target
   echo "-- $1 ($2) for $t"
-  go test -run='^$' -fuzz="^$1\$" -fuzztime="$t" "$2" 2>&1 | tail -15
+  if ! go test -run='^$' -fuzz="^$1\$" -fuzztime="$t" -fuzzminimizetime="$minimize" "$2" >"$log" 2>&1; then
+    tail -40 "$log"
+    exit 1
+  fi
+  tail -3 "$log"
+  execs=$(grep -o 'execs: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || echo 0)
+  if [ "${execs:-0}" -lt "$min_execs" ]; then
+    echo "fuzz: $1 executed only ${execs:-0} inputs in $t (at least $min_execs wanted)"
+    exit 1
+  fi
+  echo "   $1: $execs inputs"
 done

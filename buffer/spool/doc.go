@@ -5,13 +5,27 @@
 // # Files
 //
 // The spool is a directory of segment files named by a growing id
-// (00000000000000000007.seg) plus a checkpoint and a lock file. A segment
-// starts with the 8-byte magic "FRYSPL01" and holds frames:
+// (00000000000000000007.seg) plus a checkpoint and a lock file, all
+// readable by the agent's user only. A segment starts with a 32-byte header
+// and holds frames:
 //
-//	u32 length | u32 CRC32C(payload) | payload (one record)
+//	header:  "FRYSPL02" | u32 frame limit | u32 0 | 8-byte secret | u32 0 |
+//	         u32 CRC32C(the 28 bytes before it)
+//	frame:   u32 length | u32 tag | u32 CRC32C(payload, started from the
+//	         secret) | payload (one record)
 //	payload: i64 timestamp (unix ns, 0 = none) | uvarint len, topic |
 //	         uvarint len+1, key (0 = nil key) | uvarint len, value |
 //	         uvarint n headers, each uvarint len, key | uvarint len, value
+//
+// The frame limit is the one in force when the segment was written, so a
+// restart with a smaller max_batch_bytes still reads every record it
+// acknowledged (the exporter then decides). The secret is random per
+// process and never leaves the directory; the tag is its first four bytes.
+// A frame is valid only with the tag and a checksum seeded by the secret,
+// so bytes a client put inside a value can never pass for a frame, not even
+// when the reader resynchronises after damage. Segments of the first format
+// (FRYSPL01: 8-byte magic, frames without tag or secret) are still read;
+// since their frames could be forged, damage in one ends that segment.
 //
 // All integers are little-endian. A process appends only to the segment it
 // created: Open always starts a new one, so a segment is written by one
@@ -68,9 +82,11 @@
 //
 // The newest segment of the previous run is scanned at Open: a torn tail
 // (the frame a crash cut short) is truncated and its bytes counted. Any
-// frame whose CRC does not match — a flipped byte anywhere — is skipped by
-// sliding forward a byte at a time until a frame checks again, so intact
-// records after the damage are still delivered. Damage is counted in
+// frame whose tag or CRC does not match — a flipped byte anywhere — is
+// skipped by sliding forward a byte at a time until a frame checks again, so
+// intact records after the damage are still delivered. A segment whose
+// header is damaged is skipped whole (without the secret nothing in it can
+// be told from client bytes). Damage is counted in
 // ferry_spool_corrupt_bytes_total and logged.
 //
 // # Failures after the spool

@@ -1,6 +1,7 @@
 package spool
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
@@ -9,18 +10,105 @@ import (
 	"github.com/ferryhq/ferry/record"
 )
 
+// Segment and frame layout (see the package doc). A segment written by this
+// version starts with a 32-byte header that records the frame limit in force
+// when it was written and the secret its frames are sealed with; older
+// segments (FRYSPL01, 8-byte header and frames) are still read, without
+// resynchronisation after damage.
 const (
-	segMagic    = "FRYSPL01"
-	segHeader   = int64(len(segMagic))
-	frameHeader = 8
+	segMagicV1 = "FRYSPL01"
+	segMagic   = "FRYSPL02"
+	// segHeader is where a current segment's first frame starts.
+	segHeader   = int64(32)
+	segHeaderV1 = int64(len(segMagicV1))
+	frameHeader = 12
+	// frameHeaderV1 is the old frame header: length and CRC only.
+	frameHeaderV1 = 8
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// appendFrame appends r as one frame.
-func appendFrame(dst []byte, r *record.Record) []byte {
+func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// segFormat is how one segment's frames are laid out and checked. tag and
+// seed are random per process and never leave the spool directory: a frame
+// is valid only if it carries the tag and its CRC32C, started from seed,
+// matches. Client bytes inside a record cannot carry either, so a reader
+// resynchronising after damage can never take a client's value for a frame
+// (a record the client never sent, to a topic it was not allowed). The tag
+// also makes a resync cheap: a 4-byte compare rejects almost every position
+// before any checksum is computed, so damage cannot be turned into a
+// quadratic scan.
+type segFormat struct {
+	v1       bool
+	maxFrame int    // the largest payload when the segment was written
+	tag      uint32 // in every frame header
+	seed     uint32 // CRC32C state that every frame's checksum starts from
+	secret   [8]byte
+}
+
+func (f *segFormat) hdrLen() int {
+	if f.v1 {
+		return frameHeaderV1
+	}
+	return frameHeader
+}
+
+func (f *segFormat) dataStart() int64 {
+	if f.v1 {
+		return segHeaderV1
+	}
+	return segHeader
+}
+
+// newSegFormat draws a fresh secret for the segments this process writes.
+func newSegFormat(maxFrame int) (*segFormat, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, err
+	}
+	f := &segFormat{maxFrame: maxFrame, tag: binary.LittleEndian.Uint32(b[:4])}
+	f.seed = crc32.Update(0, castagnoli, b[:])
+	f.secret = b
+	return f, nil
+}
+
+// header is the segment header: magic | u32 max frame | u32 reserved |
+// 8-byte secret | u32 reserved | u32 CRC32C of the 28 bytes before it.
+func (f *segFormat) header() []byte {
+	h := make([]byte, segHeader)
+	copy(h, segMagic)
+	binary.LittleEndian.PutUint32(h[8:], uint32(f.maxFrame))
+	copy(h[16:24], f.secret[:])
+	binary.LittleEndian.PutUint32(h[28:], crc32c(h[:28]))
+	return h
+}
+
+// parseSegHeader reads a segment header (of either version); h holds at
+// least segHeader bytes or the whole file if shorter.
+func parseSegHeader(h []byte) (*segFormat, error) {
+	switch {
+	case len(h) >= len(segMagicV1) && string(h[:len(segMagicV1)]) == segMagicV1:
+		return &segFormat{v1: true}, nil
+	case len(h) < int(segHeader) || string(h[:len(segMagic)]) != segMagic:
+		return nil, errors.New("not a spool segment (bad magic or too short)")
+	case crc32c(h[:28]) != binary.LittleEndian.Uint32(h[28:]):
+		return nil, errors.New("segment header checksum mismatch")
+	}
+	f := &segFormat{maxFrame: int(binary.LittleEndian.Uint32(h[8:]))}
+	copy(f.secret[:], h[16:24])
+	f.tag = binary.LittleEndian.Uint32(h[16:])
+	f.seed = crc32.Update(0, castagnoli, h[16:24])
+	if f.maxFrame <= 0 {
+		return nil, errors.New("segment header records no frame limit")
+	}
+	return f, nil
+}
+
+// appendFrame appends r as one frame sealed for format f.
+func appendFrame(dst []byte, r *record.Record, f *segFormat) []byte {
 	start := len(dst)
-	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0)
+	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 	var ts int64
 	if !r.Timestamp.IsZero() {
 		ts = r.Timestamp.UnixNano()
@@ -46,7 +134,8 @@ func appendFrame(dst []byte, r *record.Record) []byte {
 	}
 	payload := dst[start+frameHeader:]
 	binary.LittleEndian.PutUint32(dst[start:], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(dst[start+4:], crc32.Checksum(payload, castagnoli))
+	binary.LittleEndian.PutUint32(dst[start+4:], f.tag)
+	binary.LittleEndian.PutUint32(dst[start+8:], crc32.Update(f.seed, castagnoli, payload))
 	return dst
 }
 
@@ -122,26 +211,30 @@ func (d *decoder) decode(p []byte, r *record.Record) error {
 }
 
 // scan walks the frames in buf, whose first byte is at a frame boundary or
-// inside damage. fn gets each frame whose checksum matches, with its offset
-// in buf; returning false stops the scan before that frame. Bytes that do
-// not start a valid frame are skipped one at a time (so a valid frame after
-// damage is found again) and counted in skipped; regions counts the damaged
-// stretches.
+// inside damage. fn gets each frame whose tag and checksum match, with its
+// offset in buf; returning false stops the scan before that frame. In a
+// current segment, bytes that do not start a valid frame are skipped one at
+// a time (so a valid frame after damage is found again) and counted in
+// skipped; regions counts the damaged stretches. In an old (v1) segment,
+// whose frames carry no secret, damage ends the segment: everything from it
+// on is counted as skipped, since resynchronising there could take a
+// client's bytes for a frame.
 //
 // atEnd says that buf ends where the data ends: a frame running past it is
 // damage. Otherwise scan stops before an incomplete frame and reports in
 // need how many bytes from stop the next read must hold.
-func scan(buf []byte, atEnd bool, maxFrame int, fn func(off int, payload []byte) bool) (stop, need int, skipped, regions int64) {
+func scan(buf []byte, atEnd bool, f *segFormat, fn func(off int, payload []byte) bool) (stop, need int, skipped, regions int64) {
+	hl := f.hdrLen()
 	i, bad := 0, false
-	for i+frameHeader <= len(buf) {
+	for i+hl <= len(buf) {
 		n := int(binary.LittleEndian.Uint32(buf[i:]))
-		if n > 0 && n <= maxFrame {
-			end := i + frameHeader + n
+		if n > 0 && n <= f.maxFrame && (f.v1 || binary.LittleEndian.Uint32(buf[i+4:]) == f.tag) {
+			end := i + hl + n
 			if end > len(buf) && !atEnd {
-				return i, frameHeader + n, skipped, regions
+				return i, hl + n, skipped, regions
 			}
-			if end <= len(buf) && crc32.Checksum(buf[i+frameHeader:end], castagnoli) == binary.LittleEndian.Uint32(buf[i+4:]) {
-				if !fn(i, buf[i+frameHeader:end]) {
+			if end <= len(buf) && f.check(buf[i+hl:end], buf[i+hl-4:]) {
+				if !fn(i, buf[i+hl:end]) {
 					return i, 0, skipped, regions
 				}
 				i, bad = end, false
@@ -152,12 +245,16 @@ func scan(buf []byte, atEnd bool, maxFrame int, fn func(off int, payload []byte)
 			regions++
 			bad = true
 		}
+		if f.v1 {
+			skipped += int64(len(buf) - i)
+			return len(buf), 0, skipped, regions
+		}
 		skipped++
 		i++
 	}
 	if i < len(buf) {
 		if !atEnd {
-			return i, frameHeader, skipped, regions
+			return i, hl, skipped, regions
 		}
 		if !bad {
 			regions++
@@ -166,4 +263,13 @@ func scan(buf []byte, atEnd bool, maxFrame int, fn func(off int, payload []byte)
 		i = len(buf)
 	}
 	return i, 0, skipped, regions
+}
+
+// check reports whether payload's checksum is the one stored in sum.
+func (f *segFormat) check(payload, sum []byte) bool {
+	want := binary.LittleEndian.Uint32(sum)
+	if f.v1 {
+		return crc32c(payload) == want
+	}
+	return crc32.Update(f.seed, castagnoli, payload) == want
 }

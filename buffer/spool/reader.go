@@ -3,6 +3,7 @@ package spool
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -57,10 +58,33 @@ func (s *Spool) read() {
 		}
 		s.mu.Unlock()
 
+		sf := s.wfmt
+		if sealed {
+			var err error
+			if sf, err = s.openSeg(s.rpos.seg); err != nil && !errors.Is(err, errSegHeader) {
+				s.log.Log(slog.LevelError, "read", "spool segment not readable; retrying", "segment", segName(s.rpos.seg), "err", err)
+				if !s.sleep(time.Second) {
+					return
+				}
+				continue
+			} else if err != nil {
+				// No header we can trust: the frames cannot be told from
+				// client bytes. The whole segment is damage.
+				if s.rpos.off < end {
+					s.m.corruptBytes.WithLabelValues("skipped").Add(float64(end - s.rpos.off))
+					s.m.corruptRegions.Inc()
+					s.logger.Warn("spool: segment with a damaged header skipped", "segment", segName(s.rpos.seg), "bytes", end-s.rpos.off, "err", err)
+				}
+				s.rpos.off = end
+			}
+		}
+		if sf != nil && s.rpos.off < sf.dataStart() {
+			s.rpos.off = sf.dataStart()
+		}
 		avail := end - s.rpos.off
 		if avail <= 0 || !sealed && avail < int64(s.need) {
 			if sealed {
-				s.rpos = pos{nextSeg, segHeader}
+				s.rpos = pos{nextSeg, 0}
 				s.need = 0
 				s.push(&mark{end: s.rpos, done: true})
 				continue
@@ -89,12 +113,15 @@ func (s *Spool) read() {
 		if int64(cap(c.buf)) < size {
 			c.buf = make([]byte, size)
 		}
-		// The whole buffer is held, whatever this read fills of it.
-		if !s.reserve(int64(cap(c.buf))) {
+		// The whole buffer is held, whatever this read fills of it; a
+		// frame larger than the reader's whole budget (written under an
+		// older, larger limit) takes all of it and overshoots by itself.
+		held := min(int64(cap(c.buf)), s.ceiling)
+		if !s.reserve(held) {
 			s.chunks.Put(c)
 			return
 		}
-		c.reserved = int64(cap(c.buf))
+		c.reserved = held
 		if s.rpos.less(s.replayEnd) && !s.throttle(size) {
 			s.release(c)
 			return
@@ -116,14 +143,14 @@ func (s *Spool) read() {
 		// Many tiny records cost more in structures than in bytes: stop the
 		// chunk where they would take more than half the read-ahead.
 		maxRecs := max(1, int((s.ceiling/2-c.reserved)/record.Overhead))
-		stop, need, skipped, regions := scan(c.buf[:n], atEnd, s.maxFrame, func(_ int, p []byte) bool {
+		stop, need, skipped, regions := scan(c.buf[:n], atEnd, sf, func(_ int, p []byte) bool {
 			if len(c.batch.Records) >= maxRecs {
 				return false
 			}
 			c.batch.Records = append(c.batch.Records, record.Record{})
 			if s.dec.decode(p, &c.batch.Records[len(c.batch.Records)-1]) != nil {
 				c.batch.Records = c.batch.Records[:len(c.batch.Records)-1]
-				bad += int64(len(p) + frameHeader)
+				bad += int64(len(p) + sf.hdrLen())
 				badFrames++
 			}
 			return true
@@ -136,6 +163,10 @@ func (s *Spool) read() {
 		}
 		s.need = need
 		switch {
+		case sf.v1 && skipped > 0:
+			// An old segment cannot be resynchronised safely: the rest of
+			// it was counted as damage.
+			s.rpos.off = end
 		case atEnd && stop >= n:
 			s.rpos.off = end
 		case stop == 0:
@@ -169,6 +200,31 @@ func (s *Spool) read() {
 	}
 }
 
+var errSegHeader = errors.New("spool: damaged segment header")
+
+// openSeg opens sealed segment id for reading and returns its format,
+// read from its own header: its frame limit is the one it was written
+// under, never the current config.
+func (s *Spool) openSeg(id uint64) (*segFormat, error) {
+	if s.rf != nil && s.rfSeg == id && s.rfFmt != nil {
+		return s.rfFmt, nil
+	}
+	if _, err := s.readAt(nil, pos{id, 0}); err != nil {
+		return nil, err
+	}
+	var hdr [segHeader]byte
+	n, _ := s.rf.ReadAt(hdr[:], 0)
+	f, err := parseSegHeader(hdr[:n])
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errSegHeader, err)
+	}
+	if f.v1 {
+		f.maxFrame = s.v1MaxFrame()
+	}
+	s.rfFmt = f
+	return f, nil
+}
+
 func (s *Spool) readAt(buf []byte, p pos) (int, error) {
 	if s.rf == nil || s.rfSeg != p.seg {
 		if s.rf != nil {
@@ -179,7 +235,7 @@ func (s *Spool) readAt(buf []byte, p pos) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		s.rf, s.rfSeg = f, p.seg
+		s.rf, s.rfSeg, s.rfFmt = f, p.seg, nil
 	}
 	n, err := s.rf.ReadAt(buf, p.off)
 	if errors.Is(err, io.EOF) {
@@ -371,7 +427,7 @@ func (s *Spool) advance() {
 			delete(s.segs, id)
 		}
 	}
-	drained := wm.seg == s.wseg && wm.off >= s.woff
+	drained := wm.seg == s.wseg && (wm.off >= s.woff || s.woff <= segHeader)
 	s.mu.Unlock()
 	for _, id := range gone {
 		if err := os.Remove(s.path(segName(id))); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -67,15 +67,20 @@ type waiter struct {
 type Spool struct {
 	cfg      Config
 	maxFrame int
-	log      *telemetry.Limited
-	logger   *slog.Logger
-	m        *metrics
-	lockFile *os.File
-	ckptFile *os.File
-	opt      Options
-	budget   Budget
-	ceiling  int64
-	chunk    int
+	// wfmt seals the frames this process writes; maxSegFrame is the
+	// largest frame limit recorded in any segment found at Open (the reader
+	// must be able to hold one such frame, whatever the config says now).
+	wfmt        *segFormat
+	maxSegFrame int
+	log         *telemetry.Limited
+	logger      *slog.Logger
+	m           *metrics
+	lockFile    *os.File
+	ckptFile    *os.File
+	opt         Options
+	budget      Budget
+	ceiling     int64
+	chunk       int
 
 	mu      sync.Mutex
 	f       *os.File
@@ -85,6 +90,9 @@ type Spool struct {
 	segs    map[uint64]int64 // bytes of every segment on disk, the active one included
 	disk    int64
 	failErr error // sticky: a failed fsync or segment roll
+	durable int64 // written bytes a segment roll's fsync has made durable
+	// fsync is (*os.File).Sync; tests replace it to fail.
+	fsync   func(*os.File) error
 	closing bool
 
 	appending atomic.Int64
@@ -110,6 +118,7 @@ type Spool struct {
 	rpos      pos
 	rf        *os.File
 	rfSeg     uint64
+	rfFmt     *segFormat
 	replayEnd pos
 	dec       decoder
 	need      int
@@ -137,19 +146,27 @@ func Open(cfg Config, set telemetry.Settings) (*Spool, error) {
 	}
 	s := &Spool{cfg: cfg, segs: map[uint64]int64{}, syncKick: make(chan struct{}, 1),
 		dataKick: make(chan struct{}, 1), freeKick: make(chan struct{}, 1),
-		stopRead: make(chan struct{}), stopSync: make(chan struct{}), chunk: 1 << 20}
+		stopRead: make(chan struct{}), stopSync: make(chan struct{}), chunk: 1 << 20, fsync: (*os.File).Sync}
 	s.maxFrame = cfg.MaxRecordBytes + 4096
 	if cfg.MaxRecordBytes <= 0 {
 		s.maxFrame = 8 << 20
 	}
+	wf, err := newSegFormat(s.maxFrame)
+	if err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	s.wfmt, s.maxSegFrame = wf, s.maxFrame
 	s.logger = set.Logger.With("component", "buffer/spool")
 	s.log = telemetry.NewLimited(s.logger, 30*time.Second)
 	s.m = newMetrics(set.Registry, s)
 	s.chunks.New = func() any { c := &chunk{s: s}; c.doneFn = c.onDone; c.failFn = c.onFailure; return c }
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+	// The directory and its files are the agent's alone: the records are
+	// other applications' data, and a segment's header holds the secret
+	// its frames are sealed with.
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
-	lf, err := os.OpenFile(filepath.Join(cfg.Dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	lf, err := os.OpenFile(filepath.Join(cfg.Dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
@@ -197,7 +214,7 @@ func (s *Spool) recover() error {
 		ok = false
 	}
 	if !ok && len(ids) > 0 {
-		cp = pos{ids[0], segHeader}
+		cp = pos{ids[0], 0}
 	}
 	kept := ids[:0]
 	for _, id := range ids {
@@ -225,11 +242,14 @@ func (s *Spool) recover() error {
 				break
 			}
 		}
+		if f, err := readSegFormat(s.path(segName(id))); err == nil && !f.v1 {
+			s.maxSegFrame = max(s.maxSegFrame, f.maxFrame)
+		}
 		s.segs[id] = size
 		s.disk += size
 	}
-	if len(ids) > 0 && (cp.seg != ids[0] || cp.off < segHeader) {
-		cp = pos{ids[0], segHeader}
+	if len(ids) > 0 && (cp.seg != ids[0] || cp.off < 0) {
+		cp = pos{ids[0], 0}
 	}
 	next := cp.seg + 1
 	if len(ids) > 0 {
@@ -264,17 +284,22 @@ func (s *Spool) repairTail(id uint64, size int64) (int64, error) {
 		return 0, fmt.Errorf("spool: %w", err)
 	}
 	defer f.Close()
-	var magic [segHeader]byte
-	if _, err := f.ReadAt(magic[:], 0); err != nil || string(magic[:]) != segMagic {
+	var hdr [segHeader]byte
+	hn, _ := f.ReadAt(hdr[:], 0)
+	sf, herr := parseSegHeader(hdr[:hn])
+	if herr != nil {
 		s.m.corruptBytes.WithLabelValues("truncated").Add(float64(size))
 		s.m.corruptRegions.Inc()
 		s.logger.Warn("spool segment without a valid header removed", "segment", filepath.Base(name), "bytes", size)
 		f.Close()
 		return -1, os.Remove(name)
 	}
-	validEnd := segHeader
+	if sf.v1 {
+		sf.maxFrame = s.v1MaxFrame()
+	}
+	validEnd := sf.dataStart()
 	buf := make([]byte, s.chunk)
-	for off := segHeader; off < size; {
+	for off := sf.dataStart(); off < size; {
 		want := min(int64(max(len(buf), s.need)), size-off)
 		if int64(cap(buf)) < want {
 			buf = make([]byte, want)
@@ -284,8 +309,8 @@ func (s *Spool) repairTail(id uint64, size int64) (int64, error) {
 			return 0, fmt.Errorf("spool: reading %s: %w", name, err)
 		}
 		atEnd := off+int64(n) >= size
-		stop, need, _, _ := scan(buf[:n], atEnd, s.maxFrame, func(o int, p []byte) bool {
-			validEnd = off + int64(o) + frameHeader + int64(len(p))
+		stop, need, _, _ := scan(buf[:n], atEnd, sf, func(o int, p []byte) bool {
+			validEnd = off + int64(o) + int64(sf.hdrLen()) + int64(len(p))
 			return true
 		})
 		s.need = need
@@ -317,11 +342,11 @@ func (s *Spool) repairTail(id uint64, size int64) (int64, error) {
 // A failure leaves no file behind and may be retried by the next append.
 func (s *Spool) create() error {
 	id := s.wseg
-	f, err := os.OpenFile(s.path(segName(id)), os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(s.path(segName(id)), os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err = f.WriteAt([]byte(segMagic), 0); err == nil && s.cfg.Fsync != "never" {
+	if _, err = f.WriteAt(s.wfmt.header(), 0); err == nil && s.cfg.Fsync != "never" {
 		err = f.Sync()
 	}
 	if err != nil {
@@ -337,6 +362,22 @@ func (s *Spool) create() error {
 	s.disk += segHeader
 	return nil
 }
+
+// readSegFormat reads the header of segment file name.
+func readSegFormat(name string) (*segFormat, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var hdr [segHeader]byte
+	n, _ := f.ReadAt(hdr[:], 0)
+	return parseSegHeader(hdr[:n])
+}
+
+// v1MaxFrame bounds the frames of an old segment, which recorded no limit:
+// the current limit or the old default, whichever is larger.
+func (s *Spool) v1MaxFrame() int { return max(s.maxFrame, 8<<20+4096) }
 
 func syncDir(dir string) {
 	if d, err := os.Open(dir); err == nil {
@@ -359,8 +400,11 @@ func (s *Spool) Start(_ context.Context, opt Options) error {
 	if s.budget == nil {
 		s.budget = &ownBudget{}
 	}
-	if s.ceiling < int64(2*s.maxFrame) {
-		s.ceiling = int64(2 * s.maxFrame)
+	if s.ceiling < int64(2*s.maxSegFrame) {
+		s.ceiling = int64(2 * s.maxSegFrame)
+	}
+	if l, ok := s.budget.(interface{ Limit() int64 }); ok {
+		s.ceiling = min(s.ceiling, l.Limit())
 	}
 	s.chunk = int(min(1<<20, max(64<<10, s.ceiling/4)))
 	s.started = true
@@ -395,7 +439,21 @@ func errWrite(err error) error {
 		reason = "spool_disk_full"
 	}
 	return &consumer.RetryableError{Reason: reason, After: 5 * time.Second,
-		Msg: "ferry could not write to its disk spool: " + err.Error()}
+		Msg: "ferry could not write to its disk spool: " + osCause(err)}
+}
+
+// osCause is what a client may see of an OS error: the condition ("no
+// space left on device"), never the file names and paths around it, which
+// are the host's business (the log has them).
+func osCause(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	if errors.Is(err, os.ErrClosed) {
+		return "file closed"
+	}
+	return "I/O error"
 }
 
 // Consume appends b and completes it under the fsync policy. It never
@@ -410,7 +468,7 @@ func (s *Spool) Consume(_ context.Context, b *record.Batch) error {
 	for i := range b.Records {
 		r := &b.Records[i]
 		before := len(buf)
-		buf = appendFrame(buf, r)
+		buf = appendFrame(buf, r, s.wfmt)
 		if len(buf)-before-frameHeader > s.maxFrame {
 			s.putBuf(buf)
 			s.m.refused.WithLabelValues("record_too_large").Add(float64(n))
@@ -451,7 +509,7 @@ func (s *Spool) appendLocked(buf []byte, b *record.Batch, size int64) error {
 		return consumer.ErrShuttingDown
 	case s.failErr != nil:
 		return &consumer.RetryableError{Reason: "spool_failed", After: 30 * time.Second,
-			Msg: "ferry's disk spool failed and accepts nothing until restarted: " + s.failErr.Error()}
+			Msg: "ferry's disk spool failed and accepts nothing until restarted: " + osCause(s.failErr)}
 	case s.disk+size > int64(s.cfg.MaxBytes):
 		if s.opt.Up != nil && !s.opt.Up() {
 			return &consumer.RetryableError{Reason: "spool_full", After: 5 * time.Second,
@@ -498,15 +556,19 @@ func (s *Spool) roll() error {
 	s.syncMu.Lock()
 	var err error
 	if s.cfg.Fsync != "never" {
-		err = s.f.Sync()
+		err = s.fsync(s.f)
 	}
 	s.f.Close()
 	s.f = nil
 	s.syncMu.Unlock()
+	// Whatever the outcome, the appends waiting for an fsync of the sealed
+	// segment learn it now, not at the next append (which may never come).
+	defer kick(s.syncKick)
 	if err != nil {
 		s.failErr = fmt.Errorf("fsync of a full segment: %w", err)
 		return errWrite(err)
 	}
+	s.durable = s.written
 	s.wseg++
 	s.woff = segHeader
 	return nil
@@ -554,14 +616,20 @@ func (s *Spool) syncer() {
 		}
 		s.mu.Lock()
 		target, f, failed := s.written, s.f, s.failErr
+		synced = max(synced, s.durable)
 		s.mu.Unlock()
 		if target > synced && f != nil && failed == nil && (s.cfg.Fsync != "never" || final) {
 			start := time.Now()
 			s.syncMu.Lock()
-			err := f.Sync()
+			err := s.fsync(f)
 			s.syncMu.Unlock()
 			if errors.Is(err, os.ErrClosed) {
-				err = nil // roll synced and closed it; what we wanted is on disk
+				// A roll closed the file; its own fsync decided for what we
+				// wanted: durable, or the spool has failed.
+				s.mu.Lock()
+				target, failed = max(synced, s.durable), s.failErr
+				s.mu.Unlock()
+				err = nil
 			}
 			s.m.fsyncs.Inc()
 			s.m.fsyncSeconds.Observe(time.Since(start).Seconds())
@@ -595,11 +663,11 @@ func (s *Spool) completeWaiters(synced int64, failed error) {
 	done := slices.Clone(s.waiters[:i])
 	s.waiters = append(s.waiters[:0], s.waiters[i:]...)
 	s.waitMu.Unlock()
-	var err error
-	if failed != nil {
-		err = errWrite(failed)
-	}
 	for _, w := range done {
+		var err error
+		if w.end > synced {
+			err = errWrite(failed)
+		}
 		s.appending.Add(-w.n)
 		w.b.Complete(err)
 	}
@@ -640,7 +708,7 @@ func (s *Spool) writeCheckpoint(p pos) error {
 	binary.LittleEndian.PutUint64(b[16:], uint64(p.off))
 	binary.LittleEndian.PutUint32(b[24:], crc32.Checksum(b[:24], castagnoli))
 	if s.ckptFile == nil {
-		f, err := os.OpenFile(s.path("checkpoint"), os.O_CREATE|os.O_RDWR, 0o644)
+		f, err := os.OpenFile(s.path("checkpoint"), os.O_CREATE|os.O_RDWR, 0o600)
 		if err != nil {
 			return err
 		}
@@ -704,7 +772,7 @@ func (s *Spool) Backlog() int64 {
 	for id, size := range s.segs {
 		switch {
 		case id == wm.seg:
-			n += size - wm.off
+			n += max(0, size-max(wm.off, segHeader))
 		case id > wm.seg:
 			n += size - segHeader
 		}
