@@ -83,6 +83,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: receivers.otlp.max_request_bytes (%s) exceeds half of queue.memory_limit (%s): an OTLP request holds its bytes and their encoding",
 			c.Receivers.OTLP.MaxRequestBytes, c.Queue.MemoryLimit)
 	}
+	if c.Receivers.OTLP.Enabled && c.Receivers.OTLP.MaxExpandedBytes != 0 && c.Receivers.OTLP.MaxExpandedBytes > c.Queue.MemoryLimit {
+		return fmt.Errorf("config: receivers.otlp.max_expanded_bytes (%s) exceeds queue.memory_limit (%s): such a request could never be accepted",
+			c.Receivers.OTLP.MaxExpandedBytes, c.Queue.MemoryLimit)
+	}
 	if err := wrap("queue", c.Queue.Validate()); err != nil {
 		return err
 	}

@@ -60,6 +60,9 @@ type PermanentError struct {
 	Reason string // short counter label: record_too_large, unknown_topic, ...
 	Msg    string
 	Err    error // the underlying cause, if any
+	// TooLarge: the data exceeds a size or count limit (HTTP 413); the
+	// client must send less per request, not retry the same.
+	TooLarge bool
 }
 
 func (e *PermanentError) Error() string { return e.Msg }
@@ -67,8 +70,17 @@ func (e *PermanentError) Unwrap() error { return e.Err }
 
 // TooLarge reports a record or request larger than a limit.
 func TooLarge(what string, size, limit int64, cause error) *PermanentError {
-	return &PermanentError{Reason: "record_too_large", Err: cause,
+	return &PermanentError{Reason: "record_too_large", Err: cause, TooLarge: true,
 		Msg: fmt.Sprintf("%s of %d bytes exceeds the limit of %d bytes", what, size, limit)}
+}
+
+// OverLimit reports a request that exceeds a configured bound (items,
+// records, the bytes it expands to), named by its config key so the client's
+// operator knows what to change; the request was refused before it was
+// built in full.
+func OverLimit(reason, what string, limit int64, key string) *PermanentError {
+	return &PermanentError{Reason: reason, TooLarge: true,
+		Msg: fmt.Sprintf("request refused: %s exceeds the limit of %d (%s)", what, limit, key)}
 }
 
 // UnknownTopic reports a topic that does not exist in Kafka.

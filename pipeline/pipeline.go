@@ -137,6 +137,9 @@ func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
 			// Room for the record's framing, key and headers in a batch.
 			oc.MaxRecordBytes = int(cfg.Exporter.Kafka.MaxBatchBytes) - 4096
 		}
+		if oc.MaxExpandedBytes == 0 {
+			oc.MaxExpandedBytes = max(cfg.Queue.MemoryLimit/4, oc.MaxRequestBytes)
+		}
 		if p.OTLP, err = otlpreceiver.New(oc, set, intake, pre); err != nil {
 			return nil, fmt.Errorf("receivers.otlp: %w", err)
 		}

@@ -164,6 +164,11 @@ func Sanitize(s string) string {
 	return "_"
 }
 
+// ReservedHeaderPrefix is the Kafka header namespace only ferry writes
+// (ferry.tenant, ferry.app, ferry.signal, ...); a client's own headers in
+// it are dropped, so consumers can trust them.
+const ReservedHeaderPrefix = "ferry."
+
 // TenantHeaders returns base plus the token's tenant, business id and data
 // id for signal (a token.Traces… index) as Kafka headers (ferry.tenant,
 // ferry.business_id, ferry.data_id), and the same as flat_json fields.

@@ -67,6 +67,12 @@ type Exporter struct {
 	// promiseFn is e.promise bound once: a method value taken per record
 	// would allocate a closure per record.
 	promiseFn func(*kgo.Record, error)
+	// buffered mirrors the Kafka client's buffered-bytes count (key, value
+	// and headers per record), taken for a whole batch before any record is
+	// produced and given back in the promise, after the client's own: so a
+	// batch that would overflow the client's buffer is refused whole and
+	// TryProduce never fails part of one.
+	buffered, maxBuffered int64
 }
 
 // New builds the exporter. bufferedBytes is the queue's memory limit, used to
@@ -133,7 +139,7 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	e.cl = cl
+	e.cl, e.maxBuffered = cl, buffered
 	set.Health.Register("kafka", e.ready)
 	return e, nil
 }
@@ -264,6 +270,14 @@ func (e *Exporter) Consume(_ context.Context, b *record.Batch) error {
 		b.Fail(nil)
 		return nil
 	}
+	size := int64(0)
+	for i := range b.Records {
+		size += userSize(&b.Records[i])
+	}
+	if atomic.AddInt64(&e.buffered, size) > e.maxBuffered {
+		atomic.AddInt64(&e.buffered, -size)
+		return consumer.ErrFull
+	}
 	eb := e.pool.Get().(*exportBatch)
 	eb.b = b
 	eb.topic = b.Records[0].Topic
@@ -296,9 +310,23 @@ func (e *Exporter) Consume(_ context.Context, b *record.Batch) error {
 	return nil
 }
 
+// userSize is what the Kafka client counts of a record against its buffer.
+func userSize(r *record.Record) int64 {
+	n := len(r.Key) + len(r.Value)
+	for i := range r.Headers {
+		n += len(r.Headers[i].Key) + len(r.Headers[i].Value)
+	}
+	return int64(n)
+}
+
 func (e *Exporter) promise(kr *kgo.Record, err error) {
 	eb := kr.Context.(*exportBatch)
 	b := eb.b
+	n := len(kr.Key) + len(kr.Value)
+	for i := range kr.Headers {
+		n += len(kr.Headers[i].Key) + len(kr.Headers[i].Value)
+	}
+	atomic.AddInt64(&e.buffered, -int64(n))
 	idx := -1
 	if err != nil {
 		// kr points into eb.recs, which mirrors b.Records index for index.

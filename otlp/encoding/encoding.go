@@ -94,6 +94,14 @@ type Encoder struct {
 	// MaxRecordBytes, when > 0, splits a trace's or resource's items over
 	// several records (same key) so that none exceeds it.
 	MaxRecordBytes int
+	// MaxItems and MaxBytes, when > 0, bound one request: its items, and
+	// what its records take (values, keys and RecordCost per record).
+	// Encode stops as soon as either is passed and returns a *LimitError,
+	// so a small request that would expand (a large resource copied into
+	// every trace's record, millions of empty spans) never gets built.
+	MaxItems   int
+	MaxBytes   int
+	RecordCost int
 	// FlatExtra is appended to every flat_json object (tenant, data id).
 	FlatExtra []byte
 	// Sample drops spans and log records by trace id (zero: keep all);
@@ -105,6 +113,31 @@ type Encoder struct {
 	parts []Part
 	hash  resourceHasher
 	group grouper
+}
+
+// LimitError is a request refused for exceeding MaxItems or MaxBytes.
+type LimitError struct {
+	Items bool // MaxItems, else MaxBytes
+	Limit int
+}
+
+func (e *LimitError) Error() string {
+	if e.Items {
+		return fmt.Sprintf("more than %d items in one request", e.Limit)
+	}
+	return fmt.Sprintf("the request's records take more than %d bytes", e.Limit)
+}
+
+// over reports whether n items and out (built from start) with parts
+// records exceed the limits.
+func (e *Encoder) over(n, start, end, parts int) error {
+	if e.MaxItems > 0 && n > e.MaxItems {
+		return &LimitError{Items: true, Limit: e.MaxItems}
+	}
+	if e.MaxBytes > 0 && end-start+parts*e.RecordCost > e.MaxBytes {
+		return &LimitError{Limit: e.MaxBytes}
+	}
+	return nil
 }
 
 // Encode appends to out the records of one request raw (protobuf) and
@@ -123,13 +156,16 @@ func (e *Encoder) Encode(sig Signal, c *Config, raw []byte, out []byte) ([]Part,
 		// Some items may go: re-frame what is kept as one record.
 		return e.split(sig, c, raw, out)
 	case c.Partition == "none":
-		n, err := countItems(sig, raw)
+		n, err := CountItems(sig, raw, e.MaxItems)
 		if err != nil || n == 0 {
 			return nil, out, 0, err
 		}
 		if c.Encoding == "otlp_json" {
 			start := len(out)
 			out, err = appendJSON(sig, raw, out)
+			if err == nil {
+				err = e.over(n, start, len(out), 1)
+			}
 			if err != nil {
 				return nil, out, 0, err
 			}
@@ -145,7 +181,8 @@ func (e *Encoder) Encode(sig Signal, c *Config, raw []byte, out []byte) ([]Part,
 
 func (e *Encoder) flat(sig Signal, c *Config, raw []byte, out []byte) ([]Part, []byte, int, error) {
 	n := 0
-	add := func(res *wire.Resource, key []byte, start int) {
+	base := len(out)
+	add := func(res *wire.Resource, key []byte, start int) error {
 		p := Part{ValStart: start, ValEnd: len(out), Items: 1, ResRaw: res.Raw}
 		switch {
 		case key != nil:
@@ -159,6 +196,7 @@ func (e *Encoder) flat(sig Signal, c *Config, raw []byte, out []byte) ([]Part, [
 		}
 		e.parts = append(e.parts, p)
 		n++
+		return e.over(n, base, len(out), len(e.parts))
 	}
 	switch sig {
 	case Traces:
@@ -174,7 +212,9 @@ func (e *Encoder) flat(sig Signal, c *Config, raw []byte, out []byte) ([]Part, [
 			if c.Partition == "trace_id" && len(it.Span().TraceID) > 0 {
 				key = it.Span().TraceID
 			}
-			add(it.Resource(), key, start)
+			if err := add(it.Resource(), key, start); err != nil {
+				return nil, out, 0, err
+			}
 		}
 		return e.parts, out, n, it.Err()
 	case Logs:
@@ -186,7 +226,9 @@ func (e *Encoder) flat(sig Signal, c *Config, raw []byte, out []byte) ([]Part, [
 			}
 			start := len(out)
 			out = e.fj.Log(out, it.Resource(), it.Scope(), it.Record())
-			add(it.Resource(), nil, start)
+			if err := add(it.Resource(), nil, start); err != nil {
+				return nil, out, 0, err
+			}
 		}
 		return e.parts, out, n, it.Err()
 	default:
@@ -194,35 +236,48 @@ func (e *Encoder) flat(sig Signal, c *Config, raw []byte, out []byte) ([]Part, [
 		for it.Next() {
 			start := len(out)
 			out = e.fj.Point(out, it.Resource(), it.Scope(), it.Metric(), it.Point())
-			add(it.Resource(), nil, start)
+			if err := add(it.Resource(), nil, start); err != nil {
+				return nil, out, 0, err
+			}
 		}
 		return e.parts, out, n, it.Err()
 	}
 }
 
-// countItems validates raw and counts its items.
-func countItems(sig Signal, raw []byte) (int, error) {
+// CountItems validates raw in full with ferry's own decoder (every field,
+// attribute nesting bounded) and counts its items, stopping with a
+// *LimitError past maxItems (0: no limit). Anything that hands a request to
+// pdata, whose decoder recurses without bound, must call it first.
+func CountItems(sig Signal, raw []byte, maxItems int) (int, error) {
 	n := 0
+	var err error
 	switch sig {
 	case Traces:
 		it := wire.NewTraces(raw)
 		for it.Next() {
-			n++
+			if n++; maxItems > 0 && n > maxItems {
+				return n, &LimitError{Items: true, Limit: maxItems}
+			}
 		}
-		return n, it.Err()
+		err = it.Err()
 	case Logs:
 		it := wire.NewLogs(raw)
 		for it.Next() {
-			n++
+			if n++; maxItems > 0 && n > maxItems {
+				return n, &LimitError{Items: true, Limit: maxItems}
+			}
 		}
-		return n, it.Err()
+		err = it.Err()
 	default:
 		it := wire.NewMetrics(raw)
 		for it.Next() {
-			n++
+			if n++; maxItems > 0 && n > maxItems {
+				return n, &LimitError{Items: true, Limit: maxItems}
+			}
 		}
-		return n, it.Err()
+		err = it.Err()
 	}
+	return n, err
 }
 
 // appendJSON appends raw (protobuf) re-encoded as OTLP/JSON.

@@ -221,7 +221,9 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 				}
 			}
 			g.add(it.Resource(), it.Scope(), it.Span().Raw, tid)
-			n++
+			if n++; e.MaxItems > 0 && n > e.MaxItems {
+				return nil, out, 0, &LimitError{Items: true, Limit: e.MaxItems}
+			}
 		}
 		if err := it.Err(); err != nil {
 			return nil, out, 0, err
@@ -234,7 +236,9 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 				continue
 			}
 			g.add(it.Resource(), it.Scope(), it.Record().Raw, nil)
-			n++
+			if n++; e.MaxItems > 0 && n > e.MaxItems {
+				return nil, out, 0, &LimitError{Items: true, Limit: e.MaxItems}
+			}
 		}
 		if err := it.Err(); err != nil {
 			return nil, out, 0, err
@@ -244,7 +248,9 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 		var last []byte
 		lastGroup := 0
 		for it.Next() {
-			n++
+			if n++; e.MaxItems > 0 && n > e.MaxItems {
+				return nil, out, 0, &LimitError{Items: true, Limit: e.MaxItems}
+			}
 			if m := it.Metric().Raw; !sameSlice(m, last) {
 				lastGroup = g.add(it.Resource(), it.Scope(), m, nil)
 				last = m
@@ -270,7 +276,14 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 		g.chunk(e.MaxRecordBytes)
 	}
 	var scratch []byte
+	base := len(out)
 	for gi := range g.groups {
+		// Checked before each group is written: one group copies at most
+		// the request once (each resource once per run), so the output
+		// never passes MaxBytes by more than the request's own size.
+		if err := e.over(n, base, len(out), gi); err != nil {
+			return nil, out, 0, err
+		}
 		p := Part{Items: g.groups[gi].items, ResRaw: g.groups[gi].resRaw}
 		if single {
 			// no key
@@ -295,6 +308,9 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 		}
 		p.ValEnd = len(out)
 		e.parts = append(e.parts, p)
+	}
+	if err := e.over(n, base, len(out), len(e.parts)); err != nil {
+		return nil, out, 0, err
 	}
 	return e.parts, out, n, nil
 }

@@ -15,6 +15,10 @@ type Config struct {
 	// MaxRequestBytes bounds a request body, both as sent and after
 	// decompression (a gzip bomb is cut off at this size, not after).
 	MaxRequestBytes bytesize.Size `yaml:"max_request_bytes"`
+	// MaxRecords bounds the NDJSON lines of one request: each record costs
+	// memory beyond its bytes, so millions of one-byte lines (a few KB of
+	// gzip) would cost GBs. Counted before any record is built; 413 beyond.
+	MaxRecords int `yaml:"max_records_per_request"`
 	// WaitForAck: answer only after Kafka acknowledged every record (200).
 	// false answers 202 once the records are queued; ?wait= overrides per request.
 	WaitForAck bool `yaml:"wait_for_ack"`
@@ -39,6 +43,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRequestBytes < 1024 {
 		return fmt.Errorf("max_request_bytes: %s is below 1KiB", c.MaxRequestBytes)
+	}
+	if c.MaxRecords < 1 {
+		return fmt.Errorf("max_records_per_request: %d is below 1", c.MaxRecords)
 	}
 	if c.AckTimeout < 100*time.Millisecond {
 		return fmt.Errorf("ack_timeout: %s is below 100ms", c.AckTimeout)

@@ -212,6 +212,14 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 	}
 	now := time.Now()
 	if ndjson {
+		// Count before building: a line costs a record's overhead however
+		// short it is.
+		if lines := bytes.Count(body.B, newline); lines >= r.cfg.MaxRecords && lines+1-trailingNewline(body.B) > r.cfg.MaxRecords {
+			r.recycle(b, body)
+			pe := consumer.OverLimit("too_many_records", "the number of NDJSON lines", int64(r.cfg.MaxRecords), "receivers.http.max_records_per_request")
+			r.fail(w, http.StatusRequestEntityTooLarge, pe.Reason, pe.Msg, 0)
+			return
+		}
 		if line, err := splitLines(body.B, b, topic, key, headers, now, r.cfg.ValidateJSON); err != nil {
 			r.recycle(b, body)
 			r.fail(w, http.StatusBadRequest, "invalid_ndjson", fmt.Sprintf("line %d: %v", line, err), 0)
@@ -226,7 +234,14 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 		b.Records = append(b.Records, record.Record{Topic: topic, Key: key, Value: body.B, Headers: headers, Timestamp: now})
 	}
 	n := len(b.Records)
-	b.MemBytes = int64(cap(body.B) + n*RecordOverhead)
+	// The key and headers are shared in memory, but the Kafka client keeps
+	// (and counts against its buffer) a copy per record: reserve them per
+	// record, so the queue's bound is the Kafka client's too.
+	perRecord := len(key)
+	for i := range headers {
+		perRecord += len(headers[i].Key) + len(headers[i].Value)
+	}
+	b.MemBytes = int64(cap(body.B) + n*(RecordOverhead+perRecord))
 	payload := len(body.B) + len(key)*n
 
 	if err := r.gate.Limit(claims, n, payload); err != nil {
@@ -279,6 +294,16 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 		// counted by the exporter. Nothing to answer.
 		r.m.Error("client_gone")
 	}
+}
+
+var newline = []byte{'\n'}
+
+// trailingNewline is 1 if b ends with a newline (no line follows it).
+func trailingNewline(b []byte) int {
+	if len(b) > 0 && b[len(b)-1] == '\n' {
+		return 1
+	}
+	return 0
 }
 
 // splitLines appends one record per non-empty line of body (a trailing \r is
@@ -341,6 +366,12 @@ func (r *Receiver) headers(h http.Header) []record.Header {
 		// HTTP header names are case-insensitive; lower-case makes the Kafka
 		// header name predictable whatever the client sent.
 		k := strings.ToLower(name[len(headerPrefix):])
+		if strings.HasPrefix(k, routing.ReservedHeaderPrefix) {
+			// ferry's own namespace (ferry.tenant, ferry.app, ...): only
+			// ferry writes it, so consumers can trust who sent a record.
+			r.m.Error("reserved_header_dropped")
+			continue
+		}
 		for _, v := range vals {
 			out = append(out, record.Header{Key: k, Value: []byte(v)})
 		}

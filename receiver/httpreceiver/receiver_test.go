@@ -22,7 +22,7 @@ import (
 )
 
 func testConfig() Config {
-	return Config{Enabled: true, Listen: "127.0.0.1:0", MaxRequestBytes: 64 << 10, WaitForAck: true,
+	return Config{Enabled: true, Listen: "127.0.0.1:0", MaxRequestBytes: 64 << 10, MaxRecords: 100000, WaitForAck: true,
 		AckTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second, MaxHeaderBytes: 16 << 10}
 }
 

@@ -23,6 +23,15 @@ type Config struct {
 	} `yaml:"grpc"`
 	// MaxRequestBytes bounds a request as sent and after decompression.
 	MaxRequestBytes bytesize.Size `yaml:"max_request_bytes"`
+	// MaxItems bounds the spans, log records and data points of one
+	// request (an OTLP/JSON request may hold up to 4 JSON objects or
+	// arrays per item); MaxExpandedBytes bounds the records one request
+	// becomes (a resource copied into each trace's record, flat_json's
+	// objects), counted as they are built. Beyond either: 413.
+	// MaxExpandedBytes 0: the pipeline sets a quarter of the queue's
+	// memory_limit (4 × max_request_bytes without a pipeline).
+	MaxItems         int           `yaml:"max_items_per_request"`
+	MaxExpandedBytes bytesize.Size `yaml:"max_expanded_bytes"`
 	// WaitForAck: answer success only after Kafka acknowledged every record
 	// of the request; false answers once queued (fire and forget).
 	WaitForAck bool            `yaml:"wait_for_ack"`
@@ -53,6 +62,12 @@ func (c *Config) Validate() error {
 	}
 	if c.AckTimeout < 100*time.Millisecond {
 		return fmt.Errorf("ack_timeout: %s is below 100ms", c.AckTimeout)
+	}
+	if c.MaxItems < 1 {
+		return fmt.Errorf("max_items_per_request: %d is below 1", c.MaxItems)
+	}
+	if c.MaxExpandedBytes != 0 && c.MaxExpandedBytes < c.MaxRequestBytes {
+		return fmt.Errorf("max_expanded_bytes: %s is below max_request_bytes (%s)", c.MaxExpandedBytes, c.MaxRequestBytes)
 	}
 	if err := c.Auth.Validate(); err != nil {
 		return fmt.Errorf("auth.%w", err)

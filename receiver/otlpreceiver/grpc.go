@@ -2,7 +2,6 @@ package otlpreceiver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 
@@ -149,10 +148,11 @@ func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(a
 		var aerr error
 		if claims, in.buf, aerr = g.r.resourceAuth(headerTok, sig, in.buf); aerr != nil {
 			g.r.body.Put(in.buf)
-			var de *decodeError
-			if errors.As(aerr, &de) {
-				m.Error("invalid_payload")
-				return nil, status.Error(codes.InvalidArgument, aerr.Error())
+			if refusedPayload(aerr) {
+				a := classify(aerr)
+				m.Error(a.reason)
+				m.RequestCode(a.code.String())
+				return nil, status.Error(a.code, a.msg)
 			}
 			return nil, unauthenticated(aerr)
 		}

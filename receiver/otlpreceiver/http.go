@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/ferryhq/ferry/auth/token"
+	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/receiver/graceful"
 )
@@ -105,6 +106,17 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 		return
 	}
 	if isJSON {
+		if err := checkJSONShape(body.B, jsonContainersPerItem*h.r.cfg.MaxItems); err != nil {
+			h.r.body.Put(body)
+			var ce *containersError
+			if errors.As(err, &ce) {
+				h.fail(w, true, classify(consumer.OverLimit("too_many_items", "the JSON objects and arrays of the request",
+					int64(ce.limit), fmt.Sprintf("%d per receivers.otlp.max_items_per_request", jsonContainersPerItem))))
+				return
+			}
+			h.fail(w, true, answer{httpStatus: http.StatusBadRequest, code: 3, reason: "invalid_payload", msg: "invalid OTLP/JSON: " + err.Error()})
+			return
+		}
 		pb, err := jsonToProto(sig, body.B)
 		h.r.body.Put(body)
 		if err != nil {
@@ -119,8 +131,7 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 		var aerr error
 		if claims, body, aerr = h.r.resourceAuth(headerTok, sig, body); aerr != nil {
 			h.r.body.Put(body)
-			var de *decodeError
-			if errors.As(aerr, &de) {
+			if refusedPayload(aerr) {
 				h.fail(w, isJSON, classify(aerr))
 				return
 			}
@@ -137,7 +148,7 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 		if a.retryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(a.retryAfter.Seconds()))))
 		}
-		h.fail(w, isJSON, a)
+		h.write(w, isJSON, a) // export counted the error
 		return
 	}
 	m.Request(http.StatusOK)
@@ -178,9 +189,13 @@ func exportResponse(o outcome) []byte {
 // fail answers with a google.rpc.Status in the request's encoding, as the
 // OTLP/HTTP specification asks.
 func (h *httpServer) fail(w http.ResponseWriter, isJSON bool, a answer) {
-	m := h.r.httpM
-	m.Error(a.reason)
-	m.Request(a.httpStatus)
+	h.r.httpM.Error(a.reason)
+	h.write(w, isJSON, a)
+}
+
+// write answers a refusal already counted in ferry_receiver_errors_total.
+func (h *httpServer) write(w http.ResponseWriter, isJSON bool, a answer) {
+	h.r.httpM.Request(a.httpStatus)
 	if a.httpStatus >= 500 {
 		h.r.set.Logger.Debug("otlp http request failed", "status", a.httpStatus, "reason", a.reason, "err", a.msg)
 	}

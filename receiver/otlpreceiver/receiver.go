@@ -81,6 +81,9 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.P
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.MaxExpandedBytes == 0 {
+		cfg.MaxExpandedBytes = 4 * cfg.MaxRequestBytes
+	}
 	r := &Receiver{cfg: cfg, set: set, next: next, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
 		topics: telemetry.NewLabels(1000), gate: auth.NewGate(cfg.Auth, pre)}
 	if pre != nil {
@@ -181,6 +184,24 @@ func (m mdHeaders) Get(name string) string {
 	return ""
 }
 
+// encodeFailed answers a request that ferry's decoder refused: over a
+// per-request limit (413 naming the key) or malformed (400).
+func (r *Receiver) encodeFailed(m *receivermetrics.Metrics, err error) outcome {
+	var le *encoding.LimitError
+	if errors.As(err, &le) {
+		var pe *consumer.PermanentError
+		if le.Items {
+			pe = consumer.OverLimit("too_many_items", "the number of spans, log records or data points", int64(le.Limit), "receivers.otlp.max_items_per_request")
+		} else {
+			pe = consumer.OverLimit("expanded_too_large", "the bytes of the records this request becomes", int64(le.Limit), "receivers.otlp.max_expanded_bytes")
+		}
+		m.Error(pe.Reason)
+		return outcome{err: pe}
+	}
+	m.Error("invalid_payload")
+	return outcome{err: &decodeError{err}}
+}
+
 // errAckTimeout: Kafka did not answer in time; the records stay queued.
 var errAckTimeout = &consumer.RetryableError{Reason: "ack_timeout", Msg: "Kafka did not acknowledge in time; the data stays queued and may still be delivered", After: time.Second}
 
@@ -218,6 +239,12 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		topic = t
 	}
 	if r.attrs != nil && r.attrs.Active(sig.String(), vars.Tenant) {
+		// pdata decodes recursively with no depth bound: the request must
+		// pass ferry's own decoder (nesting and item count bounded) first.
+		if _, err := encoding.CountItems(sig, raw.B, r.cfg.MaxItems); err != nil {
+			r.body.Put(raw)
+			return r.encodeFailed(m, err)
+		}
 		rewritten, _, err := r.attrs.Apply(sig.String(), vars.Tenant, raw.B)
 		if err != nil {
 			r.body.Put(raw)
@@ -236,6 +263,7 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	}
 	defer r.encP.Put(enc)
 	enc.MaxRecordBytes = r.cfg.MaxRecordBytes
+	enc.MaxItems, enc.MaxBytes, enc.RecordCost = r.cfg.MaxItems, int(r.cfg.MaxExpandedBytes), recordOverhead
 	enc.FlatExtra = extra
 	enc.Sample = r.sampler.Decide(sig.String(), vars.Tenant)
 	parts, buf, items, err := enc.Encode(sig, so.cfg, raw.B, out.B)
@@ -243,8 +271,7 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	if err != nil {
 		r.body.Put(raw)
 		r.body.Put(out)
-		m.Error("invalid_payload")
-		return outcome{err: &decodeError{err}}
+		return r.encodeFailed(m, err)
 	}
 	r.sampler.Dropped(sig.String(), vars.Tenant, enc.Dropped)
 	if items == 0 {
@@ -292,7 +319,13 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		m.Error("rate_limited")
 		return outcome{items: items, err: err}
 	}
-	b.MemBytes = int64(cap(raw.B) + cap(out.B) + len(parts)*recordOverhead)
+	// Headers are shared in memory but copied per record by the Kafka
+	// client, which counts them against its buffer.
+	hdrBytes := 0
+	for i := range headers {
+		hdrBytes += len(headers[i].Key) + len(headers[i].Value)
+	}
+	b.MemBytes = int64(cap(raw.B) + cap(out.B) + len(parts)*(recordOverhead+hdrBytes))
 	wait := r.cfg.WaitForAck
 	var done chan error
 	if wait {

@@ -38,6 +38,8 @@ func testConfig() Config {
 	c.HTTP.Enabled, c.HTTP.Listen = true, "127.0.0.1:0"
 	c.GRPC.Enabled, c.GRPC.Listen = true, "127.0.0.1:0"
 	c.MaxRequestBytes = 256 << 10
+	c.MaxItems = 100000
+	c.MaxExpandedBytes = 4 << 20
 	c.WaitForAck = true
 	c.AckTimeout = 5 * time.Second
 	c.Traces = encoding.Config{Topic: "spans", Encoding: "otlp_proto", Partition: "trace_id"}

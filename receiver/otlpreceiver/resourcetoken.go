@@ -1,12 +1,15 @@
 package otlpreceiver
 
 import (
+	"errors"
+
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/ferryhq/ferry/auth/token"
+	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/otlp/wire"
 	"github.com/ferryhq/ferry/receiver/httpbody"
@@ -42,6 +45,15 @@ func (r *Receiver) resourceAuth(headerTok string, sig encoding.Signal, body *htt
 		return nil, body, err
 	}
 	if len(vals) > 0 {
+		// Through pdata, which recurses without bound: ferry's decoder
+		// checks the whole request (nesting, item count) first.
+		if _, err := encoding.CountItems(sig, body.B, r.cfg.MaxItems); err != nil {
+			var le *encoding.LimitError
+			if errors.As(err, &le) {
+				return nil, body, consumer.OverLimit("too_many_items", "the number of spans, log records or data points", int64(le.Limit), "receivers.otlp.max_items_per_request")
+			}
+			return nil, body, &decodeError{err}
+		}
 		stripped, err := stripResourceAttribute(sig, body.B, tokenAttribute)
 		if err != nil {
 			return nil, body, &decodeError{err}

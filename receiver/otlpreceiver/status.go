@@ -24,6 +24,14 @@ type answer struct {
 // follows the OTLP specification's retry rules: 429/502/503/504 and
 // UNAVAILABLE or RESOURCE_EXHAUSTED-with-RetryInfo are retried by exporters,
 // everything else is not.
+// refusedPayload: err is about the request's content (malformed, over a
+// limit), not its credentials.
+func refusedPayload(err error) bool {
+	var de *decodeError
+	var pe *consumer.PermanentError
+	return errors.As(err, &de) || errors.As(err, &pe)
+}
+
 func classify(err error) answer {
 	var de *decodeError
 	if errors.As(err, &de) {
@@ -44,8 +52,10 @@ func classify(err error) answer {
 		if pe.Reason == "shutdown_timeout" {
 			return answer{http.StatusServiceUnavailable, codes.Unavailable, 5 * time.Second, pe.Reason, pe.Msg}
 		}
-		if pe.Reason == "record_too_large" {
-			return answer{http.StatusRequestEntityTooLarge, codes.InvalidArgument, 0, pe.Reason, pe.Msg}
+		if pe.TooLarge {
+			// RESOURCE_EXHAUSTED without RetryInfo: OTLP clients do not
+			// retry it (the same data would be refused again).
+			return answer{http.StatusRequestEntityTooLarge, codes.ResourceExhausted, 0, pe.Reason, pe.Msg}
 		}
 		return answer{http.StatusInternalServerError, codes.Internal, 0, pe.Reason, pe.Msg}
 	}

@@ -1,0 +1,46 @@
+package encoding
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/ferryhq/ferry/internal/hostile"
+	"github.com/ferryhq/ferry/internal/otlpgen"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+)
+
+// FuzzSplitBounded: whatever the request, encoding with a byte bound
+// either refuses it with a *LimitError or builds records that pass the
+// bound by at most the request's own size (one group's worth), and with
+// an item bound never returns more items than allowed.
+func FuzzSplitBounded(f *testing.F) {
+	raw, _ := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(1).Traces(20)).MarshalProto()
+	f.Add(raw, uint8(0))
+	f.Add(hostile.Amplifier(2000, 50), uint8(1))
+	f.Add(hostile.EmptySpans(300), uint8(2))
+	f.Add(hostile.DeepAttribute(40, ""), uint8(3))
+	f.Fuzz(func(t *testing.T, raw []byte, mode uint8) {
+		sigs := []Signal{Traces, Logs, Metrics}
+		sig := sigs[int(mode)%3]
+		c := &Config{Topic: "t", Encoding: []string{"otlp_proto", "otlp_json", "flat_json"}[int(mode/3)%3],
+			Partition: []string{"trace_id", "resource", "none"}[int(mode/9)%3]}
+		if c.Validate(sig) != nil {
+			c.Partition = "resource"
+		}
+		e := &Encoder{MaxItems: 50, MaxBytes: 4*len(raw) + 1024, RecordCost: 64, MaxRecordBytes: 4096}
+		parts, out, items, err := e.Encode(sig, c, raw, nil)
+		var le *LimitError
+		if err != nil {
+			if errors.As(err, &le) && le.Items && le.Limit != 50 {
+				t.Fatalf("limit error names %d", le.Limit)
+			}
+			return
+		}
+		if items > 50 {
+			t.Fatalf("%d items returned past a bound of 50", items)
+		}
+		if len(out)+len(parts)*64 > e.MaxBytes {
+			t.Fatalf("%d bytes of records (%d records) from %d bytes of request, bound %d", len(out), len(parts), len(raw), e.MaxBytes)
+		}
+	})
+}

@@ -1,0 +1,96 @@
+package httpreceiver
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ferryhq/ferry/consumer/consumertest"
+	"github.com/ferryhq/ferry/internal/hostile"
+	"github.com/ferryhq/ferry/record"
+)
+
+// memSink records each batch's MemBytes and records.
+type memSink struct {
+	consumertest.Sink
+	mu  sync.Mutex
+	mem []int64
+}
+
+func (s *memSink) Consume(ctx context.Context, b *record.Batch) error {
+	s.mu.Lock()
+	s.mem = append(s.mem, b.MemBytes)
+	s.mu.Unlock()
+	return s.Sink.Consume(ctx, b)
+}
+
+// TestLineBombRefused: a few KB of gzip holding millions of one-byte lines
+// are refused with 413 naming max_records_per_request, before any record
+// is built.
+func TestLineBombRefused(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxRequestBytes = 8 << 20
+	cfg.MaxRecords = 1000
+	sink := &memSink{}
+	_, url := start(t, cfg, sink)
+	body := hostile.Gzip(hostile.Lines(4 << 20))
+	res := post(t, url+"/v1/messages/t", "application/x-ndjson", "gzip", body)
+	if res.code != 413 || res.body["reason"] != "too_many_records" || !strings.Contains(res.body["error"].(string), "max_records_per_request") {
+		t.Fatalf("line bomb: %d %v", res.code, res.body)
+	}
+	if n := len(sink.Records()); n != 0 {
+		t.Fatalf("%d records passed on", n)
+	}
+	// At the limit it is accepted.
+	res = post(t, url+"/v1/messages/t", "application/x-ndjson", "", hostile.Lines(1000))
+	if res.code != 200 || len(sink.Records()) != 1000 {
+		t.Fatalf("1000 lines: %d %v, %d records", res.code, res.body, len(sink.Records()))
+	}
+}
+
+// TestHeadersChargedPerRecord: a request's key and headers are shared by
+// all its records in memory, but the Kafka client holds (and counts) a copy
+// per record: the batch must reserve them per record, or the queue admits
+// far more than its bound and the Kafka client's buffer overflows mid-request.
+func TestHeadersChargedPerRecord(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxHeaderBytes = 64 << 10
+	sink := &memSink{}
+	_, url := start(t, cfg, sink)
+	big := strings.Repeat("h", 8000)
+	res := post(t, url+"/v1/messages/t", "application/x-ndjson", "", hostile.Lines(500),
+		"X-Ferry-Header-Big", big, "X-Ferry-Key", "k")
+	if res.code != 200 {
+		t.Fatalf("%d %v", res.code, res.body)
+	}
+	want := int64(500 * (len(big) + len("big") + len("k")))
+	if got := sink.mem[0]; got < want {
+		t.Fatalf("MemBytes %d; the records' headers and keys alone are %d", got, want)
+	}
+}
+
+// TestReservedHeadersDropped: a client cannot set headers in ferry's own
+// namespace (ferry.tenant, ferry.app, ...), which consumers trust to say
+// who sent a record.
+func TestReservedHeadersDropped(t *testing.T) {
+	sink := &memSink{}
+	_, url := start(t, testConfig(), sink)
+	res := post(t, url+"/v1/messages/t", "text/plain", "", []byte("x"),
+		"X-Ferry-Header-Ferry.tenant", "acme", "X-Ferry-Header-FERRY.App", "billing", "X-Ferry-Header-Source", "web")
+	if res.code != 200 {
+		t.Fatalf("%d %v", res.code, res.body)
+	}
+	recs := sink.Records()
+	for _, h := range recs[0].Headers {
+		if strings.HasPrefix(h.Key, "ferry.") {
+			t.Fatalf("client header %q=%q reached Kafka", h.Key, h.Value)
+		}
+	}
+	if len(recs[0].Headers) != 1 || recs[0].Headers[0].Key != "source" {
+		t.Fatalf("headers %v, want only source", recs[0].Headers)
+	}
+}
+
+var _ = strconv.Itoa

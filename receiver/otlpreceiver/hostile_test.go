@@ -1,0 +1,128 @@
+package otlpreceiver
+
+import (
+	"bytes"
+	"context"
+	"runtime/debug"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/ferryhq/ferry/auth"
+	"github.com/ferryhq/ferry/auth/authtest"
+	"github.com/ferryhq/ferry/consumer/consumertest"
+	"github.com/ferryhq/ferry/internal/hostile"
+	"github.com/ferryhq/ferry/processor/attributes"
+	"github.com/ferryhq/ferry/telemetry"
+)
+
+// refusedWith posts body and requires status code and reason in the
+// answer, and that nothing reached the next stage.
+func refusedWith(t *testing.T, url, ctype, enc string, body []byte, code int, reason string, sink *consumertest.Sink) {
+	t.Helper()
+	got, _, out := postOTLP(t, url, ctype, enc, body)
+	if got != code {
+		t.Fatalf("status %d, want %d: %.300s", got, code, out)
+	}
+	if reason != "" && !bytes.Contains(out, []byte(reason)) {
+		t.Fatalf("answer %q does not name %q", out, reason)
+	}
+	if n := len(sink.Records()); n != 0 {
+		t.Fatalf("%d records passed on from a refused request", n)
+	}
+}
+
+// TestAmplificationRefusedBeforeBuilt: a request whose records would be far
+// larger than itself (one big resource copied into each of many traces'
+// records) is refused with 413 naming max_expanded_bytes, and the output is
+// not built past the bound.
+func TestAmplificationRefusedBeforeBuilt(t *testing.T) {
+	cfg := testConfig()
+	sink := &consumertest.Sink{}
+	r := start(t, cfg, sink)
+	body := hostile.Amplifier(100<<10, 1000) // ~150 KB; ~100 MB of records
+	refusedWith(t, "http://"+r.HTTPAddr()+"/v1/traces", "application/x-protobuf", "gzip", hostile.Gzip(body),
+		413, "receivers.otlp.max_expanded_bytes", sink)
+}
+
+// TestItemBombRefused: many empty spans in a few KB of gzip are refused
+// with 413 naming max_items_per_request, over HTTP and gRPC.
+func TestItemBombRefused(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxItems = 10000
+	cfg.MaxRequestBytes = 2 << 20
+	sink := &consumertest.Sink{}
+	r := start(t, cfg, sink)
+	body := hostile.EmptySpans(100000)
+	refusedWith(t, "http://"+r.HTTPAddr()+"/v1/traces", "application/x-protobuf", "gzip", hostile.Gzip(body),
+		413, "receivers.otlp.max_items_per_request", sink)
+
+	conn, err := grpc.NewClient(r.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	req := ptraceotlp.NewExportRequest()
+	if err := req.UnmarshalProto(body); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ptraceotlp.NewGRPCClient(conn).Export(context.Background(), req)
+	if st, _ := status.FromError(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "max_items_per_request") {
+		t.Fatalf("gRPC: %v, want RESOURCE_EXHAUSTED naming max_items_per_request", err)
+	}
+}
+
+// TestDeepNestingNeverReachesPdata: attribute nesting far beyond ferry's
+// bound, on the paths that hand the request to pdata (attribute filters,
+// the resource token, OTLP/JSON), is refused with 400 by ferry's own
+// decoder first. The stack is capped for the test: pdata's recursive
+// decoder used to need hundreds of MiB for this (a fatal stack overflow
+// at larger sizes, killing the agent and everything it held).
+func TestDeepNestingNeverReachesPdata(t *testing.T) {
+	defer debug.SetMaxStack(debug.SetMaxStack(32 << 20))
+	set := telemetry.TestSettings()
+	ap, err := attributes.New(attributes.Config{Actions: []attributes.Action{{Action: "delete", Key: "secret"}}}, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.MaxRequestBytes = 8 << 20
+	cfg.MaxExpandedBytes = 16 << 20
+	cfg.Auth = auth.ReceiverConfig{Mode: "optional", Sources: []string{"authorization", "resource"}}
+	sink := &consumertest.Sink{}
+	r := startWith(t, cfg, set, sink, &auth.Prechecks{Attributes: ap})
+	url := "http://" + r.HTTPAddr() + "/v1/traces"
+	refusedWith(t, url, "application/x-protobuf", "", hostile.DeepAttribute(300000, ""), 400, "", sink)
+	refusedWith(t, url, "application/json", "", hostile.DeepJSON(100000), 400, "nested deeper", sink)
+	// A shallow one still goes through every path.
+	if code, _, out := postOTLP(t, url, "application/x-protobuf", "", hostile.DeepAttribute(5, "")); code != 200 {
+		t.Fatalf("shallow nesting: %d %s", code, out)
+	}
+	if code, _, out := postOTLP(t, url, "application/json", "", hostile.DeepJSON(5)); code != 200 {
+		t.Fatalf("shallow JSON nesting: %d %s", code, out)
+	}
+}
+
+// TestDeepNestingResourceToken: the resource-token path strips the token
+// through pdata; a deep request carrying a token is refused before that.
+func TestDeepNestingResourceToken(t *testing.T) {
+	defer debug.SetMaxStack(debug.SetMaxStack(32 << 20))
+	cfg := testConfig()
+	cfg.MaxRequestBytes = 8 << 20
+	cfg.MaxExpandedBytes = 16 << 20
+	cfg.Auth = auth.ReceiverConfig{Mode: "optional", Sources: []string{"resource"}}
+	checker, issue := authtest.New(t)
+	sink := &consumertest.Sink{}
+	r := startWith(t, cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
+	tok := issue("app")
+	url := "http://" + r.HTTPAddr() + "/v1/traces"
+	refusedWith(t, url, "application/x-protobuf", "", hostile.DeepAttribute(300000, tok), 400, "", sink)
+	if code, _, out := postOTLP(t, url, "application/x-protobuf", "", hostile.DeepAttribute(5, tok)); code != 200 {
+		t.Fatalf("shallow nesting with a resource token: %d %s", code, out)
+	}
+}
