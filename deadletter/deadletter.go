@@ -90,16 +90,19 @@ type line struct {
 	Headers map[string][]byte `json:"headers,omitempty"`
 }
 
-// Write stores r. The record's memory is not kept past the call.
-func (w *Writer) Write(r *record.Record, reason string, cause error) error {
+// Write stores r and calls done once it is durable: fsynced in the file,
+// or acknowledged by Kafka in the dead-letter topic (the file if the topic
+// fails). done gets the error if the record could not be stored anywhere;
+// the caller keeps it then. The record's memory is not kept past the call.
+func (w *Writer) Write(r *record.Record, reason string, cause error, done func(error)) {
 	if w.cfg.Topic != "" && w.next != nil && r.Topic != w.cfg.Topic {
-		w.toTopic(r, reason, cause)
-		return nil
+		w.toTopic(r, reason, cause, done)
+		return
 	}
-	return w.toFile(r, reason, cause)
+	done(w.toFile(r, reason, cause))
 }
 
-func (w *Writer) toTopic(r *record.Record, reason string, cause error) {
+func (w *Writer) toTopic(r *record.Record, reason string, cause error, done func(error)) {
 	c := record.Record{Topic: w.cfg.Topic, Key: clone(r.Key), Value: clone(r.Value), Timestamp: r.Timestamp}
 	for _, h := range r.Headers {
 		c.Headers = append(c.Headers, record.Header{Key: h.Key, Value: clone(h.Value)})
@@ -107,17 +110,20 @@ func (w *Writer) toTopic(r *record.Record, reason string, cause error) {
 	c.Headers = append(c.Headers, record.Header{Key: "ferry.dead_letter.reason", Value: []byte(reason)},
 		record.Header{Key: "ferry.dead_letter.topic", Value: []byte(r.Topic)})
 	b := &record.Batch{Records: []record.Record{c}, MemBytes: int64(c.Size())}
+	topic := r.Topic
 	b.OnDone(func(err error) {
 		if err == nil {
 			w.count.WithLabelValues("topic", reason).Inc()
 			w.log.Log(slog.LevelWarn, "topic:"+reason, "record sent to the dead-letter topic",
-				"topic", r.Topic, "dead_letter_topic", w.cfg.Topic, "reason", reason, "err", cause)
+				"topic", topic, "dead_letter_topic", w.cfg.Topic, "reason", reason, "err", cause)
+			done(nil)
 			return
 		}
-		_ = w.toFile(&b.Records[0], reason, fmt.Errorf("%v; and the dead-letter topic failed: %w", cause, err))
+		done(w.toFile(&b.Records[0], reason, fmt.Errorf("%v; and the dead-letter topic failed: %w", cause, err)))
 	})
 	if err := w.next.Consume(context.Background(), b); err != nil {
-		_ = w.toFile(&c, reason, fmt.Errorf("%v; and the dead-letter topic refused it: %w", cause, err))
+		b.PopDone()
+		done(w.toFile(&c, reason, fmt.Errorf("%v; and the dead-letter topic refused it: %w", cause, err)))
 	}
 }
 

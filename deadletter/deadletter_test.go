@@ -24,7 +24,7 @@ func TestFileKeepsRecordAndReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := record.Record{Topic: "orders", Key: []byte("k\x00"), Value: []byte("v\xff\n"), Headers: []record.Header{{Key: "h", Value: []byte("x")}}}
-	if err := w.Write(&in, "record_too_large", consumer.TooLarge("record", 9, 5, nil)); err != nil {
+	if err := write(w, &in, "record_too_large", consumer.TooLarge("record", 9, 5, nil)); err != nil {
 		t.Fatal(err)
 	}
 	_ = w.Close()
@@ -53,7 +53,7 @@ func TestFileBoundDropsAndCounts(t *testing.T) {
 	defer w.Close()
 	big := record.Record{Topic: "t", Value: bytes.Repeat([]byte("a"), 300<<10)}
 	for i := 0; i < 5; i++ {
-		if err := w.Write(&big, "record_too_large", nil); err != nil {
+		if err := write(w, &big, "record_too_large", nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -72,7 +72,7 @@ func TestTopicThenFileFallback(t *testing.T) {
 	w, _ := New(Config{File: file, MaxBytes: 1 << 20, Topic: "dlq"}, telemetry.TestSettings(), sink)
 	defer w.Close()
 	r := record.Record{Topic: "orders", Value: []byte("v")}
-	_ = w.Write(&r, "topic_rejected", errors.New("denied"))
+	_ = write(w, &r, "topic_rejected", errors.New("denied"))
 	waitFor(t, func() bool { return testutil.ToFloat64(w.count.WithLabelValues("topic", "topic_rejected")) == 1 })
 	got := sink.Records()
 	if len(got) != 1 || got[0].Topic != "dlq" || len(got[0].Headers) != 2 {
@@ -80,7 +80,7 @@ func TestTopicThenFileFallback(t *testing.T) {
 	}
 	// The dead-letter topic itself fails: the file takes the record.
 	sink.Err = consumer.UnknownTopic("dlq", nil)
-	_ = w.Write(&r, "topic_rejected", errors.New("denied"))
+	_ = write(w, &r, "topic_rejected", errors.New("denied"))
 	waitFor(t, func() bool { return testutil.ToFloat64(w.count.WithLabelValues("file", "topic_rejected")) == 1 })
 }
 
@@ -92,5 +92,17 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in 5 s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// write stores r and waits for the dead letter to be settled.
+func write(w *Writer, r *record.Record, reason string, cause error) error {
+	ch := make(chan error, 1)
+	w.Write(r, reason, cause, func(err error) { ch <- err })
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(10 * time.Second):
+		return errors.New("dead letter never settled")
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/record"
 )
 
@@ -265,4 +266,53 @@ func TestV1SegmentsStillRead(t *testing.T) {
 	s := open(t, testConfig(dir))
 	defer s.Close()
 	deliversExactly(t, s, 0, 50)
+}
+
+// TestDeadLetterNotDurableKeepsRecord: a record Kafka refused for good is
+// not done until its dead letter is durable (the dead-letter topic's own
+// ack): until then the watermark stays before it, and a crash replays it
+// instead of losing it from the spool, the topic and the file alike.
+func TestDeadLetterNotDurableKeepsRecord(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	s := open(t, cfg)
+	c := &collector{fail: func(r *record.Record) error {
+		if bytes.HasPrefix(r.Value, []byte("rec-00000003")) {
+			return consumer.TooLarge("record", 10, 5, nil)
+		}
+		return nil
+	}}
+	dl := &deadLetters{hold: true}
+	_ = s.Start(context.Background(), Options{Next: c, DeadLetter: dl})
+	appendOK(t, s, recs(0, 10))
+	c.waitFor(t, 9)
+	time.Sleep(1500 * time.Millisecond) // a checkpoint would have passed it
+	if b := s.Backlog(); b == 0 {
+		t.Fatal("the chunk completed while its dead letter was not durable")
+	}
+	// Crash: no Shutdown, no Close.
+	s.readStop.Store(true)
+	s.lockFile.Close()
+
+	s2 := open(t, cfg)
+	defer s2.Close()
+	c2 := &collector{}
+	_ = s2.Start(context.Background(), Options{Next: c2})
+	got := c2.waitFor(t, 10)
+	found := false
+	for _, v := range got {
+		found = found || strings.HasPrefix(v, "rec-00000003")
+	}
+	if !found {
+		t.Fatal("the record whose dead letter was never acknowledged is lost")
+	}
+	_ = s2.Shutdown(context.Background())
+
+	// Once settled, the chunk completes.
+	dl.mu.Lock()
+	held := dl.held
+	dl.mu.Unlock()
+	if len(held) != 1 {
+		t.Fatalf("%d dead letters held, want 1", len(held))
+	}
 }

@@ -28,6 +28,10 @@ type chunk struct {
 	retry    []int
 	dead     int
 	tries    int
+	// Dead letters not yet durable, and whether Kafka has answered for
+	// every record: the chunk is finished when both are settled.
+	dlPending int
+	kafkaDone bool
 }
 
 // mark is a chunk's place in read order. It is separate from the chunk
@@ -319,24 +323,53 @@ func (s *Spool) send(c *chunk) {
 func (c *chunk) onFailure(i int, err error) {
 	var pe *consumer.PermanentError
 	if dl := c.s.opt.DeadLetter; dl != nil && errors.As(err, &pe) && pe.Reason != "shutdown_timeout" {
-		if dl.Write(&c.batch.Records[i], pe.Reason, err) == nil {
-			c.mu.Lock()
-			c.dead++
-			c.mu.Unlock()
-			return
-		}
+		c.mu.Lock()
+		c.dlPending++
+		c.mu.Unlock()
+		dl.Write(&c.batch.Records[i], pe.Reason, err, func(werr error) { c.deadLettered(i, werr) })
+		return
 	}
 	c.mu.Lock()
 	c.retry = append(c.retry, i)
 	c.mu.Unlock()
 }
 
+// deadLettered settles record i's dead letter: counted as done once it is
+// durable, sent again to Kafka if it could not be stored.
+func (c *chunk) deadLettered(i int, err error) {
+	c.mu.Lock()
+	if err == nil {
+		c.dead++
+	} else {
+		c.retry = append(c.retry, i)
+	}
+	c.dlPending--
+	finish := c.dlPending == 0 && c.kafkaDone
+	c.mu.Unlock()
+	if finish {
+		c.finish()
+	}
+}
+
 // onDone runs when Kafka has answered for every record of the batch.
 func (c *chunk) onDone(error) {
+	c.mu.Lock()
+	c.kafkaDone = true
+	finish := c.dlPending == 0
+	c.mu.Unlock()
+	if finish {
+		c.finish()
+	}
+}
+
+// finish runs when Kafka has answered for every record and every dead
+// letter is settled: the chunk is done, or its failed records go again.
+func (c *chunk) finish() {
 	s := c.s
 	c.mu.Lock()
 	retry, dead := len(c.retry), c.dead
 	c.dead = 0
+	c.kafkaDone = false
 	c.mu.Unlock()
 	if dead > 0 {
 		s.m.deadLettered.Add(float64(dead))
@@ -448,6 +481,6 @@ func (s *Spool) release(c *chunk) {
 	c.mark = nil
 	c.batch.Reset()
 	c.retry = c.retry[:0]
-	c.dead, c.tries = 0, 0
+	c.dead, c.tries, c.dlPending, c.kafkaDone = 0, 0, 0, false
 	s.chunks.Put(c)
 }

@@ -24,8 +24,13 @@ import (
 )
 
 // DeadLetter stores a record that Kafka refused for good, with the reason.
+// It calls done exactly once: nil when the record is durable where it went
+// (fsynced in the file, or acknowledged by Kafka in the dead-letter topic),
+// else the error. r's memory stays valid until done. The spool's watermark
+// does not pass the record before done(nil), so a crash in between replays
+// it instead of losing it from spool, topic and file alike.
 type DeadLetter interface {
-	Write(r *record.Record, reason string, cause error) error
+	Write(r *record.Record, reason string, cause error, done func(error))
 }
 
 // Budget is the memory the reader takes its chunks from (the queue's).
