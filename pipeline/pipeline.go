@@ -33,6 +33,7 @@ import (
 	"github.com/ferryhq/ferry/exporter/kafkaexporter"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
+	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/httpreceiver"
 	"github.com/ferryhq/ferry/receiver/otlpreceiver"
 	"github.com/ferryhq/ferry/telemetry"
@@ -143,6 +144,19 @@ func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
 		if p.OTLP, err = otlpreceiver.New(oc, set, intake, pre); err != nil {
 			return nil, fmt.Errorf("receivers.otlp: %w", err)
 		}
+	}
+	// Request bodies reserve their memory before they are read: from the
+	// queue, except in spill mode, where a full queue must send requests
+	// to disk rather than refuse them, so bodies have a budget of their own.
+	var bodies httpbody.Budget = p.Queue
+	if cfg.Delivery.Mode == "spill" {
+		bodies = memqueue.NewBudget(int64(cfg.Queue.MemoryLimit))
+	}
+	if p.HTTP != nil {
+		p.HTTP.SetBudget(bodies)
+	}
+	if p.OTLP != nil {
+		p.OTLP.SetBudget(bodies)
 	}
 	p.Admin = telemetry.NewAdmin(cfg.Telemetry.Admin, set)
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_build_info", Help: "Always 1; labels say what runs.",

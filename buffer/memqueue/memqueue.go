@@ -231,3 +231,38 @@ func (q *Queue) Start(context.Context) error { return nil }
 
 // Shutdown is a no-op: reservations drain as the exporter completes batches.
 func (q *Queue) Shutdown(context.Context) error { return nil }
+
+// Budget is a byte bound on its own, for memory held outside the queue:
+// in spill mode, request bodies being read, which must not take the
+// queue's room (a full queue is what sends spill mode to disk).
+type Budget struct {
+	limit int64
+	used  atomic.Int64
+}
+
+// NewBudget returns a budget of limit bytes.
+func NewBudget(limit int64) *Budget { return &Budget{limit: limit} }
+
+// Reserve takes n bytes while the total stays at or below ceiling (and
+// the limit).
+func (b *Budget) Reserve(n, ceiling int64) bool {
+	ceiling = min(ceiling, b.limit)
+	for {
+		u := b.used.Load()
+		if u+n > ceiling {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+// Release gives back n bytes.
+func (b *Budget) Release(n int64) { b.used.Add(-n) }
+
+// Limit is the bound.
+func (b *Budget) Limit() int64 { return b.limit }
+
+// Used is what is reserved.
+func (b *Budget) Used() int64 { return b.used.Load() }

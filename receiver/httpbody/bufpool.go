@@ -7,13 +7,19 @@ import (
 	"sync"
 )
 
-var errTooLarge = errors.New("body too large")
+var (
+	errTooLarge = errors.New("body too large")
+	errNoRoom   = errors.New("no room in the memory budget")
+)
 
 // Buf is a pooled body buffer. It is a pointer so a pool round trip does
 // not allocate a slice header.
 type Buf struct {
 	B     []byte
 	class int
+	// reserved: bytes of the memory budget this buffer holds, given back
+	// by Release or Put.
+	reserved int64
 }
 
 // bufPool keeps body buffers in power-of-two size classes from 4 KiB to
@@ -53,18 +59,34 @@ func (p *bufPool) put(b *Buf) {
 }
 
 // readAll reads r into a pooled buffer sized from hint, refusing more than
-// max bytes. It always returns the buffer (also on error) for put.
-func (p *bufPool) readAll(r io.Reader, hint, max int64) (*Buf, error) {
+// max bytes. grow, if not nil, is asked before a buffer of a new capacity
+// is taken (with the old one, both are held for the copy) and may refuse
+// with errNoRoom. It always returns the buffer (also on error) for put,
+// and the bytes grow granted in held.
+func (p *bufPool) readAll(r io.Reader, hint, max int64, grow func(b *Buf, old int) error) (*Buf, error) {
 	if hint <= 0 {
 		hint = 16 << 10
 	}
 	b := p.get(int(min(hint, max+1)))
+	if grow != nil {
+		if err := grow(b, 0); err != nil {
+			return b, err
+		}
+	}
 	for {
 		if len(b.B) == cap(b.B) {
 			if int64(len(b.B)) > max {
 				return b, errTooLarge
 			}
 			nb := p.get(min(2*cap(b.B), int(max)+1))
+			if grow != nil {
+				if err := grow(nb, cap(b.B)); err != nil {
+					nb.reserved, b.reserved = b.reserved+nb.reserved, 0
+					p.put(b)
+					return nb, err
+				}
+				nb.reserved, b.reserved = b.reserved+nb.reserved, 0
+			}
 			nb.B = append(nb.B, b.B...)
 			p.put(b)
 			b = nb

@@ -26,19 +26,86 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Msg }
 
+// Budget is the memory bodies are read into: the queue's, so a body being
+// read counts against queue.memory_limit like the data it becomes.
+type Budget interface {
+	Reserve(n, ceiling int64) bool
+	Release(n int64)
+	Limit() int64
+}
+
 // Reader reads bodies up to a limit. Safe for concurrent use.
 type Reader struct {
-	max   int64
-	bufs  bufPool
-	gzipP sync.Pool
-	zstdP sync.Pool
+	max    int64
+	budget Budget
+	growF  func(*Buf, int) error
+	bufs   bufPool
+	gzipP  sync.Pool
+	zstdP  sync.Pool
 }
 
 // NewReader returns a Reader refusing bodies over max bytes.
 func NewReader(max int64) *Reader { return &Reader{max: max} }
 
-// Put returns a buffer from Read to the pool. b must not be used after.
-func (r *Reader) Put(b *Buf) { r.bufs.put(b) }
+// SetBudget makes every body reserve its buffer from b before it is read
+// (the declared Content-Length at once, then each growth), so clients that
+// send bodies slowly, or hold the last byte, cannot hold more memory than
+// the budget; a body that does not fit is refused with 429. Call before
+// serving.
+func (r *Reader) SetBudget(b Budget) { r.budget, r.growF = b, r.grow }
+
+// Budgeted reports whether a budget is set.
+func (r *Reader) Budgeted() bool { return r.budget != nil }
+
+// Reserve takes n bytes of the budget for b (a buffer from Get); false if
+// they do not fit. Without a budget it always succeeds.
+func (r *Reader) Reserve(b *Buf, n int64) bool {
+	if r.budget == nil {
+		return true
+	}
+	if !r.budget.Reserve(n, r.budget.Limit()) {
+		return false
+	}
+	b.reserved += n
+	return true
+}
+
+// Release gives back b's reservation, when the data is handed to a stage
+// that accounts for it itself (the queue reserves the whole batch).
+func (r *Reader) Release(b *Buf) {
+	if b != nil && b.reserved != 0 {
+		r.budget.Release(b.reserved)
+		b.reserved = 0
+	}
+}
+
+// Put returns a buffer from Read to the pool, and its reservation to the
+// budget. b must not be used after.
+func (r *Reader) Put(b *Buf) {
+	r.Release(b)
+	r.bufs.put(b)
+}
+
+// grow reserves the capacity of a new buffer nb while the old one (of
+// capacity old) is still held.
+func (r *Reader) grow(nb *Buf, old int) error {
+	if r.budget == nil {
+		return nil
+	}
+	if !r.Reserve(nb, int64(cap(nb.B))) {
+		return errNoRoom
+	}
+	return nil
+}
+
+// ErrNoRoom: a buffer's reservation did not fit in the budget.
+var ErrNoRoom = errNoRoom
+
+// errFull is a body refused because its memory does not fit.
+func errFull() *Error {
+	return &Error{Status: http.StatusTooManyRequests, Reason: "queue_full",
+		Msg: "ferry's buffer is full; retry later"}
+}
 
 // Get returns an empty pooled buffer with room for n bytes.
 func (r *Reader) Get(n int) *Buf { return r.bufs.get(n) }
@@ -56,9 +123,12 @@ func (r *Reader) Read(req *http.Request) (*Buf, *Error) {
 	default:
 		return nil, &Error{http.StatusUnsupportedMediaType, "unsupported_content_encoding", fmt.Sprintf("unsupported Content-Encoding %q: use gzip, zstd or none", enc)}
 	}
-	raw, err := r.bufs.readAll(req.Body, req.ContentLength, max)
+	raw, err := r.bufs.readAll(req.Body, req.ContentLength, max, r.growF)
 	if err != nil {
-		r.bufs.put(raw) // readAll returns its buffer even on error
+		r.Put(raw) // readAll returns its buffer even on error
+		if errors.Is(err, errNoRoom) {
+			return nil, errFull()
+		}
 		if errors.Is(err, errTooLarge) {
 			return nil, &Error{http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("body exceeds max_request_bytes (%d)", max)}
 		}
@@ -67,7 +137,7 @@ func (r *Reader) Read(req *http.Request) (*Buf, *Error) {
 	if enc == "" || enc == "identity" {
 		return raw, nil
 	}
-	defer r.bufs.put(raw)
+	defer r.Put(raw)
 	var dec io.Reader
 	switch enc {
 	case "gzip":
@@ -98,9 +168,12 @@ func (r *Reader) Read(req *http.Request) (*Buf, *Error) {
 		defer func() { _ = zr.Reset(nil); r.zstdP.Put(zr) }()
 		dec = zr
 	}
-	out, err := r.bufs.readAll(dec, int64(len(raw.B))*4, max)
+	out, err := r.bufs.readAll(dec, int64(len(raw.B))*4, max, r.growF)
 	if err != nil {
-		r.bufs.put(out)
+		r.Put(out)
+		if errors.Is(err, errNoRoom) {
+			return nil, errFull()
+		}
 		if errors.Is(err, errTooLarge) || errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) {
 			return nil, &Error{http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("decompressed body exceeds max_request_bytes (%d)", max)}
 		}

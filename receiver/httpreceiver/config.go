@@ -31,6 +31,9 @@ type Config struct {
 	ReadTimeout     time.Duration `yaml:"read_timeout"`
 	IdleTimeout     time.Duration `yaml:"idle_timeout"`
 	MaxHeaderBytes  bytesize.Size `yaml:"max_header_bytes"`
+	// MaxConnections bounds the connections open at once; beyond it a new
+	// connection gets 503 and is closed (0: unbounded).
+	MaxConnections int `yaml:"max_connections"`
 	ShutdownTimeout time.Duration `yaml:"-"`
 	// Auth: application tokens on this receiver (see docs/tokens.md).
 	Auth auth.ReceiverConfig `yaml:"auth"`

@@ -37,6 +37,7 @@ import (
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/receiver/connlimit"
 	"github.com/ferryhq/ferry/receiver/graceful"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
@@ -100,9 +101,9 @@ func (r *Receiver) Start(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("http receiver: %w", err)
 	}
-	r.ln = ln
+	r.ln = connlimit.Wrap(ln, r.cfg.MaxConnections, "http", r.set.Registry, connlimit.HTTPRefusal)
 	go func() {
-		if err := r.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := r.srv.Serve(r.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			r.set.Logger.Error("http receiver stopped", "err", err)
 		}
 	}()
@@ -111,6 +112,10 @@ func (r *Receiver) Start(context.Context) error {
 
 // Addr is the bound address.
 func (r *Receiver) Addr() string { return r.ln.Addr().String() }
+
+// SetBudget makes request bodies reserve their memory before they are read
+// (see httpbody.Reader.SetBudget).
+func (r *Receiver) SetBudget(b httpbody.Budget) { r.body.SetBudget(b) }
 
 // SetAuth swaps the receiver's token configuration (reload); requests in
 // progress finish under the configuration they started with.
@@ -190,6 +195,9 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 
 	body, berr := r.body.Read(req)
 	if berr != nil {
+		if berr.Status == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", "1")
+		}
 		r.fail(w, berr.Status, berr.Reason, berr.Msg, 0)
 		return
 	}
@@ -260,6 +268,8 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 			st.done <- err
 		}
 	})
+	// The queue reserves the whole batch (body included) from here on.
+	r.body.Release(body)
 	if err := r.next.Consume(req.Context(), b); err != nil {
 		b.PopDone()
 		r.recycle(b, body)

@@ -20,7 +20,13 @@ type Config struct {
 	GRPC struct {
 		Enabled bool   `yaml:"enabled"`
 		Listen  string `yaml:"listen"`
+		// MaxConcurrentStreams bounds the requests one connection carries
+		// at once (gRPC reads each message whole before ferry sees it).
+		MaxConcurrentStreams uint32 `yaml:"max_concurrent_streams"`
 	} `yaml:"grpc"`
+	// MaxConnections bounds the connections open at once on each of the
+	// two listeners (0: unbounded).
+	MaxConnections int `yaml:"max_connections"`
 	// MaxRequestBytes bounds a request as sent and after decompression.
 	MaxRequestBytes bytesize.Size `yaml:"max_request_bytes"`
 	// MaxItems bounds the spans, log records and data points of one

@@ -2,19 +2,27 @@ package otlpreceiver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"sync"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/encoding/gzip" // OTLP/gRPC clients may gzip
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ferryhq/ferry/auth/token"
+	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/receiver/connlimit"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 )
@@ -56,6 +64,11 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	n := data.Len()
 	m.buf = m.reader.Get(n)
+	if !m.reader.Reserve(m.buf, int64(cap(m.buf.B))) {
+		m.reader.Put(m.buf)
+		m.buf = nil
+		return httpbody.ErrNoRoom
+	}
 	m.buf.B = m.buf.B[:n]
 	data.CopyTo(m.buf.B)
 	return nil
@@ -67,6 +80,18 @@ func newGRPCServer(r *Receiver) *grpcServer {
 		grpc.ForceServerCodecV2(rawCodec{}),
 		// Enforced on the decompressed size too, so a gzip bomb stops here.
 		grpc.MaxRecvMsgSize(int(r.cfg.MaxRequestBytes)),
+		grpc.MaxConcurrentStreams(max(1, r.cfg.GRPC.MaxConcurrentStreams)),
+		// gRPC reads a whole message before ferry's handler runs: each
+		// request reserves max_request_bytes from the memory budget before
+		// its message is read (trued up to its real size once read), so the
+		// connections × streams a client opens cannot hold more than the
+		// budget. Refused: RESOURCE_EXHAUSTED with RetryInfo.
+		grpc.InTapHandle(g.tap),
+		grpc.StatsHandler(leaseEnder{}),
+		// A client may not ping more often than every 10 s (a ping flood
+		// costs CPU and writes); idle connections are closed after 2 min.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 2 * time.Minute, Time: time.Minute, Timeout: 20 * time.Second}),
 	)
 	for _, s := range []struct {
 		service string
@@ -96,9 +121,11 @@ func (g *grpcServer) start() error {
 	if err != nil {
 		return err
 	}
-	g.ln = ln
+	// HTTP/2 has no answer before its preface: a refused connection is
+	// closed, and gRPC clients back off and reconnect.
+	g.ln = connlimit.Wrap(ln, g.r.cfg.MaxConnections, "otlp_grpc", g.r.set.Registry, nil)
 	go func() {
-		if err := g.srv.Serve(ln); err != nil {
+		if err := g.srv.Serve(g.ln); err != nil {
 			g.r.set.Logger.Error("otlp grpc server stopped", "err", err)
 		}
 	}()
@@ -115,6 +142,64 @@ func (g *grpcServer) shutdown(ctx context.Context) error {
 		g.srv.Stop()
 		return ctx.Err()
 	}
+}
+
+// lease is a request's reservation taken before its message was read.
+type lease struct {
+	reader *httpbody.Reader
+	buf    *httpbody.Buf
+	once   sync.Once
+}
+
+func (l *lease) end() { l.once.Do(func() { l.reader.Put(l.buf) }) }
+
+type leaseKey struct{}
+
+func (g *grpcServer) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
+	rd := g.r.body
+	if !rd.Budgeted() {
+		return ctx, nil
+	}
+	l := &lease{reader: rd, buf: rd.Get(0)}
+	if !rd.Reserve(l.buf, int64(g.r.cfg.MaxRequestBytes)) {
+		rd.Put(l.buf)
+		g.r.grpcM.Error(consumer.ErrFull.Reason)
+		g.r.grpcM.RequestCode(codes.ResourceExhausted.String())
+		return nil, retryStatus(classify(consumer.ErrFull))
+	}
+	return context.WithValue(ctx, leaseKey{}, l), nil
+}
+
+// endLease gives back a request's read reservation (its message now holds
+// its own); also called at the end of every RPC, for those that never
+// reached the handler.
+func endLease(ctx context.Context) {
+	if l, ok := ctx.Value(leaseKey{}).(*lease); ok {
+		l.end()
+	}
+}
+
+// leaseEnder ends leases when an RPC ends, however it ends.
+type leaseEnder struct{}
+
+func (leaseEnder) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (leaseEnder) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	if _, ok := s.(*stats.End); ok {
+		endLease(ctx)
+	}
+}
+func (leaseEnder) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (leaseEnder) HandleConn(context.Context, stats.ConnStats)                       {}
+
+// retryStatus is a's gRPC status, with RetryInfo when it may be retried.
+func retryStatus(a answer) error {
+	st := status.New(a.code, a.msg)
+	if a.retryAfter > 0 {
+		if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(a.retryAfter)}); err == nil {
+			st = d
+		}
+	}
+	return st.Err()
 }
 
 func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(any) error) (any, error) {
@@ -136,9 +221,17 @@ func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(a
 		}
 	}
 	in := &rawMsg{reader: g.r.body}
-	if err := dec(in); err != nil {
+	err := dec(in)
+	endLease(ctx)
+	if err != nil {
 		if in.buf != nil {
 			g.r.body.Put(in.buf)
+		}
+		if errors.Is(err, httpbody.ErrNoRoom) {
+			a := classify(consumer.ErrFull)
+			m.Error(a.reason)
+			m.RequestCode(a.code.String())
+			return nil, retryStatus(a)
 		}
 		m.Error("invalid_payload")
 		m.RequestCode(codes.InvalidArgument.String())
@@ -162,13 +255,7 @@ func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(a
 	if o.err != nil {
 		a := classify(o.err)
 		m.RequestCode(a.code.String())
-		st := status.New(a.code, a.msg)
-		if a.retryAfter > 0 {
-			if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(a.retryAfter)}); err == nil {
-				st = d
-			}
-		}
-		return nil, st.Err()
+		return nil, retryStatus(a)
 	}
 	m.RequestCode(codes.OK.String())
 	return &rawMsg{out: exportResponse(o)}, nil

@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
@@ -15,8 +16,10 @@ import (
 
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/authtest"
+	"github.com/ferryhq/ferry/buffer/memqueue"
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/internal/hostile"
+	"github.com/ferryhq/ferry/internal/otlpgen"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -125,4 +128,58 @@ func TestDeepNestingResourceToken(t *testing.T) {
 	if code, _, out := postOTLP(t, url, "application/x-protobuf", "", hostile.DeepAttribute(5, tok)); code != 200 {
 		t.Fatalf("shallow nesting with a resource token: %d %s", code, out)
 	}
+}
+
+// TestGRPCReservesBeforeRead: a gRPC request reserves max_request_bytes of
+// the memory budget before its message is read; when that does not fit it
+// is refused with RESOURCE_EXHAUSTED and RetryInfo, and every reservation
+// is given back however the request ends (served, refused, too large).
+func TestGRPCReservesBeforeRead(t *testing.T) {
+	cfg := testConfig()
+	r, err := New(cfg, telemetry.TestSettings(), &consumertest.Sink{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := memqueue.NewBudget(4 << 20)
+	r.SetBudget(budget)
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+	conn, err := grpc.NewClient(r.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := ptraceotlp.NewGRPCClient(conn)
+	small := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(1).Traces(5))
+	for i := 0; i < 20; i++ {
+		if _, err := client.Export(context.Background(), small); err != nil {
+			t.Fatal(err)
+		}
+	}
+	big := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(1).Traces(4000))
+	if _, err := client.Export(context.Background(), big); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("message over max_request_bytes: %v", err)
+	}
+	waitUsed := func(want int64) {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Second)
+		for budget.Used() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("budget holds %d bytes, want %d", budget.Used(), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitUsed(0)
+	// With the budget nearly taken, a request cannot reserve its read.
+	budget.Reserve(budget.Limit()-int64(cfg.MaxRequestBytes)/2, budget.Limit())
+	_, err = client.Export(context.Background(), small)
+	st, _ := status.FromError(err)
+	if st.Code() != codes.ResourceExhausted || len(st.Details()) == 0 {
+		t.Fatalf("no room to read: %v (details %v), want RESOURCE_EXHAUSTED with RetryInfo", err, st.Details())
+	}
+	budget.Release(budget.Limit() - int64(cfg.MaxRequestBytes)/2)
+	waitUsed(0)
 }

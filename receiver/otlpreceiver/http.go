@@ -20,6 +20,7 @@ import (
 
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/receiver/connlimit"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/receiver/graceful"
 )
@@ -52,9 +53,9 @@ func (h *httpServer) start() error {
 	if err != nil {
 		return err
 	}
-	h.ln = ln
+	h.ln = connlimit.Wrap(ln, h.r.cfg.MaxConnections, "otlp_http", h.r.set.Registry, connlimit.HTTPRefusal)
 	go func() {
-		if err := h.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := h.srv.Serve(h.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			h.r.set.Logger.Error("otlp http server stopped", "err", err)
 		}
 	}()
@@ -102,6 +103,12 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 	}
 	body, berr := h.r.body.Read(q)
 	if berr != nil {
+		if berr.Status == http.StatusTooManyRequests {
+			a := classify(consumer.ErrFull)
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(a.retryAfter.Seconds()))))
+			h.fail(w, isJSON, a)
+			return
+		}
 		h.fail(w, isJSON, answer{httpStatus: berr.Status, code: 3, reason: berr.Reason, msg: berr.Msg})
 		return
 	}

@@ -134,6 +134,10 @@ func (r *Receiver) Start(ctx context.Context) error {
 	return nil
 }
 
+// SetBudget makes request bodies (HTTP) and messages (gRPC) reserve their
+// memory from b before they are kept (see httpbody.Reader.SetBudget).
+func (r *Receiver) SetBudget(b httpbody.Budget) { r.body.SetBudget(b) }
+
 // SetAuth swaps the receiver's token configuration (reload); requests in
 // progress finish under the configuration they started with.
 func (r *Receiver) SetAuth(c auth.ReceiverConfig) { r.gate.SetConfig(c) }
@@ -340,6 +344,8 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 			done <- err
 		}
 	})
+	// The queue reserves the whole batch (the request included) from here.
+	r.body.Release(raw)
 	if err := r.next.Consume(ctx, b); err != nil {
 		b.PopDone()
 		r.body.Put(raw)
