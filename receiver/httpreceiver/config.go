@@ -27,13 +27,13 @@ type Config struct {
 	AckTimeout time.Duration `yaml:"ack_timeout"`
 	// ValidateJSON: refuse NDJSON lines that are not valid JSON (400 naming
 	// the line). Off by default: lines are forwarded as bytes.
-	ValidateJSON    bool          `yaml:"validate_json"`
-	ReadTimeout     time.Duration `yaml:"read_timeout"`
-	IdleTimeout     time.Duration `yaml:"idle_timeout"`
-	MaxHeaderBytes  bytesize.Size `yaml:"max_header_bytes"`
+	ValidateJSON   bool          `yaml:"validate_json"`
+	ReadTimeout    time.Duration `yaml:"read_timeout"`
+	IdleTimeout    time.Duration `yaml:"idle_timeout"`
+	MaxHeaderBytes bytesize.Size `yaml:"max_header_bytes"`
 	// MaxConnections bounds the connections open at once; beyond it a new
 	// connection gets 503 and is closed (0: unbounded).
-	MaxConnections int `yaml:"max_connections"`
+	MaxConnections  int           `yaml:"max_connections"`
 	ShutdownTimeout time.Duration `yaml:"-"`
 	// Auth: application tokens on this receiver (see docs/tokens.md).
 	Auth auth.ReceiverConfig `yaml:"auth"`

@@ -20,8 +20,8 @@ import (
 
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
-	"github.com/ferryhq/ferry/receiver/connlimit"
 	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/receiver/connlimit"
 	"github.com/ferryhq/ferry/receiver/graceful"
 )
 
