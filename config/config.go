@@ -14,6 +14,7 @@ import (
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/receiver/httpreceiver"
 	"github.com/ferryhq/ferry/receiver/otlpreceiver"
+	"github.com/ferryhq/ferry/routing"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -111,6 +112,19 @@ func (c *Config) Validate() error {
 	}
 	if err := wrap("exporter.kafka", c.Exporter.Kafka.Validate()); err != nil {
 		return err
+	}
+	if c.Exporter.Kafka.AutoCreateTopics {
+		// Creation only for names an operator allowed, never for whatever
+		// a client sends.
+		for _, r := range []struct {
+			name    string
+			on      bool
+			allowed []string
+		}{{"receivers.http", c.Receivers.HTTP.Enabled, c.Receivers.HTTP.Topics}, {"receivers.otlp", c.Receivers.OTLP.Enabled, c.Receivers.OTLP.Topics}} {
+			if a, err := routing.NewAllow(r.allowed); r.on && err == nil && a.Any() {
+				return fmt.Errorf("config: exporter.kafka.auto_create_topics is on but %s.topics allows any name: list the patterns that may be created", r.name)
+			}
+		}
 	}
 	if err := wrap("auth", c.Auth.Validate()); err != nil {
 		return err

@@ -63,6 +63,8 @@ type PermanentError struct {
 	// TooLarge: the data exceeds a size or count limit (HTTP 413); the
 	// client must send less per request, not retry the same.
 	TooLarge bool
+	// Forbidden: the client may not write there (HTTP 403).
+	Forbidden bool
 }
 
 func (e *PermanentError) Error() string { return e.Msg }

@@ -43,6 +43,7 @@ type part struct {
 type Template struct {
 	raw   string
 	parts []part
+	seps  *string // separators(), computed once
 }
 
 var fields = map[string]bool{"signal": true, "tenant": true, "app": true, "business_id": true, "data_id": true}
@@ -95,8 +96,64 @@ func (t *Template) String() string { return t.raw }
 // ErrNeedsToken: the template uses token fields and the request has none.
 var ErrNeedsToken = errors.New("the topic template uses token fields ({tenant}, {business_id}, {data_id}) and the request has no token")
 
-// Expand returns the topic for v (sanitized for Kafka).
+// Expand returns the topic for v. A value that would make a name Kafka
+// does not allow, or one that could stand for another tenant's (see
+// checkValue), or a name over 249 bytes, is an error: topics are never
+// sanitized, truncated or blended, so one client can never write into a
+// topic that belongs to another's values.
 func (t *Template) Expand(v Vars) (string, error) { return t.expand(v, true) }
+
+// ErrRoute is a template expansion refused for the request's values.
+type ErrRoute struct{ Msg string }
+
+func (e *ErrRoute) Error() string { return e.Msg }
+
+// free reports whether a placeholder takes values from the client or the
+// token (rather than a closed set such as {signal} or a number).
+func free(field string) bool {
+	return field == "tenant" || field == "app" || strings.HasPrefix(field, "resource.") || strings.HasPrefix(field, "header.")
+}
+
+// separators are the characters of the template's literal parts that can
+// also occur in a value ('.', '_', '-'); with two or more free
+// placeholders a value containing one could shift where the next part
+// starts ("acme" + "x-prod" = "acme-x" + "prod").
+func (t *Template) separators() string {
+	if t.seps != nil {
+		return *t.seps
+	}
+	nfree := 0
+	seps := ""
+	for _, p := range t.parts {
+		if free(p.field) {
+			nfree++
+		}
+		for _, c := range p.lit {
+			if (c == '.' || c == '_' || c == '-') && !strings.ContainsRune(seps, c) {
+				seps += string(c)
+			}
+		}
+	}
+	if nfree < 2 {
+		seps = ""
+	}
+	t.seps = &seps
+	return seps
+}
+
+// checkValue refuses a free placeholder's value that is not topic-safe.
+func (t *Template) checkValue(field, val string) error {
+	for i := 0; i < len(val); i++ {
+		c := val[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return &ErrRoute{fmt.Sprintf("the value of {%s} has %q, which Kafka does not allow in a topic name", field, c)}
+		}
+	}
+	if seps := t.separators(); seps != "" && strings.ContainsAny(val, seps) {
+		return &ErrRoute{fmt.Sprintf("the value of {%s} contains one of %q, which separates the parts of topic template %q: refused so that one client's values cannot name another's topic", field, seps, t.raw)}
+	}
+	return nil
+}
 
 // ExpandRaw returns the expansion as is, for record keys, which may hold
 // any bytes.
@@ -116,6 +173,11 @@ func (t *Template) expand(v Vars, sanitize bool) (string, error) {
 		case "tenant", "app":
 			if v.Tenant == "" {
 				return "", ErrNeedsToken
+			}
+			if sanitize {
+				if err := t.checkValue(p.field, v.Tenant); err != nil {
+					return "", err
+				}
 			}
 			b.WriteString(v.Tenant)
 		case "business_id":
@@ -138,13 +200,24 @@ func (t *Template) expand(v Vars, sanitize bool) (string, error) {
 			if val == "" {
 				val = "unknown"
 			}
+			if sanitize {
+				if err := t.checkValue(p.field, val); err != nil {
+					return "", err
+				}
+			}
 			b.WriteString(val)
 		}
 	}
-	if !sanitize {
-		return b.String(), nil
+	s := b.String()
+	if sanitize {
+		if len(s) > 249 {
+			return "", &ErrRoute{fmt.Sprintf("topic %.40q… would be %d bytes; Kafka allows 249", s, len(s))}
+		}
+		if s == "." || s == ".." {
+			return "", &ErrRoute{fmt.Sprintf("topic %q is not allowed by Kafka", s)}
+		}
 	}
-	return Sanitize(b.String()), nil
+	return s, nil
 }
 
 // Sanitize makes s a valid Kafka topic: [a-zA-Z0-9._-], at most 249 bytes.

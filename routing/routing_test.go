@@ -10,9 +10,14 @@ func TestTemplates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := tm.Expand(Vars{Signal: "traces", Tenant: "shop eu/1"})
-	if err != nil || got != "otel-traces-shop_eu_1" {
+	got, err := tm.Expand(Vars{Signal: "traces", Tenant: "shop-eu.1"})
+	if err != nil || got != "otel-traces-shop-eu.1" {
 		t.Fatalf("%q %v", got, err)
+	}
+	// Never sanitized: "shop eu/1" would become another tenant's "shop_eu_1".
+	var re *ErrRoute
+	if _, err := tm.Expand(Vars{Signal: "traces", Tenant: "shop eu/1"}); !errors.As(err, &re) {
+		t.Fatalf("a tenant with characters Kafka refuses: %v", err)
 	}
 	if _, err := tm.Expand(Vars{Signal: "logs"}); !errors.Is(err, ErrNeedsToken) {
 		t.Fatalf("no token: %v", err)
@@ -55,5 +60,34 @@ func TestResourceAndHeaderPlaceholders(t *testing.T) {
 	}
 	if _, err := Parse("{resource.}"); err == nil {
 		t.Fatal("empty resource key accepted")
+	}
+}
+
+// TestValuesNeverBlend: with two free placeholders, a value containing the
+// template's separator is refused (it could name the topic of another pair
+// of values), and a topic over Kafka's 249 bytes is refused, not cut.
+func TestValuesNeverBlend(t *testing.T) {
+	tm, err := Parse("t-{tenant}-{header.env}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := func(v string) func(string) string { return func(string) string { return v } }
+	if got, err := tm.Expand(Vars{Tenant: "acme", Header: hdr("prod")}); err != nil || got != "t-acme-prod" {
+		t.Fatalf("%q %v", got, err)
+	}
+	var re *ErrRoute
+	if got, err := tm.Expand(Vars{Tenant: "acme", Header: hdr("x-prod")}); !errors.As(err, &re) {
+		t.Fatalf("acme + x-prod gave %q (the topic of acme-x + prod)", got)
+	}
+	if _, err := tm.Expand(Vars{Tenant: "acme-x", Header: hdr("prod")}); !errors.As(err, &re) {
+		t.Fatal("a tenant containing the separator accepted next to another free value")
+	}
+	long := make([]byte, 300)
+	for i := range long {
+		long[i] = 'a'
+	}
+	one, _ := Parse("otel-{signal}-{tenant}")
+	if got, err := one.Expand(Vars{Signal: "logs", Tenant: string(long)}); !errors.As(err, &re) {
+		t.Fatalf("a 300-byte tenant gave %d bytes (truncation would merge tenants sharing a prefix)", len(got))
 	}
 }

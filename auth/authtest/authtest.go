@@ -46,3 +46,18 @@ func NewWithClass(t testing.TB, class string) (*auth.Checker, func(app string) s
 		return tok
 	}
 }
+
+// IssueClaims issues a token with any claims under the test key.
+func IssueClaims(t testing.TB, c token.Claims) string {
+	t.Helper()
+	cfg := auth.Config{Keys: []auth.KeyConfig{{ID: 1, Secret: Key, Issue: true}}}
+	ring, err := cfg.Keyring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := ring.Issue(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}

@@ -72,6 +72,10 @@ type Claims struct {
 	DataIDs    [numSignals]uint64 // per signal → data id (bk-collector style routing; 0 = none)
 	Expires    time.Time          // zero: never
 	RateClass  string             // optional rate-limit class
+	// TopicPattern, when set, is a glob (path.Match: *, ?, [...]) every
+	// topic the holder writes to must match, on every receiver: it scopes
+	// a tenant to its own topics whatever the routing.
+	TopicPattern string
 }
 
 // Payload field tags.
@@ -82,6 +86,7 @@ const (
 	fDataID    = 4 // value: signal ‖ 0 ‖ uvarint
 	fExpires   = 5 // uvarint unix seconds
 	fRateClass = 6
+	fTopicPat  = 7
 )
 
 // Failure reasons, the counter labels of refused tokens. A reason never
@@ -218,6 +223,9 @@ func encodeClaims(c Claims) []byte {
 	if !c.Expires.IsZero() {
 		b = appendField(b, fExpires, protowire.AppendVarint(nil, uint64(c.Expires.Unix())))
 	}
+	if c.TopicPattern != "" {
+		b = appendField(b, fTopicPat, []byte(c.TopicPattern))
+	}
 	if c.RateClass != "" {
 		b = appendField(b, fRateClass, []byte(c.RateClass))
 	}
@@ -273,6 +281,8 @@ func decodeClaims(plain []byte) (Claims, error) {
 			c.Expires = time.Unix(int64(x), 0)
 		case fRateClass:
 			c.RateClass = vstr
+		case fTopicPat:
+			c.TopicPattern = vstr
 		}
 	}
 	if c.App == "" {
@@ -310,6 +320,9 @@ func (c Claims) String() string {
 		s += "expires: " + c.Expires.UTC().Format(time.RFC3339) + "\n"
 	} else {
 		s += "expires: never\n"
+	}
+	if c.TopicPattern != "" {
+		s += "topic_pattern: " + c.TopicPattern + "\n"
 	}
 	if c.RateClass != "" {
 		s += "rate_class: " + c.RateClass + "\n"

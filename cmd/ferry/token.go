@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ const tokenUsage = `ferry token — application tokens (docs/tokens.md)
   ferry token keygen                         print a new random 32-byte key (base64)
   ferry token issue -c FILE --app NAME [--expires 720h|2027-01-01] [--topic SIGNAL=TOPIC ...]
                     [--data-id SIGNAL=ID ...] [--business-id N] [--rate-class NAME]
+                    [--topic-pattern GLOB]   (every topic written must match, e.g. 'acme-*')
   ferry token inspect -c FILE TOKEN          verify a token and print what it says
 
 Keys come from the configuration's auth.keys (the one with issue: true signs).
@@ -53,6 +55,7 @@ func tokenCmd(args []string) int {
 	expires := fs.String("expires", "", "lifetime (720h) or date (2027-01-01, RFC 3339)")
 	business := fs.Uint64("business-id", 0, "business id")
 	rateClass := fs.String("rate-class", "", "rate-limit class")
+	topicPattern := fs.String("topic-pattern", "", "glob every topic the token writes to must match (e.g. 'acme-*')")
 	var topics, dataIDs sets
 	fs.Var(&topics, "topic", "SIGNAL=TOPIC (repeatable)")
 	fs.Var(&dataIDs, "data-id", "SIGNAL=ID (repeatable)")
@@ -89,7 +92,11 @@ func tokenCmd(args []string) int {
 		fmt.Print(c.String())
 		return 0
 	}
-	c := token.Claims{App: *app, BusinessID: *business, RateClass: *rateClass}
+	c := token.Claims{App: *app, BusinessID: *business, RateClass: *rateClass, TopicPattern: *topicPattern}
+	if _, err := path.Match(c.TopicPattern, ""); err != nil {
+		fmt.Fprintf(os.Stderr, "ferry: --topic-pattern %q: %v\n", c.TopicPattern, err)
+		return 2
+	}
 	if *expires != "" {
 		if c.Expires, err = parseExpiry(*expires, time.Now()); err != nil {
 			fmt.Fprintln(os.Stderr, "ferry: --expires:", err)

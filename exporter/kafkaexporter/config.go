@@ -29,11 +29,16 @@ type Config struct {
 	MaxBufferedBytes bytesize.Size `yaml:"max_buffered_bytes"`
 	// Partitioner: murmur2 (Java-client compatible for keyed records, sticky
 	// for keyless), round_robin, or uniform_bytes (KIP-480 sticky by bytes).
-	Partitioner         string        `yaml:"partitioner"`
-	RequestTimeout      time.Duration `yaml:"request_timeout"`
-	DialTimeout         time.Duration `yaml:"dial_timeout"`
-	RetryBackoffMax     time.Duration `yaml:"retry_backoff_max"`
-	AutoCreateTopics    bool          `yaml:"auto_create_topics"`
+	Partitioner      string        `yaml:"partitioner"`
+	RequestTimeout   time.Duration `yaml:"request_timeout"`
+	DialTimeout      time.Duration `yaml:"dial_timeout"`
+	RetryBackoffMax  time.Duration `yaml:"retry_backoff_max"`
+	AutoCreateTopics bool          `yaml:"auto_create_topics"`
+	// MaxPendingTopics bounds the topics, not yet confirmed by Kafka, that
+	// records may be waiting on at once (each costs the Kafka client a
+	// metadata entry and a goroutine); beyond it a batch is refused (429).
+	// Topics that turn out not to exist are purged from the client.
+	MaxPendingTopics    int           `yaml:"max_pending_topics"`
 	HealthCheckInterval time.Duration `yaml:"health_check_interval"`
 	TLS                 TLSConfig     `yaml:"tls"`
 	SASL                SASLConfig    `yaml:"sasl"`
@@ -80,6 +85,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBatchBytes < 1024 || c.MaxBatchBytes > 1<<30 {
 		return fmt.Errorf("max_batch_bytes: %s is outside 1KiB..1GiB", c.MaxBatchBytes)
+	}
+	if c.MaxPendingTopics < 1 {
+		return fmt.Errorf("max_pending_topics: %d is below 1", c.MaxPendingTopics)
 	}
 	if c.MaxBufferedBytes < 0 {
 		return fmt.Errorf("max_buffered_bytes: must not be negative")

@@ -73,6 +73,7 @@ type Exporter struct {
 	// batch that would overflow the client's buffer is refused whole and
 	// TryProduce never fails part of one.
 	buffered, maxBuffered int64
+	tp                    *topics
 }
 
 // New builds the exporter. bufferedBytes is the queue's memory limit, used to
@@ -81,7 +82,7 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Exporter{cfg: cfg, set: set, stop: make(chan struct{}), topics: telemetry.NewLabels(1000)}
+	e := &Exporter{cfg: cfg, set: set, stop: make(chan struct{}), topics: telemetry.NewLabels(1000), tp: newTopics(cfg.MaxPendingTopics)}
 	e.log = telemetry.NewLimited(set.Logger.With("component", "exporter/kafka"), 30*time.Second)
 	e.m = newMetrics(set.Registry)
 	e.pool.New = func() any { return &exportBatch{e: e} }
@@ -179,8 +180,9 @@ func compressionCodec(name string, level int) (kgo.CompressionCodec, error) {
 
 // Start begins probing the brokers for readiness. It does not wait for Kafka.
 func (e *Exporter) Start(context.Context) error {
-	e.wg.Add(1)
+	e.wg.Add(2)
 	go e.probe()
+	go e.purger()
 	return nil
 }
 
@@ -244,13 +246,16 @@ var _ = kgo.RecordHeader(record.Header{})
 // context.Context so it can ride in kgo.Record.Context: that lets one shared
 // promise find its batch without a closure or map per record.
 type exportBatch struct {
-	e       *Exporter
-	b       *record.Batch
-	recs    []kgo.Record
-	pending atomic.Int64
-	sent    atomic.Int64
-	sentB   atomic.Int64
-	topic   string
+	e    *Exporter
+	b    *record.Batch
+	recs []kgo.Record
+	// unconfirmed[i]: record i's topic was not known when it was produced
+	// (empty when all of the batch's topics were known).
+	unconfirmed []bool
+	pending     atomic.Int64
+	sent        atomic.Int64
+	sentB       atomic.Int64
+	topic       string
 }
 
 func (*exportBatch) Deadline() (time.Time, bool) { return time.Time{}, false }
@@ -279,6 +284,12 @@ func (e *Exporter) Consume(_ context.Context, b *record.Batch) error {
 		return consumer.ErrFull
 	}
 	eb := e.pool.Get().(*exportBatch)
+	eb.unconfirmed = eb.unconfirmed[:0]
+	if err := e.tp.admit(b, &eb.unconfirmed); err != nil {
+		atomic.AddInt64(&e.buffered, -size)
+		e.pool.Put(eb)
+		return err
+	}
 	eb.b = b
 	eb.topic = b.Records[0].Topic
 	if cap(eb.recs) < n {
@@ -327,10 +338,12 @@ func (e *Exporter) promise(kr *kgo.Record, err error) {
 		n += len(kr.Headers[i].Key) + len(kr.Headers[i].Value)
 	}
 	atomic.AddInt64(&e.buffered, -int64(n))
-	idx := -1
+	// kr points into eb.recs, which mirrors b.Records index for index.
+	idx := int((uintptr(unsafe.Pointer(kr)) - uintptr(unsafe.Pointer(&eb.recs[0]))) / unsafe.Sizeof(kgo.Record{}))
+	if len(eb.unconfirmed) > 0 && eb.unconfirmed[idx] {
+		e.tp.settle(kr.Topic, err == nil, err != nil && isUnknownTopic(err))
+	}
 	if err != nil {
-		// kr points into eb.recs, which mirrors b.Records index for index.
-		idx = int((uintptr(unsafe.Pointer(kr)) - uintptr(unsafe.Pointer(&eb.recs[0]))) / unsafe.Sizeof(kgo.Record{}))
 		err = e.classify(kr, err)
 		reason := consumer.Reason(err)
 		if !b.Spooled {
@@ -370,6 +383,16 @@ func (e *Exporter) promise(kr *kgo.Record, err error) {
 	b.Ack(err)
 }
 
+// isUnknownTopic: Kafka says the topic does not exist (or the client
+// purged it, which it does only for such topics).
+func isUnknownTopic(err error) bool {
+	return errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID) || err.Error() == errPurgedText
+}
+
+// errPurgedText is the Kafka client's (unexported) error for a record of a
+// topic purged while it was buffered.
+const errPurgedText = "topic purged while buffered"
+
 // classify turns a franz-go failure into the consumer error kinds receivers
 // understand.
 func (e *Exporter) classify(kr *kgo.Record, err error) error {
@@ -380,7 +403,7 @@ func (e *Exporter) classify(kr *kgo.Record, err error) error {
 		return &consumer.PermanentError{Reason: "shutdown_timeout", Msg: "ferry stopped before Kafka acknowledged the record", Err: err}
 	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
 		return consumer.TooLarge("record", int64(len(kr.Key)+len(kr.Value)), int64(e.cfg.MaxBatchBytes), err)
-	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
+	case isUnknownTopic(err):
 		return consumer.UnknownTopic(kr.Topic, err)
 	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.InvalidTopicException):
 		return &consumer.PermanentError{Reason: "topic_rejected", Msg: fmt.Sprintf("Kafka refused topic %q: %v", kr.Topic, err), Err: err}
@@ -431,6 +454,7 @@ type metrics struct {
 	batchB    prometheus.Histogram
 	batchC    prometheus.Histogram
 	brokerErr *prometheus.CounterVec
+	purged    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -457,8 +481,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Compressed bytes per partition batch written.", ConstLabels: lbl, Buckets: prometheus.ExponentialBuckets(256, 4, 10)}),
 		brokerErr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exporter_errors_total",
 			Help: "Broker connection and request errors (retried), by kind.", ConstLabels: lbl}, []string{"reason"}),
+		purged: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_exporter_kafka_purged_topics_total",
+			Help: "Topics that turned out not to exist, removed from the Kafka client's metadata.", ConstLabels: lbl}),
 	}
-	reg.MustRegister(m.sent, m.sentBytes, m.dropped, m.inflight, m.up, m.latency, m.batchRecs, m.batchB, m.batchC, m.brokerErr)
+	reg.MustRegister(m.sent, m.sentBytes, m.dropped, m.inflight, m.up, m.latency, m.batchRecs, m.batchB, m.batchC, m.brokerErr, m.purged)
 	return m
 }
 

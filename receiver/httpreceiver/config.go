@@ -6,6 +6,7 @@ import (
 
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/config/bytesize"
+	"github.com/ferryhq/ferry/routing"
 )
 
 // Config is the user configuration (YAML receivers.http).
@@ -31,6 +32,9 @@ type Config struct {
 	ReadTimeout    time.Duration `yaml:"read_timeout"`
 	IdleTimeout    time.Duration `yaml:"idle_timeout"`
 	MaxHeaderBytes bytesize.Size `yaml:"max_header_bytes"`
+	// Topics: the topic names requests may write to, as globs ("*": any
+	// topic that exists); a token's own topic pattern applies on top.
+	Topics []string `yaml:"topics"`
 	// MaxConnections bounds the connections open at once; beyond it a new
 	// connection gets 503 and is closed (0: unbounded).
 	MaxConnections  int           `yaml:"max_connections"`
@@ -58,6 +62,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxHeaderBytes < 1024 {
 		return fmt.Errorf("max_header_bytes: %s is below 1KiB", c.MaxHeaderBytes)
+	}
+	if _, err := routing.NewAllow(c.Topics); err != nil {
+		return err
 	}
 	if err := c.Auth.Validate(); err != nil {
 		return fmt.Errorf("auth.%w", err)

@@ -2,14 +2,17 @@ package httpreceiver
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/ferryhq/ferry/auth"
+	"github.com/ferryhq/ferry/auth/authtest"
+	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/internal/hostile"
 	"github.com/ferryhq/ferry/record"
+	"github.com/ferryhq/ferry/telemetry"
 )
 
 // memSink records each batch's MemBytes and records.
@@ -93,4 +96,45 @@ func TestReservedHeadersDropped(t *testing.T) {
 	}
 }
 
-var _ = strconv.Itoa
+// TestTopicScope: a token's topic pattern confines its holder to matching
+// topics (another tenant's OTLP topic is refused), and the receiver's
+// topics patterns confine everyone; both answer 403 topic_not_allowed.
+func TestTopicScope(t *testing.T) {
+	checker, _ := authtest.New(t)
+	acme := authtest.IssueClaims(t, token.Claims{App: "acme", TopicPattern: "acme-*"})
+	cfg := testConfig()
+	cfg.Topics = []string{"acme-*", "shared-logs", "otel-*"}
+	cfg.Auth = auth.ReceiverConfig{Mode: "optional", Sources: []string{"authorization"}}
+	sink := &memSink{}
+	r, err := New(cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown(t.Context())
+	base := "http://" + r.Addr() + "/v1/messages/"
+	for _, c := range []struct {
+		topic, tok string
+		code       int
+	}{
+		{"acme-orders", acme, 200},
+		{"otel-logs-globex", acme, 403}, // another tenant's topic
+		{"shared-logs", acme, 403},      // allowed by the receiver, not by the token
+		{"shared-logs", "", 200},
+		{"billing", "", 403}, // allowed by nothing
+	} {
+		var hdr []string
+		if c.tok != "" {
+			hdr = []string{"Authorization", "Bearer " + c.tok}
+		}
+		res := post(t, base+c.topic, "text/plain", "", []byte("x"), hdr...)
+		if res.code != c.code || c.code == 403 && res.body["reason"] != "topic_not_allowed" {
+			t.Errorf("%s with token %v: %d %v, want %d", c.topic, c.tok != "", res.code, res.body, c.code)
+		}
+	}
+	if n := len(sink.Records()); n != 2 {
+		t.Fatalf("%d records passed on, want 2", n)
+	}
+}

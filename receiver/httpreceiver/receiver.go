@@ -62,6 +62,7 @@ type Receiver struct {
 	m      *receivermetrics.Metrics
 	body   *httpbody.Reader
 	gate   *auth.Gate
+	allow  *routing.Allow
 	batchP sync.Pool
 }
 
@@ -75,6 +76,7 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.P
 	r := &Receiver{cfg: cfg, set: set, next: next, topics: telemetry.NewLabels(1000), body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
 		gate: auth.NewGate(cfg.Auth, pre)}
 	r.log = telemetry.NewLimited(set.Logger.With("component", "receiver/http"), 10*time.Second)
+	r.allow, _ = routing.NewAllow(cfg.Topics) // checked by Validate
 	r.m = receivermetrics.New(set.Registry, "http")
 	r.batchP.New = func() any { return new(record.Batch) }
 
@@ -175,6 +177,10 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 	if claims != nil && claims.Topics[token.Messages] != "" && claims.Topics[token.Messages] != topic {
 		r.fail(w, http.StatusForbidden, "topic_not_allowed",
 			fmt.Sprintf("this token may write to topic %q only", claims.Topics[token.Messages]), 0)
+		return
+	}
+	if err := r.allow.Check(topic, claims); err != nil {
+		r.fail(w, http.StatusForbidden, "topic_not_allowed", err.Error(), 0)
 		return
 	}
 	ndjson, ok := r.mediaType(req.Header.Get("Content-Type"))
@@ -415,9 +421,13 @@ func (r *Receiver) failErr(w http.ResponseWriter, err error, records int) {
 	var pe *consumer.PermanentError
 	if errors.As(err, &pe) {
 		code := http.StatusBadGateway
-		switch pe.Reason {
-		case "record_too_large":
+		switch {
+		case pe.TooLarge:
 			code = http.StatusRequestEntityTooLarge
+		case pe.Forbidden:
+			code = http.StatusForbidden
+		}
+		switch pe.Reason {
 		case "unknown_topic":
 			code = http.StatusNotFound
 		case "topic_rejected":

@@ -107,7 +107,9 @@ func TestRouting(t *testing.T) {
 	checker, _ := authtest.New(t)
 	cfgAuth := auth.Config{Keys: []auth.KeyConfig{{ID: 1, Secret: authtest.Key, Issue: true}}, CacheSize: 16, CacheTTL: time.Minute}
 	ring, _ := cfgAuth.Keyring()
-	plain, _ := ring.Issue(token.Claims{App: "shop eu", BusinessID: 9, DataIDs: [4]uint64{token.Logs: 1003}})
+	plain, _ := ring.Issue(token.Claims{App: "shop-eu", BusinessID: 9, DataIDs: [4]uint64{token.Logs: 1003}})
+	// A name Kafka refuses is not sanitized into another tenant's topic.
+	spaced, _ := ring.Issue(token.Claims{App: "shop eu"})
 	own, _ := ring.Issue(token.Claims{App: "own", Topics: [4]string{token.Logs: "own-logs"}})
 
 	cfg := testConfig()
@@ -138,22 +140,25 @@ func TestRouting(t *testing.T) {
 	if code := send(""); code != 400 {
 		t.Fatalf("a {tenant} template without a token: %d, want 400", code)
 	}
+	if code := send(spaced); code != 400 {
+		t.Fatalf("a tenant name Kafka refuses in a topic: %d, want 400", code)
+	}
 	recs := sink.Records()
-	if len(recs) != 2 || recs[0].Topic != "otel-logs-shop_eu" || recs[1].Topic != "own-logs" {
+	if len(recs) != 2 || recs[0].Topic != "otel-logs-shop-eu" || recs[1].Topic != "own-logs" {
 		t.Fatalf("topics %q, %q", recs[0].Topic, recs[1].Topic)
 	}
 	var obj map[string]any
 	if err := json.Unmarshal(recs[0].Value, &obj); err != nil {
 		t.Fatal(err)
 	}
-	if obj["tenant"] != "shop eu" || obj["business_id"] != 9.0 || obj["data_id"] != 1003.0 {
+	if obj["tenant"] != "shop-eu" || obj["business_id"] != 9.0 || obj["data_id"] != 1003.0 {
 		t.Fatalf("flat_json tenant fields: %v %v %v", obj["tenant"], obj["business_id"], obj["data_id"])
 	}
 	hs := map[string]string{}
 	for _, h := range recs[0].Headers {
 		hs[h.Key] = string(h.Value)
 	}
-	if hs["ferry.tenant"] != "shop eu" || hs["ferry.business_id"] != "9" || hs["ferry.data_id"] != "1003" {
+	if hs["ferry.tenant"] != "shop-eu" || hs["ferry.business_id"] != "9" || hs["ferry.data_id"] != "1003" {
 		t.Fatalf("headers %v", hs)
 	}
 }

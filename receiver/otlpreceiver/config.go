@@ -24,6 +24,10 @@ type Config struct {
 		// at once (gRPC reads each message whole before ferry sees it).
 		MaxConcurrentStreams uint32 `yaml:"max_concurrent_streams"`
 	} `yaml:"grpc"`
+	// Topics: the topic names requests may write to after routing, as
+	// globs ("*": any topic that exists); a token's own topic pattern
+	// applies on top.
+	Topics []string `yaml:"topics"`
 	// MaxConnections bounds the connections open at once on each of the
 	// two listeners (0: unbounded).
 	MaxConnections int `yaml:"max_connections"`
@@ -74,6 +78,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxExpandedBytes != 0 && c.MaxExpandedBytes < c.MaxRequestBytes {
 		return fmt.Errorf("max_expanded_bytes: %s is below max_request_bytes (%s)", c.MaxExpandedBytes, c.MaxRequestBytes)
+	}
+	if _, err := routing.NewAllow(c.Topics); err != nil {
+		return err
 	}
 	if err := c.Auth.Validate(); err != nil {
 		return fmt.Errorf("auth.%w", err)

@@ -3,11 +3,14 @@ package otlpreceiver
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -16,10 +19,12 @@ import (
 
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/authtest"
+	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/buffer/memqueue"
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/internal/hostile"
 	"github.com/ferryhq/ferry/internal/otlpgen"
+	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -182,4 +187,56 @@ func TestGRPCReservesBeforeRead(t *testing.T) {
 	}
 	budget.Release(budget.Limit() - int64(cfg.MaxRequestBytes)/2)
 	waitUsed(0)
+}
+
+// TestTopicScopeOTLP: routed topics are checked against the token's topic
+// pattern and the receiver's topics, per record when the topic comes from
+// the resource: 403 / PERMISSION_DENIED, nothing passed on.
+func TestTopicScopeOTLP(t *testing.T) {
+	checker, _ := authtest.New(t)
+	cfg := testConfig()
+	cfg.Logs = encoding.Config{Topic: "otel-{signal}-{tenant}", Encoding: "otlp_proto", Partition: "resource"}
+	cfg.Traces = encoding.Config{Topic: "spans-{resource.service.name}", Encoding: "otlp_proto", Partition: "trace_id"}
+	cfg.Topics = []string{"otel-*", "spans-checkout"}
+	cfg.Auth = auth.ReceiverConfig{Mode: "optional", Sources: []string{"authorization"}}
+	sink := &consumertest.Sink{}
+	r := startWith(t, cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
+	send := func(path string, raw []byte, tok string) int {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+r.HTTPAddr()+path, bytes.NewReader(raw))
+		req.Header.Set("Content-Type", "application/x-protobuf")
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	logs, _ := plogotlp.NewExportRequestFromLogs(otlpgen.New(1).Logs(1, 3)).MarshalProto()
+	scoped := authtest.IssueClaims(t, token.Claims{App: "acme", TopicPattern: "acme-*"})
+	open := authtest.IssueClaims(t, token.Claims{App: "acme"})
+	if c := send("/v1/logs", logs, scoped); c != 403 {
+		t.Fatalf("token scoped to acme-* routed to otel-logs-acme: %d, want 403", c)
+	}
+	if c := send("/v1/logs", logs, open); c != 200 {
+		t.Fatalf("unscoped token: %d", c)
+	}
+	// Per resource: one resource routes outside the receiver's topics.
+	td := ptrace.NewTraces()
+	for i, svc := range []string{"checkout", "billing"} {
+		rs := td.ResourceSpans().AppendEmpty()
+		rs.Resource().Attributes().PutStr("service.name", svc)
+		sp := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
+		sp.SetTraceID([16]byte{1, byte(i)})
+		sp.SetName("op")
+	}
+	spans, _ := ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()
+	if c := send("/v1/traces", spans, ""); c != 403 {
+		t.Fatalf("a resource routed to spans-billing: %d, want 403", c)
+	}
+	if n := len(sink.Records()); n != 1 {
+		t.Fatalf("%d records passed on, want the one allowed logs record", n)
+	}
 }

@@ -62,6 +62,7 @@ type Receiver struct {
 	gate    *auth.Gate
 	sampler *sampler.Sampler
 	attrs   *attributes.Processor
+	allow   *routing.Allow
 }
 
 // signalOut is a signal's fixed output: its encoding config and the Kafka
@@ -89,6 +90,7 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.P
 	if pre != nil {
 		r.sampler, r.attrs = pre.Sampler, pre.Attributes
 	}
+	r.allow, _ = routing.NewAllow(cfg.Topics) // checked by Validate
 	r.httpM = receivermetrics.New(set.Registry, "otlp_http")
 	r.grpcM = receivermetrics.New(set.Registry, "otlp_grpc")
 	for i, c := range []*encoding.Config{&r.cfg.Traces, &r.cfg.Metrics, &r.cfg.Logs} {
@@ -188,6 +190,13 @@ func (m mdHeaders) Get(name string) string {
 	return ""
 }
 
+// forbidden answers a request routed to a topic it may not write to.
+func (r *Receiver) forbidden(m *receivermetrics.Metrics, err error) outcome {
+	pe := &consumer.PermanentError{Reason: "topic_not_allowed", Msg: err.Error(), Err: err, Forbidden: true}
+	m.Error(pe.Reason)
+	return outcome{err: pe}
+}
+
 // encodeFailed answers a request that ferry's decoder refused: over a
 // per-request limit (413 naming the key) or malformed (400).
 func (r *Receiver) encodeFailed(m *receivermetrics.Metrics, err error) outcome {
@@ -241,6 +250,12 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 			return outcome{err: &decodeError{err}}
 		}
 		topic = t
+	}
+	if !perResource {
+		if err := r.allow.Check(topic, claims); err != nil {
+			r.body.Put(raw)
+			return r.forbidden(m, err)
+		}
 	}
 	if r.attrs != nil && r.attrs.Active(sig.String(), vars.Tenant) {
 		// pdata decodes recursively with no depth bound: the request must
@@ -302,7 +317,21 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 			res := p.ResRaw
 			vars.Resource = func(k string) (string, bool) { return wire.LookupAttr(res, k) }
 			if perResource {
-				rec.Topic, _ = so.tmpl.Expand(vars) // resource placeholders never fail
+				t, err := so.tmpl.Expand(vars)
+				if err == nil {
+					err = r.allow.Check(t, claims)
+				}
+				if err != nil {
+					r.body.Put(raw)
+					r.body.Put(out)
+					var na *routing.ErrTopicNotAllowed
+					if errors.As(err, &na) {
+						return r.forbidden(m, err)
+					}
+					m.Error("no_route")
+					return outcome{err: &decodeError{err}}
+				}
+				rec.Topic = t
 			}
 			if so.keyTmpl != nil {
 				k, err := so.keyTmpl.ExpandRaw(vars)

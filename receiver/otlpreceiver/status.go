@@ -52,6 +52,9 @@ func classify(err error) answer {
 		if pe.Reason == "shutdown_timeout" {
 			return answer{http.StatusServiceUnavailable, codes.Unavailable, 5 * time.Second, pe.Reason, pe.Msg}
 		}
+		if pe.Forbidden {
+			return answer{http.StatusForbidden, codes.PermissionDenied, 0, pe.Reason, pe.Msg}
+		}
 		if pe.TooLarge {
 			// RESOURCE_EXHAUSTED without RetryInfo: OTLP clients do not
 			// retry it (the same data would be refused again).
