@@ -2,12 +2,14 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/ratelimit"
 	"github.com/ferryhq/ferry/buffer/memqueue"
 	"github.com/ferryhq/ferry/buffer/spool"
+	"github.com/ferryhq/ferry/config/bytesize"
 	"github.com/ferryhq/ferry/deadletter"
 	"github.com/ferryhq/ferry/exporter/kafkaexporter"
 	"github.com/ferryhq/ferry/processor/attributes"
@@ -63,6 +65,19 @@ type Exporter struct {
 	Kafka kafkaexporter.Config `yaml:"kafka"`
 }
 
+// loopback reports whether addr (host:port) listens on loopback only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // Validate checks every section and names the failing key by its full path.
 func (c *Config) Validate() error {
 	wrap := func(prefix string, err error) error {
@@ -104,6 +119,25 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("config: delivery.spool.read_ahead (%s) must be between two exporter.kafka.max_batch_bytes (%s) and queue.memory_limit (%s)",
 				ra, 2*c.Exporter.Kafka.MaxBatchBytes, c.Queue.MemoryLimit)
 		}
+		// The reader holds what it read until Kafka answers, from the
+		// queue's memory: it must be able to hold two of the largest records
+		// at once (read_ahead 0 is half of memory_limit).
+		if c.Delivery.Spool.ReadAhead == 0 && c.Queue.MemoryLimit/2 < 2*c.Exporter.Kafka.MaxBatchBytes {
+			return fmt.Errorf("config: queue.memory_limit (%s) must be at least four exporter.kafka.max_batch_bytes (%s) in %s mode: the spool reader takes half of it and must hold two of the largest records",
+				c.Queue.MemoryLimit, 4*c.Exporter.Kafka.MaxBatchBytes, c.Delivery.Mode)
+		}
+		// A request is appended whole: one larger than the spool can never be.
+		for _, r := range []struct {
+			key string
+			on  bool
+			max bytesize.Size
+		}{{"receivers.http.max_request_bytes", c.Receivers.HTTP.Enabled, c.Receivers.HTTP.MaxRequestBytes},
+			{"receivers.otlp.max_request_bytes", c.Receivers.OTLP.Enabled, c.Receivers.OTLP.MaxRequestBytes}} {
+			if r.on && c.Delivery.Spool.MaxBytes < 2*r.max {
+				return fmt.Errorf("config: delivery.spool.max_bytes (%s) must be at least two %s (%s): a request is appended whole",
+					c.Delivery.Spool.MaxBytes, r.key, 2*r.max)
+			}
+		}
 	default:
 		return fmt.Errorf("config: delivery.mode: %q is not one of kafka, spool, spill", c.Delivery.Mode)
 	}
@@ -112,6 +146,13 @@ func (c *Config) Validate() error {
 	}
 	if err := wrap("exporter.kafka", c.Exporter.Kafka.Validate()); err != nil {
 		return err
+	}
+	if mb := c.Exporter.Kafka.MaxBufferedBytes; mb != 0 && mb < c.Queue.MemoryLimit {
+		return fmt.Errorf("config: exporter.kafka.max_buffered_bytes (%s) is below queue.memory_limit (%s): the queue admits what the Kafka client could not take, and requests fail after admission; raise it or leave it 0 (sized from the queue)",
+			mb, c.Queue.MemoryLimit)
+	}
+	if c.Telemetry.Admin.Pprof && !loopback(c.Telemetry.Admin.Listen) {
+		return fmt.Errorf("config: telemetry.admin.pprof is on and telemetry.admin.listen (%s) is not a loopback address: the profiler would be open to the network", c.Telemetry.Admin.Listen)
 	}
 	if c.Exporter.Kafka.AutoCreateTopics {
 		// Creation only for names an operator allowed, never for whatever

@@ -131,3 +131,37 @@ func TestByteSize(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusesConfigurationsThatCannotWork: settings that would deadlock
+// the spool reader, make requests that can never be spooled, make the
+// Kafka client's buffer the bound instead of the queue, or expose the
+// profiler beyond loopback are refused, naming the keys.
+func TestRefusesConfigurationsThatCannotWork(t *testing.T) {
+	cases := map[string][]string{
+		"spool reader cannot hold a record": {"delivery.mode=spool", "queue.memory_limit=1MiB", "receivers.http.max_request_bytes=64KiB",
+			"receivers.otlp.enabled=false", "exporter.kafka.max_batch_bytes=1000000"},
+		"read_ahead below two records":  {"delivery.mode=spool", "delivery.spool.read_ahead=1MiB"},
+		"spool smaller than a request":  {"delivery.mode=spill", "delivery.spool.max_bytes=4MiB", "delivery.spool.segment_bytes=1MiB"},
+		"client buffer below the queue": {"exporter.kafka.max_buffered_bytes=64MiB"},
+		"pprof off loopback":            {"telemetry.admin.pprof=true", "telemetry.admin.listen=0.0.0.0:8089"},
+	}
+	want := map[string][]string{
+		"spool reader cannot hold a record": {"queue.memory_limit", "exporter.kafka.max_batch_bytes"},
+		"read_ahead below two records":      {"delivery.spool.read_ahead", "exporter.kafka.max_batch_bytes"},
+		"spool smaller than a request":      {"delivery.spool.max_bytes", "max_request_bytes"},
+		"client buffer below the queue":     {"exporter.kafka.max_buffered_bytes", "queue.memory_limit"},
+		"pprof off loopback":                {"telemetry.admin.pprof", "telemetry.admin.listen"},
+	}
+	for name, set := range cases {
+		_, err := Parse(nil, set)
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+			continue
+		}
+		for _, k := range want[name] {
+			if !strings.Contains(err.Error(), k) {
+				t.Errorf("%s: %v does not name %s", name, err, k)
+			}
+		}
+	}
+}
