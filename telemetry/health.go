@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"sync"
 	"time"
 
@@ -74,8 +75,32 @@ func NewAdmin(cfg AdminConfig, set Settings) *Admin {
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"ready": ok, "not_ready": why})
 	})
-	a.srv = &http.Server{Addr: addr, Handler: a.mux, ReadHeaderTimeout: 10 * time.Second}
+	a.srv = &http.Server{Addr: addr, Handler: hostGuard(addr, a.mux), ReadHeaderTimeout: 10 * time.Second}
 	return a
+}
+
+// hostGuard refuses requests whose Host names something other than this
+// listener: a web page that rebinds its own DNS name to 127.0.0.1 reaches
+// the admin port from the user's browser, but still says its own name in
+// Host. Programs say the address they dialled (127.0.0.1, localhost, ::1
+// or the configured listen host).
+func hostGuard(listen string, next http.Handler) http.Handler {
+	lhost, _, _ := net.SplitHostPort(listen)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Host
+		if hh, _, err := net.SplitHostPort(h); err == nil {
+			h = hh
+		}
+		h = strings.Trim(h, "[]")
+		ip := net.ParseIP(h)
+		if h == "localhost" || ip != nil && (ip.IsLoopback() || h == lhost || ip.Equal(net.ParseIP(lhost))) || h == lhost && lhost != "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusMisdirectedRequest)
+		_ = json.NewEncoder(w).Encode(map[string]any{"error": "the admin server answers only requests addressed to its own address (Host header)"})
+	})
 }
 
 // Handle adds a route.

@@ -83,3 +83,35 @@ func TestAdminEndpoints(t *testing.T) {
 		t.Fatalf("pprof served without being enabled: %d", code)
 	}
 }
+
+// TestAdminChecksHost: the admin server answers only requests addressed to
+// itself, so a page whose DNS name rebinds to 127.0.0.1 cannot read
+// metrics or trigger actions from the user's browser.
+func TestAdminChecksHost(t *testing.T) {
+	set := TestSettings()
+	a := NewAdmin(AdminConfig{Listen: "127.0.0.1:0"}, set)
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Shutdown(context.Background())
+	get := func(host string) int {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+a.Addr()+"/healthz", nil)
+		if host != "" {
+			req.Host = host
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for _, h := range []string{"", "localhost:8089", "127.0.0.1", "[::1]:8089"} {
+		if c := get(h); c != 200 {
+			t.Errorf("Host %q: %d", h, c)
+		}
+	}
+	if c := get("evil.example:8089"); c != http.StatusMisdirectedRequest {
+		t.Fatalf("rebound Host: %d, want 421", c)
+	}
+}

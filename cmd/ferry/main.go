@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"mime"
 	"net/http"
 	"os"
 	"os/signal"
@@ -155,6 +156,15 @@ func reloadHandler(reload func() (string, error)) http.Handler {
 		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
 			w.WriteHeader(http.StatusForbidden)
 			_ = json.NewEncoder(w).Encode(map[string]any{"error": "reload is allowed from loopback only"})
+			return
+		}
+		// A web page can make the browser send a simple POST to loopback;
+		// it cannot add a custom header or a JSON content type without a
+		// CORS preflight, which nothing here answers.
+		ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+		if r.Header.Get("Origin") != "" || r.Header.Get("X-Ferry-Reload") == "" && ct != "application/json" {
+			w.WriteHeader(http.StatusForbidden)
+			_ = json.NewEncoder(w).Encode(map[string]any{"error": "reload needs the header X-Ferry-Reload: 1 (or Content-Type: application/json) and no Origin: e.g. curl -XPOST -H 'X-Ferry-Reload: 1' http://127.0.0.1:8089/-/reload"})
 			return
 		}
 		warning, err := reload()

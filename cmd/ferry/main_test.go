@@ -279,7 +279,7 @@ auth: {keys: [{id: %d, secret: "%s", issue: true}]}
 	if err := os.WriteFile(file, []byte("auth: {keys: [{id: 1, secret: nope}]}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	res, err := http.Post("http://"+adminAddr+"/-/reload", "", nil)
+	res, err := http.Post("http://"+adminAddr+"/-/reload", "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,6 +297,7 @@ func TestReloadIsLoopbackOnly(t *testing.T) {
 	called := false
 	h := reloadHandler(func() (string, error) { called = true; return "", nil })
 	req := httptest.NewRequest(http.MethodPost, "/-/reload", nil)
+	req.Header.Set("X-Ferry-Reload", "1")
 	req.RemoteAddr = "192.0.2.7:5555"
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, req)
@@ -308,5 +309,29 @@ func TestReloadIsLoopbackOnly(t *testing.T) {
 	h.ServeHTTP(w, req)
 	if w.Code != 200 || !called {
 		t.Fatalf("loopback reload: %d", w.Code)
+	}
+}
+
+// TestReloadRefusesBrowsers: what a web page can make a browser send to
+// 127.0.0.1 (a simple POST, an Origin header) does not reload.
+func TestReloadRefusesBrowsers(t *testing.T) {
+	called := false
+	h := reloadHandler(func() (string, error) { called = true; return "", nil })
+	for name, hdr := range map[string][]string{
+		"simple form post":          {"Content-Type", "application/x-www-form-urlencoded"},
+		"simple text post":          {"Content-Type", "text/plain"},
+		"no header at all":          nil,
+		"custom header with Origin": {"X-Ferry-Reload", "1", "Origin", "https://evil.example"},
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/-/reload", nil)
+		req.RemoteAddr = "127.0.0.1:5555"
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != 403 || called {
+			t.Fatalf("%s: %d, reloaded %v", name, w.Code, called)
+		}
 	}
 }

@@ -35,6 +35,9 @@ type Config struct {
 	// Topics: the topic names requests may write to, as globs ("*": any
 	// topic that exists); a token's own topic pattern applies on top.
 	Topics []string `yaml:"topics"`
+	// AllowedOrigins: web pages (by Origin) allowed to post from a browser;
+	// empty refuses every request that carries an Origin header.
+	AllowedOrigins []string `yaml:"allowed_origins"`
 	// MaxConnections bounds the connections open at once; beyond it a new
 	// connection gets 503 and is closed (0: unbounded).
 	MaxConnections  int           `yaml:"max_connections"`

@@ -138,3 +138,28 @@ func TestTopicScope(t *testing.T) {
 		t.Fatalf("%d records passed on, want 2", n)
 	}
 }
+
+// TestBrowserOriginsRefused: a request carrying an Origin header (what a
+// browser adds when a web page posts to 127.0.0.1) is refused 403 unless
+// its origin is configured, in which case CORS is answered.
+func TestBrowserOriginsRefused(t *testing.T) {
+	cfg := testConfig()
+	cfg.AllowedOrigins = []string{"https://app.example.com"}
+	sink := &memSink{}
+	_, url := start(t, cfg, sink)
+	res := post(t, url+"/v1/messages/t", "text/plain", "", []byte("x"), "Origin", "https://evil.example")
+	if res.code != 403 || res.body["reason"] != "origin_not_allowed" {
+		t.Fatalf("foreign origin: %d %v", res.code, res.body)
+	}
+	res = post(t, url+"/v1/messages/t", "text/plain", "", []byte("x"), "Origin", "null")
+	if res.code != 403 {
+		t.Fatalf("opaque origin: %d", res.code)
+	}
+	res = post(t, url+"/v1/messages/t", "text/plain", "", []byte("x"), "Origin", "https://app.example.com")
+	if res.code != 200 || res.hdr.Get("Access-Control-Allow-Origin") != "https://app.example.com" {
+		t.Fatalf("allowed origin: %d %v", res.code, res.hdr)
+	}
+	if n := len(sink.Records()); n != 1 {
+		t.Fatalf("%d records, want 1", n)
+	}
+}

@@ -38,6 +38,7 @@ import (
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/receiver/connlimit"
+	"github.com/ferryhq/ferry/receiver/origin"
 	"github.com/ferryhq/ferry/receiver/graceful"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
@@ -87,7 +88,9 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.P
 	})
 	r.srv = &http.Server{
 		Addr:              cfg.Listen,
-		Handler:           r.active.Wrap(mux),
+		Handler: r.active.Wrap(origin.New(cfg.AllowedOrigins).Wrap(mux, func(w http.ResponseWriter, _ *http.Request) {
+			r.fail(w, http.StatusForbidden, "origin_not_allowed", origin.RefusalMessage, 0)
+		})),
 		ReadHeaderTimeout: cfg.ReadTimeout,
 		ReadTimeout:       cfg.ReadTimeout,
 		IdleTimeout:       cfg.IdleTimeout,

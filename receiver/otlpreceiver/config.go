@@ -16,6 +16,10 @@ type Config struct {
 	HTTP    struct {
 		Enabled bool   `yaml:"enabled"`
 		Listen  string `yaml:"listen"`
+		// AllowedOrigins: web pages (by Origin) allowed to export from a
+		// browser (CORS is answered for them); empty refuses every request
+		// that carries an Origin header.
+		AllowedOrigins []string `yaml:"allowed_origins"`
 	} `yaml:"http"`
 	GRPC struct {
 		Enabled bool   `yaml:"enabled"`

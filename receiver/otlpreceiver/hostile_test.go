@@ -240,3 +240,41 @@ func TestTopicScopeOTLP(t *testing.T) {
 		t.Fatalf("%d records passed on, want the one allowed logs record", n)
 	}
 }
+
+// TestBrowserOriginsRefusedOTLP: OTLP/HTTP refuses requests from web pages
+// not listed in allowed_origins, and answers the CORS preflight of those
+// that are (browser OTLP exporters).
+func TestBrowserOriginsRefusedOTLP(t *testing.T) {
+	cfg := testConfig()
+	cfg.HTTP.AllowedOrigins = []string{"https://app.example.com"}
+	sink := &consumertest.Sink{}
+	r := start(t, cfg, sink)
+	raw, _ := plogotlp.NewExportRequestFromLogs(otlpgen.New(1).Logs(1, 1)).MarshalProto()
+	do := func(method, origin string) *http.Response {
+		req, _ := http.NewRequest(method, "http://"+r.HTTPAddr()+"/v1/logs", bytes.NewReader(raw))
+		req.Header.Set("Content-Type", "application/x-protobuf")
+		req.Header.Set("Origin", origin)
+		if method == http.MethodOptions {
+			req.Header.Set("Access-Control-Request-Method", "POST")
+			req.Header.Set("Access-Control-Request-Headers", "content-type")
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+	if res := do(http.MethodPost, "https://evil.example"); res.StatusCode != 403 {
+		t.Fatalf("foreign origin: %d", res.StatusCode)
+	}
+	if res := do(http.MethodOptions, "https://app.example.com"); res.StatusCode != 204 || res.Header.Get("Access-Control-Allow-Methods") != "POST" {
+		t.Fatalf("preflight: %d %v", res.StatusCode, res.Header)
+	}
+	if res := do(http.MethodPost, "https://app.example.com"); res.StatusCode != 200 {
+		t.Fatalf("allowed origin: %d", res.StatusCode)
+	}
+	if n := len(sink.Records()); n != 1 {
+		t.Fatalf("%d records, want 1", n)
+	}
+}

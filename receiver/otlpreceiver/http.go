@@ -16,12 +16,14 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/receiver/connlimit"
+	"github.com/ferryhq/ferry/receiver/origin"
 	"github.com/ferryhq/ferry/receiver/graceful"
 )
 
@@ -42,7 +44,11 @@ func newHTTPServer(r *Receiver) *httpServer {
 		h.fail(w, false, answer{httpStatus: http.StatusNotFound, code: 5, reason: "not_found",
 			msg: fmt.Sprintf("no such endpoint %s; OTLP/HTTP serves /v1/traces, /v1/metrics and /v1/logs", q.URL.Path)})
 	})
-	h.srv = &http.Server{Addr: r.cfg.HTTP.Listen, Handler: h.active.Wrap(mux), ReadHeaderTimeout: 30 * time.Second,
+	guarded := origin.New(r.cfg.HTTP.AllowedOrigins).Wrap(mux, func(w http.ResponseWriter, q *http.Request) {
+		h.fail(w, strings.HasPrefix(q.Header.Get("Content-Type"), "application/json"),
+			answer{httpStatus: http.StatusForbidden, code: codes.PermissionDenied, reason: "origin_not_allowed", msg: origin.RefusalMessage})
+	})
+	h.srv = &http.Server{Addr: r.cfg.HTTP.Listen, Handler: h.active.Wrap(guarded), ReadHeaderTimeout: 30 * time.Second,
 		ReadTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(r.set.Logger.Handler(), slog.LevelDebug)}
 	return h
