@@ -38,9 +38,9 @@ import (
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/receiver/connlimit"
-	"github.com/ferryhq/ferry/receiver/origin"
 	"github.com/ferryhq/ferry/receiver/graceful"
 	"github.com/ferryhq/ferry/receiver/httpbody"
+	"github.com/ferryhq/ferry/receiver/origin"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/routing"
@@ -87,7 +87,7 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.P
 		r.fail(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint %s; send POST /v1/messages/{topic}", req.URL.Path), 0)
 	})
 	r.srv = &http.Server{
-		Addr:              cfg.Listen,
+		Addr: cfg.Listen,
 		Handler: r.active.Wrap(origin.New(cfg.AllowedOrigins).Wrap(mux, func(w http.ResponseWriter, _ *http.Request) {
 			r.fail(w, http.StatusForbidden, "origin_not_allowed", origin.RefusalMessage, 0)
 		})),

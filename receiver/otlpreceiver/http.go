@@ -23,8 +23,8 @@ import (
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/receiver/connlimit"
-	"github.com/ferryhq/ferry/receiver/origin"
 	"github.com/ferryhq/ferry/receiver/graceful"
+	"github.com/ferryhq/ferry/receiver/origin"
 )
 
 type httpServer struct {
