@@ -30,7 +30,10 @@ for target in \
     exit 1
   fi
   tail -3 "$log"
-  execs=$(grep -o 'execs: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || echo 0)
+  # Inputs run: the fuzzing execs, or the corpus replayed as the baseline
+  # when a large cached corpus took the whole run.
+  execs=$(grep -o 'execs: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || true)
+  [ -n "$execs" ] || execs=$(grep -o 'baseline coverage: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo 0)
   if [ "${execs:-0}" -lt "$min_execs" ]; then
     echo "fuzz: $1 executed only ${execs:-0} inputs in $t (at least $min_execs wanted)"
     exit 1
