@@ -1,6 +1,6 @@
 # ferry — see README.md. Every target installs what it needs (Kafka jars from
 # Maven Central, Go modules) so it works on a fresh machine with Go, Java, Maven.
-.PHONY: build demo test test-short faults bench bench-quick fuzz vet clean kafka-start kafka-stop
+.PHONY: build demo test test-short faults hostile bench bench-quick fuzz vet clean kafka-start kafka-stop
 
 GO ?= go
 BIN := bin
@@ -34,6 +34,12 @@ bench-quick: build
 # rewrites the results table in docs/reliability.md. make test runs short ones.
 faults:
 	scripts/faults.sh
+
+# Every hostile-client attack against the real binary over the network
+# (about 2 min); rewrites the results table in docs/reliability.md. make
+# test runs the same tests.
+hostile:
+	scripts/hostile.sh
 
 # Unit tests only (no Kafka, no Java): quick feedback while editing.
 test-short:

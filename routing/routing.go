@@ -8,8 +8,12 @@
 // record, OTLP), {header.<name>} (a request header or gRPC metadata). A
 // missing resource attribute or header expands to "unknown". A template
 // without placeholders is a plain topic.
-// Characters Kafka does not allow in topic names are replaced by '_' after
-// expansion, so any app name makes a valid topic.
+// Values are never rewritten to fit: a value with characters Kafka does
+// not allow in topic names, a value containing the template's separator
+// next to another client- or token-chosen value, or a name over 249 bytes
+// is refused (ErrRoute), because sanitizing, truncating or blending would
+// let one client's values name another's topic. Which topics a request may
+// write at all is Allow's business (allow.go).
 package routing
 
 import (

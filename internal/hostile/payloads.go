@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/binary"
+	"hash/crc32"
 
 	"github.com/klauspost/compress/gzip"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -153,4 +154,33 @@ func Gzip(b []byte) []byte {
 	_, _ = w.Write(b)
 	_ = w.Close()
 	return out.Bytes()
+}
+
+// Logs is a small valid logs request: one resource, one record "x".
+func Logs() []byte {
+	rec := appendLen(nil, 5, strValue("x")) // LogRecord.body
+	scope := appendLen(nil, 2, rec)         // ScopeLogs.log_records
+	rl := appendLen(nil, 2, scope)          // ResourceLogs.scope_logs
+	return appendLen(nil, 1, rl)
+}
+
+// SpoolFrame is what a client who read ferry's documentation could put in
+// a value to forge a spool record for topic: a frame in the current layout
+// with a guessed tag and checksum seed, then one in the first layout.
+func SpoolFrame(topic, value string) []byte {
+	payload := binary.LittleEndian.AppendUint64(nil, 0)
+	payload = binary.AppendUvarint(payload, uint64(len(topic)))
+	payload = append(payload, topic...)
+	payload = append(payload, 0) // nil key
+	payload = binary.AppendUvarint(payload, uint64(len(value)))
+	payload = append(payload, value...)
+	payload = append(payload, 0) // no headers
+	var out []byte
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(payload)))
+	out = binary.LittleEndian.AppendUint32(out, 0) // guessed tag
+	out = binary.LittleEndian.AppendUint32(out, crc32.Checksum(payload, crc32.MakeTable(crc32.Castagnoli)))
+	out = append(out, payload...)
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(payload)))
+	out = binary.LittleEndian.AppendUint32(out, crc32.Checksum(payload, crc32.MakeTable(crc32.Castagnoli)))
+	return append(out, payload...)
 }

@@ -10,6 +10,7 @@ package kafkatest
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -248,4 +250,24 @@ func fromStart(t testing.TB, brokers, topic string) *kgo.Client {
 		t.Fatal(err)
 	}
 	return cl
+}
+
+// CreateTopicIfMissing creates a topic unless it exists already (topics
+// with fixed names on a shared broker).
+func CreateTopicIfMissing(t testing.TB, brokers, topic string, partitions int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(partitions), 1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
 }

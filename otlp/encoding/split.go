@@ -2,6 +2,7 @@ package encoding
 
 import (
 	"encoding/hex"
+	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -146,6 +147,43 @@ func (g *grouper) appendGroup(out []byte, gi int) []byte {
 	return out
 }
 
+// groupSize is how many bytes appendGroup writes for group gi, computed
+// without writing: the whole output is sized (and refused if over the
+// bound) before any of it is built, and then written into one allocation.
+func (g *grouper) groupSize(gi int) int {
+	es := g.entries
+	total := 0
+	for i := 0; i < len(es); {
+		if es[i].group != gi {
+			i++
+			continue
+		}
+		j := i
+		for j < len(es) && (es[j].group != gi || sameSlice(es[j].res, es[i].res)) {
+			j++
+		}
+		resSize := 0
+		for k := i; k < j; {
+			if es[k].group != gi {
+				k++
+				continue
+			}
+			l, sz := scopeRun(es, k, j, gi)
+			resSize += 1 + protowire.SizeVarint(uint64(sz)) + sz
+			k = l
+		}
+		if es[i].hasRes {
+			resSize += tagged(es[i].res)
+		}
+		if len(es[i].resSchema) > 0 {
+			resSize += tagged(es[i].resSchema)
+		}
+		total += 1 + protowire.SizeVarint(uint64(resSize)) + resSize
+		i = j
+	}
+	return total
+}
+
 // scopeRun returns the end of the run of entries starting at k (within
 // [k, end)) that share k's scope, and the size of its Scope<X> message
 // counting only entries of group gi.
@@ -277,6 +315,19 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 	}
 	var scratch []byte
 	base := len(out)
+	if c.Encoding != "otlp_json" {
+		// Protobuf output is sized exactly first: a request over the bound
+		// is refused before a byte of it is built, and the rest is written
+		// into one allocation instead of a growing (and garbage-making) one.
+		total := 0
+		for gi := range g.groups {
+			total += g.groupSize(gi) + 32 // the value, and at most a 32-byte hex key
+			if e.MaxBytes > 0 && total+(gi+1)*e.RecordCost > e.MaxBytes {
+				return nil, out, 0, &LimitError{Limit: e.MaxBytes}
+			}
+		}
+		out = slices.Grow(out, total)
+	}
 	for gi := range g.groups {
 		// Checked before each group is written: one group copies at most
 		// the request once (each resource once per run), so the output

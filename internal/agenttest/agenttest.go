@@ -1,0 +1,196 @@
+// Package agenttest runs the real ferry binary for tests that must see the
+// process as users do: its ports, its exit, its memory (VmHWM) and its
+// metrics.
+package agenttest
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Build compiles ./cmd/ferry from the module root into dir.
+func Build(root, dir string) (string, error) {
+	bin := filepath.Join(dir, "ferry")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/ferry")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// Agent is a running ferry binary on free loopback ports.
+type Agent struct {
+	t                       *testing.T
+	Cmd                     *exec.Cmd
+	HTTP, Admin, OTLP, GRPC string // listen addresses
+	Logs                    *SyncBuffer
+	exited                  chan error
+}
+
+// SyncBuffer collects the agent's output.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// FreeAddr is a loopback address nothing listens on.
+func FreeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Start runs the ferry binary bin with config file yaml (may be "") and
+// --set overrides, on free ports, and waits until it serves (not until it
+// is ready: Kafka may be down on purpose).
+func Start(t *testing.T, bin, yaml string, sets ...string) *Agent {
+	t.Helper()
+	a := &Agent{t: t, HTTP: FreeAddr(t), Admin: FreeAddr(t), OTLP: FreeAddr(t), GRPC: FreeAddr(t), Logs: &SyncBuffer{}, exited: make(chan error, 1)}
+	args := []string{"run"}
+	if yaml != "" {
+		f := filepath.Join(t.TempDir(), "ferry.yaml")
+		if err := os.WriteFile(f, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "-c", f)
+	}
+	for _, s := range append([]string{"receivers.http.listen=" + a.HTTP, "telemetry.admin.listen=" + a.Admin,
+		"receivers.otlp.http.listen=" + a.OTLP, "receivers.otlp.grpc.listen=" + a.GRPC}, sets...) {
+		args = append(args, "--set", s)
+	}
+	a.Cmd = exec.Command(bin, args...)
+	a.Cmd.Stderr, a.Cmd.Stdout = a.Logs, a.Logs
+	if err := a.Cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { a.exited <- a.Cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = a.Cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("agent log (tail):\n%s", Tail(a.Logs.String(), 6000))
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := http.Get("http://" + a.Admin + "/healthz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				return a
+			}
+		}
+		select {
+		case err := <-a.exited:
+			t.Fatalf("agent exited at start: %v\n%s", err, a.Logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent not serving after 30 s:\n%s", a.Logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Tail is the last n bytes of s.
+func Tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// Alive fails the test if the agent has exited.
+func (a *Agent) Alive() {
+	a.t.Helper()
+	select {
+	case err := <-a.exited:
+		a.t.Fatalf("agent died: %v\n%s", err, Tail(a.Logs.String(), 6000))
+	default:
+	}
+}
+
+// ResetPeak starts a new peak-RSS window (Linux: clear_refs 5 resets VmHWM).
+func (a *Agent) ResetPeak() {
+	_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", a.Cmd.Process.Pid), []byte("5"), 0)
+}
+
+// Peak is the peak RSS since the last ResetPeak (or start), in bytes.
+func (a *Agent) Peak() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.Cmd.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return -1
+}
+
+// Metric sums every series of a metric from /metrics.
+func (a *Agent) Metric(name string) float64 {
+	res, err := http.Get("http://" + a.Admin + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	var sum float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, name) || len(line) == len(name) || (line[len(name)] != ' ' && line[len(name)] != '{') {
+			continue
+		}
+		f := strings.Fields(line)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		sum += v
+	}
+	return sum
+}
+
+// Kill ends the agent with SIGKILL, as a crash would.
+func (a *Agent) Kill() {
+	_ = a.Cmd.Process.Signal(syscall.SIGKILL)
+	<-a.exited
+}
+
+// Stop ends the agent with SIGTERM and waits (60 s at most).
+func (a *Agent) Stop() {
+	a.t.Helper()
+	_ = a.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.exited:
+	case <-time.After(60 * time.Second):
+		a.t.Fatal("agent did not stop within 60 s")
+	}
+}
+
