@@ -183,6 +183,14 @@ func TestAttacks(t *testing.T) {
 		return a, ok, fmt.Sprintf("%d KB on the wire", len(body)>>10)
 	}, nil)
 
+	attack(t, a, "40,000 one-span traces in one request (CPU)", func() (string, bool, string) {
+		before := a.CPU()
+		r := send(otlp+"/v1/traces", "application/x-protobuf", "", hostile.Amplifier(64, 40000))
+		cpu := a.CPU() - before
+		return fmt.Sprintf("%s in %s of agent CPU", r, cpu.Round(10*time.Millisecond)), r.code == 200 && cpu < 2*time.Second,
+			"splitting by trace walks each trace's own spans (was items × traces: seconds of CPU)"
+	}, nil)
+
 	attack(t, a, "NDJSON line bomb: 4 M one-byte lines (gzip)", func() (string, bool, string) {
 		body := hostile.Gzip(hostile.Lines(4 << 20))
 		a, ok, _ := is(send(base+"/v1/messages/"+goodTopic, "application/x-ndjson", "gzip", body), 413, "max_records_per_request")

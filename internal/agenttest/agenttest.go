@@ -194,3 +194,19 @@ func (a *Agent) Stop() {
 	}
 }
 
+
+// CPU is the CPU time the agent has used so far (user + system).
+func (a *Agent) CPU() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", a.Cmd.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	// Fields after the command name (which may hold spaces) end with ')'.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return -1
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+}

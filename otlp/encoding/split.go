@@ -24,6 +24,8 @@ type grouper struct {
 	entries []entry
 	groups  []groupInfo
 	byTrace map[[16]byte]int
+	// order, start: each group's entries (see index); fill is scratch.
+	order, start, fill []int32
 }
 
 type groupInfo struct {
@@ -74,73 +76,85 @@ func (g *grouper) add(res *wire.Resource, sc *wire.Scope, item []byte, traceID [
 
 func tagged(b []byte) int { return 1 + protowire.SizeVarint(uint64(len(b))) + len(b) }
 
+// index lists each group's entries in order (a counting sort by group):
+// g.order[g.start[gi]:g.start[gi+1]] are group gi's entry indexes. Writing
+// walks each group's own entries, so a request of many traces costs time
+// linear in its items, not items × traces.
+func (g *grouper) index() {
+	n := len(g.groups)
+	g.start = append(g.start[:0], make([]int32, n+1)...)
+	for i := range g.entries {
+		g.start[g.entries[i].group+1]++
+	}
+	for gi := 1; gi <= n; gi++ {
+		g.start[gi] += g.start[gi-1]
+	}
+	g.order = append(g.order[:0], make([]int32, len(g.entries))...)
+	fill := append(g.fill[:0], g.start[:n]...)
+	for i := range g.entries {
+		gi := g.entries[i].group
+		g.order[fill[gi]] = int32(i)
+		fill[gi]++
+	}
+	g.fill = fill
+}
+
+// members is group gi's entries, in order.
+func (g *grouper) members(gi int) []int32 { return g.order[g.start[gi]:g.start[gi+1]] }
+
 // appendGroup writes the entries of group gi as one TracesData / LogsData /
 // MetricsData: a run of entries with the same resource becomes one
 // Resource<X>, a run with the same scope one Scope<X>. Sizes are computed
 // before writing so every item is copied once.
 func (g *grouper) appendGroup(out []byte, gi int) []byte {
-	es := g.entries
-	for i := 0; i < len(es); {
-		if es[i].group != gi {
-			i++
-			continue
-		}
-		// The resource run: entries of this group with the same resource.
+	es, m := g.entries, g.members(gi)
+	for i := 0; i < len(m); {
+		// The resource run: this group's entries with the same resource.
 		j := i
-		resSize := 0
-		for j < len(es) && (es[j].group != gi || sameSlice(es[j].res, es[i].res)) {
+		for j < len(m) && sameSlice(es[m[j]].res, es[m[i]].res) {
 			j++
 		}
-		// Size pass.
+		first := &es[m[i]]
+		resSize := 0
 		for k := i; k < j; {
-			if es[k].group != gi {
-				k++
-				continue
-			}
-			l, sz := scopeRun(es, k, j, gi)
+			l, sz := scopeRun(es, m, k, j)
 			resSize += 1 + protowire.SizeVarint(uint64(sz)) + sz
 			k = l
 		}
-		if es[i].hasRes {
-			resSize += tagged(es[i].res)
+		if first.hasRes {
+			resSize += tagged(first.res)
 		}
-		if len(es[i].resSchema) > 0 {
-			resSize += tagged(es[i].resSchema)
+		if len(first.resSchema) > 0 {
+			resSize += tagged(first.resSchema)
 		}
-		// Write pass.
 		out = protowire.AppendTag(out, 1, protowire.BytesType)
 		out = protowire.AppendVarint(out, uint64(resSize))
-		if es[i].hasRes {
+		if first.hasRes {
 			out = protowire.AppendTag(out, 1, protowire.BytesType)
-			out = protowire.AppendBytes(out, es[i].res)
+			out = protowire.AppendBytes(out, first.res)
 		}
 		for k := i; k < j; {
-			if es[k].group != gi {
-				k++
-				continue
-			}
-			l, sz := scopeRun(es, k, j, gi)
+			l, sz := scopeRun(es, m, k, j)
+			sc := &es[m[k]]
 			out = protowire.AppendTag(out, 2, protowire.BytesType)
 			out = protowire.AppendVarint(out, uint64(sz))
-			if es[k].hasSc {
+			if sc.hasSc {
 				out = protowire.AppendTag(out, 1, protowire.BytesType)
-				out = protowire.AppendBytes(out, es[k].sc)
+				out = protowire.AppendBytes(out, sc.sc)
 			}
-			for m := k; m < l; m++ {
-				if es[m].group == gi {
-					out = protowire.AppendTag(out, 2, protowire.BytesType)
-					out = protowire.AppendBytes(out, es[m].item)
-				}
+			for x := k; x < l; x++ {
+				out = protowire.AppendTag(out, 2, protowire.BytesType)
+				out = protowire.AppendBytes(out, es[m[x]].item)
 			}
-			if len(es[k].scSchema) > 0 {
+			if len(sc.scSchema) > 0 {
 				out = protowire.AppendTag(out, 3, protowire.BytesType)
-				out = protowire.AppendBytes(out, es[k].scSchema)
+				out = protowire.AppendBytes(out, sc.scSchema)
 			}
 			k = l
 		}
-		if len(es[i].resSchema) > 0 {
+		if len(first.resSchema) > 0 {
 			out = protowire.AppendTag(out, 3, protowire.BytesType)
-			out = protowire.AppendBytes(out, es[i].resSchema)
+			out = protowire.AppendBytes(out, first.resSchema)
 		}
 		i = j
 	}
@@ -151,32 +165,24 @@ func (g *grouper) appendGroup(out []byte, gi int) []byte {
 // without writing: the whole output is sized (and refused if over the
 // bound) before any of it is built, and then written into one allocation.
 func (g *grouper) groupSize(gi int) int {
-	es := g.entries
+	es, m := g.entries, g.members(gi)
 	total := 0
-	for i := 0; i < len(es); {
-		if es[i].group != gi {
-			i++
-			continue
-		}
+	for i := 0; i < len(m); {
 		j := i
-		for j < len(es) && (es[j].group != gi || sameSlice(es[j].res, es[i].res)) {
+		for j < len(m) && sameSlice(es[m[j]].res, es[m[i]].res) {
 			j++
 		}
 		resSize := 0
 		for k := i; k < j; {
-			if es[k].group != gi {
-				k++
-				continue
-			}
-			l, sz := scopeRun(es, k, j, gi)
+			l, sz := scopeRun(es, m, k, j)
 			resSize += 1 + protowire.SizeVarint(uint64(sz)) + sz
 			k = l
 		}
-		if es[i].hasRes {
-			resSize += tagged(es[i].res)
+		if first := &es[m[i]]; first.hasRes {
+			resSize += tagged(first.res)
 		}
-		if len(es[i].resSchema) > 0 {
-			resSize += tagged(es[i].resSchema)
+		if first := &es[m[i]]; len(first.resSchema) > 0 {
+			resSize += tagged(first.resSchema)
 		}
 		total += 1 + protowire.SizeVarint(uint64(resSize)) + resSize
 		i = j
@@ -184,22 +190,20 @@ func (g *grouper) groupSize(gi int) int {
 	return total
 }
 
-// scopeRun returns the end of the run of entries starting at k (within
-// [k, end)) that share k's scope, and the size of its Scope<X> message
-// counting only entries of group gi.
-func scopeRun(es []entry, k, end, gi int) (int, int) {
-	l := k
+// scopeRun returns the end of the run of members starting at k (within
+// [k, end)) that share k's scope, and the size of its Scope<X> message.
+func scopeRun(es []entry, m []int32, k, end int) (int, int) {
+	sc := &es[m[k]]
 	size := 0
-	if es[k].hasSc {
-		size += tagged(es[k].sc)
+	if sc.hasSc {
+		size += tagged(sc.sc)
 	}
-	if len(es[k].scSchema) > 0 {
-		size += tagged(es[k].scSchema)
+	if len(sc.scSchema) > 0 {
+		size += tagged(sc.scSchema)
 	}
-	for l < end && (es[l].group != gi || sameSlice(es[l].sc, es[k].sc)) {
-		if es[l].group == gi {
-			size += tagged(es[l].item)
-		}
+	l := k
+	for l < end && sameSlice(es[m[l]].sc, sc.sc) {
+		size += tagged(es[m[l]].item)
 		l++
 	}
 	return l, size
@@ -315,6 +319,7 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 	}
 	var scratch []byte
 	base := len(out)
+	g.index()
 	if c.Encoding != "otlp_json" {
 		// Protobuf output is sized exactly first: a request over the bound
 		// is refused before a byte of it is built, and the rest is written
