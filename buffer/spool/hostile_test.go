@@ -14,15 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/internal/hostile"
 	"github.com/ferryhq/ferry/record"
 )
-
-// forgedFrame is what a hostile client can put inside a record's value: a
-// frame of the spool's layout, for a record to another topic. The client
-// cannot know the secret a segment's frames are sealed with, so it guesses.
-func forgedFrame(topic, value string) []byte {
-	return appendFrame(nil, &record.Record{Topic: topic, Value: []byte(value)}, &segFormat{tag: 0x5a5a5a5a})
-}
 
 // flip xors n bytes at off in file name.
 func flip(t *testing.T, name string, off int64, n int) {
@@ -53,19 +47,9 @@ func TestForgedFrameInValueNeverDelivered(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, testConfig(dir))
 	b := recs(0, 10)
-	evil := append([]byte("prefix-"), forgedFrame("billing", "forged")...)
-	// A second copy sealed the old, unsecret way, which a client could build
-	// from the documentation.
-	old := make([]byte, 8, 64)
-	old = append(old, make([]byte, 8)...)
-	old = append(old, 7)
-	old = append(old, "billing"...)
-	old = append(old, 0, 6)
-	old = append(old, "forged"...)
-	old = append(old, 0)
-	binary.LittleEndian.PutUint32(old, uint32(len(old)-8))
-	binary.LittleEndian.PutUint32(old[4:], crc32c(old[8:]))
-	evil = append(evil, old...)
+	// A frame in the documented layout with a guessed secret, then one in
+	// the first format's layout: what a client can build from the docs.
+	evil := append([]byte("prefix-"), hostile.SpoolFrame("billing", "forged")...)
 	b.Records[5] = record.Record{Topic: "app-logs", Value: evil}
 	appendOK(t, s, b)
 	appendOK(t, s, recs(10, 10))
