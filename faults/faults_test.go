@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferryhq/ferry/internal/agenttest"
 	"github.com/ferryhq/ferry/internal/kafkatest"
 )
 
@@ -47,8 +48,8 @@ func TestBrokerKilledUnderLoad(t *testing.T) {
 				time.Sleep(restartAt - killAt)
 				b.Restart(t)
 			}()
-			l := load(ctx, t, func() string { return a.http }, topic, loadSpec{clients: 8, batch: 100, size: 100, perSec: 20000})
-			a.alive()
+			l := load(ctx, t, func() string { return a.HTTP }, topic, loadSpec{clients: 8, batch: 100, size: 100, perSec: 20000})
+			a.Alive()
 			delivered, lost, dups, took := verify(t, b.Addr, topic, l, 3*time.Minute)
 			o := outcome{Test: "1. broker SIGKILL, restarted", Mode: mode,
 				Duration: fmt.Sprintf("%s, kill at %s, restart at %s", total, killAt, restartAt),
@@ -56,14 +57,14 @@ func TestBrokerKilledUnderLoad(t *testing.T) {
 				Refused: l.refused(), PeakRSSMiB: mib(a.peakRSS.Load()), Recovery: fmt.Sprintf("all in Kafka %.1fs after load", took.Seconds()),
 				Note: l.statuses()}
 			if mode != "kafka" {
-				o.Note += fmt.Sprintf("; %0.f records retried from the spool", a.metric("ferry_spool_retried_records_total"))
+				o.Note += fmt.Sprintf("; %0.f records retried from the spool", a.Metric("ferry_spool_retried_records_total"))
 			}
-			spilled := a.metric("ferry_spill_records_total")
+			spilled := a.Metric("ferry_spill_records_total")
 			if mode == "spill" {
 				o.Note += fmt.Sprintf("; %0.f records spilled", spilled)
 			}
 			record(t, o)
-			a.stop()
+			a.Stop()
 			if lost > 0 {
 				t.Fatalf("%d acknowledged records are not in Kafka", lost)
 			}
@@ -98,24 +99,24 @@ func TestAgentKilledInSpoolMode(t *testing.T) {
 	go func() {
 		defer close(done)
 		time.Sleep(total / 3)
-		a.kill()
+		a.Kill()
 		killed := time.Now()
 		a2 = startAgent(t, brokers, sets...)
 		restartedIn = time.Since(killed)
 		cur.Store(a2)
 	}()
-	l := load(ctx, t, func() string { return cur.Load().http }, topic, loadSpec{clients: 8, batch: 100, size: 100, perSec: 20000})
+	l := load(ctx, t, func() string { return cur.Load().HTTP }, topic, loadSpec{clients: 8, batch: 100, size: 100, perSec: 20000})
 	<-done
-	a2.alive()
+	a2.Alive()
 	delivered, lost, dups, took := verify(t, brokers, topic, l, 3*time.Minute)
-	replayed = a2.metric("ferry_spool_replayed_records_total")
-	replaySecs := a2.metric("ferry_spool_replay_seconds")
+	replayed = a2.Metric("ferry_spool_replayed_records_total")
+	replaySecs := a2.Metric("ferry_spool_replay_seconds")
 	record(t, outcome{Test: "2. agent SIGKILL, restarted on its spool", Mode: "spool, fsync always",
 		Duration: fmt.Sprintf("%s, kill at %s", total, total/3), Offered: l.offered.Load(), Acked: l.ackedN.Load(),
 		Delivered: delivered, Lost: lost, Duplicates: dups, Refused: l.refused(), PeakRSSMiB: mib(a.peakRSS.Load()),
 		Recovery: fmt.Sprintf("serving %.1fs after the kill; %0.f records replayed in %.1fs", restartedIn.Seconds(), replayed, replaySecs),
 		Note:     fmt.Sprintf("%s; verified in %.1fs", l.statuses(), took.Seconds())})
-	a2.stop()
+	a2.Stop()
 	if lost > 0 {
 		t.Fatalf("%d acknowledged records are not in Kafka", lost)
 	}
@@ -143,14 +144,14 @@ func TestKafkaDownOverload(t *testing.T) {
 	var peakSpool atomic.Int64
 	go func() {
 		for ctx.Err() == nil {
-			if v := int64(a.metric("ferry_spool_bytes")); v > peakSpool.Load() {
+			if v := int64(a.Metric("ferry_spool_bytes")); v > peakSpool.Load() {
 				peakSpool.Store(v)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 	}()
-	l := load(ctx, t, func() string { return a.http }, topic, loadSpec{clients: 16, batch: 200, size: 1000})
-	a.alive()
+	l := load(ctx, t, func() string { return a.HTTP }, topic, loadSpec{clients: 16, batch: 200, size: 1000})
+	a.Alive()
 	rss := a.peakRSS.Load()
 	restart := time.Now()
 	b.Restart(t)
@@ -160,7 +161,7 @@ func TestKafkaDownOverload(t *testing.T) {
 		Delivered: delivered, Lost: lost, Duplicates: dups, Refused: l.refused(), PeakRSSMiB: mib(rss),
 		Recovery: fmt.Sprintf("all in Kafka %.1fs after the restart began", time.Since(restart).Seconds()),
 		Note:     fmt.Sprintf("peak spool %.0f MiB; %s; verified in %.1fs", mib(peakSpool.Load()), l.statuses(), took.Seconds())})
-	a.stop()
+	a.Stop()
 	if rss > memLimit+64<<20 {
 		t.Errorf("peak RSS %.0f MiB exceeds memory_limit + 64 MiB", mib(rss))
 	}
@@ -176,7 +177,7 @@ func TestKafkaDownOverload(t *testing.T) {
 }
 
 // deadBroker is an address where no Kafka listens.
-func deadBroker(t *testing.T) string { return freeAddr(t) }
+func deadBroker(t *testing.T) string { return agenttest.FreeAddr(t) }
 
 // fill offers a fixed number of requests while Kafka is unreachable, so
 // they can only land in the spool.
@@ -184,12 +185,12 @@ func fill(t *testing.T, a *agent, topic string, requests, batch int) *ledger {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		for a.metric("ferry_receiver_received_records_total") < float64(requests*batch) && ctx.Err() == nil {
+		for a.Metric("ferry_receiver_received_records_total") < float64(requests*batch) && ctx.Err() == nil {
 			time.Sleep(20 * time.Millisecond)
 		}
 		cancel()
 	}()
-	return load(ctx, t, func() string { return a.http }, topic, loadSpec{clients: 1, batch: batch, size: 200})
+	return load(ctx, t, func() string { return a.HTTP }, topic, loadSpec{clients: 1, batch: batch, size: 200})
 }
 
 // 4. A spool damaged on disk (bytes flipped inside a segment, a torn tail):
@@ -201,7 +202,7 @@ func TestCorruptedSegment(t *testing.T) {
 	sets := append(spoolSets(t, "spool", dir), "delivery.spool.segment_bytes=1MiB", "shutdown_timeout=2s")
 	a := startAgent(t, deadBroker(t), sets...)
 	l := fill(t, a, topic, 40, 500)
-	a.stop()
+	a.Stop()
 	segs, _ := filepath.Glob(filepath.Join(dir, "*.seg"))
 	sort.Strings(segs)
 	if len(segs) < 3 {
@@ -229,13 +230,13 @@ func TestCorruptedSegment(t *testing.T) {
 	}
 	a2 := startAgent(t, brokers, sets...)
 	delivered, lost, dups, took := verify(t, brokers, topic, l, 10*time.Second)
-	corrupt := a2.metric("ferry_spool_corrupt_bytes_total")
-	regions := a2.metric("ferry_spool_corrupt_regions_total")
+	corrupt := a2.Metric("ferry_spool_corrupt_bytes_total")
+	regions := a2.Metric("ferry_spool_corrupt_regions_total")
 	record(t, outcome{Test: "4. corrupted spool (2 flipped spots, torn tail)", Mode: "spool", Duration: "≥ 20,000 records of 200 B",
 		Offered: l.offered.Load(), Acked: l.ackedN.Load(), Delivered: delivered, Lost: lost, Duplicates: dups,
 		PeakRSSMiB: mib(a2.peakRSS.Load()), Recovery: fmt.Sprintf("delivered in %.1fs", took.Seconds()),
 		Note: fmt.Sprintf("lost = the records the damage hit; %0.f damaged bytes in %0.f regions counted", corrupt, regions)})
-	a2.stop()
+	a2.Stop()
 	if l.ackedN.Load() < 20000 {
 		t.Fatalf("acknowledged %d, want ≥ 20000", l.ackedN.Load())
 	}
@@ -266,16 +267,16 @@ func TestDiskFull(t *testing.T) {
 	a := startAgent(t, deadBroker(t), sets...)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		for a.metric("ferry_receiver_errors_total") < 20 && ctx.Err() == nil {
+		for a.Metric("ferry_receiver_errors_total") < 20 && ctx.Err() == nil {
 			time.Sleep(50 * time.Millisecond)
 		}
 		time.Sleep(time.Second)
 		cancel()
 	}()
-	l := load(ctx, t, func() string { return a.http }, topic, loadSpec{clients: 4, batch: 200, size: 500})
-	a.alive()
-	logs := a.logs.String()
-	a.stop()
+	l := load(ctx, t, func() string { return a.HTTP }, topic, loadSpec{clients: 4, batch: 200, size: 500})
+	a.Alive()
+	logs := a.Logs.String()
+	a.Stop()
 	if v, ok := l.status.Load(503); !ok || v.(*atomic.Int64).Load() == 0 {
 		t.Fatalf("no 503 from a full disk: %s", l.statuses())
 	}
@@ -284,7 +285,7 @@ func TestDiskFull(t *testing.T) {
 	record(t, outcome{Test: "5. disk full (24 MiB tmpfs)", Mode: "spool, fsync always", Duration: "until 20 refusals",
 		Offered: l.offered.Load(), Acked: l.ackedN.Load(), Delivered: delivered, Lost: lost, Duplicates: dups, Refused: l.refused(),
 		PeakRSSMiB: mib(a.peakRSS.Load()), Recovery: fmt.Sprintf("delivered %.1fs after restart", took.Seconds()), Note: l.statuses()})
-	a2.stop()
+	a2.Stop()
 	if lost > 0 {
 		t.Fatalf("%d acknowledged records are not in Kafka", lost)
 	}

@@ -1,29 +1,23 @@
 package faults
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/agenttest"
 	"github.com/ferryhq/ferry/internal/kafkatest"
 )
 
@@ -35,22 +29,11 @@ var ferryBin string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if !testing.Short() {
-		dir, err := os.MkdirTemp("", "ferry-faults")
-		if err != nil {
-			panic(err)
-		}
-		ferryBin = filepath.Join(dir, "ferry")
-		root, _ := filepath.Abs("..")
-		cmd := exec.Command("go", "build", "-o", ferryBin, "./cmd/ferry")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-			os.Exit(1)
-		}
-		defer os.RemoveAll(dir)
-	}
-	kafkatest.Main(withReport(m))
+	bin, cleanup := agenttest.BuildForTests()
+	defer cleanup()
+	ferryBin = bin
+	report.M = m
+	kafkatest.Main(report)
 }
 
 // dur picks the short or the full duration.
@@ -63,165 +46,32 @@ func dur(short, long time.Duration) time.Duration {
 
 // ---- the agent, as a real process ----
 
+// agent is the real binary with its peak RSS sampled while it runs (VmHWM
+// can no longer be read once it is killed).
 type agent struct {
-	t       *testing.T
-	cmd     *exec.Cmd
-	http    string
-	admin   string
-	logs    *syncBuffer
-	peakRSS atomic.Int64 // bytes, VmHWM sampled while it runs
-	exited  chan error
+	*agenttest.Agent
+	peakRSS atomic.Int64
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// startAgent runs ferry with the given --set overrides and waits until it
-// serves (not until it is ready: Kafka may be down on purpose).
+// startAgent runs ferry against brokers with the given --set overrides and
+// waits until it serves (not until it is ready: Kafka may be down on purpose).
 func startAgent(t *testing.T, brokers string, sets ...string) *agent {
 	t.Helper()
-	a := &agent{t: t, http: freeAddr(t), admin: freeAddr(t), logs: &syncBuffer{}, exited: make(chan error, 1)}
-	args := []string{"run",
-		"--set", "receivers.http.listen=" + a.http, "--set", "telemetry.admin.listen=" + a.admin,
-		"--set", "exporter.kafka.brokers=[" + brokers + "]",
-		"--set", "receivers.otlp.enabled=false", "--set", "telemetry.report_interval=5s"}
-	for _, s := range sets {
-		args = append(args, "--set", s)
-	}
-	a.cmd = exec.Command(ferryBin, args...)
-	a.cmd.Stderr = a.logs
-	a.cmd.Stdout = a.logs
-	if err := a.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { a.exited <- a.cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = a.cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("agent log (tail):\n%s", tail(a.logs.String(), 4000))
-		}
-	})
-	go a.sampleRSS()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		res, err := http.Get("http://" + a.admin + "/healthz")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				return a
+	a := &agent{Agent: agenttest.Start(t, ferryBin, "", append([]string{"exporter.kafka.brokers=[" + brokers + "]",
+		"receivers.otlp.enabled=false", "telemetry.report_interval=5s"}, sets...)...)}
+	go func() {
+		for {
+			p := a.Peak()
+			if p < 0 {
+				return
 			}
-		}
-		select {
-		case err := <-a.exited:
-			t.Fatalf("agent exited at start: %v\n%s", err, a.logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agent not serving after 30 s:\n%s", a.logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
-
-func (a *agent) sampleRSS() {
-	path := fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid)
-	for {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-				if kb*1024 > a.peakRSS.Load() {
-					a.peakRSS.Store(kb * 1024)
-				}
+			if p > a.peakRSS.Load() {
+				a.peakRSS.Store(p)
 			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// kill ends the agent with SIGKILL, as a crash would.
-func (a *agent) kill() {
-	_ = a.cmd.Process.Signal(syscall.SIGKILL)
-	<-a.exited
-}
-
-// stop ends the agent with SIGTERM and requires a clean exit.
-func (a *agent) stop() {
-	a.t.Helper()
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-a.exited:
-		if err != nil {
-			a.t.Fatalf("agent exited with %v:\n%s", err, tail(a.logs.String(), 4000))
-		}
-	case <-time.After(60 * time.Second):
-		a.t.Fatal("agent did not stop within 60 s")
-	}
-}
-
-// alive fails the test if the agent has exited.
-func (a *agent) alive() {
-	a.t.Helper()
-	select {
-	case err := <-a.exited:
-		a.t.Fatalf("agent died: %v\n%s", err, tail(a.logs.String(), 4000))
-	default:
-	}
-}
-
-// metric sums every series of a metric from /metrics.
-func (a *agent) metric(name string) float64 {
-	res, err := http.Get("http://" + a.admin + "/metrics")
-	if err != nil {
-		return -1
-	}
-	defer res.Body.Close()
-	var sum float64
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name) || len(line) == len(name) || (line[len(name)] != ' ' && line[len(name)] != '{') {
-			continue
-		}
-		f := strings.Fields(line)
-		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-		sum += v
-	}
-	return sum
+	}()
+	return a
 }
 
 // ---- load with sequence ids ----
@@ -427,70 +277,18 @@ func parseID(v []byte) (c, seq int, ok bool) {
 
 // ---- the report ----
 
-var (
-	reportMu sync.Mutex
-	results  []outcome
-)
+var report = &agenttest.Report[outcome]{Env: "FERRY_FAULTS_REPORT", Begin: "<!-- faults:begin -->", End: "<!-- faults:end -->", Render: render}
 
-func record(t *testing.T, o outcome) {
-	t.Helper()
-	b, _ := json.Marshal(o)
-	t.Logf("result: %s", b)
-	reportMu.Lock()
-	results = append(results, o)
-	reportMu.Unlock()
-}
+func record(t *testing.T, o outcome) { report.Add(t, o) }
 
-type reportRunner struct{ m *testing.M }
-
-func withReport(m *testing.M) *reportRunner { return &reportRunner{m} }
-
-// Run runs the tests, then, when FERRY_FAULTS_REPORT names a markdown
-// file, rewrites the table between its fault markers with the results.
-func (r *reportRunner) Run() int {
-	code := r.m.Run()
-	if path := os.Getenv("FERRY_FAULTS_REPORT"); path != "" && len(results) > 0 {
-		if err := writeReport(path); err != nil {
-			fmt.Fprintln(os.Stderr, "faults report:", err)
-			return 1
-		}
-	}
-	return code
-}
-
-const beginMark, endMark = "<!-- faults:begin -->", "<!-- faults:end -->"
-
-func writeReport(path string) error {
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	i, j := bytes.Index(doc, []byte(beginMark)), bytes.Index(doc, []byte(endMark))
-	if i < 0 || j < i {
-		return fmt.Errorf("%s has no %s … %s section", path, beginMark, endMark)
-	}
+func render(results []outcome) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n\nMeasured by `make faults` (FERRY_FAULTS=full) on %s, %s.\n\n", beginMark, time.Now().UTC().Format("2006-01-02"), machine())
+	fmt.Fprintf(&b, "Measured by `make faults` (FERRY_FAULTS=full) on %s, %s.\n\n", time.Now().UTC().Format("2006-01-02"), agenttest.Machine())
 	b.WriteString("| test | mode | load | offered | acknowledged | delivered | lost | duplicates | refused requests | peak RSS | recovery | notes |\n")
 	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
 	for _, o := range results {
 		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | **%d** | %d | %d | %.0f MiB | %s | %s |\n",
 			o.Test, o.Mode, o.Duration, o.Offered, o.Acked, o.Delivered, o.Lost, o.Duplicates, o.Refused, o.PeakRSSMiB, o.Recovery, o.Note)
 	}
-	b.WriteString("\n")
-	out := append(append(append([]byte{}, doc[:i]...), b.String()...), doc[j:]...)
-	return os.WriteFile(path, out, 0o644)
-}
-
-func machine() string {
-	cpu := "unknown CPU"
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "model name"); ok {
-				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
-				break
-			}
-		}
-	}
-	return fmt.Sprintf("%d cores, %s", runtime.NumCPU(), cpu)
+	return b.String()
 }

@@ -2,14 +2,10 @@ package hostile
 
 import (
 	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,19 +20,11 @@ var ferryBin string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if !testing.Short() {
-		dir, err := os.MkdirTemp("", "ferry-hostile")
-		if err != nil {
-			panic(err)
-		}
-		root, _ := filepath.Abs("..")
-		if ferryBin, err = agenttest.Build(root, dir); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		defer os.RemoveAll(dir)
-	}
-	kafkatest.Main(&reportRunner{m})
+	bin, cleanup := agenttest.BuildForTests()
+	defer cleanup()
+	ferryBin = bin
+	reports.M = m
+	kafkatest.Main(reports)
 }
 
 // ---- a well-behaved client ----
@@ -99,47 +87,14 @@ type row struct {
 	Verified bool    `json:"-"`
 }
 
-var (
-	reportMu sync.Mutex
-	rows     []row
-)
+var reports = &agenttest.Report[row]{Env: "FERRY_HOSTILE_REPORT", Begin: "<!-- hostile:begin -->", End: "<!-- hostile:end -->", Render: render}
 
-func report(t *testing.T, r row) {
-	t.Helper()
-	b, _ := json.Marshal(r)
-	t.Logf("result: %s", b)
-	reportMu.Lock()
-	rows = append(rows, r)
-	reportMu.Unlock()
-}
+func report(t *testing.T, r row) { reports.Add(t, r) }
 
-type reportRunner struct{ m *testing.M }
-
-func (r *reportRunner) Run() int {
-	code := r.m.Run()
-	if path := os.Getenv("FERRY_HOSTILE_REPORT"); path != "" && len(rows) > 0 && code == 0 {
-		if err := writeReport(path); err != nil {
-			fmt.Fprintln(os.Stderr, "hostile report:", err)
-			return 1
-		}
-	}
-	return code
-}
-
-const beginMark, endMark = "<!-- hostile:begin -->", "<!-- hostile:end -->"
-
-func writeReport(path string) error {
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	i, j := bytes.Index(doc, []byte(beginMark)), bytes.Index(doc, []byte(endMark))
-	if i < 0 || j < i {
-		return fmt.Errorf("%s has no %s … %s section", path, beginMark, endMark)
-	}
+func render(rows []row) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n\nMeasured by `make hostile` on %s, %s: the real binary and a real broker; every attack over the network while a well-behaved client sends records with sequence ids. Peak RSS is the process's VmHWM during the attack (reset before each).\n\n",
-		beginMark, time.Now().UTC().Format("2006-01-02"), machine())
+	fmt.Fprintf(&b, "Measured by `make hostile` on %s, %s: the real binary and a real broker; every attack over the network while a well-behaved client sends records with sequence ids. Peak RSS is the process's VmHWM during the attack (reset before each).\n\n",
+		time.Now().UTC().Format("2006-01-02"), agenttest.Machine())
 	b.WriteString("| attack | answer | peak RSS (bound) | records forged into Kafka | acknowledged records lost | notes |\n")
 	b.WriteString("|---|---|---:|---:|---:|---|\n")
 	for _, r := range rows {
@@ -149,20 +104,5 @@ func writeReport(path string) error {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | **%d** | **%d** | %s |\n", r.Attack, r.Answer, bound, r.Forged, r.Lost, r.Note)
 	}
-	b.WriteString("\n")
-	out := append(append(append([]byte{}, doc[:i]...), b.String()...), doc[j:]...)
-	return os.WriteFile(path, out, 0o644)
-}
-
-func machine() string {
-	cpu := "unknown CPU"
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "model name"); ok {
-				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
-				break
-			}
-		}
-	}
-	return fmt.Sprintf("%d cores, %s", runtime.NumCPU(), cpu)
+	return b.String()
 }

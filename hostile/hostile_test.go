@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
-	"github.com/ferryhq/ferry/auth"
+	"github.com/ferryhq/ferry/auth/authtest"
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/internal/agenttest"
 	"github.com/ferryhq/ferry/internal/hostile"
@@ -33,20 +33,7 @@ const memLimit = 64 << 20
 // rssBound is what the issue allows: memory_limit + 64 MiB.
 const rssBound = memLimit + 64<<20
 
-const keyHex = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
-
-func issue(t *testing.T, c token.Claims) string {
-	t.Helper()
-	ring, err := (&auth.Config{Keys: []auth.KeyConfig{{ID: 1, Secret: keyHex, Issue: true}}}).Keyring()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := ring.Issue(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
+func issue(t *testing.T, c token.Claims) string { return authtest.IssueClaims(t, c) }
 
 // reply is one answer to an attack: status and body.
 type reply struct {
@@ -143,7 +130,7 @@ processors:
     actions: [{action: delete, key: secret}]
 telemetry:
   report_interval: 0s
-`, brokers, keyHex)
+`, brokers, authtest.Key)
 }
 
 // TestAttacks throws every attack at one agent (delivery mode kafka,

@@ -168,14 +168,21 @@ func (q *Queue) Consume(ctx context.Context, b *record.Batch) error {
 // at or below ceiling, so that stage can never take the room receivers need.
 // It reports whether the bytes were reserved; Release gives them back.
 func (q *Queue) Reserve(n, ceiling int64) bool {
-	ceiling = min(ceiling, q.limit)
+	if !reserve(&q.used, n, min(ceiling, q.limit)) {
+		return false
+	}
+	q.usedG.Add(float64(n))
+	return true
+}
+
+// reserve adds n to used while the total stays at or below ceiling.
+func reserve(used *atomic.Int64, n, ceiling int64) bool {
 	for {
-		u := q.used.Load()
+		u := used.Load()
 		if u+n > ceiling {
 			return false
 		}
-		if q.used.CompareAndSwap(u, u+n) {
-			q.usedG.Add(float64(n))
+		if used.CompareAndSwap(u, u+n) {
 			return true
 		}
 	}
@@ -245,18 +252,7 @@ func NewBudget(limit int64) *Budget { return &Budget{limit: limit} }
 
 // Reserve takes n bytes while the total stays at or below ceiling (and
 // the limit).
-func (b *Budget) Reserve(n, ceiling int64) bool {
-	ceiling = min(ceiling, b.limit)
-	for {
-		u := b.used.Load()
-		if u+n > ceiling {
-			return false
-		}
-		if b.used.CompareAndSwap(u, u+n) {
-			return true
-		}
-	}
-}
+func (b *Budget) Reserve(n, ceiling int64) bool { return reserve(&b.used, n, min(ceiling, b.limit)) }
 
 // Release gives back n bytes.
 func (b *Budget) Release(n int64) { b.used.Add(-n) }

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ferryhq/ferry/buffer/memqueue"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
@@ -403,7 +405,7 @@ func (s *Spool) Start(_ context.Context, opt Options) error {
 	s.budget = opt.Budget
 	s.ceiling = int64(s.cfg.ReadAhead)
 	if s.budget == nil {
-		s.budget = &ownBudget{}
+		s.budget = memqueue.NewBudget(math.MaxInt64)
 	}
 	if s.ceiling < int64(2*s.maxSegFrame) {
 		s.ceiling = int64(2 * s.maxSegFrame)
@@ -421,21 +423,6 @@ func (s *Spool) Start(_ context.Context, opt Options) error {
 	go s.checkpointer()
 	return nil
 }
-
-type ownBudget struct{ used atomic.Int64 }
-
-func (b *ownBudget) Reserve(n, ceiling int64) bool {
-	for {
-		u := b.used.Load()
-		if u+n > ceiling {
-			return false
-		}
-		if b.used.CompareAndSwap(u, u+n) {
-			return true
-		}
-	}
-}
-func (b *ownBudget) Release(n int64) { b.used.Add(-n) }
 
 // errWrite is a failed write to the spool; the client may retry.
 func errWrite(err error) error {

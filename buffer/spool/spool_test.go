@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/ferryhq/ferry/buffer/memqueue"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
@@ -528,7 +530,7 @@ func TestReadAheadBounded(t *testing.T) {
 	s := open(t, cfg)
 	c := &collector{}
 	c.hold.Store(true)
-	b := &ownBudget{}
+	b := memqueue.NewBudget(math.MaxInt64)
 	_ = s.Start(context.Background(), Options{Next: c, Budget: b})
 	big := bytes.Repeat([]byte("y"), 10<<10)
 	for i := 0; i < 1500; i++ {
@@ -536,7 +538,7 @@ func TestReadAheadBounded(t *testing.T) {
 		appendOK(t, s, bt)
 	}
 	time.Sleep(300 * time.Millisecond)
-	if u := b.used.Load(); u == 0 || u > int64(cfg.ReadAhead) {
+	if u := b.Used(); u == 0 || u > int64(cfg.ReadAhead) {
 		t.Fatalf("reader holds %d bytes; bound %d", u, cfg.ReadAhead)
 	}
 	_ = s.Shutdown(context.Background())

@@ -5,6 +5,7 @@ package agenttest
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +21,25 @@ import (
 	"testing"
 	"time"
 )
+
+// BuildForTests compiles the binary for a test package in the module's
+// first-level folders (its TestMain), unless the tests run with -short; it
+// exits the process if the build fails. cleanup removes it.
+func BuildForTests() (bin string, cleanup func()) {
+	if testing.Short() {
+		return "", func() {}
+	}
+	dir, err := os.MkdirTemp("", "ferry-bin")
+	if err != nil {
+		panic(err)
+	}
+	root, _ := filepath.Abs("..")
+	if bin, err = Build(root, dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	return bin, func() { os.RemoveAll(dir) }
+}
 
 // Build compiles ./cmd/ferry from the module root into dir.
 func Build(root, dir string) (string, error) {
@@ -183,17 +204,19 @@ func (a *Agent) Kill() {
 	<-a.exited
 }
 
-// Stop ends the agent with SIGTERM and waits (60 s at most).
+// Stop ends the agent with SIGTERM and requires a clean exit within 60 s.
 func (a *Agent) Stop() {
 	a.t.Helper()
 	_ = a.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-a.exited:
+	case err := <-a.exited:
+		if err != nil {
+			a.t.Fatalf("agent exited with %v:\n%s", err, Tail(a.Logs.String(), 4000))
+		}
 	case <-time.After(60 * time.Second):
 		a.t.Fatal("agent did not stop within 60 s")
 	}
 }
-
 
 // CPU is the CPU time the agent has used so far (user + system).
 func (a *Agent) CPU() time.Duration {
@@ -209,4 +232,69 @@ func (a *Agent) CPU() time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+}
+
+// ReplaceSection rewrites the part of markdown file path between the
+// lines begin and end (kept) with body: how make faults and make hostile
+// put what they measured into the docs.
+func ReplaceSection(path, begin, end, body string) error {
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	i, j := bytes.Index(doc, []byte(begin)), bytes.Index(doc, []byte(end))
+	if i < 0 || j < i {
+		return fmt.Errorf("%s has no %s … %s section", path, begin, end)
+	}
+	out := append(append(append([]byte{}, doc[:i]...), begin+"\n\n"+body+"\n"...), doc[j:]...)
+	return os.WriteFile(path, out, 0o644)
+}
+
+// Machine describes this machine for a report: cores and CPU model.
+func Machine() string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d cores, %s", runtime.NumCPU(), cpu)
+}
+
+// Report collects one row per measured case and, after the package's tests,
+// writes them as a markdown table into the section of the file named by
+// environment variable Env (make faults, make hostile); nothing is written
+// when it is unset or a test failed.
+type Report[T any] struct {
+	Env, Begin, End string
+	Render          func(rows []T) string
+	M               interface{ Run() int }
+
+	mu   sync.Mutex
+	rows []T
+}
+
+// Add logs row as a "result:" line and keeps it for the report.
+func (r *Report[T]) Add(t testing.TB, row T) {
+	t.Helper()
+	b, _ := json.Marshal(row)
+	t.Logf("result: %s", b)
+	r.mu.Lock()
+	r.rows = append(r.rows, row)
+	r.mu.Unlock()
+}
+
+// Run runs the tests, then writes the report.
+func (r *Report[T]) Run() int {
+	code := r.M.Run()
+	if path := os.Getenv(r.Env); path != "" && len(r.rows) > 0 && code == 0 {
+		if err := ReplaceSection(path, r.Begin, r.End, r.Render(r.rows)); err != nil {
+			fmt.Fprintln(os.Stderr, "report:", err)
+			return 1
+		}
+	}
+	return code
 }

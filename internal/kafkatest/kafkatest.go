@@ -157,6 +157,11 @@ func NewTopic(t testing.TB, brokers, prefix string, partitions int) string {
 // CreateTopic creates a topic (replication 1).
 func CreateTopic(t testing.TB, brokers, topic string, partitions int) {
 	t.Helper()
+	createTopic(t, brokers, topic, partitions, false)
+}
+
+func createTopic(t testing.TB, brokers, topic string, partitions int, mayExist bool) {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +173,7 @@ func CreateTopic(t testing.TB, brokers, topic string, partitions int) {
 	if err == nil {
 		err = resp.Err
 	}
-	if err != nil {
+	if err != nil && !(mayExist && errors.Is(err, kerr.TopicAlreadyExists)) {
 		t.Fatalf("create topic %s: %v", topic, err)
 	}
 }
@@ -256,18 +261,5 @@ func fromStart(t testing.TB, brokers, topic string) *kgo.Client {
 // with fixed names on a shared broker).
 func CreateTopicIfMissing(t testing.TB, brokers, topic string, partitions int) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(partitions), 1, nil, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		t.Fatalf("create topic %s: %v", topic, err)
-	}
+	createTopic(t, brokers, topic, partitions, true)
 }
