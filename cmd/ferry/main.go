@@ -99,8 +99,11 @@ func serve(cfg *config.Config, load func() (*config.Config, error)) int {
 		// The data ferry holds is bounded by memory_limit, but Go's collector
 		// by default lets the heap grow to twice what is live before it
 		// collects. A soft limit just above the data bound keeps the process
-		// near it (the runtime, pools and listeners need ~48 MiB).
-		soft := int64(cfg.Queue.MemoryLimit) + 48<<20
+		// near it: 32 MiB for the runtime, pools and listeners, which with
+		// the binary's resident code (~17 MiB, outside Go's accounting)
+		// keeps the whole process within memory_limit + 64 MiB even right
+		// after a burst of hostile requests (hostile/).
+		soft := int64(cfg.Queue.MemoryLimit) + 32<<20
 		debug.SetMemoryLimit(soft)
 		set.Logger.Debug("Go soft memory limit set", "bytes", soft)
 	}
