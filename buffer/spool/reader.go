@@ -29,9 +29,70 @@ type chunk struct {
 	dead     int
 	tries    int
 	// Dead letters not yet durable, and whether Kafka has answered for
-	// every record: the chunk is finished when both are settled.
+	// every record: the chunk is finished when both are settled, by the
+	// finisher (settling marks that it was handed over, exactly once).
 	dlPending int
 	kafkaDone bool
+	settling  bool
+}
+
+// finTask is work handed from the Kafka client's promise path to the
+// finisher: store record i's dead letter, or finish the chunk (i < 0).
+type finTask struct {
+	c   *chunk
+	i   int
+	err error
+}
+
+// hand queues t for the finisher. It never blocks: the promise goroutine
+// calls it. The queue is a slice, not a channel, so that it cannot fill:
+// it holds at most one task per record the reader has in flight plus one
+// per chunk, and those are bounded by the reader's memory budget.
+func (s *Spool) hand(t finTask) {
+	s.finMu.Lock()
+	s.finQ = append(s.finQ, t)
+	s.finMu.Unlock()
+	kick(s.finKick)
+}
+
+// finisher does what must not run on the Kafka client's promise goroutine
+// (franz-go runs every promise of the client on one goroutine: a slow step
+// there would hold up every acknowledgement, including live traffic's):
+// writing dead letters (a write and an fsync, or a produce), giving
+// chunks back, advancing the watermark and deleting segments. It drains
+// its queue before it stops.
+func (s *Spool) finisher() {
+	defer s.finWG.Done()
+	var work []finTask
+	for {
+		s.finMu.Lock()
+		work, s.finQ = s.finQ, work[:0]
+		s.finMu.Unlock()
+		for _, t := range work {
+			if t.i < 0 {
+				t.c.finish()
+				continue
+			}
+			var pe *consumer.PermanentError
+			errors.As(t.err, &pe)
+			c, i := t.c, t.i
+			s.opt.DeadLetter.Write(&c.batch.Records[i], pe.Reason, t.err, func(werr error) { c.deadLettered(i, werr) })
+		}
+		clear(work)
+		if len(work) > 0 {
+			continue
+		}
+		select {
+		case <-s.finKick:
+		case <-s.stopFin:
+			s.finMu.Lock()
+			left := len(s.finQ)
+			s.finMu.Unlock()
+			if left == 0 {
+				return
+			}
+		}
+	}
 }
 
 // mark is a chunk's place in read order. It is separate from the chunk
@@ -326,7 +387,7 @@ func (c *chunk) onFailure(i int, err error) {
 		c.mu.Lock()
 		c.dlPending++
 		c.mu.Unlock()
-		dl.Write(&c.batch.Records[i], pe.Reason, err, func(werr error) { c.deadLettered(i, werr) })
+		c.s.hand(finTask{c: c, i: i, err: err})
 		return
 	}
 	c.mu.Lock()
@@ -335,7 +396,8 @@ func (c *chunk) onFailure(i int, err error) {
 }
 
 // deadLettered settles record i's dead letter: counted as done once it is
-// durable, sent again to Kafka if it could not be stored.
+// durable, sent again to Kafka if it could not be stored. It may run on
+// the dead-letter topic's promise: it only hands the chunk over.
 func (c *chunk) deadLettered(i int, err error) {
 	c.mu.Lock()
 	if err == nil {
@@ -344,21 +406,24 @@ func (c *chunk) deadLettered(i int, err error) {
 		c.retry = append(c.retry, i)
 	}
 	c.dlPending--
-	finish := c.dlPending == 0 && c.kafkaDone
+	ready := c.dlPending == 0 && c.kafkaDone && !c.settling
+	c.settling = c.settling || ready
 	c.mu.Unlock()
-	if finish {
-		c.finish()
+	if ready {
+		c.s.hand(finTask{c: c, i: -1})
 	}
 }
 
-// onDone runs when Kafka has answered for every record of the batch.
+// onDone runs when Kafka has answered for every record of the batch, on
+// the Kafka client's promise goroutine: it only hands the chunk over.
 func (c *chunk) onDone(error) {
 	c.mu.Lock()
 	c.kafkaDone = true
-	finish := c.dlPending == 0
+	ready := c.dlPending == 0 && !c.settling
+	c.settling = c.settling || ready
 	c.mu.Unlock()
-	if finish {
-		c.finish()
+	if ready {
+		c.s.hand(finTask{c: c, i: -1})
 	}
 }
 
@@ -369,7 +434,7 @@ func (c *chunk) finish() {
 	c.mu.Lock()
 	retry, dead := len(c.retry), c.dead
 	c.dead = 0
-	c.kafkaDone = false
+	c.kafkaDone, c.settling = false, false
 	c.mu.Unlock()
 	if dead > 0 {
 		s.m.deadLettered.Add(float64(dead))
@@ -481,6 +546,6 @@ func (s *Spool) release(c *chunk) {
 	c.mark = nil
 	c.batch.Reset()
 	c.retry = c.retry[:0]
-	c.dead, c.tries, c.dlPending, c.kafkaDone = 0, 0, 0, false
+	c.dead, c.tries, c.dlPending, c.kafkaDone, c.settling = 0, 0, 0, false, false
 	s.chunks.Put(c)
 }

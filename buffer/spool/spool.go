@@ -113,6 +113,13 @@ type Spool struct {
 	dataKick chan struct{}
 	freeKick chan struct{}
 
+	// The finisher's queue (see finisher).
+	finMu   sync.Mutex
+	finQ    []finTask
+	finKick chan struct{}
+	stopFin chan struct{}
+	finWG   sync.WaitGroup
+
 	ackMu sync.Mutex
 	fifo  []*mark
 	wm    pos // every record before wm is acknowledged
@@ -153,7 +160,8 @@ func Open(cfg Config, set telemetry.Settings) (*Spool, error) {
 	}
 	s := &Spool{cfg: cfg, segs: map[uint64]int64{}, syncKick: make(chan struct{}, 1),
 		dataKick: make(chan struct{}, 1), freeKick: make(chan struct{}, 1),
-		stopRead: make(chan struct{}), stopSync: make(chan struct{}), chunk: 1 << 20, fsync: (*os.File).Sync}
+		stopRead: make(chan struct{}), stopSync: make(chan struct{}), chunk: 1 << 20, fsync: (*os.File).Sync,
+		finKick: make(chan struct{}, 1), stopFin: make(chan struct{})}
 	s.maxFrame = cfg.MaxRecordBytes + 4096
 	if cfg.MaxRecordBytes <= 0 {
 		s.maxFrame = 8 << 20
@@ -418,6 +426,8 @@ func (s *Spool) Start(_ context.Context, opt Options) error {
 	s.startedAt = time.Now()
 	s.readWG.Add(1)
 	go s.read()
+	s.finWG.Add(1)
+	go s.finisher()
 	s.syncWG.Add(2)
 	go s.syncer()
 	go s.checkpointer()
@@ -796,6 +806,10 @@ func (s *Spool) Close() error {
 		s.closing = true
 		s.mu.Unlock()
 		if s.started {
+			// Chunks Kafka answered are finished (the watermark moves) before
+			// the final checkpoint records it.
+			close(s.stopFin)
+			s.finWG.Wait()
 			close(s.stopSync)
 			s.syncWG.Wait()
 		} else {
