@@ -152,8 +152,9 @@ func TestAttacks(t *testing.T) {
 	otlp := "http://" + a.OTLP
 	good := runGood(base, goodTopic)
 	count := func(topic string) func() int64 {
-		return func() int64 { return int64(len(kafkatest.ConsumeAll(t, brokers, topic, 2*time.Second))) }
+		return func() int64 { return int64(len(kafkatest.UpTo(t, brokers, topic, 60*time.Second))) }
 	}
+
 	is := func(r reply, code int, reason string) (string, bool, string) {
 		return r.String(), r.err == nil && r.code == code && strings.Contains(r.body, reason), ""
 	}
@@ -296,7 +297,7 @@ func TestAttacks(t *testing.T) {
 		return r.String() + " (the header is dropped)", r.code == 200, ""
 	}, func() int64 {
 		var n int64
-		for _, r := range kafkatest.ConsumeAll(t, brokers, spoof, 2*time.Second) {
+		for _, r := range kafkatest.UpTo(t, brokers, spoof, 60*time.Second) {
 			for _, h := range r.Headers {
 				if strings.HasPrefix(h.Key, "ferry.") {
 					n++
@@ -483,7 +484,7 @@ func TestSpoolForgery(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	forged := int64(len(kafkatest.ConsumeAll(t, brokers, billing, 2*time.Second)))
+	forged := int64(len(kafkatest.UpTo(t, brokers, billing, 60*time.Second)))
 	plain := 0
 	for _, r := range got {
 		if bytes.HasPrefix(r.Value, []byte("plain-")) {

@@ -9,6 +9,7 @@
 package kafkatest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -262,4 +263,44 @@ func fromStart(t testing.TB, brokers, topic string) *kgo.Client {
 func CreateTopicIfMissing(t testing.TB, brokers, topic string, partitions int) {
 	t.Helper()
 	createTopic(t, brokers, topic, partitions, true)
+}
+
+// UpTo reads a single-partition topic from the start up to a marker record
+// it produces first, so that everything written before the call is read
+// however slow the broker is (up to timeout), and returns what came before
+// the marker.
+func UpTo(t testing.TB, brokers, topic string, timeout time.Duration) []*kgo.Record {
+	t.Helper()
+	marker := []byte(fmt.Sprintf("kafkatest-marker-%d", time.Now().UnixNano()))
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err = pcl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: marker}).FirstErr()
+	pcl.Close()
+	if err != nil {
+		t.Fatalf("marker to %s: %v", topic, err)
+	}
+	cl := fromStart(t, brokers, topic)
+	defer cl.Close()
+	var out []*kgo.Record
+	for ctx.Err() == nil {
+		found := false
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			switch {
+			case found:
+			case string(r.Value) == string(marker):
+				found = true
+			case !bytes.HasPrefix(r.Value, []byte("kafkatest-marker-")):
+				out = append(out, r)
+			}
+		})
+		if found {
+			return out
+		}
+	}
+	t.Fatalf("the marker did not come back from %s within %s", topic, timeout)
+	return nil
 }
