@@ -39,9 +39,55 @@ var (
 	ErrSpoolFull = &RetryableError{Reason: "spool_full", Msg: "ferry's disk spool is full; retry later", After: time.Second, Busy: true}
 	// ErrUnavailable: no room and Kafka is unreachable, so room will not free up soon.
 	ErrUnavailable = &RetryableError{Reason: "kafka_unavailable", Msg: "Kafka is unreachable and ferry's buffer is full; retry later", After: 5 * time.Second}
+	// ErrShutdownTimeout: the agent stopped before Kafka answered for a
+	// record. The record was not given up on: in spool mode it stays on
+	// disk for the next start; otherwise the client should send it again.
+	ErrShutdownTimeout = &RetryableError{Reason: "shutdown_timeout", Msg: "ferry stopped before Kafka acknowledged the record", After: 5 * time.Second}
 	// ErrShuttingDown: the agent is stopping.
 	ErrShuttingDown = &RetryableError{Reason: "shutting_down", Msg: "ferry is shutting down", After: 5 * time.Second}
 )
+
+// Kind is what an error means for the client, whichever stage raised it.
+// Every receiver maps a Kind to its protocol's answer in one table (the
+// messages API's HTTP statuses, OTLP's per its specification); nothing
+// switches on reason strings.
+type Kind uint8
+
+// The kinds.
+const (
+	KindInternal        Kind = iota // unclassified: a bug or an unexpected failure
+	KindInvalid                     // the request is malformed
+	KindUnauthenticated             // no valid token
+	KindForbidden                   // the client may not write there
+	KindUnknownTopic                // the topic does not exist in Kafka
+	KindTooLarge                    // over a size or count limit: send less, not again
+	KindBusy                        // over capacity while Kafka is reachable: retry soon
+	KindUnavailable                 // cannot serve now (Kafka down and full, stopping, disk failing): retry later
+	KindTimeout                     // Kafka did not answer in time; the data may still arrive
+	KindRefused                     // Kafka refused the data for good
+)
+
+// KindOf classifies err.
+func KindOf(err error) Kind {
+	var re *RetryableError
+	if errors.As(err, &re) {
+		switch {
+		case re.Kind != KindInternal:
+			return re.Kind
+		case re.Busy:
+			return KindBusy
+		}
+		return KindUnavailable
+	}
+	var pe *PermanentError
+	if errors.As(err, &pe) {
+		if pe.Kind == KindInternal {
+			return KindRefused
+		}
+		return pe.Kind
+	}
+	return KindInternal
+}
 
 // RetryableError is a refusal the client should retry.
 type RetryableError struct {
@@ -51,6 +97,8 @@ type RetryableError struct {
 	// Busy: ferry is working but over capacity (HTTP 429, gRPC
 	// RESOURCE_EXHAUSTED); otherwise it cannot serve at all (503, UNAVAILABLE).
 	Busy bool
+	// Kind, when set, overrides what Busy says (KindTimeout).
+	Kind Kind
 }
 
 func (e *RetryableError) Error() string { return e.Msg }
@@ -60,11 +108,9 @@ type PermanentError struct {
 	Reason string // short counter label: record_too_large, unknown_topic, ...
 	Msg    string
 	Err    error // the underlying cause, if any
-	// TooLarge: the data exceeds a size or count limit (HTTP 413); the
-	// client must send less per request, not retry the same.
-	TooLarge bool
-	// Forbidden: the client may not write there (HTTP 403).
-	Forbidden bool
+	// Kind: what the client is told (KindTooLarge, KindForbidden, ...);
+	// unset means Kafka refused the data (KindRefused).
+	Kind Kind
 }
 
 func (e *PermanentError) Error() string { return e.Msg }
@@ -72,7 +118,7 @@ func (e *PermanentError) Unwrap() error { return e.Err }
 
 // TooLarge reports a record or request larger than a limit.
 func TooLarge(what string, size, limit int64, cause error) *PermanentError {
-	return &PermanentError{Reason: "record_too_large", Err: cause, TooLarge: true,
+	return &PermanentError{Reason: "record_too_large", Err: cause, Kind: KindTooLarge,
 		Msg: fmt.Sprintf("%s of %d bytes exceeds the limit of %d bytes", what, size, limit)}
 }
 
@@ -81,13 +127,13 @@ func TooLarge(what string, size, limit int64, cause error) *PermanentError {
 // operator knows what to change; the request was refused before it was
 // built in full.
 func OverLimit(reason, what string, limit int64, key string) *PermanentError {
-	return &PermanentError{Reason: reason, TooLarge: true,
+	return &PermanentError{Reason: reason, Kind: KindTooLarge,
 		Msg: fmt.Sprintf("request refused: %s exceeds the limit of %d (%s)", what, limit, key)}
 }
 
 // UnknownTopic reports a topic that does not exist in Kafka.
 func UnknownTopic(topic string, cause error) *PermanentError {
-	return &PermanentError{Reason: "unknown_topic", Err: cause,
+	return &PermanentError{Reason: "unknown_topic", Err: cause, Kind: KindUnknownTopic,
 		Msg: fmt.Sprintf("topic %q does not exist in Kafka (and auto-creation is off)", topic)}
 }
 

@@ -383,7 +383,7 @@ func (s *Spool) send(c *chunk) {
 // fix, another try for everything else.
 func (c *chunk) onFailure(i int, err error) {
 	var pe *consumer.PermanentError
-	if dl := c.s.opt.DeadLetter; dl != nil && errors.As(err, &pe) && pe.Reason != "shutdown_timeout" {
+	if dl := c.s.opt.DeadLetter; dl != nil && errors.As(err, &pe) {
 		c.mu.Lock()
 		c.dlPending++
 		c.mu.Unlock()

@@ -400,13 +400,13 @@ func (e *Exporter) classify(kr *kgo.Record, err error) error {
 	case errors.Is(err, kgo.ErrMaxBuffered):
 		return consumer.ErrFull
 	case errors.Is(err, kgo.ErrClientClosed):
-		return &consumer.PermanentError{Reason: "shutdown_timeout", Msg: "ferry stopped before Kafka acknowledged the record", Err: err}
+		return consumer.ErrShutdownTimeout
 	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
 		return consumer.TooLarge("record", int64(len(kr.Key)+len(kr.Value)), int64(e.cfg.MaxBatchBytes), err)
 	case isUnknownTopic(err):
 		return consumer.UnknownTopic(kr.Topic, err)
 	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.InvalidTopicException):
-		return &consumer.PermanentError{Reason: "topic_rejected", Msg: fmt.Sprintf("Kafka refused topic %q: %v", kr.Topic, err), Err: err}
+		return &consumer.PermanentError{Reason: "topic_rejected", Msg: fmt.Sprintf("Kafka refused topic %q: %v", kr.Topic, err), Err: err, Kind: consumer.KindForbidden}
 	}
 	return &consumer.PermanentError{Reason: "kafka_error", Msg: "Kafka failed the record: " + err.Error(), Err: err}
 }

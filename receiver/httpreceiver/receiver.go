@@ -409,39 +409,35 @@ func (r *Receiver) answer(w http.ResponseWriter, code, n int) {
 	r.m.Request(code)
 }
 
+// httpStatus is the messages API's answer for each kind of error.
+var httpStatus = [...]int{
+	consumer.KindInternal:        http.StatusInternalServerError,
+	consumer.KindInvalid:         http.StatusBadRequest,
+	consumer.KindUnauthenticated: http.StatusUnauthorized,
+	consumer.KindForbidden:       http.StatusForbidden,
+	consumer.KindUnknownTopic:    http.StatusNotFound,
+	consumer.KindTooLarge:        http.StatusRequestEntityTooLarge,
+	consumer.KindBusy:            http.StatusTooManyRequests,
+	consumer.KindUnavailable:     http.StatusServiceUnavailable,
+	consumer.KindTimeout:         http.StatusGatewayTimeout,
+	consumer.KindRefused:         http.StatusBadGateway,
+}
+
 // failErr answers a pipeline error with its status.
 func (r *Receiver) failErr(w http.ResponseWriter, err error, records int) {
+	code := httpStatus[consumer.KindOf(err)]
 	var re *consumer.RetryableError
 	if errors.As(err, &re) {
-		code := http.StatusServiceUnavailable
-		if re.Busy {
-			code = http.StatusTooManyRequests
-		}
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(re.After.Seconds()))))
 		r.fail(w, code, re.Reason, re.Msg, records)
 		return
 	}
 	var pe *consumer.PermanentError
 	if errors.As(err, &pe) {
-		code := http.StatusBadGateway
-		switch {
-		case pe.TooLarge:
-			code = http.StatusRequestEntityTooLarge
-		case pe.Forbidden:
-			code = http.StatusForbidden
-		}
-		switch pe.Reason {
-		case "unknown_topic":
-			code = http.StatusNotFound
-		case "topic_rejected":
-			code = http.StatusForbidden
-		case "shutdown_timeout":
-			code = http.StatusServiceUnavailable
-		}
 		r.fail(w, code, pe.Reason, pe.Msg, records)
 		return
 	}
-	r.fail(w, http.StatusInternalServerError, "internal", err.Error(), records)
+	r.fail(w, code, "internal", err.Error(), records)
 }
 
 func (r *Receiver) fail(w http.ResponseWriter, code int, reason, msg string, records int) {

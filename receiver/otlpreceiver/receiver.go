@@ -192,7 +192,7 @@ func (m mdHeaders) Get(name string) string {
 
 // forbidden answers a request routed to a topic it may not write to.
 func (r *Receiver) forbidden(m *receivermetrics.Metrics, err error) outcome {
-	pe := &consumer.PermanentError{Reason: "topic_not_allowed", Msg: err.Error(), Err: err, Forbidden: true}
+	pe := &consumer.PermanentError{Reason: "topic_not_allowed", Msg: err.Error(), Err: err, Kind: consumer.KindForbidden}
 	m.Error(pe.Reason)
 	return outcome{err: pe}
 }
@@ -216,7 +216,7 @@ func (r *Receiver) encodeFailed(m *receivermetrics.Metrics, err error) outcome {
 }
 
 // errAckTimeout: Kafka did not answer in time; the records stay queued.
-var errAckTimeout = &consumer.RetryableError{Reason: "ack_timeout", Msg: "Kafka did not acknowledge in time; the data stays queued and may still be delivered", After: time.Second}
+var errAckTimeout = &consumer.RetryableError{Reason: "ack_timeout", Msg: "Kafka did not acknowledge in time; the data stays queued and may still be delivered", After: time.Second, Kind: consumer.KindTimeout}
 
 // export turns one request (protobuf bytes in raw, owned by the caller
 // until export returns; export takes over and frees it) into a batch, hands

@@ -32,38 +32,41 @@ func refusedPayload(err error) bool {
 	return errors.As(err, &de) || errors.As(err, &pe)
 }
 
+// otlpAnswers is the OTLP specification's answer for each kind: HTTP
+// status and gRPC code; RESOURCE_EXHAUSTED is retried by exporters only
+// with RetryInfo, which classify adds for retryable kinds.
+var otlpAnswers = [...]struct {
+	status int
+	code   codes.Code
+}{
+	consumer.KindInternal:        {http.StatusInternalServerError, codes.Internal},
+	consumer.KindInvalid:         {http.StatusBadRequest, codes.InvalidArgument},
+	consumer.KindUnauthenticated: {http.StatusUnauthorized, codes.Unauthenticated},
+	consumer.KindForbidden:       {http.StatusForbidden, codes.PermissionDenied},
+	consumer.KindUnknownTopic:    {http.StatusInternalServerError, codes.Internal},
+	consumer.KindTooLarge:        {http.StatusRequestEntityTooLarge, codes.ResourceExhausted},
+	consumer.KindBusy:            {http.StatusTooManyRequests, codes.ResourceExhausted},
+	consumer.KindUnavailable:     {http.StatusServiceUnavailable, codes.Unavailable},
+	consumer.KindTimeout:         {http.StatusGatewayTimeout, codes.Unavailable},
+	consumer.KindRefused:         {http.StatusInternalServerError, codes.Internal},
+}
+
 func classify(err error) answer {
 	var de *decodeError
 	if errors.As(err, &de) {
 		return answer{http.StatusBadRequest, codes.InvalidArgument, 0, "invalid_payload", de.Error()}
 	}
-	var re *consumer.RetryableError
-	if errors.As(err, &re) {
-		switch {
-		case re.Busy:
-			return answer{http.StatusTooManyRequests, codes.ResourceExhausted, re.After, re.Reason, re.Msg}
-		case re == errAckTimeout:
-			return answer{http.StatusGatewayTimeout, codes.Unavailable, re.After, re.Reason, re.Msg}
-		}
-		return answer{http.StatusServiceUnavailable, codes.Unavailable, re.After, re.Reason, re.Msg}
-	}
-	var pe *consumer.PermanentError
-	if errors.As(err, &pe) {
-		if pe.Reason == "shutdown_timeout" {
-			return answer{http.StatusServiceUnavailable, codes.Unavailable, 5 * time.Second, pe.Reason, pe.Msg}
-		}
-		if pe.Forbidden {
-			return answer{http.StatusForbidden, codes.PermissionDenied, 0, pe.Reason, pe.Msg}
-		}
-		if pe.TooLarge {
-			// RESOURCE_EXHAUSTED without RetryInfo: OTLP clients do not
-			// retry it (the same data would be refused again).
-			return answer{http.StatusRequestEntityTooLarge, codes.ResourceExhausted, 0, pe.Reason, pe.Msg}
-		}
-		return answer{http.StatusInternalServerError, codes.Internal, 0, pe.Reason, pe.Msg}
-	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return answer{http.StatusServiceUnavailable, codes.Canceled, 0, "client_gone", err.Error()}
 	}
-	return answer{http.StatusInternalServerError, codes.Internal, 0, "internal", err.Error()}
+	a := otlpAnswers[consumer.KindOf(err)]
+	var re *consumer.RetryableError
+	if errors.As(err, &re) {
+		return answer{a.status, a.code, re.After, re.Reason, re.Msg}
+	}
+	var pe *consumer.PermanentError
+	if errors.As(err, &pe) {
+		return answer{a.status, a.code, 0, pe.Reason, pe.Msg}
+	}
+	return answer{a.status, a.code, 0, "internal", err.Error()}
 }
