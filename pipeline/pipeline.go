@@ -1,8 +1,11 @@
 // Package pipeline owns the wiring of ferry's components from a Config and
 // their lifecycle as one unit.
 //
-// Start order is exporter → queue → receivers → admin, so nothing accepts
-// data before the stage behind it runs. Shutdown reverses it: receivers stop
+// New builds the components and the ordered list they start in (see
+// components): admin, exporter, spool reader, queue, auth, receivers, so
+// nothing accepts data before the stage behind it runs. A component whose
+// Start fails stops those already started, in reverse, and a failing New
+// releases what it built. Shutdown walks the list backwards: receivers stop
 // accepting and wait for requests in flight (which wait for Kafka's
 // acknowledgements), then the exporter flushes, all within one deadline;
 // what Kafka has not acknowledged by then is counted and logged by the
@@ -11,7 +14,6 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -57,6 +59,7 @@ type Pipeline struct {
 	Sampler    *sampler.Sampler
 	Attrs      *attributes.Processor
 	reloadMu   sync.Mutex
+	life       *lifecycle
 	stop       chan struct{}
 	done       chan struct{}
 }
@@ -70,10 +73,15 @@ type Exporter interface {
 	Up() bool
 }
 
-// New builds every component; nothing listens or connects yet.
-func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
+// New builds every component; nothing listens or connects yet. If a step
+// fails, what the earlier ones built is released.
+func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 	p := &Pipeline{cfg: cfg, Set: set, stop: make(chan struct{}), done: make(chan struct{})}
-	var err error
+	defer func() {
+		if err != nil {
+			p.abandon()
+		}
+	}()
 	switch cfg.Exporter.Type {
 	case "blackhole":
 		p.Exporter = blackholeexporter.New(set)
@@ -97,7 +105,6 @@ func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
 			return nil, fmt.Errorf("delivery.spool: %w", err)
 		}
 		if p.DeadLetter, err = deadletter.New(cfg.Delivery.DeadLetter, set, p.Exporter); err != nil {
-			p.Spool.Close()
 			return nil, fmt.Errorf("delivery.dead_letter: %w", err)
 		}
 	}
@@ -163,58 +170,71 @@ func New(cfg *config.Config, set telemetry.Settings) (*Pipeline, error) {
 		ConstLabels: prometheus.Labels{"version": Version}})
 	info.Set(1)
 	set.Registry.MustRegister(info)
+	p.life = p.components()
 	return p, nil
 }
 
 // Version is set at build time (-ldflags "-X .../pipeline.Version=...").
 var Version = "dev"
 
-// Start starts every component; on error the ones started are shut down.
-func (p *Pipeline) Start(ctx context.Context) error {
-	if err := p.Exporter.Start(ctx); err != nil {
-		return err
-	}
+// components lists the pipeline's parts in start order (see lifecycle):
+// the admin server first, so /metrics and /readyz answer until the end of
+// a stop; the spool's files closed after the exporter has flushed; the
+// exporter before the spool reader that feeds it; the queue and the token
+// checker before the receivers; the report loop last.
+func (p *Pipeline) components() *lifecycle {
+	l := &lifecycle{}
+	l.add("admin", step{start: func(ctx context.Context) error { return p.Admin.Start(ctx) },
+		stop: func(context.Context) error {
+			// The admin server has its own short deadline: it is stopped last,
+			// when the shared one may be spent, and holds no data.
+			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			return p.Admin.Shutdown(sctx)
+		}})
 	if p.Spool != nil {
-		opt := spool.Options{Next: p.Exporter, Budget: p.Queue, DeadLetter: p.DeadLetter, Up: p.Exporter.Up}
-		if p.Spill != nil {
-			opt.OnDrained = p.Spill.Drained
-		}
-		if err := p.Spool.Start(ctx, opt); err != nil {
-			return err
-		}
+		// Stopped after the exporter: the checkpoint written here records
+		// how far Kafka got.
+		l.add("delivery.spool", step{stop: func(context.Context) error {
+			_ = p.DeadLetter.Close()
+			return p.Spool.Close()
+		}})
 	}
-	if err := p.Queue.Start(ctx); err != nil {
-		return err
+	l.add("exporter", p.Exporter)
+	if p.Spool != nil {
+		l.add("delivery.spool reader", step{
+			start: func(ctx context.Context) error {
+				opt := spool.Options{Next: p.Exporter, Budget: p.Queue, DeadLetter: p.DeadLetter, Up: p.Exporter.Up}
+				if p.Spill != nil {
+					opt.OnDrained = p.Spill.Drained
+				}
+				return p.Spool.Start(ctx, opt)
+			},
+			stop: p.Spool.Shutdown})
 	}
-	if err := p.Auth.Start(ctx); err != nil {
-		return err
-	}
+	l.add("queue", p.Queue)
+	l.add("auth", p.Auth)
 	if p.HTTP != nil {
-		if err := p.HTTP.Start(ctx); err != nil {
-			_ = p.Exporter.Shutdown(ctx)
-			return err
-		}
+		l.add("receivers.http", p.HTTP)
 	}
 	if p.OTLP != nil {
-		if err := p.OTLP.Start(ctx); err != nil {
-			if p.HTTP != nil {
-				_ = p.HTTP.Shutdown(ctx)
-			}
-			_ = p.Exporter.Shutdown(ctx)
-			return err
-		}
+		l.add("receivers.otlp", p.OTLP)
 	}
-	if err := p.Admin.Start(ctx); err != nil {
-		if p.HTTP != nil {
-			_ = p.HTTP.Shutdown(ctx)
-		}
-		if p.OTLP != nil {
-			_ = p.OTLP.Shutdown(ctx)
-		}
-		_ = p.Exporter.Shutdown(ctx)
-		return fmt.Errorf("admin: %w", err)
+	l.add("report", step{
+		start: func(context.Context) error { go p.report(); return nil },
+		stop:  func(context.Context) error { close(p.stop); <-p.done; return nil }})
+	return l
+}
+
+// Start starts every component in order; if one fails, those started are
+// shut down in reverse and the error names the one that failed.
+func (p *Pipeline) Start(ctx context.Context) error {
+	if err := p.life.start(ctx); err != nil {
+		// Components built but never started hold resources too (the Kafka
+		// client's goroutines, the spool's lock).
+		p.abandon()
+		return err
 	}
-	go p.report()
 	attrs := []any{"admin", p.Admin.Addr(), "kafka", p.cfg.Exporter.Kafka.Brokers, "memory_limit", p.cfg.Queue.MemoryLimit.String()}
 	if p.HTTP != nil {
 		attrs = append(attrs, "http", p.HTTP.Addr())
@@ -229,41 +249,31 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	return nil
 }
 
-// Shutdown stops gracefully within ctx.
+// Shutdown stops gracefully within ctx, in the reverse order of Start:
+// receivers stop accepting and wait for requests in flight, the spool stops
+// reading, the exporter flushes, the spool records how far Kafka got. It may
+// be called after a failed Start (it stops nothing twice).
 func (p *Pipeline) Shutdown(ctx context.Context) error {
-	close(p.stop)
-	<-p.done
-	var errs []error
-	if p.HTTP != nil {
-		if err := p.HTTP.Shutdown(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("http receiver: %w", err))
-		}
+	err := p.life.shutdown(ctx)
+	p.logTotals("ferry stopped")
+	return err
+}
+
+// abandon releases what New built, when New or Start failed: the Kafka
+// client's goroutines and connections, the spool's lock and files. What a
+// shutdown already released is not released twice.
+func (p *Pipeline) abandon() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if p.Exporter != nil {
+		_ = p.Exporter.Shutdown(ctx)
 	}
-	if p.OTLP != nil {
-		if err := p.OTLP.Shutdown(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("otlp receiver: %w", err))
-		}
-	}
-	if p.Spool != nil {
-		// Stop reading; what was handed to Kafka is flushed next, and the
-		// checkpoint written after that records how far it got.
-		_ = p.Spool.Shutdown(ctx)
-	}
-	if err := p.Exporter.Shutdown(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if p.Spool != nil {
-		if err := p.Spool.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("spool: %w", err))
-		}
+	if p.DeadLetter != nil {
 		_ = p.DeadLetter.Close()
 	}
-	_ = p.Auth.Shutdown(ctx)
-	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_ = p.Admin.Shutdown(sctx)
-	p.logTotals("ferry stopped")
-	return errors.Join(errs...)
+	if p.Spool != nil {
+		_ = p.Spool.Close()
+	}
 }
 
 // Reload applies what can change while running: token keys, rate limits

@@ -74,6 +74,8 @@ type Exporter struct {
 	// TryProduce never fails part of one.
 	buffered, maxBuffered int64
 	tp                    *topics
+	shutOnce              sync.Once
+	shutErr               error
 }
 
 // New builds the exporter. bufferedBytes is the queue's memory limit, used to
@@ -412,7 +414,14 @@ func (e *Exporter) classify(kr *kgo.Record, err error) error {
 }
 
 // Shutdown refuses new batches, flushes until ctx ends and closes the client.
+// It may be called without Start (a pipeline that failed to start releases
+// the client this way) and more than once: only the first call acts.
 func (e *Exporter) Shutdown(ctx context.Context) error {
+	e.shutOnce.Do(func() { e.shutErr = e.shutdown(ctx) })
+	return e.shutErr
+}
+
+func (e *Exporter) shutdown(ctx context.Context) error {
 	e.closing.Store(true)
 	ferr := e.cl.Flush(ctx)
 	spooled := e.spooled.Load()

@@ -1,0 +1,115 @@
+package pipeline
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/ferryhq/ferry/buffer/spool"
+	"github.com/ferryhq/ferry/config"
+	"github.com/ferryhq/ferry/processor/attributes"
+	"github.com/ferryhq/ferry/telemetry"
+)
+
+// lifeConfig is a Kafka-exporter pipeline on free ports whose broker does
+// not answer (nothing here needs one: the exporter starts without Kafka).
+func lifeConfig(t *testing.T, sets ...string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse(nil, append([]string{
+		"exporter.kafka.brokers=[127.0.0.1:1]", "exporter.kafka.dial_timeout=200ms",
+		"receivers.http.listen=127.0.0.1:0", "telemetry.admin.listen=127.0.0.1:0",
+		"receivers.otlp.http.listen=127.0.0.1:0", "receivers.otlp.grpc.listen=127.0.0.1:0",
+		"telemetry.report_interval=1s",
+	}, sets...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// taken is a port that is in use for the test's life.
+func taken(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l.Addr().String()
+}
+
+// TestFailedStartLeavesNothing: whichever component fails to start, those
+// started before it are stopped in reverse, the error names it, Shutdown
+// afterwards returns at once, and no goroutine is left behind (the Kafka
+// client's, the auth ticker's, the spool's, the listeners').
+func TestFailedStartLeavesNothing(t *testing.T) {
+	for _, c := range []struct {
+		name, fails string
+		sets        []string
+	}{
+		{"admin port taken", "admin", []string{"telemetry.admin.listen=" + taken(t)}},
+		{"HTTP port taken", "receivers.http", []string{"receivers.http.listen=" + taken(t)}},
+		{"OTLP gRPC port taken, after HTTP started", "receivers.otlp", []string{"receivers.otlp.grpc.listen=" + taken(t)}},
+		{"OTLP port taken in spool mode", "receivers.otlp", []string{"receivers.otlp.http.listen=" + taken(t), "delivery.mode=spool",
+			"delivery.spool.dir=" + t.TempDir(), "delivery.dead_letter.file=" + t.TempDir() + "/dl.ndjson"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+			p, err := New(lifeConfig(t, c.sets...), telemetry.TestSettings())
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = p.Start(context.Background())
+			if err == nil || !strings.HasPrefix(err.Error(), c.fails+":") {
+				t.Fatalf("Start: %v, want an error naming %s", err, c.fails)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			done := make(chan struct{})
+			go func() { _ = p.Shutdown(ctx); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(3 * time.Second):
+				t.Fatal("Shutdown after a failed Start hangs")
+			}
+		})
+	}
+}
+
+// TestFailedNewReleasesWhatItBuilt: a pipeline whose construction fails
+// after the Kafka client and the spool were built (here a processor's
+// config) closes the client and releases the spool's lock.
+func TestFailedNewReleasesWhatItBuilt(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	dir := t.TempDir()
+	cfg := lifeConfig(t, "delivery.mode=spool", "delivery.spool.dir="+dir, "delivery.dead_letter.file="+t.TempDir()+"/dl.ndjson")
+	cfg.Processors.Attributes = attributes.Config{Actions: []attributes.Action{{Action: "no-such-action", Key: "k"}}}
+	if _, err := New(cfg, telemetry.TestSettings()); err == nil {
+		t.Fatal("New accepted an invalid processor")
+	}
+	s, err := spool.Open(cfg.Delivery.Spool, telemetry.TestSettings())
+	if err != nil {
+		t.Fatalf("the spool's lock was not released: %v", err)
+	}
+	_ = s.Close()
+}
+
+// TestSpoolLockedFailsNew: a second pipeline on a spool directory in use
+// fails in New, naming it, and leaves nothing running.
+func TestSpoolLockedFailsNew(t *testing.T) {
+	dir := t.TempDir()
+	cfg := lifeConfig(t, "delivery.mode=spool", "delivery.spool.dir="+dir, "delivery.dead_letter.file="+t.TempDir()+"/dl.ndjson")
+	first, err := spool.Open(cfg.Delivery.Spool, telemetry.TestSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	if _, err := New(cfg, telemetry.TestSettings()); err == nil || !strings.Contains(err.Error(), "delivery.spool") {
+		t.Fatalf("New on a locked spool: %v", err)
+	}
+}
