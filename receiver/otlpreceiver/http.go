@@ -41,7 +41,7 @@ func newHTTPServer(r *Receiver) *httpServer {
 	mux.HandleFunc("/v1/metrics", func(w http.ResponseWriter, q *http.Request) { h.handle(w, q, encoding.Metrics) })
 	mux.HandleFunc("/v1/logs", func(w http.ResponseWriter, q *http.Request) { h.handle(w, q, encoding.Logs) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, q *http.Request) {
-		h.fail(w, false, answer{httpStatus: http.StatusNotFound, code: 5, reason: "not_found",
+		h.fail(w, false, answer{httpStatus: http.StatusNotFound, code: codes.NotFound, reason: "not_found",
 			msg: fmt.Sprintf("no such endpoint %s; OTLP/HTTP serves /v1/traces, /v1/metrics and /v1/logs", q.URL.Path)})
 	})
 	guarded := origin.New(r.cfg.HTTP.AllowedOrigins).Wrap(mux, func(w http.ResponseWriter, q *http.Request) {
@@ -76,13 +76,13 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 	m := h.r.httpM
 	if q.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
-		h.fail(w, false, answer{httpStatus: http.StatusMethodNotAllowed, code: 12, reason: "method_not_allowed", msg: "use POST"})
+		h.fail(w, false, answer{httpStatus: http.StatusMethodNotAllowed, code: codes.Unimplemented, reason: "method_not_allowed", msg: "use POST"})
 		return
 	}
 	unauthorized := func(err error) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="ferry"`)
 		isJSON := strings.HasPrefix(q.Header.Get("Content-Type"), "application/json")
-		h.fail(w, isJSON, answer{httpStatus: http.StatusUnauthorized, code: 16, reason: "unauthenticated", msg: err.Error()})
+		h.fail(w, isJSON, answer{httpStatus: http.StatusUnauthorized, code: codes.Unauthenticated, reason: "unauthenticated", msg: err.Error()})
 	}
 	var claims *token.Claims
 	var headerTok string
@@ -103,7 +103,7 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 	case "application/json":
 		isJSON = true
 	default:
-		h.fail(w, false, answer{httpStatus: http.StatusUnsupportedMediaType, code: 3, reason: "unsupported_content_type",
+		h.fail(w, false, answer{httpStatus: http.StatusUnsupportedMediaType, code: codes.InvalidArgument, reason: "unsupported_content_type",
 			msg: fmt.Sprintf("unsupported Content-Type %q: OTLP/HTTP takes application/x-protobuf or application/json", q.Header.Get("Content-Type"))})
 		return
 	}
@@ -115,7 +115,11 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 			h.fail(w, isJSON, a)
 			return
 		}
-		h.fail(w, isJSON, answer{httpStatus: berr.Status, code: 3, reason: berr.Reason, msg: berr.Msg})
+		code := codes.InvalidArgument
+		if berr.Status == http.StatusRequestEntityTooLarge {
+			code = codes.ResourceExhausted
+		}
+		h.fail(w, isJSON, answer{httpStatus: berr.Status, code: code, reason: berr.Reason, msg: berr.Msg})
 		return
 	}
 	if isJSON {
@@ -127,14 +131,14 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 					int64(ce.limit), fmt.Sprintf("%d per receivers.otlp.max_items_per_request", jsonContainersPerItem))))
 				return
 			}
-			h.fail(w, true, answer{httpStatus: http.StatusBadRequest, code: 3, reason: "invalid_payload", msg: "invalid OTLP/JSON: " + err.Error()})
+			h.fail(w, true, answer{httpStatus: http.StatusBadRequest, code: codes.InvalidArgument, reason: "invalid_payload", msg: "invalid OTLP/JSON: " + err.Error()})
 			return
 		}
 		pb, err := jsonToProto(sig, body.B)
 		h.r.body.Put(body)
 		if err != nil {
 			m.Error("invalid_payload")
-			h.fail(w, true, answer{httpStatus: http.StatusBadRequest, code: 3, reason: "invalid_payload", msg: "invalid OTLP/JSON: " + err.Error()})
+			h.fail(w, true, answer{httpStatus: http.StatusBadRequest, code: codes.InvalidArgument, reason: "invalid_payload", msg: "invalid OTLP/JSON: " + err.Error()})
 			return
 		}
 		body = h.r.body.Get(len(pb))
