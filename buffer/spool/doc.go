@@ -93,14 +93,14 @@
 //
 // The Kafka client answers every record on one promise goroutine, shared by
 // all partitions and by live traffic in spill mode; anything slow there
-// holds up every acknowledgement. So the promise path only records the
-// outcome and hands the chunk (or a record to dead-letter) to the
-// finisher goroutine, through a queue that cannot fill (it holds at most a
-// task per record in flight, which the read-ahead budget bounds). The
-// finisher writes dead letters (a write and an fsync, or a produce to the
-// dead-letter topic), gives chunks back, advances the watermark and
-// deletes segments; it drains its queue before Close writes the final
-// checkpoint.
+// holds up every acknowledgement. So the promise path does only in-memory
+// work (recording outcomes, giving a finished chunk's buffer back, moving
+// the watermark) and hands the rest to the finisher goroutine through a
+// queue that cannot fill (it holds at most a task per record in flight,
+// which the read-ahead budget bounds): writing dead letters (a write and
+// an fsync, or a produce to the dead-letter topic) and deleting segments
+// the watermark has passed. The finisher drains its queue before Close
+// writes the final checkpoint.
 //
 // # Failures after the spool
 //

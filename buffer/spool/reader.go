@@ -37,11 +37,14 @@ type chunk struct {
 }
 
 // finTask is work handed from the Kafka client's promise path to the
-// finisher: store record i's dead letter, or finish the chunk (i < 0).
+// finisher: store record i of chunk c's dead letter, or remove segments
+// the watermark passed (and report a drained spool).
 type finTask struct {
-	c   *chunk
-	i   int
-	err error
+	c       *chunk
+	i       int
+	err     error
+	gone    []uint64
+	drained bool
 }
 
 // hand queues t for the finisher. It never blocks: the promise goroutine
@@ -58,9 +61,10 @@ func (s *Spool) hand(t finTask) {
 // finisher does what must not run on the Kafka client's promise goroutine
 // (franz-go runs every promise of the client on one goroutine: a slow step
 // there would hold up every acknowledgement, including live traffic's):
-// writing dead letters (a write and an fsync, or a produce), giving
-// chunks back, advancing the watermark and deleting segments. It drains
-// its queue before it stops.
+// writing dead letters (a write and an fsync, or a produce) and deleting
+// the segments the watermark passed. Giving a chunk back and moving the
+// watermark are a few atomic and in-memory steps and stay inline, so a
+// chunk's buffer is reused at once. It drains its queue before it stops.
 func (s *Spool) finisher() {
 	defer s.finWG.Done()
 	var work []finTask
@@ -69,8 +73,8 @@ func (s *Spool) finisher() {
 		work, s.finQ = s.finQ, work[:0]
 		s.finMu.Unlock()
 		for _, t := range work {
-			if t.i < 0 {
-				t.c.finish()
+			if t.c == nil {
+				s.removed(t.gone, t.drained)
 				continue
 			}
 			var pe *consumer.PermanentError
@@ -397,7 +401,7 @@ func (c *chunk) onFailure(i int, err error) {
 
 // deadLettered settles record i's dead letter: counted as done once it is
 // durable, sent again to Kafka if it could not be stored. It may run on
-// the dead-letter topic's promise: it only hands the chunk over.
+// the dead-letter topic's promise: finishing a chunk does no I/O there.
 func (c *chunk) deadLettered(i int, err error) {
 	c.mu.Lock()
 	if err == nil {
@@ -410,12 +414,13 @@ func (c *chunk) deadLettered(i int, err error) {
 	c.settling = c.settling || ready
 	c.mu.Unlock()
 	if ready {
-		c.s.hand(finTask{c: c, i: -1})
+		c.finish()
 	}
 }
 
 // onDone runs when Kafka has answered for every record of the batch, on
-// the Kafka client's promise goroutine: it only hands the chunk over.
+// the Kafka client's promise goroutine; the chunk finishes when its dead
+// letters are settled too.
 func (c *chunk) onDone(error) {
 	c.mu.Lock()
 	c.kafkaDone = true
@@ -423,7 +428,7 @@ func (c *chunk) onDone(error) {
 	c.settling = c.settling || ready
 	c.mu.Unlock()
 	if ready {
-		c.s.hand(finTask{c: c, i: -1})
+		c.finish()
 	}
 }
 
@@ -527,6 +532,16 @@ func (s *Spool) advance() {
 	}
 	drained := wm.seg == s.wseg && (wm.off >= s.woff || s.woff <= segHeader)
 	s.mu.Unlock()
+	if len(gone) > 0 || drained && s.opt.OnDrained != nil {
+		// Files are removed, and spill mode told, by the finisher: this may
+		// run on the Kafka client's promise goroutine.
+		s.hand(finTask{gone: gone, drained: drained})
+	}
+}
+
+// removed deletes segments the watermark has passed and reports a drained
+// spool (the finisher's side of advance).
+func (s *Spool) removed(gone []uint64, drained bool) {
 	for _, id := range gone {
 		if err := os.Remove(s.path(segName(id))); err != nil && !errors.Is(err, os.ErrNotExist) {
 			s.log.Log(slog.LevelWarn, "remove", "spool: removing an acknowledged segment failed", "err", err)
