@@ -188,7 +188,7 @@ func TestHTTPErrors(t *testing.T) {
 	}{
 		{"malformed", "/v1/traces", "application/x-protobuf", "", []byte{0x0a, 0x09, 0x01}, &consumertest.Sink{}, 400, 3, "invalid_payload", false},
 		{"bad json", "/v1/logs", "application/json", "", []byte(`{"resourceLogs":[`), &consumertest.Sink{}, 400, 3, "invalid_payload", false},
-		{"gzip bomb", "/v1/traces", "application/x-protobuf", "gzip", bomb.Bytes(), &consumertest.Sink{}, 413, 3, "request_too_large", false},
+		{"gzip bomb", "/v1/traces", "application/x-protobuf", "gzip", bomb.Bytes(), &consumertest.Sink{}, 413, 8, "request_too_large", false},
 		{"content type", "/v1/traces", "text/plain", "", valid, &consumertest.Sink{}, 415, 3, "unsupported_content_type", false},
 		{"unknown path", "/v1/profiles", "application/x-protobuf", "", valid, &consumertest.Sink{}, 404, 5, "not_found", false},
 		{"full", "/v1/traces", "application/x-protobuf", "", valid, consumertest.Refuse{Err: consumer.ErrFull}, 429, 8, "queue_full", true},
