@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/ferryhq/ferry/signal"
 )
 
 // Version is the token format version this package writes.
@@ -41,24 +43,23 @@ const (
 	MaxLen = 4096
 )
 
-// Signals a token can route, indexing Claims.Topics and Claims.DataIDs.
+// Signals a token can route, indexing Claims.Topics and Claims.DataIDs:
+// the one signal type's values (package signal), as indexes.
 const (
-	Traces = iota
-	Metrics
-	Logs
-	Messages
-	numSignals
+	Traces     = int(signal.Traces)
+	Metrics    = int(signal.Metrics)
+	Logs       = int(signal.Logs)
+	Messages   = int(signal.Messages)
+	numSignals = int(signal.Count)
 )
 
 // SignalNames name the signals as the CLI and docs write them.
-var SignalNames = [numSignals]string{"traces", "metrics", "logs", "messages"}
+var SignalNames = [numSignals]string{signal.Traces.String(), signal.Metrics.String(), signal.Logs.String(), signal.Messages.String()}
 
 // SignalIndex returns the index of a signal name, or -1.
 func SignalIndex(name string) int {
-	for i, n := range SignalNames {
-		if n == name {
-			return i
-		}
+	if s, ok := signal.Parse(name); ok {
+		return int(s)
 	}
 	return -1
 }

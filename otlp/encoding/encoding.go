@@ -31,19 +31,18 @@ import (
 	"github.com/ferryhq/ferry/otlp/flatjson"
 	"github.com/ferryhq/ferry/otlp/wire"
 	"github.com/ferryhq/ferry/processor/sampler"
+	"github.com/ferryhq/ferry/signal"
 )
 
-// Signal is an OTLP signal.
-type Signal uint8
+// Signal is an OTLP signal: the one signal type (package signal).
+type Signal = signal.Signal
 
-// The signals.
+// The OTLP signals.
 const (
-	Traces Signal = iota
-	Metrics
-	Logs
+	Traces  = signal.Traces
+	Metrics = signal.Metrics
+	Logs    = signal.Logs
 )
-
-func (s Signal) String() string { return [...]string{"traces", "metrics", "logs"}[s] }
 
 // Config is one signal's output (YAML receivers.otlp.<signal>).
 type Config struct {

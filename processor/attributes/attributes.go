@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
+	"github.com/ferryhq/ferry/signal"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -202,13 +203,17 @@ func applies(signals []string, signal string) bool {
 	return len(signals) == 0 || slices.Contains(signals, signal)
 }
 
-// Active reports whether anything applies to signal and tenant (the caller
-// skips the pdata detour otherwise).
-func (p *Processor) Active(signal, tenant string) bool { return p.rules(signal, tenant) != nil }
+// Active reports whether anything applies to sig and tenant (the caller
+// skips the pdata detour otherwise). With no filters configured it is one
+// atomic load.
+func (p *Processor) Active(sig signal.Signal, tenant string) bool {
+	return p.rules(sig.String(), tenant) != nil
+}
 
-// Apply rewrites an OTLP protobuf request of signal and returns the new
-// bytes and the number of items dropped by rules.
-func (p *Processor) Apply(signal, tenant string, raw []byte) ([]byte, int, error) {
+// Apply rewrites an OTLP protobuf request of sig and returns the new bytes
+// and the number of items dropped by rules.
+func (p *Processor) Apply(sig signal.Signal, tenant string, raw []byte) ([]byte, int, error) {
+	signal := sig.String()
 	r := p.rules(signal, tenant)
 	if r == nil {
 		return raw, 0, nil

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
 	"github.com/ferryhq/ferry/internal/otlpgen"
+	"github.com/ferryhq/ferry/signal"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -38,7 +39,7 @@ func TestActionsAndDrops(t *testing.T) {
 	h3, _ := spans.At(0).Spans().At(0).Attributes().Get("http.method3")
 	orig3 := h3.Str()
 	raw, _ := ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()
-	out, dropped, err := p.Apply("traces", "", raw)
+	out, dropped, err := p.Apply(signal.Traces, "", raw)
 	if err != nil || dropped != 1 {
 		t.Fatalf("err %v dropped %d", err, dropped)
 	}
@@ -67,11 +68,11 @@ func TestTenantOverridesAndSignals(t *testing.T) {
 		Actions: []Action{{Action: "delete", Key: "http.method1", Signals: []string{"logs"}}},
 		Tenants: map[string]Rules{"vip": {}},
 	}, telemetry.TestSettings())
-	if p.Active("traces", "") || !p.Active("logs", "") || p.Active("logs", "vip") {
+	if p.Active(signal.Traces, "") || !p.Active(signal.Logs, "") || p.Active(signal.Logs, "vip") {
 		t.Fatal("Active is wrong")
 	}
 	raw, _ := plogotlp.NewExportRequestFromLogs(otlpgen.New(1).Logs(2, 8)).MarshalProto()
-	out, _, err := p.Apply("logs", "", raw)
+	out, _, err := p.Apply(signal.Logs, "", raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestTenantOverridesAndSignals(t *testing.T) {
 	// Metrics: drop points by resource match.
 	m, _ := New(Config{DropIf: []Match{{On: "resource", Key: "service.name", Equals: "generator.service", Signals: []string{"metrics"}}}}, telemetry.TestSettings())
 	mraw, _ := pmetricotlp.NewExportRequestFromMetrics(otlpgen.New(1).Metrics(2, 2, 2)).MarshalProto()
-	mout, dropped, err := m.Apply("metrics", "", mraw)
+	mout, dropped, err := m.Apply(signal.Metrics, "", mraw)
 	if err != nil || dropped != 6 {
 		t.Fatalf("%v dropped %d", err, dropped)
 	}
@@ -114,7 +115,7 @@ func BenchmarkApply_100_Spans(b *testing.B) {
 	raw, _ := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(1).Traces(100)).MarshalProto()
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		if _, _, err := p.Apply("traces", "", raw); err != nil {
+		if _, _, err := p.Apply(signal.Traces, "", raw); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ferryhq/ferry/signal"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -100,8 +101,9 @@ func (s *Sampler) SetConfig(cfg Config) error {
 	return nil
 }
 
-// Decide returns the decision for a signal ("traces" or "logs") and tenant.
-func (s *Sampler) Decide(signal, tenant string) Decision {
+// Decide returns the decision for a signal (traces or logs are sampled)
+// and tenant.
+func (s *Sampler) Decide(sig signal.Signal, tenant string) Decision {
 	if s == nil {
 		return Decision{}
 	}
@@ -109,25 +111,25 @@ func (s *Sampler) Decide(signal, tenant string) Decision {
 	if p, ok := cfg.Tenants[tenant]; ok && tenant != "" {
 		return For(p)
 	}
-	switch signal {
-	case "traces":
+	switch sig {
+	case signal.Traces:
 		return For(cfg.TracesPercent)
-	case "logs":
+	case signal.Logs:
 		return For(cfg.LogsPercent)
 	}
 	return Decision{}
 }
 
 // Dropped counts n items dropped for signal and tenant.
-func (s *Sampler) Dropped(signal, tenant string, n int) {
+func (s *Sampler) Dropped(sig signal.Signal, tenant string, n int) {
 	if s != nil && n > 0 {
-		s.dropped.WithLabelValues("sampler", signal, s.labels.Get(tenant)).Add(float64(n))
+		s.dropped.WithLabelValues("sampler", sig.String(), s.labels.Get(tenant)).Add(float64(n))
 		s.log.Log(slog.LevelInfo, "dropped", "items dropped by sampling (by policy; counted in ferry_processor_dropped_items_total)",
-			"signal", signal, "tenant", tenant, "items", n)
+			"signal", sig.String(), "tenant", tenant, "items", n)
 	}
 }
 
 // DroppedCounter is the drop counter for signal and tenant (for tests).
-func (s *Sampler) DroppedCounter(signal, tenant string) prometheus.Counter {
-	return s.dropped.WithLabelValues("sampler", signal, s.labels.Get(tenant))
+func (s *Sampler) DroppedCounter(sig signal.Signal, tenant string) prometheus.Counter {
+	return s.dropped.WithLabelValues("sampler", sig.String(), s.labels.Get(tenant))
 }

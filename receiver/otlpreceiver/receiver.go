@@ -257,14 +257,14 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 			return r.forbidden(m, err)
 		}
 	}
-	if r.attrs != nil && r.attrs.Active(sig.String(), vars.Tenant) {
+	if r.attrs != nil && r.attrs.Active(sig, vars.Tenant) {
 		// pdata decodes recursively with no depth bound: the request must
 		// pass ferry's own decoder (nesting and item count bounded) first.
 		if _, err := encoding.CountItems(sig, raw.B, r.cfg.MaxItems); err != nil {
 			r.body.Put(raw)
 			return r.encodeFailed(m, err)
 		}
-		rewritten, _, err := r.attrs.Apply(sig.String(), vars.Tenant, raw.B)
+		rewritten, _, err := r.attrs.Apply(sig, vars.Tenant, raw.B)
 		if err != nil {
 			r.body.Put(raw)
 			m.Error("invalid_payload")
@@ -284,7 +284,7 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	enc.MaxRecordBytes = r.cfg.MaxRecordBytes
 	enc.MaxItems, enc.MaxBytes, enc.RecordCost = r.cfg.MaxItems, int(r.cfg.MaxExpandedBytes), recordOverhead
 	enc.FlatExtra = extra
-	enc.Sample = r.sampler.Decide(sig.String(), vars.Tenant)
+	enc.Sample = r.sampler.Decide(sig, vars.Tenant)
 	parts, buf, items, err := enc.Encode(sig, so.cfg, raw.B, out.B)
 	out.B = buf
 	if err != nil {
@@ -292,7 +292,7 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		r.body.Put(out)
 		return r.encodeFailed(m, err)
 	}
-	r.sampler.Dropped(sig.String(), vars.Tenant, enc.Dropped)
+	r.sampler.Dropped(sig, vars.Tenant, enc.Dropped)
 	if items == 0 {
 		r.body.Put(raw)
 		r.body.Put(out)

@@ -15,6 +15,7 @@ import (
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
+	"github.com/ferryhq/ferry/signal"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -76,7 +77,7 @@ func TestSamplingKeepsTheSameTracesInEveryEncoding(t *testing.T) {
 			if got != want {
 				t.Fatalf("%d spans arrived, the rule keeps %d", got, want)
 			}
-			if v := testutil.ToFloat64(s.DroppedCounter("traces", "")); int(v) != 2000-want {
+			if v := testutil.ToFloat64(s.DroppedCounter(signal.Traces, "")); int(v) != 2000-want {
 				t.Fatalf("dropped counter %v, want %d", v, 2000-want)
 			}
 		})
