@@ -39,25 +39,3 @@ func Parse(name string) (Signal, bool) {
 	}
 	return 0, false
 }
-
-// Set is a set of signals.
-type Set uint8
-
-// Add returns the set with s in it.
-func (m Set) Add(s Signal) Set { return m | 1<<s }
-
-// Has reports whether s is in the set; the empty set means every signal.
-func (m Set) Has(s Signal) bool { return m == 0 || m&(1<<s) != 0 }
-
-// ParseSet reads a list of signal names; an unknown name is returned.
-func ParseSet(names []string) (Set, string) {
-	var m Set
-	for _, n := range names {
-		s, ok := Parse(n)
-		if !ok {
-			return 0, n
-		}
-		m = m.Add(s)
-	}
-	return m, ""
-}
