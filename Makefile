@@ -28,7 +28,7 @@ bench: build
 BENCH_QUICK_DIR ?= /tmp/ferry-bench-quick
 bench-quick: build
 	scripts/kafka-local jars
-	bin/ferry-bench suite --quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md --charts $(BENCH_QUICK_DIR)/bench --port 39492
+	bin/ferry-bench suite --quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md --charts $(BENCH_QUICK_DIR)/bench --port 29492
 
 # The fault tests at full length (~10 min, real Kafka killed and restarted);
 # rewrites the results table in docs/reliability.md. make test runs short ones.

@@ -6,7 +6,7 @@
 # rewritten from them. Short versions of the same tests run in make test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-port=${FERRY_TEST_KAFKA_PORT:-39192}
+port=${FERRY_TEST_KAFKA_PORT:-29192}
 go mod download
 scripts/kafka-local jars
 scripts/kafka-local stop --port "$port" >/dev/null 2>&1 || true

@@ -5,7 +5,7 @@
 # from what it measured. make test runs the same tests (without the report).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-port=${FERRY_TEST_KAFKA_PORT:-39292}
+port=${FERRY_TEST_KAFKA_PORT:-29292}
 go mod download
 scripts/kafka-local jars
 scripts/kafka-local stop --port "$port" >/dev/null 2>&1 || true

@@ -3,7 +3,7 @@
 # integration tests against one real local Kafka shared by the whole run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-port=${FERRY_TEST_KAFKA_PORT:-39092}
+port=${FERRY_TEST_KAFKA_PORT:-29092}
 
 echo "== go modules"
 go mod download

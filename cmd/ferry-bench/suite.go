@@ -34,7 +34,7 @@ func suiteCmd(args []string) error {
 	fs.BoolVar(&s.quick, "quick", false, "tiny runs of every step (make bench-quick): checks the harness, figures not meaningful")
 	fs.StringVar(&s.out, "out", "BENCHMARKS.md", "the report to write")
 	fs.StringVar(&s.charts, "charts", "docs/bench", "directory for the SVG charts (linked from the report)")
-	fs.IntVar(&s.port, "port", 39392, "port of the local Kafka the suite starts (and the next one for its controller)")
+	fs.IntVar(&s.port, "port", 29392, "port of the local Kafka the suite starts (and the next one for its controller)")
 	fs.StringVar(&s.ferry, "ferry", "bin/ferry", "the ferry binary")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -131,19 +132,26 @@ func (b *Broker) Restart(t testing.TB) {
 
 // FreePort finds a port p such that p and p+1 (the controller) are free.
 func FreePort() int {
-	for i := 0; i < 100; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			continue
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1)); err == nil {
-			l2.Close()
+	// Below the kernel's ephemeral range (32768-60999 by default): a port
+	// from that range can be taken by any outgoing connection between the
+	// check and a broker (re)starting on it, which made start-ups fail now
+	// and then under a busy test run.
+	for i := 0; i < 200; i++ {
+		p := 20000 + 2*rand.IntN(6000)
+		if free(p) && free(p+1) {
 			return p
 		}
 	}
 	panic("kafkatest: no free port pair")
+}
+
+func free(port int) bool {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
 }
 
 // NewTopic creates a topic named prefix plus a unique suffix (so reruns on a
