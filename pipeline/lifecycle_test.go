@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferryhq/ferry/buffer/spool"
 	"github.com/ferryhq/ferry/config"
+	"github.com/ferryhq/ferry/exporter/blackholeexporter"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -91,7 +92,7 @@ func TestFailedNewReleasesWhatItBuilt(t *testing.T) {
 	if _, err := New(cfg, telemetry.TestSettings()); err == nil {
 		t.Fatal("New accepted an invalid processor")
 	}
-	s, err := spool.Open(cfg.Delivery.Spool, telemetry.TestSettings())
+	s, err := spool.Open(cfg.Delivery.Spool, telemetry.TestSettings(), spool.Links{Next: blackholeexporter.New(telemetry.TestSettings())})
 	if err != nil {
 		t.Fatalf("the spool's lock was not released: %v", err)
 	}
@@ -103,7 +104,7 @@ func TestFailedNewReleasesWhatItBuilt(t *testing.T) {
 func TestSpoolLockedFailsNew(t *testing.T) {
 	dir := t.TempDir()
 	cfg := lifeConfig(t, "delivery.mode=spool", "delivery.spool.dir="+dir, "delivery.dead_letter.file="+t.TempDir()+"/dl.ndjson")
-	first, err := spool.Open(cfg.Delivery.Spool, telemetry.TestSettings())
+	first, err := spool.Open(cfg.Delivery.Spool, telemetry.TestSettings(), spool.Links{Next: blackholeexporter.New(telemetry.TestSettings())})
 	if err != nil {
 		t.Fatal(err)
 	}

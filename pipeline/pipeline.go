@@ -25,6 +25,7 @@ import (
 
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/ratelimit"
+	"github.com/ferryhq/ferry/buffer/budget"
 	"github.com/ferryhq/ferry/buffer/memqueue"
 	"github.com/ferryhq/ferry/buffer/spill"
 	"github.com/ferryhq/ferry/buffer/spool"
@@ -35,7 +36,6 @@ import (
 	"github.com/ferryhq/ferry/exporter/kafkaexporter"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
-	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/httpreceiver"
 	"github.com/ferryhq/ferry/receiver/otlpreceiver"
 	"github.com/ferryhq/ferry/telemetry"
@@ -47,7 +47,9 @@ type Pipeline struct {
 	Set      telemetry.Settings
 	Admin    *telemetry.Admin
 	Exporter Exporter
-	Queue    *memqueue.Queue
+	// Budget is the memory bound every stage that holds data reserves from.
+	Budget *budget.Budget
+	Queue  *memqueue.Queue
 	// Spool, DeadLetter and Spill exist in the spool and spill delivery modes.
 	Spool      *spool.Spool
 	DeadLetter *deadletter.Writer
@@ -94,25 +96,30 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 	//   kafka: queue → exporter
 	//   spool: queue → spool; the spool's reader → exporter
 	//   spill: router → (queue → exporter) or spool; the spool's reader → exporter
+	//
+	// One memory budget is shared by the stages that hold data: the queue,
+	// the spool's reader and the request bodies being read.
+	p.Budget = budget.New(int64(cfg.Queue.MemoryLimit))
 	var intake consumer.Consumer
 	if cfg.Delivery.Mode != "kafka" {
+		if p.DeadLetter, err = deadletter.New(cfg.Delivery.DeadLetter, set, p.Exporter); err != nil {
+			return nil, fmt.Errorf("delivery.dead_letter: %w", err)
+		}
 		sc := cfg.Delivery.Spool
 		sc.MaxRecordBytes = int(cfg.Exporter.Kafka.MaxBatchBytes)
 		if sc.ReadAhead == 0 {
 			sc.ReadAhead = cfg.Queue.MemoryLimit / 2
 		}
-		if p.Spool, err = spool.Open(sc, set); err != nil {
+		links := spool.Links{Next: p.Exporter, Budget: p.Budget, DeadLetter: p.DeadLetter, Up: p.Exporter.Up}
+		if p.Spool, err = spool.Open(sc, set, links); err != nil {
 			return nil, fmt.Errorf("delivery.spool: %w", err)
-		}
-		if p.DeadLetter, err = deadletter.New(cfg.Delivery.DeadLetter, set, p.Exporter); err != nil {
-			return nil, fmt.Errorf("delivery.dead_letter: %w", err)
 		}
 	}
 	next := consumer.Consumer(p.Exporter)
 	if cfg.Delivery.Mode == "spool" {
 		next = p.Spool
 	}
-	if p.Queue, err = memqueue.New(cfg.Queue, set, next, p.Exporter.Up); err != nil {
+	if p.Queue, err = memqueue.New(cfg.Queue, set, p.Budget, next, p.Exporter.Up); err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
 	}
 	intake = p.Queue
@@ -153,11 +160,12 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 		}
 	}
 	// Request bodies reserve their memory before they are read: from the
-	// queue, except in spill mode, where a full queue must send requests
-	// to disk rather than refuse them, so bodies have a budget of their own.
-	var bodies httpbody.Budget = p.Queue
+	// shared budget, except in spill mode, where a full queue must send
+	// requests to disk rather than refuse them, so bodies have a budget of
+	// their own.
+	bodies := p.Budget
 	if cfg.Delivery.Mode == "spill" {
-		bodies = memqueue.NewBudget(int64(cfg.Queue.MemoryLimit))
+		bodies = budget.New(int64(cfg.Queue.MemoryLimit))
 	}
 	if p.HTTP != nil {
 		p.HTTP.SetBudget(bodies)
@@ -202,15 +210,7 @@ func (p *Pipeline) components() *lifecycle {
 	}
 	l.add("exporter", p.Exporter)
 	if p.Spool != nil {
-		l.add("delivery.spool reader", step{
-			start: func(ctx context.Context) error {
-				opt := spool.Options{Next: p.Exporter, Budget: p.Queue, DeadLetter: p.DeadLetter, Up: p.Exporter.Up}
-				if p.Spill != nil {
-					opt.OnDrained = p.Spill.Drained
-				}
-				return p.Spool.Start(ctx, opt)
-			},
-			stop: p.Spool.Shutdown})
+		l.add("delivery.spool reader", step{start: p.Spool.Start, stop: p.Spool.Shutdown})
 	}
 	l.add("queue", p.Queue)
 	l.add("auth", p.Auth)

@@ -3,6 +3,7 @@ package memqueue
 import (
 	"context"
 	"errors"
+	"github.com/ferryhq/ferry/buffer/budget"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,22 @@ import (
 	"github.com/ferryhq/ferry/telemetry"
 )
 
+// gauge reads a gauge as a scrape would.
+func gauge(t *testing.T, set telemetry.Settings, name string) float64 {
+	t.Helper()
+	mfs, err := set.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
+}
+
 func batch(size int64) *record.Batch {
 	return &record.Batch{Records: make([]record.Record, 1), MemBytes: size}
 }
@@ -25,7 +42,7 @@ func batch(size int64) *record.Batch {
 func TestBoundUnderConcurrency(t *testing.T) {
 	set := telemetry.TestSettings()
 	p := &consumertest.Holder{}
-	q, err := New(Config{MemoryLimit: 1 << 20, ReadyBelow: 0.9}, set, p, nil)
+	q, err := New(Config{MemoryLimit: 1 << 20, ReadyBelow: 0.9}, set, budget.New(1<<20), p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,20 +71,20 @@ func TestBoundUnderConcurrency(t *testing.T) {
 	if got := accepted.Load(); got != (1<<20)/10_000 {
 		t.Fatalf("accepted %d batches, want exactly %d to fit", got, (1<<20)/10_000)
 	}
-	if g := testutil.ToFloat64(q.usedG); g != float64(q.Used()) || g > float64(q.Limit()) {
+	if g := gauge(t, set, "ferry_queue_bytes"); g != float64(q.Used()) || g > float64(q.Limit()) {
 		t.Fatalf("gauge %v, used %d", g, q.Used())
 	}
 	if v := testutil.ToFloat64(q.refused.WithLabelValues("queue_full")); v != float64(refused.Load()) {
 		t.Fatalf("refused counter %v, refusals %d", v, refused.Load())
 	}
 	p.Release(nil)
-	if q.Used() != 0 || testutil.ToFloat64(q.recordsG) != 0 {
+	if q.Used() != 0 || gauge(t, set, "ferry_queue_records") != 0 {
 		t.Fatalf("after acks: used %d", q.Used())
 	}
 }
 
 func TestUnavailableWhenDownstreamDown(t *testing.T) {
-	q, _ := New(Config{MemoryLimit: 1 << 20, ReadyBelow: 0.9}, telemetry.TestSettings(), &consumertest.Holder{}, func() bool { return false })
+	q, _ := New(Config{MemoryLimit: 1 << 20, ReadyBelow: 0.9}, telemetry.TestSettings(), budget.New(1<<20), &consumertest.Holder{}, func() bool { return false })
 	if err := q.Consume(context.Background(), batch(1<<20)); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +101,7 @@ func TestUnavailableWhenDownstreamDown(t *testing.T) {
 // returned and the queue's completion is detached from the batch.
 func TestRefusedByNextReleases(t *testing.T) {
 	boom := errors.New("no")
-	q, _ := New(Config{MemoryLimit: 1 << 20, ReadyBelow: 0.9}, telemetry.TestSettings(),
+	q, _ := New(Config{MemoryLimit: 1 << 20, ReadyBelow: 0.9}, telemetry.TestSettings(), budget.New(1<<20),
 		consumer.Func(func(context.Context, *record.Batch) error { return boom }), nil)
 	b := batch(1000)
 	if err := q.Consume(context.Background(), b); !errors.Is(err, boom) {
@@ -100,7 +117,7 @@ func TestRefusedByNextReleases(t *testing.T) {
 }
 
 func BenchmarkConsume(b *testing.B) {
-	q, _ := New(Config{MemoryLimit: 1 << 30, ReadyBelow: 0.9}, telemetry.TestSettings(),
+	q, _ := New(Config{MemoryLimit: 1 << 30, ReadyBelow: 0.9}, telemetry.TestSettings(), budget.New(1<<30),
 		consumer.Func(func(_ context.Context, bt *record.Batch) error { bt.Arm(); bt.Ack(nil); return nil }), nil)
 	bt := batch(1000)
 	b.ReportAllocs()
@@ -118,7 +135,7 @@ func BenchmarkConsume(b *testing.B) {
 func TestBlockTimeoutWaitsForRoom(t *testing.T) {
 	set := telemetry.TestSettings()
 	h := &consumertest.Holder{}
-	q, err := New(Config{MemoryLimit: 1 << 20, ReadyBelow: 0.9, BlockTimeout: 300 * time.Millisecond}, set, h, nil)
+	q, err := New(Config{MemoryLimit: 1 << 20, ReadyBelow: 0.9, BlockTimeout: 300 * time.Millisecond}, set, budget.New(1<<20), h, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 // Package spill owns the spill delivery mode: batches go to Kafka from
 // memory while Kafka keeps up, and to the disk spool when the memory queue
-// is full or Kafka is unreachable (as pan does), so a Kafka outage or a
+// is full or Kafka is unreachable so a Kafka outage or a
 // burst costs disk instead of refusals.
 //
 // A client is answered as the path its batch took says: after Kafka's
@@ -10,6 +10,11 @@
 // per-key order holds across the switch (except for batches already in
 // flight to Kafka from memory at the moment of the switch, which Kafka may
 // still be retrying).
+//
+// The router asks the spool, never the other way round: whether the spool
+// has drained is checked when a batch arrives (and when the state is
+// scraped), under the lock that orders appends, so no batch can be appended
+// between the check and the switch back to memory.
 package spill
 
 import (
@@ -35,7 +40,6 @@ type Router struct {
 	spilling bool
 
 	spilled  *prometheus.CounterVec
-	state    prometheus.Gauge
 	switches prometheus.Counter
 }
 
@@ -52,22 +56,23 @@ func New(set telemetry.Settings, mem consumer.Consumer, disk Disk, up func() boo
 	r := &Router{mem: mem, disk: disk, up: up, set: set}
 	r.spilled = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_spill_records_total",
 		Help: "Records sent to the disk spool instead of straight to Kafka, by why."}, []string{"reason"})
-	r.state = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_spill_active", Help: "1 while batches go to the disk spool."})
+	state := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_spill_active", Help: "1 while batches go to the disk spool."},
+		func() float64 {
+			if r.Spilling() {
+				return 1
+			}
+			return 0
+		})
 	r.switches = prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_spill_switches_total", Help: "Switches from memory to disk."})
-	set.Registry.MustRegister(r.spilled, r.state, r.switches)
-	if disk.Backlog() > 0 {
-		r.spilling = true
-		r.state.Set(1)
-	}
+	set.Registry.MustRegister(r.spilled, state, r.switches)
+	r.spilling = disk.Backlog() > 0
 	return r
 }
 
 // Consume sends b to Kafka from memory when it can, else to disk.
 func (r *Router) Consume(ctx context.Context, b *record.Batch) error {
 	reason := "spilling"
-	r.mu.Lock()
-	spilling := r.spilling
-	r.mu.Unlock()
+	spilling := r.Spilling()
 	if !spilling {
 		if !r.up() {
 			reason = "kafka_unavailable"
@@ -88,7 +93,6 @@ func (r *Router) Consume(ctx context.Context, b *record.Batch) error {
 	}
 	if !r.spilling {
 		r.spilling = true
-		r.state.Set(1)
 		r.switches.Inc()
 		r.set.Logger.Warn("spilling to disk until Kafka catches up", "component", "buffer/spill", "reason", reason)
 	}
@@ -96,21 +100,19 @@ func (r *Router) Consume(ctx context.Context, b *record.Batch) error {
 	return nil
 }
 
-// Drained is the spool's OnDrained: with nothing left on disk, batches go
-// to Kafka from memory again.
-func (r *Router) Drained() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.spilling && r.disk.Backlog() == 0 {
-		r.spilling = false
-		r.state.Set(0)
-		r.set.Logger.Info("spool drained; sending from memory again", "component", "buffer/spill")
-	}
-}
-
-// Spilling reports whether batches go to disk.
+// Spilling reports whether batches go to disk. With nothing left on disk,
+// they go to Kafka from memory again.
 func (r *Router) Spilling() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.refresh()
+}
+
+// refresh ends spilling once the spool has drained; r.mu is held.
+func (r *Router) refresh() bool {
+	if r.spilling && r.disk.Backlog() == 0 {
+		r.spilling = false
+		r.set.Logger.Info("spool drained; sending from memory again", "component", "buffer/spill")
+	}
 	return r.spilling
 }

@@ -35,8 +35,9 @@ func batch(v string) *record.Batch {
 // again. Nothing is refused and everything arrives.
 func TestSpillsAndComesBack(t *testing.T) {
 	set := telemetry.TestSettings()
+	kafka := &consumertest.Holder{} // the spool's reader feeds a Kafka that is slow to answer
 	sp, err := spool.Open(spool.Config{Dir: t.TempDir(), SegmentBytes: 1 << 20, MaxBytes: 64 << 20, Fsync: "never",
-		WriteBuffer: 8 << 20, ReadAhead: 8 << 20}, set)
+		WriteBuffer: 8 << 20, ReadAhead: 8 << 20}, set, spool.Links{Next: kafka})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,8 +46,7 @@ func TestSpillsAndComesBack(t *testing.T) {
 	var up atomic.Bool
 	up.Store(true)
 	r := New(set, mem, sp, up.Load)
-	kafka := &consumertest.Holder{} // the spool's reader feeds a Kafka that is slow to answer
-	if err := sp.Start(context.Background(), spool.Options{Next: kafka, OnDrained: r.Drained}); err != nil {
+	if err := sp.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	send := func(v string) {

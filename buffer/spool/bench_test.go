@@ -46,10 +46,10 @@ func BenchmarkSpool(b *testing.B) {
 				cfg := testConfig(b.TempDir())
 				cfg.Fsync, cfg.SegmentBytes, cfg.MaxBytes, cfg.ReadAhead = mode, 64<<20, 8<<30, 64<<20
 				var err error
-				if s, err = Open(cfg, telemetry.TestSettings()); err != nil {
+				if s, err = Open(cfg, telemetry.TestSettings(), Links{Next: acker{}}); err != nil {
 					b.Fatal(err)
 				}
-				_ = s.Start(context.Background(), Options{Next: acker{}})
+				_ = s.Start(context.Background())
 				next = s
 				defer func() {
 					_ = s.Shutdown(context.Background())

@@ -58,7 +58,7 @@
 // One reader goroutine reads the log in order, in chunks (1 MiB, more for a
 // larger record) into buffers that become the records' memory — nothing is
 // copied again before Kafka — and hands each chunk to the exporter as one
-// batch. What it holds is reserved from the queue's memory budget (capped at
+// batch. What it holds is reserved from the shared memory budget (capped at
 // read_ahead) and given back when Kafka has answered for every record of
 // the chunk, so reading is bounded in memory however large the backlog is:
 // the spool is streamed, never loaded.

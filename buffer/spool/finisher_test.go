@@ -75,7 +75,7 @@ func TestSlowDeadLetterDoesNotStallAcks(t *testing.T) {
 		}
 		return nil
 	})
-	_ = s.Start(context.Background(), Options{Next: k, DeadLetter: slowDeadLetters{delay: 2 * time.Second}})
+	_ = start(t, s, Links{Next: k, DeadLetter: slowDeadLetters{delay: 2 * time.Second}})
 	defer s.Shutdown(context.Background())
 	appendOK(t, s, recs(0, 10)) // its first record goes to the slow dead letter
 	time.Sleep(50 * time.Millisecond)

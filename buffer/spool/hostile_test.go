@@ -67,7 +67,7 @@ func TestForgedFrameInValueNeverDelivered(t *testing.T) {
 	s2 := open(t, testConfig(dir))
 	defer s2.Close()
 	c := &collector{}
-	_ = s2.Start(context.Background(), Options{Next: c})
+	_ = start(t, s2, Links{Next: c})
 	c.waitFor(t, 19)
 	time.Sleep(300 * time.Millisecond)
 	c.mu.Lock()
@@ -101,7 +101,7 @@ func TestLoweredRecordLimitKeepsSpooledRecords(t *testing.T) {
 	s2 := open(t, cfg)
 	defer s2.Close()
 	c := &collector{}
-	_ = s2.Start(context.Background(), Options{Next: c})
+	_ = start(t, s2, Links{Next: c})
 	got := c.waitFor(t, 20)
 	for i, v := range got {
 		if len(v) != 100<<10 || v[0] != byte('a'+i) {
@@ -162,7 +162,7 @@ func TestRollThenCreateFailsAnswersWaiters(t *testing.T) {
 	cfg.Fsync = "always"
 	s := open(t, cfg)
 	defer s.Close()
-	_ = s.Start(context.Background(), Options{Next: &collector{}})
+	_ = start(t, s, Links{Next: &collector{}})
 	err, waiting := rollWithWaiters(t, s, func() {
 		// The directory goes away: the next segment cannot be created.
 		if err := os.Rename(dir, root+"/gone"); err != nil {
@@ -196,7 +196,7 @@ func TestFailedRollFsyncRefusesWaiters(t *testing.T) {
 	cfg.Fsync = "always"
 	s := open(t, cfg)
 	defer s.Close()
-	_ = s.Start(context.Background(), Options{Next: &collector{}})
+	_ = start(t, s, Links{Next: &collector{}})
 	var failing atomic.Bool
 	s.fsync = func(f *os.File) error {
 		if failing.Load() {
@@ -267,7 +267,7 @@ func TestDeadLetterNotDurableKeepsRecord(t *testing.T) {
 		return nil
 	}}
 	dl := &deadLetters{hold: true}
-	_ = s.Start(context.Background(), Options{Next: c, DeadLetter: dl})
+	_ = start(t, s, Links{Next: c, DeadLetter: dl})
 	appendOK(t, s, recs(0, 10))
 	c.waitFor(t, 9)
 	time.Sleep(1500 * time.Millisecond) // a checkpoint would have passed it
@@ -281,7 +281,7 @@ func TestDeadLetterNotDurableKeepsRecord(t *testing.T) {
 	s2 := open(t, cfg)
 	defer s2.Close()
 	c2 := &collector{}
-	_ = s2.Start(context.Background(), Options{Next: c2})
+	_ = start(t, s2, Links{Next: c2})
 	got := c2.waitFor(t, 10)
 	found := false
 	for _, v := range got {

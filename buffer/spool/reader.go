@@ -38,13 +38,12 @@ type chunk struct {
 
 // finTask is work handed from the Kafka client's promise path to the
 // finisher: store record i of chunk c's dead letter, or remove segments
-// the watermark passed (and report a drained spool).
+// the watermark passed.
 type finTask struct {
-	c       *chunk
-	i       int
-	err     error
-	gone    []uint64
-	drained bool
+	c    *chunk
+	i    int
+	err  error
+	gone []uint64
 }
 
 // hand queues t for the finisher. It never blocks: the promise goroutine
@@ -74,13 +73,13 @@ func (s *Spool) finisher() {
 		s.finMu.Unlock()
 		for _, t := range work {
 			if t.c == nil {
-				s.removed(t.gone, t.drained)
+				s.removed(t.gone)
 				continue
 			}
 			var pe *consumer.PermanentError
 			errors.As(t.err, &pe)
 			c, i := t.c, t.i
-			s.opt.DeadLetter.Write(&c.batch.Records[i], pe.Reason, t.err, func(werr error) { c.deadLettered(i, werr) })
+			s.links.DeadLetter.Write(&c.batch.Records[i], pe.Reason, t.err, func(werr error) { c.deadLettered(i, werr) })
 		}
 		clear(work)
 		if len(work) > 0 {
@@ -371,7 +370,7 @@ func (s *Spool) push(m *mark) {
 func (s *Spool) send(c *chunk) {
 	c.batch.OnFailure = c.failFn
 	c.batch.OnDone(c.doneFn)
-	if err := s.opt.Next.Consume(context.Background(), &c.batch); err != nil {
+	if err := s.links.Next.Consume(context.Background(), &c.batch); err != nil {
 		c.batch.PopDone()
 		c.mu.Lock()
 		c.retry = c.retry[:0]
@@ -387,7 +386,7 @@ func (s *Spool) send(c *chunk) {
 // fix, another try for everything else.
 func (c *chunk) onFailure(i int, err error) {
 	var pe *consumer.PermanentError
-	if dl := c.s.opt.DeadLetter; dl != nil && errors.As(err, &pe) {
+	if dl := c.s.links.DeadLetter; dl != nil && errors.As(err, &pe) {
 		c.mu.Lock()
 		c.dlPending++
 		c.mu.Unlock()
@@ -495,7 +494,7 @@ func (c *chunk) resend() {
 }
 
 // advance moves the watermark over the chunks completed in read order,
-// deletes segments it has passed and tells OnDrained when nothing is left.
+// and deletes segments it has passed.
 func (s *Spool) advance() {
 	s.ackMu.Lock()
 	i := 0
@@ -530,25 +529,21 @@ func (s *Spool) advance() {
 			delete(s.segs, id)
 		}
 	}
-	drained := wm.seg == s.wseg && (wm.off >= s.woff || s.woff <= segHeader)
 	s.mu.Unlock()
-	if len(gone) > 0 || drained && s.opt.OnDrained != nil {
-		// Files are removed, and spill mode told, by the finisher: this may
-		// run on the Kafka client's promise goroutine.
-		s.hand(finTask{gone: gone, drained: drained})
+	if len(gone) > 0 {
+		// Files are removed by the finisher: this may run on the Kafka
+		// client's promise goroutine.
+		s.hand(finTask{gone: gone})
 	}
 }
 
-// removed deletes segments the watermark has passed and reports a drained
-// spool (the finisher's side of advance).
-func (s *Spool) removed(gone []uint64, drained bool) {
+// removed deletes segments the watermark has passed (the finisher's side
+// of advance).
+func (s *Spool) removed(gone []uint64) {
 	for _, id := range gone {
 		if err := os.Remove(s.path(segName(id))); err != nil && !errors.Is(err, os.ErrNotExist) {
 			s.log.Log(slog.LevelWarn, "remove", "spool: removing an acknowledged segment failed", "err", err)
 		}
-	}
-	if drained && s.opt.OnDrained != nil {
-		s.opt.OnDrained()
 	}
 }
 

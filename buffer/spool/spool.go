@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ferryhq/ferry/buffer/memqueue"
+	"github.com/ferryhq/ferry/buffer/budget"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
@@ -35,26 +35,33 @@ type DeadLetter interface {
 	Write(r *record.Record, reason string, cause error, done func(error))
 }
 
-// Budget is the memory the reader takes its chunks from (the queue's).
-type Budget interface {
-	Reserve(n, ceiling int64) bool
-	Release(n int64)
-}
-
-// Options connects a spool to the rest of the pipeline.
-type Options struct {
-	// Next receives what the reader reads (the exporter).
+// Links connects a spool to the rest of the pipeline; they are given to
+// Open, so Start only starts.
+type Links struct {
+	// Next receives what the reader reads (the exporter). Required.
 	Next consumer.Consumer
-	// Budget: the reader's memory; nil means a budget of its own of
-	// ReadAhead bytes.
-	Budget Budget
+	// Budget: the memory the reader takes its chunks from, shared with the
+	// queue and the receivers; nil means an unbounded one (the read_ahead
+	// ceiling still applies).
+	Budget *budget.Budget
 	// DeadLetter takes records Kafka refuses for good. Nil: they are
 	// retried like any other failure (nothing leaves unacknowledged).
 	DeadLetter DeadLetter
 	// Up reports whether Kafka is reachable (refusals: 429 if so, else 503).
 	Up func() bool
-	// OnDrained runs when every appended record has been acknowledged.
-	OnDrained func()
+}
+
+func (l Links) withDefaults() (Links, error) {
+	if l.Next == nil {
+		return l, errors.New("spool: Links.Next is required")
+	}
+	if l.Up == nil {
+		l.Up = func() bool { return true }
+	}
+	if l.Budget == nil {
+		l.Budget = budget.New(math.MaxInt64)
+	}
+	return l, nil
 }
 
 type pos struct {
@@ -84,8 +91,8 @@ type Spool struct {
 	m           *metrics
 	lockFile    *os.File
 	ckptFile    *os.File
-	opt         Options
-	budget      Budget
+	links       Links
+	budget      *budget.Budget
 	ceiling     int64
 	chunk       int
 
@@ -154,11 +161,15 @@ type Spool struct {
 // acknowledged segments are deleted, a torn tail is truncated, and reading
 // will resume at the checkpoint. Nothing is read into memory beyond one
 // chunk at a time.
-func Open(cfg Config, set telemetry.Settings) (*Spool, error) {
+func Open(cfg Config, set telemetry.Settings, l Links) (*Spool, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Spool{cfg: cfg, segs: map[uint64]int64{}, syncKick: make(chan struct{}, 1),
+	l, err := l.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Spool{cfg: cfg, links: l, budget: l.Budget, segs: map[uint64]int64{}, syncKick: make(chan struct{}, 1),
 		dataKick: make(chan struct{}, 1), freeKick: make(chan struct{}, 1),
 		stopRead: make(chan struct{}), stopSync: make(chan struct{}), chunk: 1 << 20, fsync: (*os.File).Sync,
 		finKick: make(chan struct{}, 1), stopFin: make(chan struct{})}
@@ -401,26 +412,11 @@ func syncDir(dir string) {
 	}
 }
 
-// Start begins delivering: the reader, the syncer and the checkpointer.
-func (s *Spool) Start(_ context.Context, opt Options) error {
-	if opt.Next == nil {
-		return errors.New("spool: Options.Next is required")
-	}
-	if opt.Up == nil {
-		opt.Up = func() bool { return true }
-	}
-	s.opt = opt
-	s.budget = opt.Budget
-	s.ceiling = int64(s.cfg.ReadAhead)
-	if s.budget == nil {
-		s.budget = memqueue.NewBudget(math.MaxInt64)
-	}
-	if s.ceiling < int64(2*s.maxSegFrame) {
-		s.ceiling = int64(2 * s.maxSegFrame)
-	}
-	if l, ok := s.budget.(interface{ Limit() int64 }); ok {
-		s.ceiling = min(s.ceiling, l.Limit())
-	}
+// Start begins delivering: the reader, the finisher, the syncer and the
+// checkpointer.
+func (s *Spool) Start(context.Context) error {
+	s.ceiling = max(int64(s.cfg.ReadAhead), int64(2*s.maxSegFrame))
+	s.ceiling = min(s.ceiling, s.budget.Limit())
 	s.chunk = int(min(1<<20, max(64<<10, s.ceiling/4)))
 	s.started = true
 	s.startedAt = time.Now()
@@ -513,7 +509,7 @@ func (s *Spool) appendLocked(buf []byte, b *record.Batch, size int64) error {
 		return &consumer.RetryableError{Reason: "spool_failed", After: 30 * time.Second,
 			Msg: "ferry's disk spool failed and accepts nothing until restarted: " + osCause(s.failErr)}
 	case s.disk+size > int64(s.cfg.MaxBytes):
-		if s.opt.Up != nil && !s.opt.Up() {
+		if !s.links.Up() {
 			return &consumer.RetryableError{Reason: "spool_full", After: 5 * time.Second,
 				Msg: "Kafka is unreachable and ferry's disk spool is full; retry later"}
 		}

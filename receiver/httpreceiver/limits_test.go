@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferryhq/ferry/buffer/memqueue"
+	"github.com/ferryhq/ferry/buffer/budget"
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -42,7 +42,7 @@ func TestBodiesReserveBeforeRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	budget := memqueue.NewBudget(1 << 20)
+	budget := budget.New(1 << 20)
 	r.SetBudget(budget)
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/ferryhq/ferry/buffer/budget"
 	"io"
 	"net/http"
 	"strings"
@@ -230,7 +231,7 @@ func TestAckTimeout(t *testing.T) {
 func TestQueueFull(t *testing.T) {
 	set := telemetry.TestSettings()
 	h := &consumertest.Holder{}
-	q, err := memqueue.New(memqueue.Config{MemoryLimit: 1 << 20, ReadyBelow: 0.95}, set, h, nil)
+	q, err := memqueue.New(memqueue.Config{MemoryLimit: 1 << 20, ReadyBelow: 0.95}, set, budget.New(1<<20), h, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/authtest"
 	"github.com/ferryhq/ferry/auth/token"
-	"github.com/ferryhq/ferry/buffer/memqueue"
+	"github.com/ferryhq/ferry/buffer/budget"
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/internal/hostile"
 	"github.com/ferryhq/ferry/internal/otlpgen"
@@ -145,7 +145,7 @@ func TestGRPCReservesBeforeRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	budget := memqueue.NewBudget(4 << 20)
+	budget := budget.New(4 << 20)
 	r.SetBudget(budget)
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
