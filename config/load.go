@@ -235,13 +235,7 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
 		return nil
 	}
 	fields := map[string]reflect.Type{}
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name != "" && name != "-" {
-			fields[name] = f.Type
-		}
-	}
+	yamlFields(t, fields)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k := n.Content[i].Value
 		ft, ok := fields[k]
@@ -262,6 +256,22 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
 		}
 	}
 	return nil
+}
+
+// yamlFields adds t's YAML keys to fields, those of inline structs
+// included.
+func yamlFields(t reflect.Type, fields map[string]reflect.Type) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if opts == "inline" && f.Type.Kind() == reflect.Struct {
+			yamlFields(f.Type, fields)
+			continue
+		}
+		if name != "" && name != "-" {
+			fields[name] = f.Type
+		}
+	}
 }
 
 func where(n *yaml.Node) string {

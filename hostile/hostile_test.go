@@ -119,7 +119,8 @@ receivers:
     auth: {mode: optional, sources: [authorization, header]}
   otlp:
     max_request_bytes: 32MiB
-    max_connections: 200
+    http: {max_connections: 200}
+    grpc: {max_connections: 200}
     auth: {mode: optional, sources: [authorization, metadata, resource]}
     logs:
       topic: "logs-{tenant}-{header.x-env}"

@@ -3,15 +3,15 @@ package telemetry
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ferryhq/ferry/server"
 )
 
 // Health collects readiness checks from components. A component registers a
@@ -47,16 +47,13 @@ func (h *Health) Ready() (bool, map[string]string) {
 // Admin is the admin HTTP server: /metrics, /healthz, /readyz. More routes
 // (reload) are added by the pipeline through Handle.
 type Admin struct {
-	set Settings
 	mux *http.ServeMux
-	srv *http.Server
-	ln  net.Listener
+	srv *server.HTTP
 }
 
 // NewAdmin builds the admin server for addr.
 func NewAdmin(cfg AdminConfig, set Settings) *Admin {
-	addr := cfg.Listen
-	a := &Admin{set: set, mux: http.NewServeMux()}
+	a := &Admin{mux: http.NewServeMux()}
 	if cfg.Pprof {
 		a.mux.HandleFunc("/debug/pprof/", pprof.Index)
 		a.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -75,7 +72,7 @@ func NewAdmin(cfg AdminConfig, set Settings) *Admin {
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"ready": ok, "not_ready": why})
 	})
-	a.srv = &http.Server{Addr: addr, Handler: hostGuard(addr, a.mux), ReadHeaderTimeout: 10 * time.Second}
+	a.srv = server.NewHTTP("admin", cfg.HTTPConfig, hostGuard(cfg.Listen, a.mux), set.Logger, set.Registry)
 	return a
 }
 
@@ -108,22 +105,10 @@ func (a *Admin) Handle(pattern string, h http.Handler) { a.mux.Handle(pattern, h
 
 // Start binds the listener (so a port conflict fails start-up) and serves in
 // the background.
-func (a *Admin) Start(_ context.Context) error {
-	ln, err := net.Listen("tcp", a.srv.Addr)
-	if err != nil {
-		return err
-	}
-	a.ln = ln
-	go func() {
-		if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.set.Logger.Error("admin server stopped", "err", err)
-		}
-	}()
-	return nil
-}
+func (a *Admin) Start(ctx context.Context) error { return a.srv.Start(ctx) }
 
 // Addr is the bound address (useful with port 0).
-func (a *Admin) Addr() string { return a.ln.Addr().String() }
+func (a *Admin) Addr() string { return a.srv.Addr() }
 
 // Shutdown stops the server, waiting for requests until ctx ends.
 func (a *Admin) Shutdown(ctx context.Context) error { return a.srv.Shutdown(ctx) }

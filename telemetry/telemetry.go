@@ -17,6 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/ferryhq/ferry/server"
 )
 
 // Config is the user configuration of logs and the admin listener.
@@ -36,7 +38,9 @@ type LogConfig struct {
 
 // AdminConfig is the admin listener (metrics, health, readiness).
 type AdminConfig struct {
-	Listen string `yaml:"listen"`
+	// The listener: listen, read_timeout, idle_timeout, max_header_bytes,
+	// max_connections.
+	server.HTTPConfig `yaml:",inline"`
 	// Pprof serves Go's profiler under /debug/pprof/ (loopback admin only).
 	Pprof bool `yaml:"pprof"`
 }
@@ -49,8 +53,8 @@ func (c *Config) Validate() error {
 	if c.Log.Format != "text" && c.Log.Format != "json" {
 		return fmt.Errorf("log.format: %q is not text or json", c.Log.Format)
 	}
-	if c.Admin.Listen == "" {
-		return fmt.Errorf("admin.listen: required")
+	if err := c.Admin.HTTPConfig.Validate(); err != nil {
+		return fmt.Errorf("admin.%w", err)
 	}
 	if c.ReportInterval < 0 {
 		return fmt.Errorf("report_interval: must not be negative")

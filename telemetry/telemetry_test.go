@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ferryhq/ferry/server"
 )
 
 func TestLimitedLogsOncePerInterval(t *testing.T) {
@@ -48,7 +50,7 @@ func TestAdminEndpoints(t *testing.T) {
 	down := errors.New("kafka unreachable: dial refused")
 	var fail error = down
 	set.Health.Register("kafka", func() error { return fail })
-	a := NewAdmin(AdminConfig{Listen: "127.0.0.1:0"}, set)
+	a := NewAdmin(testAdminConfig(), set)
 	if err := a.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +91,7 @@ func TestAdminEndpoints(t *testing.T) {
 // metrics or trigger actions from the user's browser.
 func TestAdminChecksHost(t *testing.T) {
 	set := TestSettings()
-	a := NewAdmin(AdminConfig{Listen: "127.0.0.1:0"}, set)
+	a := NewAdmin(testAdminConfig(), set)
 	if err := a.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -114,4 +116,8 @@ func TestAdminChecksHost(t *testing.T) {
 	if c := get("evil.example:8089"); c != http.StatusMisdirectedRequest {
 		t.Fatalf("rebound Host: %d, want 421", c)
 	}
+}
+
+func testAdminConfig() AdminConfig {
+	return AdminConfig{HTTPConfig: server.HTTPConfig{Listen: "127.0.0.1:0", ReadTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}}
 }

@@ -7,12 +7,15 @@ import (
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/config/bytesize"
 	"github.com/ferryhq/ferry/routing"
+	"github.com/ferryhq/ferry/server"
 )
 
 // Config is the user configuration (YAML receivers.http).
 type Config struct {
-	Enabled bool   `yaml:"enabled"`
-	Listen  string `yaml:"listen"`
+	Enabled bool `yaml:"enabled"`
+	// The listener: listen, read_timeout, idle_timeout, max_header_bytes,
+	// max_connections.
+	server.HTTPConfig `yaml:",inline"`
 	// MaxRequestBytes bounds a request body, both as sent and after
 	// decompression (a gzip bomb is cut off at this size, not after).
 	MaxRequestBytes bytesize.Size `yaml:"max_request_bytes"`
@@ -28,28 +31,23 @@ type Config struct {
 	AckTimeout time.Duration `yaml:"ack_timeout"`
 	// ValidateJSON: refuse NDJSON lines that are not valid JSON (400 naming
 	// the line). Off by default: lines are forwarded as bytes.
-	ValidateJSON   bool          `yaml:"validate_json"`
-	ReadTimeout    time.Duration `yaml:"read_timeout"`
-	IdleTimeout    time.Duration `yaml:"idle_timeout"`
-	MaxHeaderBytes bytesize.Size `yaml:"max_header_bytes"`
+	ValidateJSON bool `yaml:"validate_json"`
 	// Topics: the topic names requests may write to, as globs ("*": any
 	// topic that exists); a token's own topic pattern applies on top.
 	Topics []string `yaml:"topics"`
 	// AllowedOrigins: web pages (by Origin) allowed to post from a browser;
 	// empty refuses every request that carries an Origin header.
 	AllowedOrigins []string `yaml:"allowed_origins"`
-	// MaxConnections bounds the connections open at once; beyond it a new
-	// connection gets 503 and is closed (0: unbounded).
-	MaxConnections  int           `yaml:"max_connections"`
-	ShutdownTimeout time.Duration `yaml:"-"`
 	// Auth: application tokens on this receiver (see docs/tokens.md).
 	Auth auth.ReceiverConfig `yaml:"auth"`
 }
 
 // Validate names the first invalid field.
 func (c *Config) Validate() error {
-	if c.Enabled && c.Listen == "" {
-		return fmt.Errorf("listen: required when enabled")
+	if c.Enabled {
+		if err := c.HTTPConfig.Validate(); err != nil {
+			return err
+		}
 	}
 	if c.MaxRequestBytes < 1024 {
 		return fmt.Errorf("max_request_bytes: %s is below 1KiB", c.MaxRequestBytes)
@@ -59,12 +57,6 @@ func (c *Config) Validate() error {
 	}
 	if c.AckTimeout < 100*time.Millisecond {
 		return fmt.Errorf("ack_timeout: %s is below 100ms", c.AckTimeout)
-	}
-	if c.ReadTimeout <= 0 || c.IdleTimeout <= 0 {
-		return fmt.Errorf("read_timeout and idle_timeout must be positive")
-	}
-	if c.MaxHeaderBytes < 1024 {
-		return fmt.Errorf("max_header_bytes: %s is below 1KiB", c.MaxHeaderBytes)
 	}
 	if _, err := routing.NewAllow(c.Topics); err != nil {
 		return err

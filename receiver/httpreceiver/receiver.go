@@ -27,7 +27,6 @@ import (
 	"fmt"
 	"log/slog"
 	"mime"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -37,13 +36,12 @@ import (
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
-	"github.com/ferryhq/ferry/receiver/connlimit"
-	"github.com/ferryhq/ferry/receiver/graceful"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/origin"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/routing"
+	"github.com/ferryhq/ferry/server"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -56,9 +54,7 @@ type Receiver struct {
 	set    telemetry.Settings
 	log    *telemetry.Limited
 	next   consumer.Consumer
-	srv    *http.Server
-	active graceful.Tracker
-	ln     net.Listener
+	srv    *server.HTTP
 	topics *telemetry.Labels
 	m      *receivermetrics.Metrics
 	body   *httpbody.Reader
@@ -86,37 +82,17 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.P
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
 		r.fail(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint %s; send POST /v1/messages/{topic}", req.URL.Path), 0)
 	})
-	r.srv = &http.Server{
-		Addr: cfg.Listen,
-		Handler: r.active.Wrap(origin.New(cfg.AllowedOrigins).Wrap(mux, func(w http.ResponseWriter, _ *http.Request) {
-			r.fail(w, http.StatusForbidden, "origin_not_allowed", origin.RefusalMessage, 0)
-		})),
-		ReadHeaderTimeout: cfg.ReadTimeout,
-		ReadTimeout:       cfg.ReadTimeout,
-		IdleTimeout:       cfg.IdleTimeout,
-		MaxHeaderBytes:    int(cfg.MaxHeaderBytes),
-		ErrorLog:          slog.NewLogLogger(set.Logger.Handler(), slog.LevelDebug),
-	}
+	r.srv = server.NewHTTP("http", cfg.HTTPConfig, origin.New(cfg.AllowedOrigins).Wrap(mux, func(w http.ResponseWriter, _ *http.Request) {
+		r.fail(w, http.StatusForbidden, "origin_not_allowed", origin.RefusalMessage, 0)
+	}), set.Logger, set.Registry)
 	return r, nil
 }
 
 // Start binds and serves in the background.
-func (r *Receiver) Start(context.Context) error {
-	ln, err := net.Listen("tcp", r.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("http receiver: %w", err)
-	}
-	r.ln = connlimit.Wrap(ln, r.cfg.MaxConnections, "http", r.set.Registry, connlimit.HTTPRefusal)
-	go func() {
-		if err := r.srv.Serve(r.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			r.set.Logger.Error("http receiver stopped", "err", err)
-		}
-	}()
-	return nil
-}
+func (r *Receiver) Start(ctx context.Context) error { return r.srv.Start(ctx) }
 
 // Addr is the bound address.
-func (r *Receiver) Addr() string { return r.ln.Addr().String() }
+func (r *Receiver) Addr() string { return r.srv.Addr() }
 
 // SetBudget makes request bodies reserve their memory before they are read
 // (see httpbody.Reader.SetBudget).
@@ -127,12 +103,7 @@ func (r *Receiver) SetBudget(b httpbody.Budget) { r.body.SetBudget(b) }
 func (r *Receiver) SetAuth(c auth.ReceiverConfig) { r.gate.SetConfig(c) }
 
 // Shutdown stops accepting and waits for requests in progress until ctx ends.
-func (r *Receiver) Shutdown(ctx context.Context) error {
-	if r.ln == nil {
-		return nil
-	}
-	return graceful.Shutdown(ctx, r.srv, &r.active)
-}
+func (r *Receiver) Shutdown(ctx context.Context) error { return r.srv.Shutdown(ctx) }
 
 // validTopic applies Kafka's rule: 1..249 of [a-zA-Z0-9._-], not "." or "..".
 func validTopic(t string) bool {

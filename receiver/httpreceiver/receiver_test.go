@@ -19,12 +19,13 @@ import (
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/record"
+	"github.com/ferryhq/ferry/server"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
 func testConfig() Config {
-	return Config{Enabled: true, Listen: "127.0.0.1:0", MaxRequestBytes: 64 << 10, MaxRecords: 100000, WaitForAck: true,
-		AckTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second, MaxHeaderBytes: 16 << 10}
+	return Config{Enabled: true, MaxRequestBytes: 64 << 10, MaxRecords: 100000, WaitForAck: true, AckTimeout: 5 * time.Second,
+		HTTPConfig: server.HTTPConfig{Listen: "127.0.0.1:0", ReadTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second, MaxHeaderBytes: 16 << 10}}
 }
 
 func start(t *testing.T, cfg Config, next consumer.Consumer) (*Receiver, string) {

@@ -8,14 +8,17 @@ import (
 	"github.com/ferryhq/ferry/config/bytesize"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/routing"
+	"github.com/ferryhq/ferry/server"
 )
 
 // Config is the user configuration (YAML receivers.otlp).
 type Config struct {
 	Enabled bool `yaml:"enabled"`
 	HTTP    struct {
-		Enabled bool   `yaml:"enabled"`
-		Listen  string `yaml:"listen"`
+		Enabled bool `yaml:"enabled"`
+		// The listener: listen, read_timeout, idle_timeout,
+		// max_header_bytes, max_connections.
+		server.HTTPConfig `yaml:",inline"`
 		// AllowedOrigins: web pages (by Origin) allowed to export from a
 		// browser (CORS is answered for them); empty refuses every request
 		// that carries an Origin header.
@@ -27,14 +30,15 @@ type Config struct {
 		// MaxConcurrentStreams bounds the requests one connection carries
 		// at once (gRPC reads each message whole before ferry sees it).
 		MaxConcurrentStreams uint32 `yaml:"max_concurrent_streams"`
+		// MaxConnections bounds the connections open at once; beyond it
+		// a new connection is closed and clients reconnect with backoff
+		// (0: unbounded).
+		MaxConnections int `yaml:"max_connections"`
 	} `yaml:"grpc"`
 	// Topics: the topic names requests may write to after routing, as
 	// globs ("*": any topic that exists); a token's own topic pattern
 	// applies on top.
 	Topics []string `yaml:"topics"`
-	// MaxConnections bounds the connections open at once on each of the
-	// two listeners (0: unbounded).
-	MaxConnections int `yaml:"max_connections"`
 	// MaxRequestBytes bounds a request as sent and after decompression.
 	MaxRequestBytes bytesize.Size `yaml:"max_request_bytes"`
 	// MaxItems bounds the spans, log records and data points of one
@@ -65,11 +69,16 @@ func (c *Config) Validate() error {
 	if !c.Enabled {
 		return nil
 	}
-	if c.HTTP.Enabled && c.HTTP.Listen == "" {
-		return fmt.Errorf("http.listen: required when enabled")
+	if c.HTTP.Enabled {
+		if err := c.HTTP.HTTPConfig.Validate(); err != nil {
+			return fmt.Errorf("http.%w", err)
+		}
 	}
 	if c.GRPC.Enabled && c.GRPC.Listen == "" {
 		return fmt.Errorf("grpc.listen: required when enabled")
+	}
+	if c.GRPC.MaxConnections < 0 {
+		return fmt.Errorf("grpc.max_connections: %d is negative", c.GRPC.MaxConnections)
 	}
 	if c.MaxRequestBytes < 1024 || c.MaxRequestBytes > 1<<30 {
 		return fmt.Errorf("max_request_bytes: %s is outside 1KiB..1GiB", c.MaxRequestBytes)

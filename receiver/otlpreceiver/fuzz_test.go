@@ -58,7 +58,7 @@ func FuzzOTLPHTTP(f *testing.F) {
 			req.Header.Set("Content-Type", "application/x-protobuf")
 		}
 		w := httptest.NewRecorder()
-		h.srv.Handler.ServeHTTP(w, req)
+		h.srv.Handler().ServeHTTP(w, req)
 		if !allowed[w.Code] {
 			t.Fatalf("status %d: %s", w.Code, w.Body.String())
 		}

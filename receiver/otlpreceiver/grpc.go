@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
@@ -23,8 +22,8 @@ import (
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/otlp/encoding"
-	"github.com/ferryhq/ferry/receiver/connlimit"
 	"github.com/ferryhq/ferry/receiver/httpbody"
+	"github.com/ferryhq/ferry/server"
 )
 
 // The gRPC services are registered with hand-written descriptors and a codec
@@ -33,8 +32,7 @@ import (
 
 type grpcServer struct {
 	r   *Receiver
-	srv *grpc.Server
-	ln  net.Listener
+	srv *server.GRPC
 }
 
 // rawMsg carries a request's bytes in (copied once out of gRPC's buffers into
@@ -76,7 +74,7 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 
 func newGRPCServer(r *Receiver) *grpcServer {
 	g := &grpcServer{r: r}
-	g.srv = grpc.NewServer(
+	gs := grpc.NewServer(
 		grpc.ForceServerCodecV2(rawCodec{}),
 		// Enforced on the decompressed size too, so a gzip bomb stops here.
 		grpc.MaxRecvMsgSize(int(r.cfg.MaxRequestBytes)),
@@ -102,7 +100,7 @@ func newGRPCServer(r *Receiver) *grpcServer {
 		{"opentelemetry.proto.collector.logs.v1.LogsService", encoding.Logs},
 	} {
 		sig := s.sig
-		g.srv.RegisterService(&grpc.ServiceDesc{
+		gs.RegisterService(&grpc.ServiceDesc{
 			ServiceName: s.service,
 			HandlerType: (*any)(nil),
 			Methods: []grpc.MethodDesc{{
@@ -113,35 +111,8 @@ func newGRPCServer(r *Receiver) *grpcServer {
 			}},
 		}, struct{}{})
 	}
+	g.srv = server.NewGRPC("otlp_grpc", r.cfg.GRPC.Listen, r.cfg.GRPC.MaxConnections, gs, r.set.Logger, r.set.Registry)
 	return g
-}
-
-func (g *grpcServer) start() error {
-	ln, err := net.Listen("tcp", g.r.cfg.GRPC.Listen)
-	if err != nil {
-		return err
-	}
-	// HTTP/2 has no answer before its preface: a refused connection is
-	// closed, and gRPC clients back off and reconnect.
-	g.ln = connlimit.Wrap(ln, g.r.cfg.MaxConnections, "otlp_grpc", g.r.set.Registry, nil)
-	go func() {
-		if err := g.srv.Serve(g.ln); err != nil {
-			g.r.set.Logger.Error("otlp grpc server stopped", "err", err)
-		}
-	}()
-	return nil
-}
-
-func (g *grpcServer) shutdown(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { g.srv.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		g.srv.Stop()
-		return ctx.Err()
-	}
 }
 
 // lease is a request's reservation taken before its message was read.

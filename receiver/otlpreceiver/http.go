@@ -1,17 +1,13 @@
 package otlpreceiver
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"mime"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
@@ -22,16 +18,13 @@ import (
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/otlp/encoding"
-	"github.com/ferryhq/ferry/receiver/connlimit"
-	"github.com/ferryhq/ferry/receiver/graceful"
 	"github.com/ferryhq/ferry/receiver/origin"
+	"github.com/ferryhq/ferry/server"
 )
 
 type httpServer struct {
-	r      *Receiver
-	srv    *http.Server
-	ln     net.Listener
-	active graceful.Tracker
+	r   *Receiver
+	srv *server.HTTP
 }
 
 func newHTTPServer(r *Receiver) *httpServer {
@@ -48,28 +41,8 @@ func newHTTPServer(r *Receiver) *httpServer {
 		h.fail(w, strings.HasPrefix(q.Header.Get("Content-Type"), "application/json"),
 			answer{httpStatus: http.StatusForbidden, code: codes.PermissionDenied, reason: "origin_not_allowed", msg: origin.RefusalMessage})
 	})
-	h.srv = &http.Server{Addr: r.cfg.HTTP.Listen, Handler: h.active.Wrap(guarded), ReadHeaderTimeout: 30 * time.Second,
-		ReadTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(r.set.Logger.Handler(), slog.LevelDebug)}
+	h.srv = server.NewHTTP("otlp_http", r.cfg.HTTP.HTTPConfig, guarded, r.set.Logger, r.set.Registry)
 	return h
-}
-
-func (h *httpServer) start() error {
-	ln, err := net.Listen("tcp", h.srv.Addr)
-	if err != nil {
-		return err
-	}
-	h.ln = connlimit.Wrap(ln, h.r.cfg.MaxConnections, "otlp_http", h.r.set.Registry, connlimit.HTTPRefusal)
-	go func() {
-		if err := h.srv.Serve(h.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			h.r.set.Logger.Error("otlp http server stopped", "err", err)
-		}
-	}()
-	return nil
-}
-
-func (h *httpServer) shutdown(ctx context.Context) error {
-	return graceful.Shutdown(ctx, h.srv, &h.active)
 }
 
 func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding.Signal) {

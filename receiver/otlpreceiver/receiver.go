@@ -121,16 +121,16 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.P
 // Start binds the listeners and serves in the background.
 func (r *Receiver) Start(ctx context.Context) error {
 	if r.http != nil {
-		if err := r.http.start(); err != nil {
-			return fmt.Errorf("otlp http: %w", err)
+		if err := r.http.srv.Start(ctx); err != nil {
+			return err
 		}
 	}
 	if r.grpc != nil {
-		if err := r.grpc.start(); err != nil {
+		if err := r.grpc.srv.Start(ctx); err != nil {
 			if r.http != nil {
-				_ = r.http.shutdown(ctx)
+				_ = r.http.srv.Shutdown(ctx)
 			}
-			return fmt.Errorf("otlp grpc: %w", err)
+			return err
 		}
 	}
 	return nil
@@ -148,19 +148,19 @@ func (r *Receiver) SetAuth(c auth.ReceiverConfig) { r.gate.SetConfig(c) }
 func (r *Receiver) Shutdown(ctx context.Context) error {
 	var errs []error
 	if r.grpc != nil {
-		errs = append(errs, r.grpc.shutdown(ctx))
+		errs = append(errs, r.grpc.srv.Shutdown(ctx))
 	}
 	if r.http != nil {
-		errs = append(errs, r.http.shutdown(ctx))
+		errs = append(errs, r.http.srv.Shutdown(ctx))
 	}
 	return errors.Join(errs...)
 }
 
 // HTTPAddr and GRPCAddr are the bound addresses.
-func (r *Receiver) HTTPAddr() string { return r.http.ln.Addr().String() }
+func (r *Receiver) HTTPAddr() string { return r.http.srv.Addr() }
 
 // GRPCAddr is the bound gRPC address.
-func (r *Receiver) GRPCAddr() string { return r.grpc.ln.Addr().String() }
+func (r *Receiver) GRPCAddr() string { return r.grpc.srv.Addr() }
 
 // outcome is what export tells the transport to answer.
 type outcome struct {

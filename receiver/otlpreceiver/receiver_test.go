@@ -29,13 +29,15 @@ import (
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/internal/otlpgen"
 	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/server"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
 func testConfig() Config {
 	var c Config
 	c.Enabled = true
-	c.HTTP.Enabled, c.HTTP.Listen = true, "127.0.0.1:0"
+	c.HTTP.Enabled = true
+	c.HTTP.HTTPConfig = server.HTTPConfig{Listen: "127.0.0.1:0", ReadTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
 	c.GRPC.Enabled, c.GRPC.Listen = true, "127.0.0.1:0"
 	c.MaxRequestBytes = 256 << 10
 	c.MaxItems = 100000

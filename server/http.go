@@ -1,0 +1,150 @@
+// Package server owns ferry's listeners: the HTTP servers (messages, OTLP/HTTP,
+// admin) and the gRPC server (OTLP/gRPC), with what every one of them must
+// have and none should write again — the bind at Start (a taken port fails
+// start-up, never later), the bound on open connections, the timeouts a
+// slow or idle client is held to, and a graceful stop.
+//
+// Graceful stop: requests in progress finish (they may be waiting for
+// Kafka's acknowledgement), while connections that never sent a request do
+// not hold the stop. net/http's Server.Shutdown treats a connection that
+// has not sent its first request as busy for 5 seconds; Go's own HTTP
+// client leaves such connections behind routinely (it dials a spare while
+// waiting for an idle one), so a stop with a short shutdown_timeout failed
+// for no reason. Here, once no handler is running, the remaining
+// connections are closed: a client on one of them gets no answer, so
+// nothing it sent was acknowledged.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferryhq/ferry/config/bytesize"
+)
+
+// HTTPConfig is what every HTTP listener is configured with (inline in
+// receivers.http, receivers.otlp.http and telemetry.admin).
+type HTTPConfig struct {
+	Listen string `yaml:"listen"`
+	// ReadTimeout bounds reading a request, headers and body: a client
+	// that trickles its bytes is cut off instead of holding a connection
+	// and its buffer.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// IdleTimeout closes a kept-alive connection with no request.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes bounds a request's header block.
+	MaxHeaderBytes bytesize.Size `yaml:"max_header_bytes"`
+	// MaxConnections bounds the connections open at once; beyond it a new
+	// connection gets 503 and is closed (0: unbounded).
+	MaxConnections int `yaml:"max_connections"`
+}
+
+// Validate names the first invalid field.
+func (c *HTTPConfig) Validate() error {
+	if c.Listen == "" {
+		return errors.New("listen: required")
+	}
+	if c.ReadTimeout <= 0 || c.IdleTimeout <= 0 {
+		return errors.New("read_timeout and idle_timeout must be positive")
+	}
+	if c.MaxHeaderBytes < 1024 {
+		return fmt.Errorf("max_header_bytes: %s is below 1KiB", c.MaxHeaderBytes)
+	}
+	if c.MaxConnections < 0 {
+		return fmt.Errorf("max_connections: %d is negative", c.MaxConnections)
+	}
+	return nil
+}
+
+// HTTP is one HTTP listener.
+type HTTP struct {
+	name   string
+	cfg    HTTPConfig
+	log    *slog.Logger
+	reg    prometheus.Registerer
+	srv    *http.Server
+	ln     net.Listener
+	active atomic.Int64 // handlers running
+}
+
+// NewHTTP builds a server for h; name labels its log lines and connection
+// metrics. Nothing is bound until Start.
+func NewHTTP(name string, cfg HTTPConfig, h http.Handler, log *slog.Logger, reg prometheus.Registerer) *HTTP {
+	s := &HTTP{name: name, cfg: cfg, log: log, reg: reg}
+	s.srv = &http.Server{
+		Addr: cfg.Listen,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.active.Add(1)
+			defer s.active.Add(-1)
+			h.ServeHTTP(w, r)
+		}),
+		ReadHeaderTimeout: cfg.ReadTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    int(cfg.MaxHeaderBytes),
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	return s
+}
+
+// Start binds the listener and serves in the background.
+func (s *HTTP) Start(context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.name, err)
+	}
+	s.ln = limit(ln, s.cfg.MaxConnections, s.name, s.reg, httpRefusal)
+	go func() {
+		if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("server stopped", "server", s.name, "err", err)
+		}
+	}()
+	return nil
+}
+
+// Addr is the bound address (useful with port 0); empty before Start.
+func (s *HTTP) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Handler is what the server serves (with its request count), for tests
+// that call it without a socket.
+func (s *HTTP) Handler() http.Handler { return s.srv.Handler }
+
+// Active is the number of requests in progress.
+func (s *HTTP) Active() int64 { return s.active.Load() }
+
+// Shutdown stops accepting; requests in progress finish within ctx, then
+// every connection is closed. A server never started returns at once.
+func (s *HTTP) Shutdown(ctx context.Context) error {
+	if s.ln == nil {
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.srv.Shutdown(ctx) }()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			if s.Active() == 0 {
+				_ = s.srv.Close()
+				<-done
+				return nil
+			}
+		}
+	}
+}
