@@ -39,6 +39,7 @@ import (
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/origin"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
+	"github.com/ferryhq/ferry/receiver/submit"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/routing"
 	"github.com/ferryhq/ferry/server"
@@ -60,6 +61,7 @@ type Receiver struct {
 	body   *httpbody.Reader
 	gate   *auth.Gate
 	allow  *routing.Allow
+	sub    *submit.Submitter
 	batchP sync.Pool
 }
 
@@ -76,6 +78,8 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.P
 	r.allow, _ = routing.NewAllow(cfg.Topics) // checked by Validate
 	r.m = receivermetrics.New(set.Registry, "http")
 	r.batchP.New = func() any { return new(record.Batch) }
+	r.sub = &submit.Submitter{Next: next, Bodies: r.body, AckTimeout: cfg.AckTimeout, M: r.m,
+		Recycle: func(b *record.Batch) { b.Reset(); r.batchP.Put(b) }}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/messages/{topic}", r.handleMessages)
@@ -120,13 +124,6 @@ func validTopic(t string) bool {
 }
 
 const headerPrefix = "X-Ferry-Header-"
-
-// reqState is what a waiting handler shares with the batch's completion.
-type reqState struct {
-	done   chan error
-	n      int
-	failed int
-}
 
 func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 	if req.Method != http.MethodPost {
@@ -237,22 +234,8 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 		r.failErr(w, err, n)
 		return
 	}
-	st := &reqState{n: n}
-	if wait {
-		st.done = make(chan error, 1)
-	}
-	b.OnDone(func(err error) {
-		st.failed = b.Failed()
-		r.recycle(b, body)
-		if st.done != nil {
-			st.done <- err
-		}
-	})
-	// The queue reserves the whole batch (body included) from here on.
-	r.body.Release(body)
-	if err := r.next.Consume(req.Context(), b); err != nil {
-		b.PopDone()
-		r.recycle(b, body)
+	tk, err := r.sub.Submit(req.Context(), b, wait, body, nil)
+	if err != nil {
 		r.failErr(w, err, n)
 		return
 	}
@@ -266,23 +249,16 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 		r.answer(w, http.StatusAccepted, n)
 		return
 	}
-	timer := time.NewTimer(r.cfg.AckTimeout)
-	defer timer.Stop()
-	select {
-	case err := <-st.done:
-		r.m.AckLatency.Observe(time.Since(now).Seconds())
-		if err != nil {
-			r.failErr(w, err, st.failed)
-			return
-		}
+	failed, err := tk.Wait(req.Context())
+	switch {
+	case err == nil:
 		r.answer(w, http.StatusOK, n)
-	case <-timer.C:
-		r.fail(w, http.StatusGatewayTimeout, "ack_timeout",
-			fmt.Sprintf("Kafka did not acknowledge within %s; the %d records stay queued and may still be delivered", r.cfg.AckTimeout, n), n)
-	case <-req.Context().Done():
+	case req.Context().Err() != nil:
 		// The client left; the records stay queued and are delivered or
 		// counted by the exporter. Nothing to answer.
 		r.m.Error("client_gone")
+	default:
+		r.failErr(w, err, failed)
 	}
 }
 

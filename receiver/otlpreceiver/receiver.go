@@ -38,6 +38,7 @@ import (
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
+	"github.com/ferryhq/ferry/receiver/submit"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/routing"
 	"github.com/ferryhq/ferry/telemetry"
@@ -63,6 +64,8 @@ type Receiver struct {
 	sampler *sampler.Sampler
 	attrs   *attributes.Processor
 	allow   *routing.Allow
+	httpSub *submit.Submitter
+	grpcSub *submit.Submitter
 }
 
 // signalOut is a signal's fixed output: its encoding config and the Kafka
@@ -93,6 +96,8 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.P
 	r.allow, _ = routing.NewAllow(cfg.Topics) // checked by Validate
 	r.httpM = receivermetrics.New(set.Registry, "otlp_http")
 	r.grpcM = receivermetrics.New(set.Registry, "otlp_grpc")
+	r.httpSub = &submit.Submitter{Next: next, Bodies: r.body, AckTimeout: cfg.AckTimeout, M: r.httpM}
+	r.grpcSub = &submit.Submitter{Next: next, Bodies: r.body, AckTimeout: cfg.AckTimeout, M: r.grpcM}
 	for i, c := range []*encoding.Config{&r.cfg.Traces, &r.cfg.Metrics, &r.cfg.Logs} {
 		tmpl, err := routing.Parse(c.Topic)
 		if err != nil {
@@ -215,17 +220,19 @@ func (r *Receiver) encodeFailed(m *receivermetrics.Metrics, err error) outcome {
 	return outcome{err: &decodeError{err}}
 }
 
-// errAckTimeout: Kafka did not answer in time; the records stay queued.
-var errAckTimeout = &consumer.RetryableError{Reason: "ack_timeout", Msg: "Kafka did not acknowledge in time; the data stays queued and may still be delivered", After: time.Second, Kind: consumer.KindTimeout}
-
 // export turns one request (protobuf bytes in raw, owned by the caller
 // until export returns; export takes over and frees it) into a batch, hands
 // it on and, when waiting, waits for Kafka.
 func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig encoding.Signal, raw *httpbody.Buf, claims *token.Claims, header headerSource) outcome {
+	// The request's buffers go back to the pool here unless they were
+	// handed on (then the batch's completion returns them).
+	var out *httpbody.Buf
+	defer func() {
+		r.body.Put(raw)
+		r.body.Put(out)
+	}()
 	so := &r.sigs[sig]
 	// Routing: the token's topic for this signal wins, then the template.
-	// (encoding.Signal and token signal indexes are the same: traces,
-	// metrics, logs.)
 	topic := so.topic
 	headers := so.headers
 	var extra []byte
@@ -245,7 +252,6 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	} else if !so.tmpl.Static() {
 		t, err := so.tmpl.Expand(vars)
 		if err != nil {
-			r.body.Put(raw)
 			m.Error("no_route")
 			return outcome{err: &decodeError{err}}
 		}
@@ -253,7 +259,6 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	}
 	if !perResource {
 		if err := r.allow.Check(topic, claims); err != nil {
-			r.body.Put(raw)
 			return r.forbidden(m, err)
 		}
 	}
@@ -261,12 +266,10 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		// pdata decodes recursively with no depth bound: the request must
 		// pass ferry's own decoder (nesting and item count bounded) first.
 		if _, err := encoding.CountItems(sig, raw.B, r.cfg.MaxItems); err != nil {
-			r.body.Put(raw)
 			return r.encodeFailed(m, err)
 		}
 		rewritten, _, err := r.attrs.Apply(sig, vars.Tenant, raw.B)
 		if err != nil {
-			r.body.Put(raw)
 			m.Error("invalid_payload")
 			return outcome{err: &decodeError{err}}
 		}
@@ -275,7 +278,7 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		r.body.Put(raw)
 		raw = nb
 	}
-	out := r.body.Get(len(raw.B) + len(raw.B)/2)
+	out = r.body.Get(len(raw.B) + len(raw.B)/2)
 	enc, _ := r.encP.Get().(*encoding.Encoder)
 	if enc == nil {
 		enc = new(encoding.Encoder)
@@ -288,14 +291,10 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	parts, buf, items, err := enc.Encode(sig, so.cfg, raw.B, out.B)
 	out.B = buf
 	if err != nil {
-		r.body.Put(raw)
-		r.body.Put(out)
 		return r.encodeFailed(m, err)
 	}
 	r.sampler.Dropped(sig, vars.Tenant, enc.Dropped)
 	if items == 0 {
-		r.body.Put(raw)
-		r.body.Put(out)
 		return outcome{}
 	}
 	b := &record.Batch{Records: make([]record.Record, len(parts))}
@@ -322,8 +321,6 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 					err = r.allow.Check(t, claims)
 				}
 				if err != nil {
-					r.body.Put(raw)
-					r.body.Put(out)
 					var na *routing.ErrTopicNotAllowed
 					if errors.As(err, &na) {
 						return r.forbidden(m, err)
@@ -336,8 +333,6 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 			if so.keyTmpl != nil {
 				k, err := so.keyTmpl.ExpandRaw(vars)
 				if err != nil {
-					r.body.Put(raw)
-					r.body.Put(out)
 					m.Error("no_route")
 					return outcome{err: &decodeError{err}}
 				}
@@ -347,8 +342,6 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		payload += len(rec.Key) + len(rec.Value)
 	}
 	if err := r.gate.Limit(claims, items, payload); err != nil {
-		r.body.Put(raw)
-		r.body.Put(out)
 		m.Error("rate_limited")
 		return outcome{items: items, err: err}
 	}
@@ -359,26 +352,11 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		hdrBytes += len(headers[i].Key) + len(headers[i].Value)
 	}
 	b.MemBytes = int64(cap(raw.B) + cap(out.B) + len(parts)*(recordOverhead+hdrBytes))
+	reqBytes := len(raw.B)
 	wait := r.cfg.WaitForAck
-	var done chan error
-	if wait {
-		done = make(chan error, 1)
-	}
-	var failed int
-	b.OnDone(func(err error) {
-		failed = b.Failed()
-		r.body.Put(raw)
-		r.body.Put(out)
-		if done != nil {
-			done <- err
-		}
-	})
-	// The queue reserves the whole batch (the request included) from here.
-	r.body.Release(raw)
-	if err := r.next.Consume(ctx, b); err != nil {
-		b.PopDone()
-		r.body.Put(raw)
-		r.body.Put(out)
+	tk, err := r.submitter(m).Submit(ctx, b, wait, raw, out)
+	raw, out = nil, nil // the batch's now, whatever Submit answered
+	if err != nil {
 		m.Error(consumer.Reason(err))
 		return outcome{items: items, err: err}
 	}
@@ -390,31 +368,32 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		m.Received(r.topics.Get(topic), len(parts), payload)
 	}
 	m.Items(sig.String(), items)
-	m.ReqBytes.Observe(float64(len(raw.B)))
+	m.ReqBytes.Observe(float64(reqBytes))
 	if !wait {
 		m.NoWait(len(parts))
 		return outcome{items: items}
 	}
-	timer := time.NewTimer(r.cfg.AckTimeout)
-	defer timer.Stop()
-	select {
-	case err := <-done:
-		m.AckLatency.Observe(time.Since(now).Seconds())
-		if err == nil {
-			return outcome{items: items}
-		}
-		m.Error(consumer.Reason(err))
-		var pe *consumer.PermanentError
-		if flat && errors.As(err, &pe) && failed < len(parts) {
-			// One record is one item: the others are in Kafka.
-			return outcome{items: items, rejected: failed, msg: err.Error()}
-		}
-		return outcome{items: items, err: err}
-	case <-timer.C:
-		m.Error("ack_timeout")
-		return outcome{items: items, err: errAckTimeout}
-	case <-ctx.Done():
+	failed, err := tk.Wait(ctx)
+	if err == nil {
+		return outcome{items: items}
+	}
+	if ctx.Err() != nil {
 		m.Error("client_gone")
 		return outcome{items: items, err: ctx.Err()}
 	}
+	m.Error(consumer.Reason(err))
+	var pe *consumer.PermanentError
+	if flat && errors.As(err, &pe) && failed < len(parts) {
+		// One record is one item: the others are in Kafka.
+		return outcome{items: items, rejected: failed, msg: err.Error()}
+	}
+	return outcome{items: items, err: err}
+}
+
+// submitter is the transport's hand-off (their metrics differ).
+func (r *Receiver) submitter(m *receivermetrics.Metrics) *submit.Submitter {
+	if m == r.grpcM {
+		return r.grpcSub
+	}
+	return r.httpSub
 }
