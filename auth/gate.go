@@ -14,8 +14,6 @@ import (
 	"github.com/ferryhq/ferry/auth/ratelimit"
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
-	"github.com/ferryhq/ferry/processor/attributes"
-	"github.com/ferryhq/ferry/processor/sampler"
 )
 
 // ReceiverConfig is one receiver's authentication (YAML receivers.<r>.auth).
@@ -50,16 +48,6 @@ func (c *ReceiverConfig) Validate() error {
 	return nil
 }
 
-// Prechecks are the shared stages every receiver runs before anything is
-// queued: token verification, per-app rate limits, and the sampler (which
-// the OTLP receiver applies in its single decode pass). Any may be nil.
-type Prechecks struct {
-	Checker    *Checker
-	Limiter    *ratelimit.Limiter
-	Sampler    *sampler.Sampler
-	Attributes *attributes.Processor
-}
-
 // Gate applies one receiver's configuration with the shared checks. Its
 // configuration can be swapped while requests run (reload).
 type Gate struct {
@@ -68,13 +56,11 @@ type Gate struct {
 	limiter *ratelimit.Limiter
 }
 
-// NewGate returns a gate; with mode none (or no checker) it lets all in.
-func NewGate(c ReceiverConfig, pre *Prechecks) *Gate {
-	g := &Gate{}
+// NewGate returns a gate over the shared checker and limiter (either may
+// be nil); with mode none (or no checker) it lets all in.
+func NewGate(c ReceiverConfig, checker *Checker, limiter *ratelimit.Limiter) *Gate {
+	g := &Gate{checker: checker, limiter: limiter}
 	g.cfg.Store(&c)
-	if pre != nil {
-		g.checker, g.limiter = pre.Checker, pre.Limiter
-	}
 	return g
 }
 

@@ -36,6 +36,7 @@ import (
 	"github.com/ferryhq/ferry/exporter/kafkaexporter"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
+	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/receiver/httpreceiver"
 	"github.com/ferryhq/ferry/receiver/otlpreceiver"
 	"github.com/ferryhq/ferry/telemetry"
@@ -140,7 +141,7 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 	if p.Attrs, err = attributes.New(cfg.Processors.Attributes, set); err != nil {
 		return nil, fmt.Errorf("processors.attributes: %w", err)
 	}
-	pre := &auth.Prechecks{Checker: p.Auth, Limiter: p.Limiter, Sampler: p.Sampler, Attributes: p.Attrs}
+	pre := &receiver.Prechecks{Checker: p.Auth, Limiter: p.Limiter, Sampler: p.Sampler, Attributes: p.Attrs}
 	if cfg.Receivers.HTTP.Enabled {
 		if p.HTTP, err = httpreceiver.New(cfg.Receivers.HTTP, set, intake, pre); err != nil {
 			return nil, fmt.Errorf("receivers.http: %w", err)

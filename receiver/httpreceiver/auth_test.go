@@ -10,6 +10,7 @@ import (
 	"github.com/ferryhq/ferry/auth/authtest"
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer/consumertest"
+	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -22,7 +23,7 @@ func TestTokens(t *testing.T) {
 			cfg := testConfig()
 			cfg.Auth = auth.ReceiverConfig{Mode: mode, Sources: []string{"authorization", "header", "query"}}
 			sink := &consumertest.Sink{}
-			r, err := New(cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
+			r, err := New(cfg, telemetry.TestSettings(), sink, &receiver.Prechecks{Checker: checker})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,7 +98,7 @@ func TestTokenTopicRestriction(t *testing.T) {
 	tok, _ := ring.Issue(token.Claims{App: "shop", Topics: [4]string{token.Messages: "shop-events"}})
 	cfg := testConfig()
 	cfg.Auth = auth.ReceiverConfig{Mode: "required", Sources: []string{"header"}}
-	r, err := New(cfg, telemetry.TestSettings(), &consumertest.Sink{}, &auth.Prechecks{Checker: checker})
+	r, err := New(cfg, telemetry.TestSettings(), &consumertest.Sink{}, &receiver.Prechecks{Checker: checker})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package httpreceiver
 
 import (
 	"context"
+	"github.com/ferryhq/ferry/receiver"
 	"strings"
 	"sync"
 	"testing"
@@ -106,7 +107,7 @@ func TestTopicScope(t *testing.T) {
 	cfg.Topics = []string{"acme-*", "shared-logs", "otel-*"}
 	cfg.Auth = auth.ReceiverConfig{Mode: "optional", Sources: []string{"authorization"}}
 	sink := &memSink{}
-	r, err := New(cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
+	r, err := New(cfg, telemetry.TestSettings(), sink, &receiver.Prechecks{Checker: checker})
 	if err != nil {
 		t.Fatal(err)
 	}

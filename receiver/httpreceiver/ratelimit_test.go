@@ -10,6 +10,7 @@ import (
 	"github.com/ferryhq/ferry/auth/authtest"
 	"github.com/ferryhq/ferry/auth/ratelimit"
 	"github.com/ferryhq/ferry/consumer/consumertest"
+	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -28,7 +29,7 @@ func TestRateLimitPerApp(t *testing.T) {
 	cfg := testConfig()
 	cfg.Auth = auth.ReceiverConfig{Mode: "required", Sources: []string{"authorization"}}
 	sink := &consumertest.Sink{}
-	r, err := New(cfg, set, sink, &auth.Prechecks{Checker: checker, Limiter: lim})
+	r, err := New(cfg, set, sink, &receiver.Prechecks{Checker: checker, Limiter: lim})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/origin"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
@@ -68,12 +69,12 @@ type Receiver struct {
 // New builds the receiver; next receives the batches.
 // pre holds the token checker and rate limiter; nil (or nil fields) when
 // none is configured.
-func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.Prechecks) (*Receiver, error) {
+func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *receiver.Prechecks) (*Receiver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	r := &Receiver{cfg: cfg, set: set, next: next, topics: telemetry.NewLabels(1000), body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
-		gate: auth.NewGate(cfg.Auth, pre)}
+		gate: pre.Gate(cfg.Auth)}
 	r.log = telemetry.NewLimited(set.Logger.With("component", "receiver/http"), 10*time.Second)
 	r.allow, _ = routing.NewAllow(cfg.Topics) // checked by Validate
 	r.m = receivermetrics.New(set.Registry, "http")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/ferryhq/ferry/receiver"
 	"net/http"
 	"strings"
 	"testing"
@@ -35,7 +36,7 @@ func TestTokensOnBothTransports(t *testing.T) {
 	cfg := testConfig()
 	cfg.Auth = auth.ReceiverConfig{Mode: "required", Sources: []string{"authorization", "header", "metadata"}}
 	sink := &consumertest.Sink{}
-	r := startWith(t, cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
+	r := startWith(t, cfg, telemetry.TestSettings(), sink, &receiver.Prechecks{Checker: checker})
 	raw, _ := plogotlp.NewExportRequestFromLogs(otlpgen.New(1).Logs(2, 10)).MarshalProto()
 
 	code, hdr, body := postOTLP(t, "http://"+r.HTTPAddr()+"/v1/logs", "application/x-protobuf", "", raw)
@@ -76,7 +77,7 @@ func TestTokensOnBothTransports(t *testing.T) {
 func TestRateLimitOverGRPC(t *testing.T) {
 	set := telemetry.TestSettings()
 	lim, _ := ratelimit.New(ratelimit.Config{Classes: map[string]ratelimit.Class{"tiny": {RecordsPerSec: 1, BurstRecords: 2}}, DefaultClass: "tiny"}, set)
-	r, err := New(testConfig(), set, &consumertest.Sink{}, &auth.Prechecks{Limiter: lim})
+	r, err := New(testConfig(), set, &consumertest.Sink{}, &receiver.Prechecks{Limiter: lim})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestRouting(t *testing.T) {
 	cfg.Logs.Topic = "otel-{signal}-{tenant}"
 	cfg.Auth = auth.ReceiverConfig{Mode: "optional", Sources: []string{"authorization"}}
 	sink := &consumertest.Sink{}
-	r := startWith(t, cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
+	r := startWith(t, cfg, telemetry.TestSettings(), sink, &receiver.Prechecks{Checker: checker})
 	raw, _ := plogotlp.NewExportRequestFromLogs(otlpgen.New(1).Logs(1, 10)).MarshalProto()
 	send := func(tok string) int {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+r.HTTPAddr()+"/v1/logs", bytes.NewReader(raw))
@@ -172,7 +173,7 @@ func TestTokenInResourceAttribute(t *testing.T) {
 	cfg.Logs = encoding.Config{Topic: "logs", Encoding: "otlp_proto", Partition: "none"}
 	cfg.Auth = auth.ReceiverConfig{Mode: "required", Sources: []string{"authorization", "metadata", "resource"}}
 	sink := &consumertest.Sink{}
-	r := startWith(t, cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
+	r := startWith(t, cfg, telemetry.TestSettings(), sink, &receiver.Prechecks{Checker: checker})
 	withTokens := func(toks ...string) []byte {
 		ld := plog.NewLogs()
 		for _, tk := range toks {

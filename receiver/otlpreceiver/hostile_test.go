@@ -3,6 +3,7 @@ package otlpreceiver
 import (
 	"bytes"
 	"context"
+	"github.com/ferryhq/ferry/receiver"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -103,7 +104,7 @@ func TestDeepNestingNeverReachesPdata(t *testing.T) {
 	cfg.MaxExpandedBytes = 16 << 20
 	cfg.Auth = auth.ReceiverConfig{Mode: "optional", Sources: []string{"authorization", "resource"}}
 	sink := &consumertest.Sink{}
-	r := startWith(t, cfg, set, sink, &auth.Prechecks{Attributes: ap})
+	r := startWith(t, cfg, set, sink, &receiver.Prechecks{Attributes: ap})
 	url := "http://" + r.HTTPAddr() + "/v1/traces"
 	refusedWith(t, url, "application/x-protobuf", "", hostile.DeepAttribute(300000, ""), 400, "", sink)
 	refusedWith(t, url, "application/json", "", hostile.DeepJSON(100000), 400, "nested deeper", sink)
@@ -126,7 +127,7 @@ func TestDeepNestingResourceToken(t *testing.T) {
 	cfg.Auth = auth.ReceiverConfig{Mode: "optional", Sources: []string{"resource"}}
 	checker, issue := authtest.New(t)
 	sink := &consumertest.Sink{}
-	r := startWith(t, cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
+	r := startWith(t, cfg, telemetry.TestSettings(), sink, &receiver.Prechecks{Checker: checker})
 	tok := issue("app")
 	url := "http://" + r.HTTPAddr() + "/v1/traces"
 	refusedWith(t, url, "application/x-protobuf", "", hostile.DeepAttribute(300000, tok), 400, "", sink)
@@ -200,7 +201,7 @@ func TestTopicScopeOTLP(t *testing.T) {
 	cfg.Topics = []string{"otel-*", "spans-checkout"}
 	cfg.Auth = auth.ReceiverConfig{Mode: "optional", Sources: []string{"authorization"}}
 	sink := &consumertest.Sink{}
-	r := startWith(t, cfg, telemetry.TestSettings(), sink, &auth.Prechecks{Checker: checker})
+	r := startWith(t, cfg, telemetry.TestSettings(), sink, &receiver.Prechecks{Checker: checker})
 	send := func(path string, raw []byte, tok string) int {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+r.HTTPAddr()+path, bytes.NewReader(raw))
 		req.Header.Set("Content-Type", "application/x-protobuf")

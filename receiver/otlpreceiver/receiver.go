@@ -36,6 +36,7 @@ import (
 	"github.com/ferryhq/ferry/otlp/wire"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
+	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
 	"github.com/ferryhq/ferry/receiver/submit"
@@ -81,7 +82,7 @@ type signalOut struct {
 // New builds the receiver; next receives the batches.
 // pre holds the token checker and rate limiter; nil (or nil fields) when
 // none is configured.
-func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.Prechecks) (*Receiver, error) {
+func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *receiver.Prechecks) (*Receiver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -89,7 +90,7 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.P
 		cfg.MaxExpandedBytes = 4 * cfg.MaxRequestBytes
 	}
 	r := &Receiver{cfg: cfg, set: set, next: next, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
-		topics: telemetry.NewLabels(1000), gate: auth.NewGate(cfg.Auth, pre)}
+		topics: telemetry.NewLabels(1000), gate: pre.Gate(cfg.Auth)}
 	if pre != nil {
 		r.sampler, r.attrs = pre.Sampler, pre.Attributes
 	}

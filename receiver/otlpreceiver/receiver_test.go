@@ -24,11 +24,11 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/internal/otlpgen"
 	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/server"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -56,7 +56,7 @@ func start(t *testing.T, cfg Config, next consumer.Consumer) *Receiver {
 }
 
 // startWith starts a receiver with shared settings and pre-checks.
-func startWith(t *testing.T, cfg Config, set telemetry.Settings, next consumer.Consumer, pre *auth.Prechecks) *Receiver {
+func startWith(t *testing.T, cfg Config, set telemetry.Settings, next consumer.Consumer, pre *receiver.Prechecks) *Receiver {
 	t.Helper()
 	r, err := New(cfg, set, next, pre)
 	if err != nil {

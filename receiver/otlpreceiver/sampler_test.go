@@ -2,6 +2,7 @@ package otlpreceiver
 
 import (
 	"bytes"
+	"github.com/ferryhq/ferry/receiver"
 	"net/http"
 	"testing"
 
@@ -9,7 +10,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
-	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/internal/otlpgen"
 	"github.com/ferryhq/ferry/otlp/encoding"
@@ -45,7 +45,7 @@ func TestSamplingKeepsTheSameTracesInEveryEncoding(t *testing.T) {
 			cfg.Traces = encoding.Config{Topic: "spans", Encoding: "otlp_proto", Partition: part}
 			cfg.MaxRequestBytes = 4 << 20
 			sink := &consumertest.Sink{}
-			r := startWith(t, cfg, set, sink, &auth.Prechecks{Sampler: s})
+			r := startWith(t, cfg, set, sink, &receiver.Prechecks{Sampler: s})
 			res, err := http.Post("http://"+r.HTTPAddr()+"/v1/traces", "application/x-protobuf", bytes.NewReader(raw))
 			if err != nil {
 				t.Fatal(err)
@@ -96,7 +96,7 @@ func TestAttributeFiltersOnTheWay(t *testing.T) {
 	cfg := testConfig()
 	cfg.Traces = encoding.Config{Topic: "spans", Encoding: "flat_json", Partition: "trace_id"}
 	sink := &consumertest.Sink{}
-	r := startWith(t, cfg, set, sink, &auth.Prechecks{Attributes: ap})
+	r := startWith(t, cfg, set, sink, &receiver.Prechecks{Attributes: ap})
 	td := otlpgen.New(3).Traces(5)
 	td.ResourceSpans().At(0).ScopeSpans().At(2).Spans().At(0).Attributes().PutStr("http.route", "/healthz")
 	raw, _ := ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()
