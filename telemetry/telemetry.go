@@ -81,7 +81,17 @@ type Settings struct {
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
 	Health   *Health
+	// Topics and Apps are the label values metrics may use for topic and
+	// application (tenant) names, capped once for the whole agent: if
+	// each component kept its own cap they could fold different names
+	// into "_other", and received − sent − dropped per topic would no
+	// longer add up.
+	Topics *Labels
+	Apps   *Labels
 }
+
+// maxLabelValues caps the distinct topic (and application) label values.
+const maxLabelValues = 1000
 
 // NewSettings builds the logger and an empty registry (with Go runtime and
 // process collectors) from cfg. Logs go to w (stderr when nil).
@@ -97,7 +107,8 @@ func NewSettings(cfg Config, w io.Writer) Settings {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return Settings{Logger: slog.New(h), Registry: reg, Health: NewHealth()}
+	return Settings{Logger: slog.New(h), Registry: reg, Health: NewHealth(),
+		Topics: NewLabels(maxLabelValues), Apps: NewLabels(maxLabelValues)}
 }
 
 // TestSettings is NewSettings with logs discarded unless FERRY_TEST_LOG is set.

@@ -121,3 +121,20 @@ func TestAdminChecksHost(t *testing.T) {
 func testAdminConfig() AdminConfig {
 	return AdminConfig{HTTPConfig: server.HTTPConfig{Listen: "127.0.0.1:0", ReadTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}}
 }
+
+// TestTopicLabelsShared: every component folds the same topic names into
+// "_other", whichever saw them first, so per-topic counts of different
+// stages can be compared.
+func TestTopicLabelsShared(t *testing.T) {
+	set := TestSettings()
+	receiver, exporter := set.Topics, set.Topics
+	for i := 0; i < maxLabelValues; i++ {
+		receiver.Get(fmt.Sprintf("t%d", i))
+	}
+	if got := exporter.Get("late"); got != "_other" {
+		t.Fatalf("a topic past the cap is %q for another component", got)
+	}
+	if got := exporter.Get("t7"); got != "t7" {
+		t.Fatalf("a topic one component labelled is %q for another", got)
+	}
+}

@@ -87,7 +87,7 @@ func New(cfg Config, set telemetry.Settings) (*Limiter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	l := &Limiter{cfg: cfg, buckets: map[string]*bucket{}, labels: telemetry.NewLabels(1000), now: time.Now}
+	l := &Limiter{cfg: cfg, buckets: map[string]*bucket{}, labels: set.Apps, now: time.Now}
 	l.active.Store(len(cfg.Classes) > 0)
 	l.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_ratelimit_refused_records_total",
 		Help: "Records refused because their app was over its rate limit, by app."}, []string{"app"})

@@ -24,7 +24,7 @@ type Exporter struct {
 // New builds the exporter.
 func New(set telemetry.Settings) *Exporter {
 	lbl := prometheus.Labels{"exporter": "blackhole"}
-	e := &Exporter{topics: telemetry.NewLabels(1000),
+	e := &Exporter{topics: set.Topics,
 		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exporter_sent_records_total",
 			Help: "Records acknowledged by Kafka.", ConstLabels: lbl}, []string{"topic"}),
 		sentBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exporter_sent_bytes_total",

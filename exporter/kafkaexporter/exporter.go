@@ -84,7 +84,7 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Exporter{cfg: cfg, set: set, stop: make(chan struct{}), topics: telemetry.NewLabels(1000), tp: newTopics(cfg.MaxPendingTopics)}
+	e := &Exporter{cfg: cfg, set: set, stop: make(chan struct{}), topics: set.Topics, tp: newTopics(cfg.MaxPendingTopics)}
 	e.log = telemetry.NewLimited(set.Logger.With("component", "exporter/kafka"), 30*time.Second)
 	e.m = newMetrics(set.Registry)
 	e.pool.New = func() any { return &exportBatch{e: e} }

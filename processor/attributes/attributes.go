@@ -141,7 +141,7 @@ func New(cfg Config, set telemetry.Settings) (*Processor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	p := &Processor{labels: telemetry.NewLabels(1000), log: telemetry.NewLimited(set.Logger.With("component", "processor/attributes"), time.Minute)}
+	p := &Processor{labels: set.Apps, log: telemetry.NewLimited(set.Logger.With("component", "processor/attributes"), time.Minute)}
 	p.cfg.Store(compile(cfg))
 	p.dropped = telemetry.DroppedItems(set.Registry)
 	return p, nil

@@ -86,7 +86,7 @@ func New(cfg Config, set telemetry.Settings) (*Sampler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Sampler{labels: telemetry.NewLabels(1000), log: telemetry.NewLimited(set.Logger.With("component", "processor/sampler"), time.Minute)}
+	s := &Sampler{labels: set.Apps, log: telemetry.NewLimited(set.Logger.With("component", "processor/sampler"), time.Minute)}
 	s.cfg.Store(&cfg)
 	s.dropped = telemetry.DroppedItems(set.Registry)
 	return s, nil

@@ -73,7 +73,7 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *receiv
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Receiver{cfg: cfg, set: set, next: next, topics: telemetry.NewLabels(1000), body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
+	r := &Receiver{cfg: cfg, set: set, next: next, topics: set.Topics, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
 		gate: pre.Gate(cfg.Auth)}
 	r.log = telemetry.NewLimited(set.Logger.With("component", "receiver/http"), 10*time.Second)
 	r.allow, _ = routing.NewAllow(cfg.Topics) // checked by Validate

@@ -90,7 +90,7 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *receiv
 		cfg.MaxExpandedBytes = 4 * cfg.MaxRequestBytes
 	}
 	r := &Receiver{cfg: cfg, set: set, next: next, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
-		topics: telemetry.NewLabels(1000), gate: pre.Gate(cfg.Auth)}
+		topics: set.Topics, gate: pre.Gate(cfg.Auth)}
 	if pre != nil {
 		r.sampler, r.attrs = pre.Sampler, pre.Attributes
 	}
