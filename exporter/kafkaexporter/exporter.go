@@ -76,6 +76,10 @@ type Exporter struct {
 	tp                    *topics
 	shutOnce              sync.Once
 	shutErr               error
+	// drained is closed when, after Shutdown began, the last record in
+	// flight has been answered.
+	drained     chan struct{}
+	drainedOnce sync.Once
 }
 
 // New builds the exporter. bufferedBytes is the queue's memory limit, used to
@@ -84,7 +88,7 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Exporter{cfg: cfg, set: set, stop: make(chan struct{}), topics: set.Topics, tp: newTopics(cfg.MaxPendingTopics)}
+	e := &Exporter{cfg: cfg, set: set, stop: make(chan struct{}), drained: make(chan struct{}), topics: set.Topics, tp: newTopics(cfg.MaxPendingTopics)}
 	e.log = telemetry.NewLimited(set.Logger.With("component", "exporter/kafka"), 30*time.Second)
 	e.m = newMetrics(set.Registry)
 	e.pool.New = func() any { return &exportBatch{e: e} }
@@ -359,11 +363,7 @@ func (e *Exporter) promise(kr *kgo.Record, err error) {
 		e.m.sent.WithLabelValues(e.topics.Get(kr.Topic)).Inc()
 		e.m.sentBytes.WithLabelValues(e.topics.Get(kr.Topic)).Add(float64(len(kr.Key) + len(kr.Value)))
 	}
-	e.inflight.Add(-1)
-	e.m.inflight.Dec()
-	if b.Spooled {
-		e.spooled.Add(-1)
-	}
+	spooled := b.Spooled
 	if eb.pending.Add(-1) == 0 {
 		if s := eb.sent.Load(); s > 0 {
 			t := e.topics.Get(eb.topic)
@@ -380,9 +380,18 @@ func (e *Exporter) promise(kr *kgo.Record, err error) {
 	// is touched past this point.
 	if err != nil && b.OnFailure != nil {
 		b.AckAt(idx, err)
-		return
+	} else {
+		b.Ack(err)
 	}
-	b.Ack(err)
+	// The record counts as answered only now, its completion run, so a
+	// Shutdown that sees nothing in flight has every batch completed.
+	if spooled {
+		e.spooled.Add(-1)
+	}
+	e.m.inflight.Dec()
+	if e.inflight.Add(-1) == 0 && e.closing.Load() {
+		e.drainedOnce.Do(func() { close(e.drained) })
+	}
 }
 
 // isUnknownTopic: Kafka says the topic does not exist (or the client
@@ -438,10 +447,21 @@ func (e *Exporter) shutdown(ctx context.Context) error {
 	e.wg.Wait()
 	e.cl.Close() // fails whatever is still buffered with ErrClientClosed
 	// Those failures reach our promise through franz-go's promise worker,
-	// after Close returns; wait (bounded) so every batch is completed and
-	// counted before Shutdown reports.
-	for deadline := time.Now().Add(5 * time.Second); e.inflight.Load() > 0 && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
+	// after Close returns: wait for the last one, so every batch is
+	// completed and counted before Shutdown reports. They are in-memory
+	// callbacks, so when the flush spent ctx they still get a short grace.
+	if e.inflight.Load() > 0 {
+		wctx := ctx
+		if ctx.Err() != nil {
+			var cancel context.CancelFunc
+			wctx, cancel = context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+		}
+		select {
+		case <-e.drained:
+		case <-wctx.Done():
+			e.set.Logger.Warn("shutdown: some records were still unanswered when the client closed", "component", "exporter/kafka", "records", e.inflight.Load())
+		}
 	}
 	if left > 0 {
 		return fmt.Errorf("kafka exporter: %d records not acknowledged at shutdown", left)
