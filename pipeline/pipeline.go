@@ -107,11 +107,11 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 			return nil, fmt.Errorf("delivery.dead_letter: %w", err)
 		}
 		sc := cfg.Delivery.Spool
-		sc.MaxRecordBytes = int(cfg.Exporter.Kafka.MaxBatchBytes)
 		if sc.ReadAhead == 0 {
 			sc.ReadAhead = cfg.Queue.MemoryLimit / 2
 		}
-		links := spool.Links{Next: p.Exporter, Budget: p.Budget, DeadLetter: p.DeadLetter, Up: p.Exporter.Up}
+		links := spool.Links{Next: p.Exporter, MaxRecordBytes: int(cfg.Exporter.Kafka.MaxBatchBytes),
+			Budget: p.Budget, DeadLetter: p.DeadLetter, Up: p.Exporter.Up}
 		if p.Spool, err = spool.Open(sc, set, links); err != nil {
 			return nil, fmt.Errorf("delivery.spool: %w", err)
 		}
@@ -149,14 +149,15 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 	}
 	if cfg.Receivers.OTLP.Enabled {
 		oc := cfg.Receivers.OTLP
+		maxRecord := 0
 		if cfg.Exporter.Type == "kafka" {
 			// Room for the record's framing, key and headers in a batch.
-			oc.MaxRecordBytes = int(cfg.Exporter.Kafka.MaxBatchBytes) - 4096
+			maxRecord = int(cfg.Exporter.Kafka.MaxBatchBytes) - 4096
 		}
 		if oc.MaxExpandedBytes == 0 {
 			oc.MaxExpandedBytes = max(cfg.Queue.MemoryLimit/4, oc.MaxRequestBytes)
 		}
-		if p.OTLP, err = otlpreceiver.New(oc, set, intake, pre); err != nil {
+		if p.OTLP, err = otlpreceiver.New(oc, set, intake, pre, maxRecord); err != nil {
 			return nil, fmt.Errorf("receivers.otlp: %w", err)
 		}
 	}

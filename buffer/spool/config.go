@@ -32,9 +32,6 @@ type Config struct {
 	// bytes per second, so recovery leaves disk and CPU to live traffic;
 	// 0 = unthrottled.
 	ReplayRate bytesize.Size `yaml:"replay_rate"`
-	// MaxRecordBytes is the largest record accepted (the frame bound that
-	// recovery trusts); it is set from the exporter's max_batch_bytes.
-	MaxRecordBytes int `yaml:"-"`
 }
 
 // Validate names the first invalid field by its YAML key.

@@ -88,8 +88,7 @@ func TestForgedFrameInValueNeverDelivered(t *testing.T) {
 func TestLoweredRecordLimitKeepsSpooledRecords(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(dir)
-	cfg.MaxRecordBytes = 256 << 10
-	s := open(t, cfg)
+	s := openLimit(t, cfg, 256<<10)
 	b := &record.Batch{}
 	for i := 0; i < 20; i++ {
 		b.Records = append(b.Records, record.Record{Topic: "t", Value: bytes.Repeat([]byte{byte('a' + i)}, 100<<10)})
@@ -97,8 +96,7 @@ func TestLoweredRecordLimitKeepsSpooledRecords(t *testing.T) {
 	appendOK(t, s, b)
 	_ = s.Close()
 
-	cfg.MaxRecordBytes = 16 << 10
-	s2 := open(t, cfg)
+	s2 := openLimit(t, cfg, 16<<10)
 	defer s2.Close()
 	c := &collector{}
 	_ = start(t, s2, Links{Next: c})

@@ -40,6 +40,10 @@ type DeadLetter interface {
 type Links struct {
 	// Next receives what the reader reads (the exporter). Required.
 	Next consumer.Consumer
+	// MaxRecordBytes is the largest record Next takes (the exporter's
+	// max_batch_bytes): the frame bound this process writes segments
+	// under; 0 means 8 MiB.
+	MaxRecordBytes int
 	// Budget: the memory the reader takes its chunks from, shared with the
 	// queue and the receivers; nil means an unbounded one (the read_ahead
 	// ceiling still applies).
@@ -173,8 +177,8 @@ func Open(cfg Config, set telemetry.Settings, l Links) (*Spool, error) {
 		dataKick: make(chan struct{}, 1), freeKick: make(chan struct{}, 1),
 		stopRead: make(chan struct{}), stopSync: make(chan struct{}), chunk: 1 << 20, fsync: (*os.File).Sync,
 		finKick: make(chan struct{}, 1), stopFin: make(chan struct{})}
-	s.maxFrame = cfg.MaxRecordBytes + 4096
-	if cfg.MaxRecordBytes <= 0 {
+	s.maxFrame = l.MaxRecordBytes + 4096
+	if l.MaxRecordBytes <= 0 {
 		s.maxFrame = 8 << 20
 	}
 	wf, err := newSegFormat(s.maxFrame)

@@ -26,7 +26,7 @@ import (
 
 func testConfig(dir string) Config {
 	return Config{Dir: dir, SegmentBytes: 64 << 10, MaxBytes: 64 << 20, Fsync: "interval",
-		FsyncInterval: 10 * time.Millisecond, WriteBuffer: 8 << 20, ReadAhead: 4 << 20, MaxRecordBytes: 1 << 20}
+		FsyncInterval: 10 * time.Millisecond, WriteBuffer: 8 << 20, ReadAhead: 4 << 20}
 }
 
 // unstarted is the Next of a spool a test opens before it knows what the
@@ -49,9 +49,12 @@ func start(t testing.TB, s *Spool, l Links) error {
 	return s.Start(context.Background())
 }
 
-func open(t testing.TB, cfg Config) *Spool {
+func open(t testing.TB, cfg Config) *Spool { t.Helper(); return openLimit(t, cfg, 1<<20) }
+
+// openLimit opens with maxRecord as the exporter's record limit.
+func openLimit(t testing.TB, cfg Config, maxRecord int) *Spool {
 	t.Helper()
-	s, err := Open(cfg, telemetry.TestSettings(), Links{Next: unstarted{}})
+	s, err := Open(cfg, telemetry.TestSettings(), Links{Next: unstarted{}, MaxRecordBytes: maxRecord})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -569,7 +572,7 @@ func TestOneProcessPerDir(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, testConfig(dir))
 	defer s.Close()
-	if _, err := Open(testConfig(dir), telemetry.TestSettings(), Links{Next: unstarted{}}); err == nil {
+	if _, err := Open(testConfig(dir), telemetry.TestSettings(), Links{Next: unstarted{}, MaxRecordBytes: 1 << 20}); err == nil {
 		t.Fatal("second Open on the same dir succeeded")
 	}
 }

@@ -77,7 +77,7 @@ func TestTokensOnBothTransports(t *testing.T) {
 func TestRateLimitOverGRPC(t *testing.T) {
 	set := telemetry.TestSettings()
 	lim, _ := ratelimit.New(ratelimit.Config{Classes: map[string]ratelimit.Class{"tiny": {RecordsPerSec: 1, BurstRecords: 2}}, DefaultClass: "tiny"}, set)
-	r, err := New(testConfig(), set, &consumertest.Sink{}, &receiver.Prechecks{Limiter: lim})
+	r, err := New(testConfig(), set, &consumertest.Sink{}, &receiver.Prechecks{Limiter: lim}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,9 +57,6 @@ type Config struct {
 	Traces     encoding.Config `yaml:"traces"`
 	Metrics    encoding.Config `yaml:"metrics"`
 	Logs       encoding.Config `yaml:"logs"`
-	// MaxRecordBytes is set by the pipeline from the exporter's record limit:
-	// a trace's or resource's items are split over records under it.
-	MaxRecordBytes int `yaml:"-"`
 	// Auth: application tokens on both transports (see docs/tokens.md).
 	Auth auth.ReceiverConfig `yaml:"auth"`
 }

@@ -40,7 +40,7 @@ func FuzzOTLPHTTP(f *testing.F) {
 	for i, enc := range encs {
 		cfg := testConfig()
 		cfg.Traces.Encoding, cfg.Metrics.Encoding, cfg.Logs.Encoding = enc, enc, enc
-		r, err := New(cfg, telemetry.TestSettings(), &consumertest.Sink{}, nil)
+		r, err := New(cfg, telemetry.TestSettings(), &consumertest.Sink{}, nil, 0)
 		if err != nil {
 			f.Fatal(err)
 		}

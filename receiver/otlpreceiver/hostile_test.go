@@ -142,7 +142,7 @@ func TestDeepNestingResourceToken(t *testing.T) {
 // is given back however the request ends (served, refused, too large).
 func TestGRPCReservesBeforeRead(t *testing.T) {
 	cfg := testConfig()
-	r, err := New(cfg, telemetry.TestSettings(), &consumertest.Sink{}, nil)
+	r, err := New(cfg, telemetry.TestSettings(), &consumertest.Sink{}, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

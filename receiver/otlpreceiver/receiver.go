@@ -65,7 +65,9 @@ type Receiver struct {
 	sampler *sampler.Sampler
 	attrs   *attributes.Processor
 	allow   *routing.Allow
-	httpSub *submit.Submitter
+	// maxRecordBytes: see New.
+	maxRecordBytes int
+	httpSub        *submit.Submitter
 	grpcSub *submit.Submitter
 }
 
@@ -79,17 +81,20 @@ type signalOut struct {
 	keyTmpl *routing.Template // nil: the partition's key
 }
 
-// New builds the receiver; next receives the batches.
+// New builds the receiver; next receives the batches. maxRecordBytes is
+// the largest record next takes (the exporter's limit, less room for a
+// record's framing): a trace's or resource's items are split over records
+// under it; 0 means no split.
 // pre holds the token checker and rate limiter; nil (or nil fields) when
 // none is configured.
-func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *receiver.Prechecks) (*Receiver, error) {
+func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *receiver.Prechecks, maxRecordBytes int) (*Receiver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.MaxExpandedBytes == 0 {
 		cfg.MaxExpandedBytes = 4 * cfg.MaxRequestBytes
 	}
-	r := &Receiver{cfg: cfg, set: set, next: next, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
+	r := &Receiver{cfg: cfg, set: set, next: next, maxRecordBytes: maxRecordBytes, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
 		topics: set.Topics, gate: pre.Gate(cfg.Auth)}
 	if pre != nil {
 		r.sampler, r.attrs = pre.Sampler, pre.Attributes
@@ -285,7 +290,7 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		enc = new(encoding.Encoder)
 	}
 	defer r.encP.Put(enc)
-	enc.MaxRecordBytes = r.cfg.MaxRecordBytes
+	enc.MaxRecordBytes = r.maxRecordBytes
 	enc.MaxItems, enc.MaxBytes, enc.RecordCost = r.cfg.MaxItems, int(r.cfg.MaxExpandedBytes), recordOverhead
 	enc.FlatExtra = extra
 	enc.Sample = r.sampler.Decide(sig, vars.Tenant)

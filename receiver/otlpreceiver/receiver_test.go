@@ -58,7 +58,7 @@ func start(t *testing.T, cfg Config, next consumer.Consumer) *Receiver {
 // startWith starts a receiver with shared settings and pre-checks.
 func startWith(t *testing.T, cfg Config, set telemetry.Settings, next consumer.Consumer, pre *receiver.Prechecks) *Receiver {
 	t.Helper()
-	r, err := New(cfg, set, next, pre)
+	r, err := New(cfg, set, next, pre, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
