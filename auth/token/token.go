@@ -6,8 +6,8 @@
 //	version (1 byte) ‖ key id (2 bytes, big-endian) ‖ nonce (12 bytes) ‖ AES-256-GCM(payload) with its 16-byte tag
 //
 // The version and key id are authenticated as additional data, so no byte of
-// a token can be changed without the tag failing (unlike bk-collector's
-// AES-CBC tokens, which have no integrity check). Every configured key
+// a token can be changed without the tag failing (an AES-CBC token, with no
+// integrity check, could be altered undetected). Every configured key
 // verifies; one is marked for issuing. Keys are 32 bytes, configured by id.
 //
 // The payload is a compact list of fields, each tag (1 byte) ‖ uvarint
@@ -70,7 +70,7 @@ type Claims struct {
 	App        string             // tenant / application name
 	BusinessID uint64             // optional business id
 	Topics     [numSignals]string // per signal → topic ("" = none)
-	DataIDs    [numSignals]uint64 // per signal → data id (bk-collector style routing; 0 = none)
+	DataIDs    [numSignals]uint64 // per signal → data id (routing by data id; 0 = none)
 	Expires    time.Time          // zero: never
 	RateClass  string             // optional rate-limit class
 	// TopicPattern, when set, is a glob (path.Match: *, ?, [...]) every

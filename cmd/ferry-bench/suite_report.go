@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// seedMicro: bk-collector's own Go benchmarks (seed 001, its 1-CPU rows):
+// seedMicro: bk-collector's own Go benchmarks (its published 1-CPU rows):
 // ns/op and allocs/op, by ferry's benchmark name.
 var seedMicro = map[string][2]float64{
 	"TracesUnmarshal_10_Spans": {16000, 211}, "TracesUnmarshal_100_Spans": {150100, 1924},

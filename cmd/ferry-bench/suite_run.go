@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Seed figures (../shared/seeds): what ferry's numbers are set beside.
+// Reference figures (the replaced systems' published reports): what ferry's numbers are set beside.
 var (
 	// 000, pan: messages/s through the sidecar by size, on 4 cores.
 	seedPan = map[int]float64{10: 19000, 100: 18300, 1000: 17200, 5000: 15300}

@@ -1,7 +1,8 @@
 // Package flatjson owns ferry's flat_json encoding of OTLP: one JSON object
 // per span, per log record and per metric data point, each carrying its
 // resource and scope, so a consumer of the Kafka topic needs no OTLP
-// knowledge. This is the shape bk-collector produces, written once, straight
+// knowledge (the flat per-span/per-log event shape collectors of this kind
+// emit), written once, straight
 // from the wire decoder's views into one output buffer: no intermediate maps,
 // no double encoding.
 //

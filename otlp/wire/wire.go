@@ -1,7 +1,7 @@
 // Package wire owns ferry's zero-copy decoder of OTLP protobuf payloads.
 //
 // Why not pdata: decoding into pdata builds a tree of objects, about 20
-// allocations per span, which is most of what bk-collector spends. ferry
+// allocations per span, which would be most of the cost of a request. ferry
 // instead walks the wire bytes once, checks every field's framing and types,
 // and hands each item (span, log record, metric data point) to a callback as
 // a view: a small struct of scalars and sub-slices of the input. Nothing is

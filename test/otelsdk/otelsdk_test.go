@@ -1,4 +1,8 @@
-package pipeline
+// Package otelsdk tests ferry against the OpenTelemetry Go SDK's own OTLP
+// exporters. It is a module of its own so that the SDK (and its
+// dependencies) stay out of the agent's go.mod: the agent's requirements
+// list only what it runs.
+package otelsdk
 
 import (
 	"context"
@@ -23,8 +27,41 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/ferryhq/ferry/config"
 	"github.com/ferryhq/ferry/internal/kafkatest"
+	"github.com/ferryhq/ferry/pipeline"
+	"github.com/ferryhq/ferry/telemetry"
 )
+
+func TestMain(m *testing.M) { kafkatest.Main(m) }
+
+// startAgent runs the whole agent in this process on free ports.
+func startAgent(t *testing.T, brokers string, sets ...string) *pipeline.Pipeline {
+	t.Helper()
+	all := append([]string{
+		"receivers.http.listen=127.0.0.1:0", "telemetry.admin.listen=127.0.0.1:0",
+		"receivers.otlp.http.listen=127.0.0.1:0", "receivers.otlp.grpc.listen=127.0.0.1:0",
+		"exporter.kafka.brokers=[" + brokers + "]", "exporter.kafka.health_check_interval=200ms",
+		"exporter.kafka.dial_timeout=1s", "shutdown_timeout=20s",
+	}, sets...)
+	cfg, err := config.Parse(nil, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pipeline.New(cfg, telemetry.TestSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = p.Shutdown(ctx)
+	})
+	return p
+}
 
 // TestOpenTelemetrySDKExporters: the OpenTelemetry Go SDK's own OTLP
 // exporters (HTTP and gRPC, traces, metrics and logs) send to ferry; what
