@@ -102,6 +102,28 @@
 // the watermark has passed. The finisher drains its queue before Close
 // writes the final checkpoint.
 //
+// # Parts
+//
+// The Spool's state is split by owner, each part with its lock and file:
+//
+//	appender (append.go)  the active segment, the segment sizes, the disk
+//	                      bound; mu
+//	syncer   (sync.go)    group-commit fsync and the appends waiting for it;
+//	                      syncMu around an fsync, waitMu for the waiters
+//	reader   (reader.go)  the read position and chunks; owned by the reader
+//	                      goroutine, no lock
+//	ledger   (ledger.go)  chunks in read order, the watermark, the
+//	                      checkpoint; ackMu
+//	finisher (finish.go)  I/O handed off the promise goroutine; finMu
+//
+// One lock order: the appender's mu may be held while the syncer's locks
+// are taken (an append registers its waiter; a roll fsyncs and closes the
+// sealed file), never the other way round. The ledger's and finisher's
+// locks are never held with another: a method that needs two parts takes
+// one part's lock, copies what it needs and releases it before the next
+// (advance: the ledger settles the watermark, then the appender forgets
+// the segments before it). recover.go rebuilds every part at Open.
+//
 // # Failures after the spool
 //
 // A record the exporter fails for a reason retrying cannot fix (too large,
@@ -114,7 +136,7 @@
 //
 // Disk: max_bytes counts every byte of every segment on disk, acknowledged
 // or not; an append that would pass it is refused with 429 (503 while Kafka
-// is unreachable). Memory: the reader's chunks come out of the queue's
-// budget, and the bytes of batches being appended or waiting for their fsync
+// is unreachable). Memory: the reader's chunks come out of the shared
+// memory budget, and the bytes of batches being appended or waiting for their fsync
 // are bounded by write_buffer (refused with 429 beyond it).
 package spool

@@ -1,5 +1,8 @@
 package spool
 
+// The reader: streaming segments to the exporter in budgeted chunks, and
+// what happens to a chunk's records when Kafka answers.
+
 import (
 	"context"
 	"errors"
@@ -34,76 +37,6 @@ type chunk struct {
 	dlPending int
 	kafkaDone bool
 	settling  bool
-}
-
-// finTask is work handed from the Kafka client's promise path to the
-// finisher: store record i of chunk c's dead letter, or remove segments
-// the watermark passed.
-type finTask struct {
-	c    *chunk
-	i    int
-	err  error
-	gone []uint64
-}
-
-// hand queues t for the finisher. It never blocks: the promise goroutine
-// calls it. The queue is a slice, not a channel, so that it cannot fill:
-// it holds at most one task per record the reader has in flight plus one
-// per chunk, and those are bounded by the reader's memory budget.
-func (s *Spool) hand(t finTask) {
-	s.finMu.Lock()
-	s.finQ = append(s.finQ, t)
-	s.finMu.Unlock()
-	kick(s.finKick)
-}
-
-// finisher does what must not run on the Kafka client's promise goroutine
-// (franz-go runs every promise of the client on one goroutine: a slow step
-// there would hold up every acknowledgement, including live traffic's):
-// writing dead letters (a write and an fsync, or a produce) and deleting
-// the segments the watermark passed. Giving a chunk back and moving the
-// watermark are a few atomic and in-memory steps and stay inline, so a
-// chunk's buffer is reused at once. It drains its queue before it stops.
-func (s *Spool) finisher() {
-	defer s.finWG.Done()
-	var work []finTask
-	for {
-		s.finMu.Lock()
-		work, s.finQ = s.finQ, work[:0]
-		s.finMu.Unlock()
-		for _, t := range work {
-			if t.c == nil {
-				s.removed(t.gone)
-				continue
-			}
-			var pe *consumer.PermanentError
-			errors.As(t.err, &pe)
-			c, i := t.c, t.i
-			s.links.DeadLetter.Write(&c.batch.Records[i], pe.Reason, t.err, func(werr error) { c.deadLettered(i, werr) })
-		}
-		clear(work)
-		if len(work) > 0 {
-			continue
-		}
-		select {
-		case <-s.finKick:
-		case <-s.stopFin:
-			s.finMu.Lock()
-			left := len(s.finQ)
-			s.finMu.Unlock()
-			if left == 0 {
-				return
-			}
-		}
-	}
-}
-
-// mark is a chunk's place in read order. It is separate from the chunk
-// because a chunk's memory is reused as soon as it completes, while its
-// mark waits until every earlier chunk has completed too.
-type mark struct {
-	end  pos
-	done bool
 }
 
 // read is the reader goroutine: it streams the log from the watermark to
@@ -358,15 +291,6 @@ func (s *Spool) sleep(d time.Duration) bool {
 	}
 }
 
-func (s *Spool) push(m *mark) {
-	s.ackMu.Lock()
-	s.fifo = append(s.fifo, m)
-	s.ackMu.Unlock()
-	if m.done {
-		s.advance()
-	}
-}
-
 func (s *Spool) send(c *chunk) {
 	c.batch.OnFailure = c.failFn
 	c.batch.OnDone(c.doneFn)
@@ -491,60 +415,6 @@ func (c *chunk) resend() {
 	c.batch.MemBytes = c.reserved
 	c.batch.Spooled = true
 	s.send(c)
-}
-
-// advance moves the watermark over the chunks completed in read order,
-// and deletes segments it has passed.
-func (s *Spool) advance() {
-	s.ackMu.Lock()
-	i := 0
-	for i < len(s.fifo) && s.fifo[i].done {
-		s.wm = s.fifo[i].end
-		i++
-	}
-	if i == 0 {
-		s.ackMu.Unlock()
-		return
-	}
-	clear(s.fifo[:i])
-	s.fifo = append(s.fifo[:0], s.fifo[i:]...)
-	wm := s.wm
-	replayed := !s.replayDone && !wm.less(s.replayEnd)
-	if replayed {
-		s.replayDone = true
-	}
-	s.ackMu.Unlock()
-	if replayed && s.m.backlogAtOpenValue > 0 {
-		took := time.Since(s.startedAt)
-		s.m.replaySeconds.Set(took.Seconds())
-		s.logger.Info("spool: the backlog found at start is delivered", "bytes", s.m.backlogAtOpenValue, "took", took.Round(time.Millisecond))
-	}
-
-	s.mu.Lock()
-	var gone []uint64
-	for id, size := range s.segs {
-		if id < wm.seg && id != s.wseg {
-			gone = append(gone, id)
-			s.disk -= size
-			delete(s.segs, id)
-		}
-	}
-	s.mu.Unlock()
-	if len(gone) > 0 {
-		// Files are removed by the finisher: this may run on the Kafka
-		// client's promise goroutine.
-		s.hand(finTask{gone: gone})
-	}
-}
-
-// removed deletes segments the watermark has passed (the finisher's side
-// of advance).
-func (s *Spool) removed(gone []uint64) {
-	for _, id := range gone {
-		if err := os.Remove(s.path(segName(id))); err != nil && !errors.Is(err, os.ErrNotExist) {
-			s.log.Log(slog.LevelWarn, "remove", "spool: removing an acknowledged segment failed", "err", err)
-		}
-	}
 }
 
 // release gives a chunk's memory back and returns it to the pool. Only a

@@ -2,18 +2,12 @@ package spool
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
-	"io"
 	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -75,13 +69,12 @@ type pos struct {
 
 func (a pos) less(b pos) bool { return a.seg < b.seg || a.seg == b.seg && a.off < b.off }
 
-type waiter struct {
-	end int64
-	b   *record.Batch
-	n   int64
-}
-
-// Spool is an open spool directory.
+// Spool is an open spool directory. Its state is split by who owns it,
+// each part with its own lock (see doc.go, "Parts"): the appender (the
+// active segment, the bytes on disk), the syncer (fsync and the appends
+// waiting for it), the reader (its position, owned by its goroutine), the
+// ledger (what Kafka has acknowledged: the watermark and checkpoint) and
+// the finisher (I/O handed off the Kafka client's promise goroutine).
 type Spool struct {
 	cfg      Config
 	maxFrame int
@@ -94,12 +87,20 @@ type Spool struct {
 	logger      *slog.Logger
 	m           *metrics
 	lockFile    *os.File
-	ckptFile    *os.File
 	links       Links
-	budget      *budget.Budget
-	ceiling     int64
-	chunk       int
+	started     bool
+	closeOnce   sync.Once
 
+	appender
+	syncer
+	reader
+	ledger
+	finisher
+}
+
+// appender is the write side: the active segment and the bytes on disk.
+// mu guards every field but appending and bufPool.
+type appender struct {
 	mu      sync.Mutex
 	f       *os.File
 	wseg    uint64
@@ -113,33 +114,29 @@ type Spool struct {
 	fsync   func(*os.File) error
 	closing bool
 
-	appending atomic.Int64
+	appending atomic.Int64 // bytes of appends in progress (the disk bound counts them)
 	bufPool   sync.Pool
+}
 
-	syncMu   sync.Mutex // held around fsync, and by roll while it closes a file
+// syncer makes appends durable: one fsync for every append waiting
+// (group commit). syncMu is held around an fsync (and by a roll while it
+// closes a file); waitMu guards waiters.
+type syncer struct {
+	syncMu   sync.Mutex
 	waitMu   sync.Mutex
 	waiters  []waiter
 	syncKick chan struct{}
+	stopSync chan struct{}
+	syncWG   sync.WaitGroup // the syncer and the checkpointer
+}
 
-	dataKick chan struct{}
-	freeKick chan struct{}
+// reader streams the log to the exporter. Its position and buffers are
+// owned by the reader goroutine alone (no lock); the kicks wake it.
+type reader struct {
+	budget  *budget.Budget
+	ceiling int64
+	chunk   int
 
-	// The finisher's queue (see finisher).
-	finMu   sync.Mutex
-	finQ    []finTask
-	finKick chan struct{}
-	stopFin chan struct{}
-	finWG   sync.WaitGroup
-
-	ackMu sync.Mutex
-	fifo  []*mark
-	wm    pos // every record before wm is acknowledged
-	ckpt  pos // wm as last written to the checkpoint
-
-	replayDone bool
-	startedAt  time.Time
-
-	// Reader state, owned by the reader goroutine.
 	rpos      pos
 	rf        *os.File
 	rfSeg     uint64
@@ -152,13 +149,34 @@ type Spool struct {
 	tokens    float64
 	tokensAt  time.Time
 
-	stopRead  chan struct{}
-	stopSync  chan struct{}
-	readStop  atomic.Bool
-	readWG    sync.WaitGroup
-	syncWG    sync.WaitGroup
-	started   bool
-	closeOnce sync.Once
+	dataKick chan struct{}
+	freeKick chan struct{}
+	stopRead chan struct{}
+	readStop atomic.Bool
+	readWG   sync.WaitGroup
+}
+
+// ledger is what Kafka has acknowledged: chunks in read order, the
+// watermark every record before which is acknowledged, and the checkpoint
+// that records it on disk. ackMu guards it.
+type ledger struct {
+	ackMu      sync.Mutex
+	fifo       []*mark
+	wm         pos // every record before wm is acknowledged
+	ckpt       pos // wm as last written to the checkpoint
+	ckptFile   *os.File
+	replayDone bool
+	startedAt  time.Time
+}
+
+// finisher runs the I/O that completions must not run on the Kafka
+// client's promise goroutine (see finish.go). finMu guards finQ.
+type finisher struct {
+	finMu   sync.Mutex
+	finQ    []finTask
+	finKick chan struct{}
+	stopFin chan struct{}
+	finWG   sync.WaitGroup
 }
 
 // Open opens (or creates) the spool in cfg.Dir and recovers its state:
@@ -173,10 +191,12 @@ func Open(cfg Config, set telemetry.Settings, l Links) (*Spool, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Spool{cfg: cfg, links: l, budget: l.Budget, segs: map[uint64]int64{}, syncKick: make(chan struct{}, 1),
-		dataKick: make(chan struct{}, 1), freeKick: make(chan struct{}, 1),
-		stopRead: make(chan struct{}), stopSync: make(chan struct{}), chunk: 1 << 20, fsync: (*os.File).Sync,
-		finKick: make(chan struct{}, 1), stopFin: make(chan struct{})}
+	s := &Spool{cfg: cfg, links: l,
+		appender: appender{segs: map[uint64]int64{}, fsync: (*os.File).Sync},
+		syncer:   syncer{syncKick: make(chan struct{}, 1), stopSync: make(chan struct{})},
+		reader: reader{budget: l.Budget, chunk: 1 << 20, dataKick: make(chan struct{}, 1), freeKick: make(chan struct{}, 1),
+			stopRead: make(chan struct{})},
+		finisher: finisher{finKick: make(chan struct{}, 1), stopFin: make(chan struct{})}}
 	s.maxFrame = l.MaxRecordBytes + 4096
 	if l.MaxRecordBytes <= 0 {
 		s.maxFrame = 8 << 20
@@ -217,205 +237,6 @@ func segName(id uint64) string { return fmt.Sprintf("%020d.seg", id) }
 
 func (s *Spool) path(name string) string { return filepath.Join(s.cfg.Dir, name) }
 
-func (s *Spool) recover() error {
-	entries, err := os.ReadDir(s.cfg.Dir)
-	if err != nil {
-		return fmt.Errorf("spool: %w", err)
-	}
-	var ids []uint64
-	for _, e := range entries {
-		name, ok := strings.CutSuffix(e.Name(), ".seg")
-		if !ok {
-			continue
-		}
-		id, err := strconv.ParseUint(name, 10, 64)
-		if err != nil {
-			continue
-		}
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	cp, ok, err := readCheckpoint(s.path("checkpoint"))
-	if err != nil {
-		// Unreadable checkpoint: replay everything there is (duplicates,
-		// never loss) and say so.
-		s.logger.Warn("spool checkpoint unreadable; replaying every segment from its start", "err", err)
-		s.m.corruptRegions.Inc()
-		ok = false
-	}
-	if !ok && len(ids) > 0 {
-		cp = pos{ids[0], 0}
-	}
-	kept := ids[:0]
-	for _, id := range ids {
-		if id < cp.seg {
-			// Wholly acknowledged; its deletion was interrupted.
-			_ = os.Remove(s.path(segName(id)))
-			continue
-		}
-		kept = append(kept, id)
-	}
-	ids = kept
-	for i := 0; i < len(ids); i++ {
-		id := ids[i]
-		fi, err := os.Stat(s.path(segName(id)))
-		if err != nil {
-			return fmt.Errorf("spool: %w", err)
-		}
-		size := fi.Size()
-		if i == len(ids)-1 {
-			if size, err = s.repairTail(id, size); err != nil {
-				return err
-			}
-			if size < 0 {
-				ids = ids[:i]
-				break
-			}
-		}
-		if f, err := readSegFormat(s.path(segName(id))); err == nil && !f.v1 {
-			s.maxSegFrame = max(s.maxSegFrame, f.maxFrame)
-		}
-		s.segs[id] = size
-		s.disk += size
-	}
-	if len(ids) > 0 && (cp.seg != ids[0] || cp.off < 0) {
-		cp = pos{ids[0], 0}
-	}
-	next := cp.seg + 1
-	if len(ids) > 0 {
-		next = max(next, ids[len(ids)-1]+1)
-	}
-	// The new segment is created by the first append, so that a full disk
-	// does not stop ferry from starting and draining what is there.
-	s.wseg, s.woff = next, segHeader
-	if len(ids) == 0 {
-		cp = pos{next, segHeader}
-	}
-	s.rpos, s.wm, s.ckpt = cp, cp, pos{}
-	s.replayEnd = pos{next, segHeader}
-	backlog := s.Backlog()
-	s.m.backlogAtOpen.Set(float64(backlog))
-	s.m.backlogAtOpenValue = backlog
-	s.logger.Info("spool opened", "dir", s.cfg.Dir, "segments", len(ids), "backlog_bytes", backlog,
-		"fsync", s.cfg.Fsync, "max_bytes", s.cfg.MaxBytes.String())
-	if err := s.writeCheckpoint(cp); err != nil {
-		s.logger.Warn("spool checkpoint not written at start (a restart would replay more)", "err", err)
-	}
-	return nil
-}
-
-// repairTail scans the newest segment of a previous run and truncates what
-// follows its last valid frame (the write a crash cut short). It returns the
-// new size, or -1 if the file held no segment at all and was removed.
-func (s *Spool) repairTail(id uint64, size int64) (int64, error) {
-	name := s.path(segName(id))
-	f, err := os.OpenFile(name, os.O_RDWR, 0)
-	if err != nil {
-		return 0, fmt.Errorf("spool: %w", err)
-	}
-	defer f.Close()
-	var hdr [segHeader]byte
-	hn, _ := f.ReadAt(hdr[:], 0)
-	sf, herr := parseSegHeader(hdr[:hn])
-	if herr != nil {
-		s.m.corruptBytes.WithLabelValues("truncated").Add(float64(size))
-		s.m.corruptRegions.Inc()
-		s.logger.Warn("spool segment without a valid header removed", "segment", filepath.Base(name), "bytes", size)
-		f.Close()
-		return -1, os.Remove(name)
-	}
-	if sf.v1 {
-		sf.maxFrame = s.v1MaxFrame()
-	}
-	validEnd := sf.dataStart()
-	buf := make([]byte, s.chunk)
-	for off := sf.dataStart(); off < size; {
-		want := min(int64(max(len(buf), s.need)), size-off)
-		if int64(cap(buf)) < want {
-			buf = make([]byte, want)
-		}
-		n, err := f.ReadAt(buf[:want], off)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return 0, fmt.Errorf("spool: reading %s: %w", name, err)
-		}
-		atEnd := off+int64(n) >= size
-		stop, need, _, _ := scan(buf[:n], atEnd, sf, func(o int, p []byte) bool {
-			validEnd = off + int64(o) + int64(sf.hdrLen()) + int64(len(p))
-			return true
-		})
-		s.need = need
-		if stop == 0 && need == 0 && !atEnd {
-			stop = 1
-		}
-		off += int64(stop)
-		if atEnd {
-			break
-		}
-	}
-	s.need = 0
-	if validEnd < size {
-		torn := size - validEnd
-		if err := f.Truncate(validEnd); err != nil {
-			return 0, fmt.Errorf("spool: truncating the torn tail of %s: %w", name, err)
-		}
-		if err := f.Sync(); err != nil {
-			return 0, fmt.Errorf("spool: %w", err)
-		}
-		s.m.corruptBytes.WithLabelValues("truncated").Add(float64(torn))
-		s.m.corruptRegions.Inc()
-		s.logger.Warn("spool: torn tail truncated", "segment", filepath.Base(name), "bytes", torn, "kept_bytes", validEnd)
-	}
-	return validEnd, nil
-}
-
-// create makes segment s.wseg's file, the active one. Called with s.mu held.
-// A failure leaves no file behind and may be retried by the next append.
-func (s *Spool) create() error {
-	id := s.wseg
-	f, err := os.OpenFile(s.path(segName(id)), os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err = f.WriteAt(s.wfmt.header(), 0); err == nil && s.cfg.Fsync != "never" {
-		err = f.Sync()
-	}
-	if err != nil {
-		f.Close()
-		_ = os.Remove(f.Name())
-		return err
-	}
-	if s.cfg.Fsync != "never" {
-		syncDir(s.cfg.Dir)
-	}
-	s.f, s.woff = f, segHeader
-	s.segs[id] = segHeader
-	s.disk += segHeader
-	return nil
-}
-
-// readSegFormat reads the header of segment file name.
-func readSegFormat(name string) (*segFormat, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var hdr [segHeader]byte
-	n, _ := f.ReadAt(hdr[:], 0)
-	return parseSegHeader(hdr[:n])
-}
-
-// v1MaxFrame bounds the frames of an old segment, which recorded no limit:
-// the current limit or the old default, whichever is larger.
-func (s *Spool) v1MaxFrame() int { return max(s.maxFrame, 8<<20+4096) }
-
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-}
-
 // Start begins delivering: the reader, the finisher, the syncer and the
 // checkpointer.
 func (s *Spool) Start(context.Context) error {
@@ -427,320 +248,11 @@ func (s *Spool) Start(context.Context) error {
 	s.readWG.Add(1)
 	go s.read()
 	s.finWG.Add(1)
-	go s.finisher()
+	go s.finishLoop()
 	s.syncWG.Add(2)
-	go s.syncer()
+	go s.syncLoop()
 	go s.checkpointer()
 	return nil
-}
-
-// errWrite is a failed write to the spool; the client may retry.
-func errWrite(err error) error {
-	reason := "spool_write_error"
-	if errors.Is(err, syscall.ENOSPC) {
-		reason = "spool_disk_full"
-	}
-	return &consumer.RetryableError{Reason: reason, After: 5 * time.Second,
-		Msg: "ferry could not write to its disk spool: " + osCause(err)}
-}
-
-// osCause is what a client may see of an OS error: the condition ("no
-// space left on device"), never the file names and paths around it, which
-// are the host's business (the log has them).
-func osCause(err error) string {
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		return errno.Error()
-	}
-	if errors.Is(err, os.ErrClosed) {
-		return "file closed"
-	}
-	return "I/O error"
-}
-
-// Consume appends b and completes it under the fsync policy. It never
-// blocks on fsync: with fsync always the completion runs from the syncer.
-func (s *Spool) Consume(_ context.Context, b *record.Batch) error {
-	n := len(b.Records)
-	if n == 0 {
-		b.Complete(nil)
-		return nil
-	}
-	buf := s.getBuf()
-	for i := range b.Records {
-		r := &b.Records[i]
-		before := len(buf)
-		buf = appendFrame(buf, r, s.wfmt)
-		if len(buf)-before-frameHeader > s.maxFrame {
-			s.putBuf(buf)
-			s.m.refused.WithLabelValues("record_too_large").Add(float64(n))
-			return consumer.TooLarge("record", int64(r.Size()), int64(s.maxFrame), nil)
-		}
-	}
-	size := int64(len(buf))
-	if s.appending.Add(size) > int64(s.cfg.WriteBuffer) && s.appending.Load() != size {
-		s.appending.Add(-size)
-		s.putBuf(buf)
-		s.m.refused.WithLabelValues("write_buffer_full").Add(float64(n))
-		return consumer.ErrFull
-	}
-	s.mu.Lock()
-	err := s.appendLocked(buf, b, size)
-	s.mu.Unlock()
-	s.putBuf(buf)
-	if err != nil {
-		s.appending.Add(-size)
-		s.m.refused.WithLabelValues(consumer.Reason(err)).Add(float64(n))
-		return err
-	}
-	s.m.appendedRecords.Add(float64(n))
-	s.m.appendedBytes.Add(float64(size))
-	kick(s.dataKick)
-	if s.cfg.Fsync == "always" {
-		kick(s.syncKick)
-		return nil
-	}
-	s.appending.Add(-size)
-	b.Complete(nil)
-	return nil
-}
-
-func (s *Spool) appendLocked(buf []byte, b *record.Batch, size int64) error {
-	switch {
-	case s.closing:
-		return consumer.ErrShuttingDown
-	case s.failErr != nil:
-		return &consumer.RetryableError{Reason: "spool_failed", After: 30 * time.Second,
-			Msg: "ferry's disk spool failed and accepts nothing until restarted: " + osCause(s.failErr)}
-	case s.disk+size > int64(s.cfg.MaxBytes):
-		if !s.links.Up() {
-			return &consumer.RetryableError{Reason: "spool_full", After: 5 * time.Second,
-				Msg: "Kafka is unreachable and ferry's disk spool is full; retry later"}
-		}
-		return consumer.ErrSpoolFull
-	}
-	if s.f != nil && s.woff+size > int64(s.cfg.SegmentBytes) && s.woff > segHeader {
-		if err := s.roll(); err != nil {
-			return err
-		}
-	}
-	if s.f == nil {
-		if err := s.create(); err != nil {
-			s.m.writeErrors.Inc()
-			s.log.Log(slog.LevelError, "create", "spool segment not created; the request is refused", "err", err)
-			return errWrite(err)
-		}
-	}
-	if _, err := s.f.WriteAt(buf, s.woff); err != nil {
-		// Leave no partial frame behind: the next append starts at woff.
-		s.m.writeErrors.Inc()
-		s.log.Log(slog.LevelError, "write", "spool write failed; the request is refused", "err", err)
-		if terr := s.f.Truncate(s.woff); terr != nil {
-			s.failErr = fmt.Errorf("write failed (%v) and truncating it failed: %w", err, terr)
-		}
-		return errWrite(err)
-	}
-	s.woff += size
-	s.written += size
-	s.segs[s.wseg] = s.woff
-	s.disk += size
-	if s.cfg.Fsync == "always" {
-		s.waitMu.Lock()
-		s.waiters = append(s.waiters, waiter{end: s.written, b: b, n: size})
-		s.waitMu.Unlock()
-	}
-	return nil
-}
-
-// roll seals the active segment (fsynced unless fsync is never) and starts
-// the next. Called with s.mu held.
-func (s *Spool) roll() error {
-	s.syncMu.Lock()
-	var err error
-	if s.cfg.Fsync != "never" {
-		err = s.fsync(s.f)
-	}
-	s.f.Close()
-	s.f = nil
-	s.syncMu.Unlock()
-	// Whatever the outcome, the appends waiting for an fsync of the sealed
-	// segment learn it now, not at the next append (which may never come).
-	defer kick(s.syncKick)
-	if err != nil {
-		s.failErr = fmt.Errorf("fsync of a full segment: %w", err)
-		return errWrite(err)
-	}
-	s.durable = s.written
-	s.wseg++
-	s.woff = segHeader
-	return nil
-}
-
-func (s *Spool) getBuf() []byte {
-	if p, ok := s.bufPool.Get().(*[]byte); ok {
-		return (*p)[:0]
-	}
-	return make([]byte, 0, 64<<10)
-}
-
-func (s *Spool) putBuf(b []byte) {
-	if cap(b) > 4<<20 {
-		return
-	}
-	s.bufPool.Put(&b)
-}
-
-func kick(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
-	}
-}
-
-// syncer runs the fsync policy: group commit for always, a ticker for
-// interval. It also makes the final fsync at shutdown in every mode.
-func (s *Spool) syncer() {
-	defer s.syncWG.Done()
-	var tick <-chan time.Time
-	if s.cfg.Fsync == "interval" {
-		t := time.NewTicker(s.cfg.FsyncInterval)
-		defer t.Stop()
-		tick = t.C
-	}
-	var synced int64
-	for {
-		final := false
-		select {
-		case <-s.syncKick:
-		case <-tick:
-		case <-s.stopSync:
-			final = true
-		}
-		s.mu.Lock()
-		target, f, failed := s.written, s.f, s.failErr
-		synced = max(synced, s.durable)
-		s.mu.Unlock()
-		if target > synced && f != nil && failed == nil && (s.cfg.Fsync != "never" || final) {
-			start := time.Now()
-			s.syncMu.Lock()
-			err := s.fsync(f)
-			s.syncMu.Unlock()
-			if errors.Is(err, os.ErrClosed) {
-				// A roll closed the file; its own fsync decided for what we
-				// wanted: durable, or the spool has failed.
-				s.mu.Lock()
-				target, failed = max(synced, s.durable), s.failErr
-				s.mu.Unlock()
-				err = nil
-			}
-			s.m.fsyncs.Inc()
-			s.m.fsyncSeconds.Observe(time.Since(start).Seconds())
-			if err != nil {
-				s.mu.Lock()
-				if s.failErr == nil {
-					s.failErr = fmt.Errorf("fsync: %w", err)
-				}
-				failed = s.failErr
-				s.mu.Unlock()
-				s.logger.Error("spool fsync failed; the spool refuses new data until ferry is restarted", "err", err)
-			} else {
-				synced = target
-			}
-		}
-		s.completeWaiters(synced, failed)
-		if final {
-			return
-		}
-	}
-}
-
-// completeWaiters answers every append covered by an fsync up to synced,
-// or every waiting append with failed.
-func (s *Spool) completeWaiters(synced int64, failed error) {
-	s.waitMu.Lock()
-	i := 0
-	for i < len(s.waiters) && (failed != nil || s.waiters[i].end <= synced) {
-		i++
-	}
-	done := slices.Clone(s.waiters[:i])
-	s.waiters = append(s.waiters[:0], s.waiters[i:]...)
-	s.waitMu.Unlock()
-	for _, w := range done {
-		var err error
-		if w.end > synced {
-			err = errWrite(failed)
-		}
-		s.appending.Add(-w.n)
-		w.b.Complete(err)
-	}
-}
-
-// checkpointer writes the watermark once a second when it moved.
-func (s *Spool) checkpointer() {
-	defer s.syncWG.Done()
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stopSync:
-			return
-		case <-t.C:
-		}
-		s.ackMu.Lock()
-		wm, ck := s.wm, s.ckpt
-		s.ackMu.Unlock()
-		if wm != ck {
-			if err := s.writeCheckpoint(wm); err != nil {
-				s.log.Log(slog.LevelError, "checkpoint", "spool checkpoint not written; a restart would replay more", "err", err)
-			}
-		}
-	}
-}
-
-const ckptMagic = "FRYCKPT1"
-
-// writeCheckpoint overwrites the checkpoint in place: 28 bytes in one
-// sector, into blocks allocated once, so it works on a full disk where a
-// temp file and rename would not. A torn write fails the CRC and recovery
-// replays from the first segment: duplicates, never loss.
-func (s *Spool) writeCheckpoint(p pos) error {
-	var b [28]byte
-	copy(b[:], ckptMagic)
-	binary.LittleEndian.PutUint64(b[8:], p.seg)
-	binary.LittleEndian.PutUint64(b[16:], uint64(p.off))
-	binary.LittleEndian.PutUint32(b[24:], crc32.Checksum(b[:24], castagnoli))
-	if s.ckptFile == nil {
-		f, err := os.OpenFile(s.path("checkpoint"), os.O_CREATE|os.O_RDWR, 0o600)
-		if err != nil {
-			return err
-		}
-		s.ckptFile = f
-	}
-	_, err := s.ckptFile.WriteAt(b[:], 0)
-	if err == nil && s.cfg.Fsync != "never" {
-		err = s.ckptFile.Sync()
-	}
-	if err != nil {
-		return err
-	}
-	s.ackMu.Lock()
-	s.ckpt = p
-	s.ackMu.Unlock()
-	return nil
-}
-
-func readCheckpoint(name string) (pos, bool, error) {
-	b, err := os.ReadFile(name)
-	if errors.Is(err, os.ErrNotExist) {
-		return pos{}, false, nil
-	}
-	if err != nil {
-		return pos{}, false, err
-	}
-	if len(b) != 28 || string(b[:8]) != ckptMagic || crc32.Checksum(b[:24], castagnoli) != binary.LittleEndian.Uint32(b[24:]) {
-		return pos{}, false, errors.New("checkpoint: bad magic, size or checksum")
-	}
-	return pos{binary.LittleEndian.Uint64(b[8:]), int64(binary.LittleEndian.Uint64(b[16:]))}, true, nil
 }
 
 func (s *Spool) ready() error {
@@ -844,4 +356,42 @@ func (s *Spool) Close() error {
 		s.logger.Info("spool closed", "backlog_bytes", s.Backlog())
 	})
 	return nil
+}
+
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// errWrite is a failed write to the spool; the client may retry.
+func errWrite(err error) error {
+	reason := "spool_write_error"
+	if errors.Is(err, syscall.ENOSPC) {
+		reason = "spool_disk_full"
+	}
+	return &consumer.RetryableError{Reason: reason, After: 5 * time.Second,
+		Msg: "ferry could not write to its disk spool: " + osCause(err)}
+}
+
+// osCause is what a client may see of an OS error: the condition ("no
+// space left on device"), never the file names and paths around it, which
+// are the host's business (the log has them).
+func osCause(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	if errors.Is(err, os.ErrClosed) {
+		return "file closed"
+	}
+	return "I/O error"
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
 }

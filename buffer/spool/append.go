@@ -1,0 +1,188 @@
+package spool
+
+// The appender: framing batches into the active segment, rolling segments,
+// and the disk bound.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/record"
+)
+
+// Consume appends b and completes it under the fsync policy. It never
+// blocks on fsync: with fsync always the completion runs from the syncer.
+func (s *Spool) Consume(_ context.Context, b *record.Batch) error {
+	n := len(b.Records)
+	if n == 0 {
+		b.Complete(nil)
+		return nil
+	}
+	buf := s.getBuf()
+	for i := range b.Records {
+		r := &b.Records[i]
+		before := len(buf)
+		buf = appendFrame(buf, r, s.wfmt)
+		if len(buf)-before-frameHeader > s.maxFrame {
+			s.putBuf(buf)
+			s.m.refused.WithLabelValues("record_too_large").Add(float64(n))
+			return consumer.TooLarge("record", int64(r.Size()), int64(s.maxFrame), nil)
+		}
+	}
+	size := int64(len(buf))
+	if s.appending.Add(size) > int64(s.cfg.WriteBuffer) && s.appending.Load() != size {
+		s.appending.Add(-size)
+		s.putBuf(buf)
+		s.m.refused.WithLabelValues("write_buffer_full").Add(float64(n))
+		return consumer.ErrFull
+	}
+	s.mu.Lock()
+	err := s.appendLocked(buf, b, size)
+	s.mu.Unlock()
+	s.putBuf(buf)
+	if err != nil {
+		s.appending.Add(-size)
+		s.m.refused.WithLabelValues(consumer.Reason(err)).Add(float64(n))
+		return err
+	}
+	s.m.appendedRecords.Add(float64(n))
+	s.m.appendedBytes.Add(float64(size))
+	kick(s.dataKick)
+	if s.cfg.Fsync == "always" {
+		kick(s.syncKick)
+		return nil
+	}
+	s.appending.Add(-size)
+	b.Complete(nil)
+	return nil
+}
+
+func (s *Spool) appendLocked(buf []byte, b *record.Batch, size int64) error {
+	switch {
+	case s.closing:
+		return consumer.ErrShuttingDown
+	case s.failErr != nil:
+		return &consumer.RetryableError{Reason: "spool_failed", After: 30 * time.Second,
+			Msg: "ferry's disk spool failed and accepts nothing until restarted: " + osCause(s.failErr)}
+	case s.disk+size > int64(s.cfg.MaxBytes):
+		if !s.links.Up() {
+			return &consumer.RetryableError{Reason: "spool_full", After: 5 * time.Second,
+				Msg: "Kafka is unreachable and ferry's disk spool is full; retry later"}
+		}
+		return consumer.ErrSpoolFull
+	}
+	if s.f != nil && s.woff+size > int64(s.cfg.SegmentBytes) && s.woff > segHeader {
+		if err := s.roll(); err != nil {
+			return err
+		}
+	}
+	if s.f == nil {
+		if err := s.create(); err != nil {
+			s.m.writeErrors.Inc()
+			s.log.Log(slog.LevelError, "create", "spool segment not created; the request is refused", "err", err)
+			return errWrite(err)
+		}
+	}
+	if _, err := s.f.WriteAt(buf, s.woff); err != nil {
+		// Leave no partial frame behind: the next append starts at woff.
+		s.m.writeErrors.Inc()
+		s.log.Log(slog.LevelError, "write", "spool write failed; the request is refused", "err", err)
+		if terr := s.f.Truncate(s.woff); terr != nil {
+			s.failErr = fmt.Errorf("write failed (%v) and truncating it failed: %w", err, terr)
+		}
+		return errWrite(err)
+	}
+	s.woff += size
+	s.written += size
+	s.segs[s.wseg] = s.woff
+	s.disk += size
+	if s.cfg.Fsync == "always" {
+		s.waitMu.Lock()
+		s.waiters = append(s.waiters, waiter{end: s.written, b: b, n: size})
+		s.waitMu.Unlock()
+	}
+	return nil
+}
+
+// roll seals the active segment (fsynced unless fsync is never) and starts
+// the next. Called with s.mu held.
+func (s *Spool) roll() error {
+	s.syncMu.Lock()
+	var err error
+	if s.cfg.Fsync != "never" {
+		err = s.fsync(s.f)
+	}
+	s.f.Close()
+	s.f = nil
+	s.syncMu.Unlock()
+	// Whatever the outcome, the appends waiting for an fsync of the sealed
+	// segment learn it now, not at the next append (which may never come).
+	defer kick(s.syncKick)
+	if err != nil {
+		s.failErr = fmt.Errorf("fsync of a full segment: %w", err)
+		return errWrite(err)
+	}
+	s.durable = s.written
+	s.wseg++
+	s.woff = segHeader
+	return nil
+}
+
+// create makes segment s.wseg's file, the active one. Called with s.mu held.
+// A failure leaves no file behind and may be retried by the next append.
+func (s *Spool) create() error {
+	id := s.wseg
+	f, err := os.OpenFile(s.path(segName(id)), os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err = f.WriteAt(s.wfmt.header(), 0); err == nil && s.cfg.Fsync != "never" {
+		err = f.Sync()
+	}
+	if err != nil {
+		f.Close()
+		_ = os.Remove(f.Name())
+		return err
+	}
+	if s.cfg.Fsync != "never" {
+		syncDir(s.cfg.Dir)
+	}
+	s.f, s.woff = f, segHeader
+	s.segs[id] = segHeader
+	s.disk += segHeader
+	return nil
+}
+
+func (a *appender) getBuf() []byte {
+	if p, ok := a.bufPool.Get().(*[]byte); ok {
+		return (*p)[:0]
+	}
+	return make([]byte, 0, 64<<10)
+}
+
+func (a *appender) putBuf(b []byte) {
+	if cap(b) > 4<<20 {
+		return
+	}
+	a.bufPool.Put(&b)
+}
+
+// passed forgets the segments wholly before wm (never the active one) and
+// returns them, for the finisher to delete.
+func (a *appender) passed(wm pos) []uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var gone []uint64
+	for id, size := range a.segs {
+		if id < wm.seg && id != a.wseg {
+			gone = append(gone, id)
+			a.disk -= size
+			delete(a.segs, id)
+		}
+	}
+	return gone
+}

@@ -1,0 +1,181 @@
+package spool
+
+// Recovery at Open: what the directory holds after a clean stop or a crash.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+func (s *Spool) recover() error {
+	entries, err := os.ReadDir(s.cfg.Dir)
+	if err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	var ids []uint64
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".seg")
+		if !ok {
+			continue
+		}
+		id, err := strconv.ParseUint(name, 10, 64)
+		if err != nil {
+			continue
+		}
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	cp, ok, err := readCheckpoint(s.path("checkpoint"))
+	if err != nil {
+		// Unreadable checkpoint: replay everything there is (duplicates,
+		// never loss) and say so.
+		s.logger.Warn("spool checkpoint unreadable; replaying every segment from its start", "err", err)
+		s.m.corruptRegions.Inc()
+		ok = false
+	}
+	if !ok && len(ids) > 0 {
+		cp = pos{ids[0], 0}
+	}
+	kept := ids[:0]
+	for _, id := range ids {
+		if id < cp.seg {
+			// Wholly acknowledged; its deletion was interrupted.
+			_ = os.Remove(s.path(segName(id)))
+			continue
+		}
+		kept = append(kept, id)
+	}
+	ids = kept
+	for i := 0; i < len(ids); i++ {
+		id := ids[i]
+		fi, err := os.Stat(s.path(segName(id)))
+		if err != nil {
+			return fmt.Errorf("spool: %w", err)
+		}
+		size := fi.Size()
+		if i == len(ids)-1 {
+			if size, err = s.repairTail(id, size); err != nil {
+				return err
+			}
+			if size < 0 {
+				ids = ids[:i]
+				break
+			}
+		}
+		if f, err := readSegFormat(s.path(segName(id))); err == nil && !f.v1 {
+			s.maxSegFrame = max(s.maxSegFrame, f.maxFrame)
+		}
+		s.segs[id] = size
+		s.disk += size
+	}
+	if len(ids) > 0 && (cp.seg != ids[0] || cp.off < 0) {
+		cp = pos{ids[0], 0}
+	}
+	next := cp.seg + 1
+	if len(ids) > 0 {
+		next = max(next, ids[len(ids)-1]+1)
+	}
+	// The new segment is created by the first append, so that a full disk
+	// does not stop ferry from starting and draining what is there.
+	s.wseg, s.woff = next, segHeader
+	if len(ids) == 0 {
+		cp = pos{next, segHeader}
+	}
+	s.rpos, s.wm, s.ckpt = cp, cp, pos{}
+	s.replayEnd = pos{next, segHeader}
+	backlog := s.Backlog()
+	s.m.backlogAtOpen.Set(float64(backlog))
+	s.m.backlogAtOpenValue = backlog
+	s.logger.Info("spool opened", "dir", s.cfg.Dir, "segments", len(ids), "backlog_bytes", backlog,
+		"fsync", s.cfg.Fsync, "max_bytes", s.cfg.MaxBytes.String())
+	if err := s.writeCheckpoint(cp); err != nil {
+		s.logger.Warn("spool checkpoint not written at start (a restart would replay more)", "err", err)
+	}
+	return nil
+}
+
+// repairTail scans the newest segment of a previous run and truncates what
+// follows its last valid frame (the write a crash cut short). It returns the
+// new size, or -1 if the file held no segment at all and was removed.
+func (s *Spool) repairTail(id uint64, size int64) (int64, error) {
+	name := s.path(segName(id))
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		return 0, fmt.Errorf("spool: %w", err)
+	}
+	defer f.Close()
+	var hdr [segHeader]byte
+	hn, _ := f.ReadAt(hdr[:], 0)
+	sf, herr := parseSegHeader(hdr[:hn])
+	if herr != nil {
+		s.m.corruptBytes.WithLabelValues("truncated").Add(float64(size))
+		s.m.corruptRegions.Inc()
+		s.logger.Warn("spool segment without a valid header removed", "segment", filepath.Base(name), "bytes", size)
+		f.Close()
+		return -1, os.Remove(name)
+	}
+	if sf.v1 {
+		sf.maxFrame = s.v1MaxFrame()
+	}
+	validEnd := sf.dataStart()
+	buf := make([]byte, s.chunk)
+	for off := sf.dataStart(); off < size; {
+		want := min(int64(max(len(buf), s.need)), size-off)
+		if int64(cap(buf)) < want {
+			buf = make([]byte, want)
+		}
+		n, err := f.ReadAt(buf[:want], off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return 0, fmt.Errorf("spool: reading %s: %w", name, err)
+		}
+		atEnd := off+int64(n) >= size
+		stop, need, _, _ := scan(buf[:n], atEnd, sf, func(o int, p []byte) bool {
+			validEnd = off + int64(o) + int64(sf.hdrLen()) + int64(len(p))
+			return true
+		})
+		s.need = need
+		if stop == 0 && need == 0 && !atEnd {
+			stop = 1
+		}
+		off += int64(stop)
+		if atEnd {
+			break
+		}
+	}
+	s.need = 0
+	if validEnd < size {
+		torn := size - validEnd
+		if err := f.Truncate(validEnd); err != nil {
+			return 0, fmt.Errorf("spool: truncating the torn tail of %s: %w", name, err)
+		}
+		if err := f.Sync(); err != nil {
+			return 0, fmt.Errorf("spool: %w", err)
+		}
+		s.m.corruptBytes.WithLabelValues("truncated").Add(float64(torn))
+		s.m.corruptRegions.Inc()
+		s.logger.Warn("spool: torn tail truncated", "segment", filepath.Base(name), "bytes", torn, "kept_bytes", validEnd)
+	}
+	return validEnd, nil
+}
+
+// readSegFormat reads the header of segment file name.
+func readSegFormat(name string) (*segFormat, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var hdr [segHeader]byte
+	n, _ := f.ReadAt(hdr[:], 0)
+	return parseSegHeader(hdr[:n])
+}
+
+// v1MaxFrame bounds the frames of an old segment, which recorded no limit:
+// the current limit or the old default, whichever is larger.
+func (s *Spool) v1MaxFrame() int { return max(s.maxFrame, 8<<20+4096) }
