@@ -7,11 +7,19 @@
 //	ferry-bench suite [--quick]     the whole benchmark report (make bench)
 //
 // produce takes Kafka ProducerPerformance's flags and prints its final line.
+//
+// The commands live in internal/bench: load (produce, consume, topic, otlp),
+// verify (sequence ids and the delivery check), report (tables, charts, the
+// reference figures) and suite (the whole report).
 package main
 
 import (
 	"fmt"
 	"os"
+
+	"github.com/ferryhq/ferry/internal/bench/load"
+	"github.com/ferryhq/ferry/internal/bench/report"
+	"github.com/ferryhq/ferry/internal/bench/suite"
 )
 
 const usage = `ferry-bench — load and verification tool for ferry
@@ -39,17 +47,17 @@ func main() {
 	var err error
 	switch os.Args[1] {
 	case "produce":
-		err = produceCmd(os.Args[2:])
+		err = load.ProduceCmd(os.Args[2:])
 	case "consume":
-		err = consumeCmd(os.Args[2:])
+		err = load.ConsumeCmd(os.Args[2:])
 	case "topic":
-		err = topicCmd(os.Args[2:])
+		err = load.TopicCmd(os.Args[2:])
 	case "table":
-		err = tableCmd(os.Args[2:])
+		err = report.TableCmd(os.Args[2:])
 	case "otlp":
-		err = otlpCmd(os.Args[2:])
+		err = load.OTLPCmd(os.Args[2:])
 	case "suite":
-		err = suiteCmd(os.Args[2:])
+		err = suite.Cmd(os.Args[2:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

@@ -68,7 +68,7 @@ type Receiver struct {
 	// maxRecordBytes: see New.
 	maxRecordBytes int
 	httpSub        *submit.Submitter
-	grpcSub *submit.Submitter
+	grpcSub        *submit.Submitter
 }
 
 // signalOut is a signal's fixed output: its encoding config and the Kafka

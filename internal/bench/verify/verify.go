@@ -1,14 +1,16 @@
-package main
+// Package verify owns ferry-bench's delivery check: sequence ids written
+// into record values by produce --seq, the record of which ids a run failed
+// to send, and the count of lost, duplicated and out-of-order records that
+// consume --verify makes of what it read back.
+package verify
 
 import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sort"
 	"strconv"
 	"sync"
-	"time"
 )
 
 // Sequence ids let consume --verify check delivery record by record. A value
@@ -21,10 +23,10 @@ import (
 // requests, so its records must keep their order within a partition); seq
 // is unique within the run. The shortest record that holds an id is 16
 // bytes, the smallest size Kafka's own perf table uses.
-const minSeqRecord = 16
+const MinRecord = 16
 
-// appendSeq writes the id prefix.
-func appendSeq(dst []byte, producer string, stream int, seq int64) []byte {
+// AppendSeq writes the id prefix.
+func AppendSeq(dst []byte, producer string, stream int, seq int64) []byte {
 	dst = append(dst, '#')
 	dst = append(dst, producer...)
 	dst = append(dst, '.')
@@ -34,8 +36,8 @@ func appendSeq(dst []byte, producer string, stream int, seq int64) []byte {
 	return append(dst, '.')
 }
 
-// parseSeq reads the id prefix; ok is false for a value without one.
-func parseSeq(v []byte) (producer string, stream int, seq int64, ok bool) {
+// ParseSeq reads the id prefix; ok is false for a value without one.
+func ParseSeq(v []byte) (producer string, stream int, seq int64, ok bool) {
 	if len(v) < 7 || v[0] != '#' {
 		return "", 0, 0, false
 	}
@@ -56,18 +58,18 @@ func parseSeq(v []byte) (producer string, stream int, seq int64, ok bool) {
 	return string(parts[0]), int(s), q, true
 }
 
-func newProducerID() string {
+func NewProducerID() string {
 	return strconv.FormatInt(int64(rand.IntN(36*36*36-1296)+1296), 36) // 3 chars
 }
 
-// seqLedger records which ids a run failed to send; every other id below
+// Ledger records which ids a run failed to send; every other id below
 // issued was acknowledged. Failures are rare, so ranges stay few.
-type seqLedger struct {
+type Ledger struct {
 	mu     sync.Mutex
 	failed [][2]int64
 }
 
-func (l *seqLedger) fail(from, n int64) {
+func (l *Ledger) Fail(from, n int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if k := len(l.failed); k > 0 && l.failed[k-1][1] == from {
@@ -77,16 +79,17 @@ func (l *seqLedger) fail(from, n int64) {
 	l.failed = append(l.failed, [2]int64{from, from + n})
 }
 
-// seqReport is what produce writes for consume --verify (in --report-json).
-type seqReport struct {
+// Report is what produce writes for consume --verify (in --report-json).
+type Report struct {
 	Producer string     `json:"producer"`
 	Issued   int64      `json:"issued"`
 	Failed   [][2]int64 `json:"failed,omitempty"`
 }
 
-// verifier counts lost, duplicated and out-of-order records.
-type verifier struct {
-	want      *seqReport // nil: no report; lost is then gaps below the highest id seen
+// Verifier counts lost, duplicated and out-of-order records. Not safe for
+// concurrent use.
+type Verifier struct {
+	want      *Report // nil: no report; lost is then gaps below the highest id seen
 	seen      map[string][]uint64
 	last      map[[3]int64]int64 // (stream, partition, producer hash) → last seq
 	foreign   int64
@@ -96,12 +99,12 @@ type verifier struct {
 	producers map[string]int64
 }
 
-func newVerifier(want *seqReport) *verifier {
-	return &verifier{want: want, seen: map[string][]uint64{}, last: map[[3]int64]int64{}, producers: map[string]int64{}}
+func New(want *Report) *Verifier {
+	return &Verifier{want: want, seen: map[string][]uint64{}, last: map[[3]int64]int64{}, producers: map[string]int64{}}
 }
 
-func (v *verifier) add(value []byte, partition int32) {
-	p, stream, seq, ok := parseSeq(value)
+func (v *Verifier) Add(value []byte, partition int32) {
+	p, stream, seq, ok := ParseSeq(value)
 	if !ok || (v.want != nil && p != v.want.Producer) {
 		v.foreign++
 		return
@@ -128,7 +131,7 @@ func (v *verifier) add(value []byte, partition int32) {
 }
 
 // lost counts acknowledged ids that were not read.
-func (v *verifier) lost() (lost, unacked int64) {
+func (v *Verifier) Lost() (lost, unacked int64) {
 	count := func(p string, upTo int64, failed [][2]int64) {
 		bits := v.seen[p]
 		sort.Slice(failed, func(i, j int) bool { return failed[i][0] < failed[j][0] })
@@ -157,8 +160,8 @@ func (v *verifier) lost() (lost, unacked int64) {
 	return
 }
 
-func (v *verifier) summary() string {
-	lost, unacked := v.lost()
+func (v *Verifier) Summary() string {
+	lost, unacked := v.Lost()
 	s := fmt.Sprintf("verify: %d distinct, %d lost, %d duplicated, %d out of order", v.distinct, lost, v.dups, v.outOfOrd)
 	if unacked > 0 {
 		s += fmt.Sprintf(", %d present though their request failed", unacked)
@@ -169,37 +172,16 @@ func (v *verifier) summary() string {
 	return s
 }
 
-// isTTY reports whether f is a terminal, for a live progress bar.
-func isTTY(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+// Failed returns the id ranges [from, to) that failed to send.
+func (l *Ledger) Failed() [][2]int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([][2]int64(nil), l.failed...)
 }
 
-// bar draws "[#####.....] done/total what  rate/s  elapsed  ETA" on one
-// terminal line.
-func bar(done, total int64, what string, elapsed time.Duration, rate float64) string {
-	const width = 24
-	frac := 0.0
-	if total > 0 {
-		frac = min(1, float64(done)/float64(total))
-	}
-	filled := int(frac * width)
-	eta := "?"
-	if rate > 0 && total > 0 {
-		eta = (time.Duration(float64(total-done)/rate) * time.Second).Round(time.Second).String()
-	}
-	return fmt.Sprintf("\r[%s%s] %s/%s %s  %s/s  %s  ETA %s   ", bytes.Repeat([]byte("#"), filled), bytes.Repeat([]byte("."), width-filled),
-		human(float64(done)), human(float64(total)), what, human(rate), elapsed.Round(time.Second), eta)
-}
+// Duplicated is the number of records read more than once.
+func (v *Verifier) Duplicated() int64 { return v.dups }
 
-func human(v float64) string {
-	switch {
-	case v >= 1e9:
-		return fmt.Sprintf("%.2fG", v/1e9)
-	case v >= 1e6:
-		return fmt.Sprintf("%.2fM", v/1e6)
-	case v >= 1e3:
-		return fmt.Sprintf("%.1fk", v/1e3)
-	}
-	return fmt.Sprintf("%.0f", v)
-}
+// OutOfOrder is the number of records read after a later one of the same
+// stream and partition.
+func (v *Verifier) OutOfOrder() int64 { return v.outOfOrd }

@@ -1,27 +1,33 @@
-package main
+// Package report owns how ferry-bench shows its figures: Markdown tables and
+// number formats, SVG bar charts, the machine description, the reference
+// figures of the systems ferry is compared with (reference.json, from their
+// published reports), and the demo's result table.
+package report
 
 import (
 	"fmt"
 	"html"
 	"math"
 	"strings"
+
+	"github.com/ferryhq/ferry/internal/bench/load"
 )
 
-// series is one coloured set of bars in a grouped bar chart.
-type series struct {
-	name   string
-	values []float64 // one per category; NaN = not measured
+// Series is one coloured set of bars in a grouped bar chart.
+type Series struct {
+	Name   string
+	Values []float64 // one per category; NaN = not measured
 }
 
 var palette = []string{"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1"}
 
-// barChart draws a grouped bar chart as a standalone SVG: one group per
+// BarChart draws a grouped bar chart as a standalone SVG: one group per
 // category, one bar per series, a value axis with round ticks, a legend.
-func barChart(title, unit string, categories []string, ss []series) string {
+func BarChart(title, unit string, categories []string, ss []Series) string {
 	const w, h, left, right, top, bottom = 860, 420, 80, 20, 50, 70
 	maxV := 0.0
 	for _, s := range ss {
-		for _, v := range s.values {
+		for _, v := range s.Values {
 			if !math.IsNaN(v) {
 				maxV = max(maxV, v)
 			}
@@ -40,7 +46,7 @@ func barChart(title, unit string, categories []string, ss []series) string {
 	fmt.Fprintf(&b, `<text x="%d" y="24" font-size="16" font-weight="bold">%s</text>`+"\n", left, html.EscapeString(title))
 	for v := 0.0; v <= top5+step/2; v += step {
 		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", left, w-right, y(v), y(v))
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end" dy="4">%s</text>`+"\n", left-6, y(v), human(v))
+		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end" dy="4">%s</text>`+"\n", left-6, y(v), load.Human(v))
 	}
 	fmt.Fprintf(&b, `<text x="16" y="%d" transform="rotate(-90 16 %d)" text-anchor="middle">%s</text>`+"\n", top+int(plotH/2), top+int(plotH/2), html.EscapeString(unit))
 	group := plotW / float64(max(1, len(categories)))
@@ -48,21 +54,21 @@ func barChart(title, unit string, categories []string, ss []series) string {
 	for ci, c := range categories {
 		x0 := float64(left) + group*float64(ci) + group*0.1
 		for si, s := range ss {
-			if ci >= len(s.values) || math.IsNaN(s.values[ci]) {
+			if ci >= len(s.Values) || math.IsNaN(s.Values[ci]) {
 				continue
 			}
-			v := s.values[ci]
+			v := s.Values[ci]
 			fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s, %s: %s</title></rect>`+"\n",
 				x0+barW*float64(si), y(v), barW*0.92, float64(top)+plotH-y(v), palette[si%len(palette)],
-				html.EscapeString(s.name), html.EscapeString(c), human(v))
+				html.EscapeString(s.Name), html.EscapeString(c), load.Human(v))
 		}
 		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x0+group*0.4, h-bottom+18, html.EscapeString(c))
 	}
 	lx := left
 	for si, s := range ss {
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n",
-			lx, h-28, palette[si%len(palette)], lx+16, h-18, html.EscapeString(s.name))
-		lx += 24 + 7*len(s.name)
+			lx, h-28, palette[si%len(palette)], lx+16, h-18, html.EscapeString(s.Name))
+		lx += 24 + 7*len(s.Name)
 	}
 	b.WriteString("</svg>\n")
 	return b.String()

@@ -1,4 +1,4 @@
-package main
+package report
 
 import (
 	"encoding/json"
@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/ferryhq/ferry/internal/bench/load"
 )
 
-// tableCmd prints the demo's result table from the JSON reports of produce
+// TableCmd prints the demo's result table from the JSON reports of produce
 // (through ferry and direct) and consume, and fails if the consumed count
 // does not account for every acknowledged record.
-func tableCmd(args []string) error {
+func TableCmd(args []string) error {
 	fs := flag.NewFlagSet("table", flag.ContinueOnError)
 	via := fs.String("via", "", "produce --report-json through ferry")
 	direct := fs.String("direct", "", "produce --report-json straight to Kafka")
@@ -21,8 +23,8 @@ func tableCmd(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var v, d result
-	var c consumeResult
+	var v, d load.Result
+	var c load.ConsumeResult
 	for _, f := range []struct {
 		path string
 		into any
@@ -40,7 +42,7 @@ func tableCmd(args []string) error {
 	row("---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:")
 	for _, r := range []struct {
 		name string
-		r    result
+		r    load.Result
 	}{{"HTTP → ferry → Kafka", v}, {"franz-go → Kafka (direct)", d}} {
 		row(r.name, fmt.Sprint(r.r.Records), fmt.Sprint(r.r.Failed), fmt.Sprintf("%.0f", r.r.RecordsSec), fmt.Sprintf("%.1f", r.r.MBSec),
 			fmt.Sprintf("%.1f", r.r.AvgMS), fmt.Sprintf("%.1f", r.r.P50MS), fmt.Sprintf("%.1f", r.r.P99MS), fmt.Sprintf("%.1f", r.r.MaxMS))
@@ -51,7 +53,7 @@ func tableCmd(args []string) error {
 		ratio = v.RecordsSec / d.RecordsSec
 	}
 	fmt.Printf("through ferry / direct:       %.2f×\n", ratio)
-	fmt.Printf("through ferry / pan (19k/s):  %.0f×\n", v.RecordsSec/19000)
+	fmt.Printf("through ferry / pan (%s/s):  %.0f×\n", load.Human(Ref.Pan.PerSecBySize[10]), v.RecordsSec/Ref.Pan.PerSecBySize[10])
 	if *cpu > 0 {
 		fmt.Printf("ferry CPU during the run:     %.0f%% of one core (%.0f records/s per ferry core)\n", *cpu, v.RecordsSec/(*cpu/100))
 	}

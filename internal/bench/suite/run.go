@@ -1,4 +1,4 @@
-package main
+package suite
 
 import (
 	"fmt"
@@ -10,20 +10,21 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ferryhq/ferry/internal/bench/load"
+	"github.com/ferryhq/ferry/internal/bench/report"
 )
 
-// Reference figures (the replaced systems' published reports): what ferry's numbers are set beside.
+// The reference figures (report/reference.json) under the names the
+// tables use.
 var (
-	// 000, pan: messages/s through the sidecar by size, on 4 cores.
-	seedPan = map[int]float64{10: 19000, 100: 18300, 1000: 17200, 5000: 15300}
-	// 003, Kafka's ProducerPerformance, 1 partition, 100 KB socket buffers.
-	seedKafkaPP = map[int]float64{16: 2700950.73, 32: 2381746.30, 64: 1397155.39}
-	// 003, ConsumerPerformance: 50M records of 32 B, 1 fetch thread.
-	seedKafkaCP = cpLine{mb: 1525.886, mbSec: 147.0167, nMsg: 50e6, nMsgSec: 4817442.23, rebalanceMS: 9, fetchMS: 10370, fetchMBSec: 147.1443, fetchNMsgSec: 4821623.24}
-	// 001, bk-collector's HTTP load table (8 cores), requests/s per shape.
-	seedOTLP = map[string]float64{"10x1KB": 20283, "10x10KB": 13495, "10x100KB": 1881, "100x1KB": 1595, "100x10KB": 470}
-	// 004, the Java log producer SDK: raw MB/s and CPU at its best setting.
-	seedSDKMBs, seedSDKCPU = 205.347, 244.0
+	seedPan     = report.Ref.Pan.PerSecBySize
+	seedKafkaPP = report.Ref.KafkaProducer.PerSecBySize
+	seedKafkaCP = report.Ref.KafkaConsumer
+	seedOTLP    = report.Ref.BKCollectorHTTP.ReqPerSec
+	seedSDKMBs  = report.Ref.JavaSDK.MBPerSec
+	seedSDKCPU  = report.Ref.JavaSDK.CPUPercent
+	seedMicro   = report.Ref.BKCollectorMicro.Rows
 )
 
 // producer settings every producing tool uses, so rows compare like for like.
@@ -32,7 +33,7 @@ var ppProps = []string{"acks=all", "linger.ms=5", "compression.type=lz4", "batch
 type prodRow struct {
 	size            int
 	n               int64
-	pp, direct, via result
+	pp, direct, via load.Result
 	use             agentUsage
 }
 
@@ -80,7 +81,7 @@ func (s *suite) run() error {
 	if err != nil {
 		return err
 	}
-	s.stepf("writing %s and the charts in %s", s.out, s.charts)
+	s.stepf("writing %s and the charts in %s", s.doc.Out, s.doc.Charts)
 	return s.write(prod, pan, cons, otlp, modes, micro)
 }
 
@@ -157,8 +158,8 @@ func (s *suite) producers() ([]prodRow, error) {
 		if row.via, err = parsePP(out); err != nil {
 			return nil, err
 		}
-		s.logf("%d B: %s rec/s Kafka's tool, %s direct, %s through ferry (ferry %.0f%% CPU)", size, f0(row.pp.RecordsSec),
-			f0(row.direct.RecordsSec), f0(row.via.RecordsSec), row.use.cpu)
+		s.logf("%d B: %s rec/s Kafka's tool, %s direct, %s through ferry (ferry %.0f%% CPU)", size, report.F0(row.pp.RecordsSec),
+			report.F0(row.direct.RecordsSec), report.F0(row.via.RecordsSec), row.use.cpu)
 		rows = append(rows, row)
 		for _, t := range []string{t2, t3} {
 			s.deleteTopic(t)
@@ -174,7 +175,7 @@ func (s *suite) producers() ([]prodRow, error) {
 
 // panLike: pan's shape, one message per request, answered on enqueue.
 type panResult struct {
-	res result
+	res load.Result
 	use agentUsage
 }
 
@@ -213,15 +214,15 @@ func (s *suite) panLike() ([]panResult, error) {
 }
 
 type consResult struct {
-	cp, ours cpLine
+	cp, ours report.ConsumerLine
 	verify   string
-	verified result
+	verified load.Result
 }
 
 // consumers: ConsumerPerformance against ferry-bench consume on the same
 // topic, then a produce --seq through ferry checked by consume --verify.
 func (s *suite) consumers() (*consResult, error) {
-	s.stepf("consumers: Kafka's ConsumerPerformance and ferry-bench consume (%s records of 100 B), then --verify", commas(s.consumeN))
+	s.stepf("consumers: Kafka's ConsumerPerformance and ferry-bench consume (%s records of 100 B), then --verify", report.Commas(s.consumeN))
 	var c consResult
 	n := strconv.FormatInt(s.consumeN, 10)
 	out, err := s.java("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", s.brokers, "--topic", s.consumeTopic,
@@ -320,7 +321,7 @@ func (s *suite) otlpTable() ([]otlpRow, error) {
 			num := func(k string) float64 { v, _ := res[k].(float64); return v }
 			shape := fmt.Sprintf("%dx%dKB", sh.n, sh.length/1024)
 			rows = append(rows, otlpRow{shape: shape, exporter: exp.name, qps: num("qps"), p50: num("p50_ms"), p99: num("p99_ms"), requests: num("requests"), use: use})
-			s.logf("%s %s: %s requests/s (ferry %.0f%% CPU)", exp.name, shape, f0(num("qps")), use.cpu)
+			s.logf("%s %s: %s requests/s (ferry %.0f%% CPU)", exp.name, shape, report.F0(num("qps")), use.cpu)
 		}
 		a.stop()
 	}
@@ -329,7 +330,7 @@ func (s *suite) otlpTable() ([]otlpRow, error) {
 
 type modeRow struct {
 	name, settings  string
-	acked           result
+	acked           load.Result
 	intoKafka       float64
 	drain           time.Duration
 	use             agentUsage
@@ -380,7 +381,7 @@ func (s *suite) deliveryModes() ([]modeRow, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.logf("%s: %s rec/s acknowledged, %s rec/s into Kafka meanwhile", m.name, f0(row.acked.RecordsSec), f0(row.intoKafka))
+		s.logf("%s: %s rec/s acknowledged, %s rec/s into Kafka meanwhile", m.name, report.F0(row.acked.RecordsSec), report.F0(row.intoKafka))
 		rows = append(rows, row)
 	}
 	return rows, nil

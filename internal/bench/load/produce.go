@@ -1,4 +1,9 @@
-package main
+// Package load owns ferry-bench's load: produce (through ferry over HTTP,
+// or straight to Kafka with the same producer settings), consume (reading a
+// topic back, with verify's delivery check), topic administration, and the
+// OTLP/HTTP request load; each prints the columns of the Kafka tool it
+// stands beside, so scripts and tables treat both alike.
+package load
 
 import (
 	"bytes"
@@ -20,6 +25,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/bench/verify"
 )
 
 type produceOpts struct {
@@ -42,8 +49,8 @@ type produceOpts struct {
 	metricsURL  string
 }
 
-// result is the machine-readable outcome (--report-json), used by the demo.
-type result struct {
+// Result is the machine-readable outcome (--report-json), used by the demo.
+type Result struct {
 	Target      string           `json:"target"`
 	Records     int64            `json:"records_acked"`
 	Failed      int64            `json:"records_failed"`
@@ -58,10 +65,10 @@ type result struct {
 	P99MS       float64          `json:"p99_ms"`
 	P999MS      float64          `json:"p999_ms"`
 	FailedCodes map[string]int64 `json:"failed_by_status,omitempty"`
-	Seq         *seqReport       `json:"seq,omitempty"`
+	Seq         *verify.Report   `json:"seq,omitempty"`
 }
 
-func produceCmd(args []string) error {
+func ProduceCmd(args []string) error {
 	var o produceOpts
 	fs := flag.NewFlagSet("produce", flag.ContinueOnError)
 	fs.StringVar(&o.topic, "topic", "ferry-bench", "topic to produce to")
@@ -72,7 +79,7 @@ func produceCmd(args []string) error {
 	fs.IntVar(&o.batch, "batch", 100, "records per HTTP request (NDJSON); http target only")
 	fs.IntVar(&o.concurrency, "concurrency", 8, "concurrent HTTP requests; http target only")
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (0 = when --num-records are sent)")
-	fs.StringVar(&o.reportJSON, "report-json", "", "also write the result as JSON to this file")
+	fs.StringVar(&o.reportJSON, "report-json", "", "also write the Result as JSON to this file")
 	fs.BoolVar(&o.wait, "wait", true, "http target: wait for Kafka's acknowledgement (false: ?wait=false, answered on enqueue)")
 	fs.BoolVar(&o.key, "keys", false, "give every record a key (worker-sequence); default keyless")
 	fs.StringVar(&o.payloadFile, "payload-file", "", "take record values from this file, split by --payload-delimiter, picked at random (as ProducerPerformance); --record-size is then ignored")
@@ -102,8 +109,8 @@ func produceCmd(args []string) error {
 	if o.recordSize < 1 || o.batch < 1 || o.concurrency < 1 || o.numRecords < 1 {
 		return fmt.Errorf("--record-size, --batch, --concurrency and --num-records must be positive")
 	}
-	if o.seq && o.recordSize < minSeqRecord {
-		return fmt.Errorf("--seq needs --record-size ≥ %d to hold the id", minSeqRecord)
+	if o.seq && o.recordSize < verify.MinRecord {
+		return fmt.Errorf("--seq needs --record-size ≥ %d to hold the id", verify.MinRecord)
 	}
 	if o.seq && o.payloadFile != "" {
 		return fmt.Errorf("--seq and --payload-file exclude each other: the id replaces the start of the value")
@@ -122,7 +129,7 @@ func produceCmd(args []string) error {
 			}
 		}
 	}
-	r := &run{o: o, pool: pool, start: time.Now(), producer: newProducerID()}
+	r := &run{o: o, pool: pool, start: time.Now(), producer: verify.NewProducerID()}
 	if o.throughput > 0 {
 		r.pace = time.Duration(float64(time.Second) / o.throughput)
 	}
@@ -215,7 +222,7 @@ type run struct {
 	codes  sync.Map // status -> *atomic.Int64
 
 	producer string // sequence-id prefix of this run
-	ledger   seqLedger
+	ledger   verify.Ledger
 	sentB    atomic.Int64 // payload bytes acknowledged
 	reqs     atomic.Int64
 	reqB     atomic.Int64
@@ -229,7 +236,7 @@ func (r *run) value(dst []byte, rng *rand.Rand, stream int, seq int64) []byte {
 		return append(dst, r.pool.pick(rng)...)
 	}
 	start := len(dst)
-	dst = appendSeq(dst, r.producer, stream, seq)
+	dst = verify.AppendSeq(dst, r.producer, stream, seq)
 	if pad := r.o.recordSize - (len(dst) - start); pad > 0 {
 		dst = append(dst, r.pool.pick(rng)[:pad]...)
 	}
@@ -256,7 +263,7 @@ func (r *run) claim(ctx context.Context, n int) (first int64, _ int) {
 			select {
 			case <-time.After(d):
 			case <-ctx.Done():
-				r.ledger.fail(first, int64(n)) // claimed, never sent
+				r.ledger.Fail(first, int64(n)) // claimed, never sent
 				return 0, 0
 			}
 		}
@@ -315,7 +322,7 @@ func (r *run) http(ctx context.Context) error {
 				resp, err := client.Do(req)
 				if err != nil {
 					r.fail("conn_error", n)
-					r.ledger.fail(first, int64(n))
+					r.ledger.Fail(first, int64(n))
 					if ctx.Err() == nil {
 						time.Sleep(100 * time.Millisecond)
 					}
@@ -329,7 +336,7 @@ func (r *run) http(ctx context.Context) error {
 					r.sentB.Add(int64(len(body) - n))
 				} else {
 					r.fail(strconv.Itoa(resp.StatusCode), n)
-					r.ledger.fail(first, int64(n))
+					r.ledger.Fail(first, int64(n))
 					if ra := resp.Header.Get("Retry-After"); ra != "" {
 						time.Sleep(50 * time.Millisecond) // brief, so the run still measures the ceiling
 					}
@@ -413,8 +420,8 @@ func (r *run) kafka(ctx context.Context) error {
 		if err != nil {
 			r.fail("kafka_error", 1)
 			if r.o.seq {
-				_, _, seq, _ := parseSeq(rec.Value)
-				r.ledger.fail(seq, 1)
+				_, _, seq, _ := verify.ParseSeq(rec.Value)
+				r.ledger.Fail(seq, 1)
 			}
 		} else {
 			r.lat.add(time.Since(rec.Timestamp), 1)
@@ -571,7 +578,7 @@ func (r *run) printMetrics() {
 func (r *run) progress(every time.Duration) func() {
 	done := make(chan struct{})
 	stopped := make(chan struct{})
-	if isTTY(os.Stderr) {
+	if IsTTY(os.Stderr) {
 		go func() {
 			defer close(stopped)
 			t := time.NewTicker(200 * time.Millisecond)
@@ -586,12 +593,12 @@ func (r *run) progress(every time.Duration) func() {
 					total, what := r.o.numRecords, "records"
 					if r.o.duration > 0 {
 						// A timed run: the bar is time, the counts are records.
-						total, what = int64(r.o.duration/time.Second), fmt.Sprintf("s, %s records", human(float64(a)))
+						total, what = int64(r.o.duration/time.Second), fmt.Sprintf("s, %s records", Human(float64(a)))
 						a = int64(el / time.Second)
-						fmt.Fprint(os.Stderr, bar(a, total, what, el, 1))
+						fmt.Fprint(os.Stderr, Bar(a, total, what, el, 1))
 						continue
 					}
-					fmt.Fprint(os.Stderr, bar(a, total, what, el, float64(a)/el.Seconds()))
+					fmt.Fprint(os.Stderr, Bar(a, total, what, el, float64(a)/el.Seconds()))
 				}
 			}
 		}()
@@ -638,15 +645,13 @@ func (r *run) finish() error {
 	sec := r.end.Sub(r.start).Seconds()
 	a := r.acked.Load()
 	rate := float64(a) / sec
-	res := result{
+	res := Result{
 		Target: r.o.target, Records: a, Failed: r.failed.Load(), RecordSize: r.o.recordSize, Seconds: sec,
 		RecordsSec: rate, MBSec: rate * float64(r.o.recordSize) / (1 << 20),
 		AvgMS: ms(r.lat.mean()), MaxMS: ms(r.lat.max()),
 		P50MS: ms(r.lat.quantile(0.5)), P95MS: ms(r.lat.quantile(0.95)), P99MS: ms(r.lat.quantile(0.99)), P999MS: ms(r.lat.quantile(0.999)),
 	}
-	// Kafka's ProducerPerformance final line, so scripts that parse it work.
-	fmt.Printf("%d records sent, %.1f records/sec (%.2f MB/sec), %.1f ms avg latency, %.1f ms max latency, %d ms 50th, %d ms 95th, %d ms 99th, %d ms 99.9th.\n",
-		a, rate, res.MBSec, res.AvgMS, res.MaxMS, int(res.P50MS), int(res.P95MS), int(res.P99MS), int(res.P999MS))
+	fmt.Println(FinalLine(res))
 	if res.Failed > 0 {
 		res.FailedCodes = map[string]int64{}
 		r.codes.Range(func(k, v any) bool {
@@ -656,9 +661,7 @@ func (r *run) finish() error {
 		fmt.Printf("%d records failed: %v\n", res.Failed, res.FailedCodes)
 	}
 	if r.o.seq {
-		r.ledger.mu.Lock()
-		res.Seq = &seqReport{Producer: r.producer, Issued: min(r.issued.Load(), r.o.numRecords), Failed: r.ledger.failed}
-		r.ledger.mu.Unlock()
+		res.Seq = &verify.Report{Producer: r.producer, Issued: min(r.issued.Load(), r.o.numRecords), Failed: r.ledger.Failed()}
 	}
 	if r.o.metrics {
 		r.printMetrics()
@@ -670,4 +673,11 @@ func (r *run) finish() error {
 		}
 	}
 	return nil
+}
+
+// FinalLine is Kafka's ProducerPerformance final line for res, so scripts
+// that parse that tool's output read ferry-bench's too.
+func FinalLine(res Result) string {
+	return fmt.Sprintf("%d records sent, %.1f records/sec (%.2f MB/sec), %.1f ms avg latency, %.1f ms max latency, %d ms 50th, %d ms 95th, %d ms 99th, %d ms 99.9th.",
+		res.Records, res.RecordsSec, res.MBSec, res.AvgMS, res.MaxMS, int(res.P50MS), int(res.P95MS), int(res.P99MS), int(res.P999MS))
 }

@@ -1,4 +1,4 @@
-package main
+package load
 
 import (
 	"context"
@@ -11,9 +11,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/bench/verify"
 )
 
-type consumeResult struct {
+type ConsumeResult struct {
 	Topic    string  `json:"topic"`
 	Records  int64   `json:"records"`
 	Bytes    int64   `json:"bytes"`
@@ -48,10 +50,10 @@ func (m msDuration) Set(v string) error {
 	return err
 }
 
-// consumeCmd reads a topic from the start without a consumer group and
+// ConsumeCmd reads a topic from the start without a consumer group and
 // prints ConsumerPerformance's columns. It stops after --messages records or
 // when nothing arrives for --timeout.
-func consumeCmd(args []string) error {
+func ConsumeCmd(args []string) error {
 	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
 	brokers := fs.String("bootstrap-server", "127.0.0.1:9092", "Kafka broker")
 	topic := fs.String("topic", "ferry-bench", "topic to read")
@@ -62,20 +64,20 @@ func consumeCmd(args []string) error {
 	fs.Var(msDuration{&timeout}, "timeout", "stop when no record arrives for this long (10s, or milliseconds as ConsumerPerformance)")
 	expect := fs.Int64("expect", -1, "fail unless exactly this many records are read")
 	report := fs.String("report-json", "", "also write the result as JSON to this file")
-	verify := fs.Bool("verify", false, "check the sequence ids of produce --seq: lost, duplicated and out-of-order records (fails if any is lost)")
+	doVerify := fs.Bool("verify", false, "check the sequence ids of produce --seq: lost, duplicated and out-of-order records (fails if any is lost)")
 	produced := fs.String("produced", "", "with --verify: produce's --report-json, so lost counts exactly the acknowledged ids not read")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var ver *verifier
-	if *verify {
-		var want *seqReport
+	var ver *verify.Verifier
+	if *doVerify {
+		var want *verify.Report
 		if *produced != "" {
 			b, err := os.ReadFile(*produced)
 			if err != nil {
 				return err
 			}
-			var res result
+			var res Result
 			if err := json.Unmarshal(b, &res); err != nil || res.Seq == nil {
 				return fmt.Errorf("--produced %s: not a produce --seq report (%v)", *produced, err)
 			}
@@ -84,9 +86,9 @@ func consumeCmd(args []string) error {
 				*messages = want.Issued
 			}
 		}
-		ver = newVerifier(want)
+		ver = verify.New(want)
 	}
-	tty := isTTY(os.Stderr)
+	tty := IsTTY(os.Stderr)
 	var idled bool
 	var lastRec time.Time
 	cl, err := kgo.NewClient(kgo.SeedBrokers(*brokers), kgo.ConsumeTopics(*topic),
@@ -118,13 +120,13 @@ func consumeCmd(args []string) error {
 			n++
 			bytes += int64(len(r.Value))
 			if ver != nil {
-				ver.add(r.Value, r.Partition)
+				ver.Add(r.Value, r.Partition)
 			}
 		})
 		switch {
 		case tty && time.Since(lastProgress) >= 200*time.Millisecond:
 			el := time.Since(start)
-			fmt.Fprint(os.Stderr, bar(n, *messages, "records", el, float64(n)/el.Seconds()))
+			fmt.Fprint(os.Stderr, Bar(n, *messages, "records", el, float64(n)/el.Seconds()))
 			lastProgress = time.Now()
 		case !tty && time.Since(lastProgress) >= 5*time.Second:
 			fmt.Fprintf(os.Stderr, "%d records read (%.1f MB)\n", n, float64(bytes)/(1<<20))
@@ -164,14 +166,15 @@ func consumeCmd(args []string) error {
 	fmt.Printf("%s, %s, %.4f, %.4f, %d, %.4f, %d, %d, %.4f, %.4f\n",
 		stamp(start), stamp(end), mb, div(mb, sec), n, div(float64(n), sec),
 		0, end.Sub(firstFetch).Milliseconds(), div(mb, fsec), div(float64(n), fsec))
-	res := consumeResult{Topic: *topic, Records: n, Bytes: bytes, Seconds: sec,
+	res := ConsumeResult{Topic: *topic, Records: n, Bytes: bytes, Seconds: sec,
 		MBSec: div(mb, sec), NMsgSec: div(float64(n), sec), Expected: max(*expect, 0)}
 	var lost int64
 	if ver != nil {
-		fmt.Println(ver.summary())
-		l, _ := ver.lost()
+		fmt.Println(ver.Summary())
+		l, _ := ver.Lost()
 		lost = l
-		res.Lost, res.Duplicated, res.OutOfOrder = &l, &ver.dups, &ver.outOfOrd
+		d, o := ver.Duplicated(), ver.OutOfOrder()
+		res.Lost, res.Duplicated, res.OutOfOrder = &l, &d, &o
 	}
 	if *report != "" {
 		b, _ := json.MarshalIndent(res, "", "  ")
@@ -188,8 +191,8 @@ func consumeCmd(args []string) error {
 	return nil
 }
 
-// topicCmd: ferry-bench topic create|delete --topic T [--partitions N].
-func topicCmd(args []string) error {
+// TopicCmd: ferry-bench topic create|delete --topic T [--partitions N].
+func TopicCmd(args []string) error {
 	if len(args) == 0 || (args[0] != "create" && args[0] != "delete") {
 		return fmt.Errorf("usage: ferry-bench topic create|delete --topic T [--partitions N] [--bootstrap-server H:P]")
 	}

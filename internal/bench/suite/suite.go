@@ -1,4 +1,7 @@
-package main
+// Package suite owns make bench (and make bench-quick): a fresh local Kafka,
+// then every reference table measured on this machine beside the reference
+// tool run in the same session, written to BENCHMARKS.md with charts.
+package suite
 
 import (
 	"bufio"
@@ -12,28 +15,30 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/ferryhq/ferry/internal/bench/load"
+	"github.com/ferryhq/ferry/internal/bench/report"
 )
 
-// suiteCmd is make bench (and make bench-quick): a fresh local Kafka, then
-// every seed's table measured on this machine next to the reference tool
+// Cmd is make bench (and make bench-quick): a fresh local Kafka, then
+// every reference table measured on this machine next to the reference tool
 // run in the same session, written to BENCHMARKS.md with charts.
 //
 // Everything it runs is a separate process — Kafka's own Java tools, this
 // binary's produce/consume/otlp, the ferry agent — so each figure is what a
 // user gets by running that command, and the agent's CPU and RSS are read
 // from /proc while it runs.
-func suiteCmd(args []string) error {
+func Cmd(args []string) error {
 	fs := flag.NewFlagSet("suite", flag.ContinueOnError)
 	s := &suite{started: time.Now()}
 	fs.BoolVar(&s.quick, "quick", false, "tiny runs of every step (make bench-quick): checks the harness, figures not meaningful")
-	fs.StringVar(&s.out, "out", "BENCHMARKS.md", "the report to write")
-	fs.StringVar(&s.charts, "charts", "docs/bench", "directory for the SVG charts (linked from the report)")
+	fs.StringVar(&s.doc.Out, "out", "BENCHMARKS.md", "the report to write")
+	fs.StringVar(&s.doc.Charts, "charts", "docs/bench", "directory for the SVG charts (linked from the report)")
 	fs.IntVar(&s.port, "port", 29392, "port of the local Kafka the suite starts (and the next one for its controller)")
 	fs.StringVar(&s.ferry, "ferry", "bin/ferry", "the ferry binary")
 	if err := fs.Parse(args); err != nil {
@@ -57,8 +62,7 @@ func suiteCmd(args []string) error {
 
 type suite struct {
 	quick   bool
-	out     string
-	charts  string
+	doc     report.Doc
 	port    int
 	ferry   string
 	self    string
@@ -68,7 +72,6 @@ type suite struct {
 	started time.Time
 	step    int
 	total   int
-	md      strings.Builder
 	topics  int
 	// the 100 B topic the producers leave for the consumers
 	consumeTopic string
@@ -260,22 +263,17 @@ var ppLine = regexp.MustCompile(`(\d+) records sent, ([\d.]+) records/sec \(([\d
 
 // parsePP reads ProducerPerformance's final line (ferry-bench produce
 // prints the same, which this also checks).
-func parsePP(out string) (result, error) {
+func parsePP(out string) (load.Result, error) {
 	m := ppLine.FindAllStringSubmatch(out, -1)
 	if len(m) == 0 {
-		return result{}, fmt.Errorf("no ProducerPerformance final line in:\n%s", out)
+		return load.Result{}, fmt.Errorf("no ProducerPerformance final line in:\n%s", out)
 	}
 	l := m[len(m)-1]
 	f := func(i int) float64 { v, _ := strconv.ParseFloat(l[i], 64); return v }
-	return result{Records: int64(f(1)), RecordsSec: f(2), MBSec: f(3), AvgMS: f(4), MaxMS: f(5), P50MS: f(6), P95MS: f(7), P99MS: f(8), P999MS: f(9)}, nil
+	return load.Result{Records: int64(f(1)), RecordsSec: f(2), MBSec: f(3), AvgMS: f(4), MaxMS: f(5), P50MS: f(6), P95MS: f(7), P99MS: f(8), P999MS: f(9)}, nil
 }
 
-// cpLine is one data line of ConsumerPerformance's output.
-type cpLine struct {
-	mb, mbSec, nMsg, nMsgSec, rebalanceMS, fetchMS, fetchMBSec, fetchNMsgSec float64
-}
-
-func parseCP(out string) (cpLine, error) {
+func parseCP(out string) (report.ConsumerLine, error) {
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Split(line, ",")
 		if len(f) < 10 || strings.HasPrefix(line, "start.time") {
@@ -285,13 +283,13 @@ func parseCP(out string) (cpLine, error) {
 		for i := 2; i < 10; i++ {
 			x, err := strconv.ParseFloat(strings.TrimSpace(f[i]), 64)
 			if err != nil {
-				return cpLine{}, fmt.Errorf("ConsumerPerformance column %d: %q", i, f[i])
+				return report.ConsumerLine{}, fmt.Errorf("ConsumerPerformance column %d: %q", i, f[i])
 			}
 			v[i] = x
 		}
-		return cpLine{v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]}, nil
+		return report.ConsumerLine{MB: v[2], MBSec: v[3], NMsg: v[4], NMsgSec: v[5], RebalanceMS: v[6], FetchMS: v[7], FetchMBSec: v[8], FetchNMsgSec: v[9]}, nil
 	}
-	return cpLine{}, fmt.Errorf("no ConsumerPerformance line in:\n%s", out)
+	return report.ConsumerLine{}, fmt.Errorf("no ConsumerPerformance line in:\n%s", out)
 }
 
 func readJSON(path string, into any) error {
@@ -300,109 +298,4 @@ func readJSON(path string, into any) error {
 		return err
 	}
 	return json.Unmarshal(b, into)
-}
-
-// ---- formatting ----
-
-func (s *suite) h(format string, a ...any) { fmt.Fprintf(&s.md, "\n## "+format+"\n\n", a...) }
-func (s *suite) p(format string, a ...any) { fmt.Fprintf(&s.md, format+"\n", a...) }
-
-func (s *suite) table(head []string, rows [][]string) {
-	s.p("| %s |", strings.Join(head, " | "))
-	al := make([]string, len(head))
-	for i := range al {
-		al[i] = "---:"
-		if i == 0 {
-			al[i] = "---"
-		}
-	}
-	s.p("|%s|", strings.Join(al, "|"))
-	for _, r := range rows {
-		s.p("| %s |", strings.Join(r, " | "))
-	}
-	s.p("")
-}
-
-func f0(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "–"
-	}
-	return commas(int64(math.Round(v)))
-}
-
-func f1(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "–"
-	}
-	return strconv.FormatFloat(v, 'f', 1, 64)
-}
-
-func ratio(a, b float64) string {
-	if b <= 0 || math.IsNaN(a) || math.IsNaN(b) {
-		return "–"
-	}
-	return strconv.FormatFloat(a/b, 'f', 2, 64) + "×"
-}
-
-func commas(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
-
-func (s *suite) chart(name, title, unit string, cats []string, ss []series) string {
-	if err := os.MkdirAll(s.charts, 0o755); err != nil {
-		return ""
-	}
-	path := filepath.Join(s.charts, name)
-	if err := os.WriteFile(path, []byte(barChart(title, unit, cats, ss)), 0o644); err != nil {
-		return ""
-	}
-	rel, err := filepath.Rel(filepath.Dir(s.out), path)
-	if err != nil {
-		rel = path
-	}
-	return fmt.Sprintf("![%s](%s)\n", title, filepath.ToSlash(rel))
-}
-
-// ---- machine ----
-
-func machine() [][]string {
-	cpu, mem, kernel := "unknown", "unknown", "unknown"
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "model name"); ok {
-				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
-				break
-			}
-		}
-	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-				kb, _ := strconv.ParseFloat(strings.Fields(v)[0], 64)
-				mem = fmt.Sprintf("%.1f GiB", kb/(1<<20))
-			}
-		}
-	}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		kernel = strings.TrimSpace(string(b))
-	}
-	java := "unknown"
-	if out, err := exec.Command("java", "-version").CombinedOutput(); err == nil {
-		java = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
-	}
-	return [][]string{{"CPU", cpu}, {"cores", strconv.Itoa(runtime.NumCPU())}, {"memory", mem},
-		{"kernel", "Linux " + kernel}, {"Go", runtime.Version()}, {"Java", java}}
 }

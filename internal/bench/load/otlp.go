@@ -1,4 +1,4 @@
-package main
+package load
 
 import (
 	"bytes"
@@ -23,10 +23,10 @@ import (
 	"github.com/ferryhq/ferry/internal/otlpgen"
 )
 
-// otlpCmd reproduces bk-collector's "benchmark server" table: a number of
+// OTLPCmd reproduces bk-collector's "benchmark server" table: a number of
 // OTLP/HTTP requests of logCount × logLength (or spans, or data points)
 // sent with a concurrency, reporting requests per second.
-func otlpCmd(args []string) error {
+func OTLPCmd(args []string) error {
 	fs := flag.NewFlagSet("otlp", flag.ContinueOnError)
 	target := fs.String("target", "http://127.0.0.1:4318", "OTLP/HTTP endpoint base")
 	signal := fs.String("signal", "logs", "logs, traces or metrics")
@@ -86,7 +86,7 @@ func otlpCmd(args []string) error {
 	codes := sync.Map{}
 	start := time.Now()
 	done := make(chan struct{})
-	tty := isTTY(os.Stderr)
+	tty := IsTTY(os.Stderr)
 	go func() {
 		every := 5 * time.Second
 		if tty {
@@ -105,7 +105,7 @@ func otlpCmd(args []string) error {
 				n := ok.Load()
 				el := time.Since(start)
 				if tty {
-					fmt.Fprint(os.Stderr, bar(n, int64(*requests), "requests", el, float64(n)/el.Seconds()))
+					fmt.Fprint(os.Stderr, Bar(n, int64(*requests), "requests", el, float64(n)/el.Seconds()))
 					continue
 				}
 				fmt.Fprintf(os.Stderr, "%d/%d requests, %.0f req/s, %.1f ms avg, %d retried after 429/503, %d failed, %s elapsed\n",
