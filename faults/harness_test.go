@@ -21,8 +21,8 @@ import (
 	"github.com/ferryhq/ferry/internal/kafkatest"
 )
 
-// full selects the long versions (make faults): durations as the issue
-// states them. The short ones keep the same shape and run in make test.
+// full selects the long versions (make faults): the durations docs/reliability.md
+// reports. The short ones keep the same shape and run in make test.
 var full = os.Getenv("FERRY_FAULTS") == "full"
 
 var ferryBin string

@@ -30,7 +30,8 @@ import (
 
 const memLimit = 64 << 20
 
-// rssBound is what the issue allows: memory_limit + 64 MiB.
+// rssBound is the peak RSS an attack may cause: memory_limit + 64 MiB (the
+// binary, the runtime and the Go soft limit's slack on top of the data bound).
 const rssBound = memLimit + 64<<20
 
 func issue(t *testing.T, c token.Claims) string { return authtest.IssueClaims(t, c) }
