@@ -22,7 +22,8 @@ for target in \
   "FuzzSplitBounded ./otlp/encoding" \
   "FuzzOTLPHTTP ./receiver/otlpreceiver" \
   "FuzzFrames ./buffer/spool" \
-  "FuzzResync ./buffer/spool"; do
+  "FuzzResync ./buffer/spool" \
+  "FuzzDecode ./protocol"; do
   set -- $target
   echo "-- $1 ($2) for $t"
   if ! go test -run='^$' -fuzz="^$1\$" -fuzztime="$t" -fuzzminimizetime="$minimize" "$2" >"$log" 2>&1; then

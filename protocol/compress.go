@@ -1,0 +1,92 @@
+package protocol
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
+)
+
+// Decompress appends the decompressed body to dst, refusing more than max
+// bytes of output: a small frame that inflates past the limit (a
+// compression bomb) stops at the limit, before memory grows.
+func Decompress(dst, body []byte, c byte, max int) ([]byte, error) {
+	var r io.Reader
+	switch c {
+	case CompressNone:
+		if len(body) > max {
+			return dst, &TooLargeError{What: "produce body", Size: int64(len(body)), Limit: int64(max)}
+		}
+		return append(dst, body...), nil
+	case CompressLZ4:
+		lr := lz4Readers.Get().(*lz4.Reader)
+		defer lz4Readers.Put(lr)
+		lr.Reset(bytes.NewReader(body))
+		r = lr
+	case CompressZstd:
+		zr := zstdReaders.Get().(*zstd.Decoder)
+		defer zstdReaders.Put(zr)
+		if err := zr.Reset(bytes.NewReader(body)); err != nil {
+			return dst, fmt.Errorf("%w: zstd: %v", ErrMalformed, err)
+		}
+		r = zr
+	default:
+		return dst, fmt.Errorf("%w: unknown compression %d", ErrMalformed, c)
+	}
+	start := len(dst)
+	for {
+		if len(dst) == cap(dst) {
+			dst = append(dst, 0)[:len(dst)]
+		}
+		n, err := r.Read(dst[len(dst):cap(dst)])
+		dst = dst[:len(dst)+n]
+		if len(dst)-start > max {
+			return dst[:start], &TooLargeError{What: "decompressed produce body", Size: int64(len(dst) - start), Limit: int64(max)}
+		}
+		if errors.Is(err, io.EOF) {
+			return dst, nil
+		}
+		if err != nil {
+			return dst[:start], fmt.Errorf("%w: decompressing: %v", ErrMalformed, err)
+		}
+	}
+}
+
+// Compress appends src compressed with c to dst.
+func Compress(dst, src []byte, c byte) ([]byte, error) {
+	switch c {
+	case CompressNone:
+		return append(dst, src...), nil
+	case CompressZstd:
+		return zstdEncoder.EncodeAll(src, dst), nil
+	case CompressLZ4:
+		buf := bytes.NewBuffer(dst)
+		w := lz4Writers.Get().(*lz4.Writer)
+		defer lz4Writers.Put(w)
+		w.Reset(buf)
+		if _, err := w.Write(src); err != nil {
+			return dst, err
+		}
+		if err := w.Close(); err != nil {
+			return dst, err
+		}
+		return buf.Bytes(), nil
+	}
+	return dst, fmt.Errorf("protocol: unknown compression %d", c)
+}
+
+var (
+	lz4Readers  = sync.Pool{New: func() any { return lz4.NewReader(nil) }}
+	lz4Writers  = sync.Pool{New: func() any { return lz4.NewWriter(nil) }}
+	zstdReaders = sync.Pool{New: func() any {
+		// A window larger than this is refused rather than allocated
+		// (docs/protocol.md: compress with a window of at most 16 MiB).
+		d, _ := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxWindow(16<<20))
+		return d
+	}}
+	zstdEncoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+)

@@ -1,0 +1,526 @@
+// Package protocol owns ferry's local record protocol, version 1: the frames
+// a client and the agent exchange over a Unix socket or TCP, how they are
+// encoded, and how they are decoded with every size bounded before memory is
+// spent on it. docs/protocol.md is the specification; testdata/protocol holds
+// the vectors every implementation (this one, the Go client, the Java SDK)
+// must pass.
+//
+// A connection starts with the 4-byte preamble "FRY\x01". Then frames:
+//
+//	u32 length (big-endian; the bytes after this field) | u8 type | u8 flags | u32 request id | body
+//
+// Integers in bodies are unsigned LEB128 varints (as protobuf's) unless
+// noted; strings and byte strings are a varint length and the bytes.
+// Encoding appends to a caller's buffer and decoding returns views into the
+// frame, so neither allocates per record.
+package protocol
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Preamble opens every binary connection; its last byte is the version.
+var Preamble = [4]byte{'F', 'R', 'Y', Version}
+
+// Version is the protocol version this package speaks.
+const Version = 1
+
+// HeaderLen is the frame header after the length field: type, flags,
+// request id.
+const HeaderLen = 6
+
+// Frame types.
+const (
+	TypeHello   byte = 1 // client → agent, first frame
+	TypeHelloOK byte = 2 // agent → client
+	TypeProduce byte = 3 // client → agent
+	TypeResult  byte = 4 // agent → client, one per Produce, same request id
+	TypeError   byte = 5 // agent → client; the agent closes the connection after it
+)
+
+// Compression of a Produce frame's body (flags bits 0-1).
+const (
+	CompressNone byte = 0
+	CompressLZ4  byte = 1 // LZ4 frame format
+	CompressZstd byte = 2
+	compressMask byte = 3
+)
+
+// Features a Hello asks for and a HelloOK grants.
+const (
+	FeatureLZ4  uint64 = 1 << 0
+	FeatureZstd uint64 = 1 << 1
+)
+
+// Status of a range of records in a Result.
+const (
+	StatusOK        byte = 0 // durable where the delivery mode says (Kafka, or the spool)
+	StatusRetryable byte = 1 // not accepted; sending again may succeed (after RetryAfter)
+	StatusPermanent byte = 2 // not accepted; sending again will fail the same way
+)
+
+// ErrMalformed is a frame that does not follow the protocol; the agent
+// answers it with an Error frame and closes the connection.
+var ErrMalformed = errors.New("malformed frame")
+
+// Limits bounds what a decoder accepts; each is checked before memory is
+// spent on what it bounds.
+type Limits struct {
+	MaxFrameBytes  int // a frame after its length field, and a Produce body after decompression
+	MaxRecords     int // records in one Produce
+	MaxStringBytes int // client name, token, reason, message
+	MaxHeaders     int // headers of one record
+	MaxTopicBytes  int // Kafka's own bound is 249
+}
+
+// DefaultLimits are the agent's defaults (receivers.local).
+var DefaultLimits = Limits{MaxFrameBytes: 8 << 20, MaxRecords: 100_000, MaxStringBytes: 4096, MaxHeaders: 256, MaxTopicBytes: 249}
+
+// FrameHeader is a frame's fixed part.
+type FrameHeader struct {
+	Length    uint32 // bytes after the length field: HeaderLen + body
+	Type      byte
+	Flags     byte
+	RequestID uint32
+}
+
+// ParseHeader reads the 10 bytes that start a frame and checks its length
+// against max before anything is read or allocated for the body.
+func ParseHeader(b [10]byte, max int) (FrameHeader, error) {
+	h := FrameHeader{Length: binary.BigEndian.Uint32(b[0:4]), Type: b[4], Flags: b[5], RequestID: binary.BigEndian.Uint32(b[6:10])}
+	if h.Length < HeaderLen {
+		return h, fmt.Errorf("%w: length %d is shorter than the frame header", ErrMalformed, h.Length)
+	}
+	if int64(h.Length) > int64(max) {
+		return h, &TooLargeError{What: "frame", Size: int64(h.Length), Limit: int64(max)}
+	}
+	if h.Type < TypeHello || h.Type > TypeError {
+		return h, fmt.Errorf("%w: unknown frame type %d", ErrMalformed, h.Type)
+	}
+	return h, nil
+}
+
+// BodyLen is the length of the frame's body.
+func (h FrameHeader) BodyLen() int { return int(h.Length) - HeaderLen }
+
+// Compression is the Produce body's compression.
+func (h FrameHeader) Compression() byte { return h.Flags & compressMask }
+
+// TooLargeError is a frame or body over a limit.
+type TooLargeError struct {
+	What        string
+	Size, Limit int64
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("%s of %d bytes exceeds the limit (%d)", e.What, e.Size, e.Limit)
+}
+
+// AppendFrame appends a frame of type t with body (appended by the caller
+// after it: pass body == nil and use BeginFrame/EndFrame to encode in place).
+func AppendFrame(dst []byte, t, flags byte, id uint32, body []byte) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, uint32(HeaderLen+len(body)))
+	dst = append(dst, t, flags)
+	dst = binary.BigEndian.AppendUint32(dst, id)
+	return append(dst, body...)
+}
+
+// BeginFrame appends a frame header whose length EndFrame fills in; it
+// returns the header's offset.
+func BeginFrame(dst []byte, t, flags byte, id uint32) ([]byte, int) {
+	at := len(dst)
+	dst = append(dst, 0, 0, 0, 0, t, flags)
+	return binary.BigEndian.AppendUint32(dst, id), at
+}
+
+// EndFrame sets the length of the frame begun at offset at.
+func EndFrame(dst []byte, at int) {
+	binary.BigEndian.PutUint32(dst[at:], uint32(len(dst)-at-4))
+}
+
+// Hello is the client's first frame.
+type Hello struct {
+	Version    uint16
+	ClientName string
+	Token      string
+	Features   uint64
+}
+
+// AppendHello appends a Hello frame.
+func AppendHello(dst []byte, h Hello) []byte {
+	dst, at := BeginFrame(dst, TypeHello, 0, 0)
+	dst = binary.BigEndian.AppendUint16(dst, h.Version)
+	dst = appendString(dst, h.ClientName)
+	dst = appendString(dst, h.Token)
+	dst = binary.AppendUvarint(dst, h.Features)
+	EndFrame(dst, at)
+	return dst
+}
+
+// DecodeHello decodes a Hello body.
+func DecodeHello(body []byte, l Limits) (Hello, error) {
+	d := decoder{b: body}
+	var h Hello
+	h.Version = d.u16()
+	h.ClientName = string(d.bytes(l.MaxStringBytes, "client name"))
+	h.Token = string(d.bytes(l.MaxStringBytes, "token"))
+	h.Features = d.uvarint()
+	return h, d.end()
+}
+
+// HelloOK is the agent's answer to Hello.
+type HelloOK struct {
+	Version          uint16
+	Features         uint64
+	MaxFrameBytes    uint32
+	MaxRecords       uint32
+	MaxInflightBytes uint32
+	Server           string
+}
+
+// AppendHelloOK appends a HelloOK frame.
+func AppendHelloOK(dst []byte, h HelloOK) []byte {
+	dst, at := BeginFrame(dst, TypeHelloOK, 0, 0)
+	dst = binary.BigEndian.AppendUint16(dst, h.Version)
+	dst = binary.AppendUvarint(dst, h.Features)
+	dst = binary.BigEndian.AppendUint32(dst, h.MaxFrameBytes)
+	dst = binary.BigEndian.AppendUint32(dst, h.MaxRecords)
+	dst = binary.BigEndian.AppendUint32(dst, h.MaxInflightBytes)
+	dst = appendString(dst, h.Server)
+	EndFrame(dst, at)
+	return dst
+}
+
+// DecodeHelloOK decodes a HelloOK body.
+func DecodeHelloOK(body []byte, l Limits) (HelloOK, error) {
+	d := decoder{b: body}
+	var h HelloOK
+	h.Version = d.u16()
+	h.Features = d.uvarint()
+	h.MaxFrameBytes = d.u32()
+	h.MaxRecords = d.u32()
+	h.MaxInflightBytes = d.u32()
+	h.Server = string(d.bytes(l.MaxStringBytes, "server"))
+	return h, d.end()
+}
+
+// Header is one record header.
+type Header struct {
+	Key   []byte
+	Value []byte
+}
+
+// Record is a record as a Produce frame carries it. Decoded records are
+// views into the frame; Key is nil for a record without a key.
+type Record struct {
+	Topic     []byte
+	Key       []byte
+	Value     []byte
+	Timestamp int64 // milliseconds since the epoch; 0: the agent's receive time
+	Headers   []Header
+}
+
+// AppendRecord appends one record of a Produce body; prevTopic is the
+// previous record's topic in this body ("" for the first), so a run of
+// records to one topic names it once.
+func AppendRecord(dst []byte, prevTopic string, r *Record) []byte {
+	if len(r.Topic) > 0 && string(r.Topic) == prevTopic {
+		dst = append(dst, 0)
+	} else {
+		dst = appendBytes(dst, r.Topic)
+	}
+	if r.Key == nil {
+		dst = append(dst, 0)
+	} else {
+		dst = binary.AppendUvarint(dst, uint64(len(r.Key))+1)
+		dst = append(dst, r.Key...)
+	}
+	dst = appendBytes(dst, r.Value)
+	dst = binary.AppendUvarint(dst, uint64(max(r.Timestamp, 0)))
+	dst = binary.AppendUvarint(dst, uint64(len(r.Headers)))
+	for i := range r.Headers {
+		dst = appendBytes(dst, r.Headers[i].Key)
+		dst = appendBytes(dst, r.Headers[i].Value)
+	}
+	return dst
+}
+
+// Records decodes a Produce body (already decompressed) one record at a
+// time, without allocating: Next fills a Record whose slices point into the
+// body, valid until the body's buffer is reused.
+type Records struct {
+	d     decoder
+	l     Limits
+	n     int
+	i     int
+	topic []byte
+	hdrs  []Header
+}
+
+// NewRecords starts decoding body. Count is known (and checked against
+// l.MaxRecords) before any record is decoded.
+func NewRecords(body []byte, l Limits) (*Records, error) {
+	rs := &Records{}
+	return rs, rs.Reset(body, l)
+}
+
+// Reset reuses rs for another body.
+func (rs *Records) Reset(body []byte, l Limits) error {
+	rs.d, rs.l, rs.i, rs.topic = decoder{b: body}, l, 0, nil
+	n := rs.d.uvarint()
+	if rs.d.err != nil {
+		return rs.d.err
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: a produce frame with no records", ErrMalformed)
+	}
+	if n > uint64(l.MaxRecords) {
+		return &TooLargeError{What: "records in one frame", Size: int64(min(n, 1<<62)), Limit: int64(l.MaxRecords)}
+	}
+	// Each record takes at least 5 bytes: a count the body cannot hold is a
+	// lie, refused before anything is sized from it.
+	if n > uint64(len(body)/5+1) {
+		return fmt.Errorf("%w: %d records cannot fit in %d bytes", ErrMalformed, n, len(body))
+	}
+	rs.n = int(n)
+	return nil
+}
+
+// Len is the number of records in the body.
+func (rs *Records) Len() int { return rs.n }
+
+// Next decodes the next record into r; false when done or on error (Err).
+// r.Headers reuses one slice across calls: copy it to keep it.
+func (rs *Records) Next(r *Record) bool {
+	if rs.i >= rs.n || rs.d.err != nil {
+		return false
+	}
+	d := &rs.d
+	topic := d.bytes(rs.l.MaxTopicBytes, "topic")
+	if len(topic) == 0 {
+		if rs.topic == nil {
+			d.fail("the first record names no topic")
+			return false
+		}
+		topic = rs.topic
+	}
+	rs.topic = topic
+	r.Topic = topic
+	kl := d.uvarint()
+	switch {
+	case kl == 0:
+		r.Key = nil
+	case kl-1 > uint64(len(d.b)-d.off):
+		d.fail("key longer than the frame")
+	default:
+		r.Key = d.take(int(kl - 1))
+	}
+	r.Value = d.bytes(len(d.b), "value")
+	ts := d.uvarint()
+	if ts > 1<<53 {
+		d.fail("timestamp out of range")
+	}
+	r.Timestamp = int64(ts)
+	nh := d.uvarint()
+	if nh > uint64(rs.l.MaxHeaders) {
+		d.fail(fmt.Sprintf("%d headers exceed the limit (%d)", nh, rs.l.MaxHeaders))
+	}
+	rs.hdrs = rs.hdrs[:0]
+	for j := uint64(0); j < nh && d.err == nil; j++ {
+		k := d.bytes(rs.l.MaxStringBytes, "header key")
+		v := d.bytes(len(d.b), "header value")
+		rs.hdrs = append(rs.hdrs, Header{Key: k, Value: v})
+	}
+	r.Headers = rs.hdrs
+	if d.err != nil {
+		return false
+	}
+	rs.i++
+	if rs.i == rs.n && d.off != len(d.b) {
+		d.fail("bytes after the last record")
+		return false
+	}
+	return true
+}
+
+// Err is the decoding error, if any; a body that ends before its records
+// do is an error too.
+func (rs *Records) Err() error {
+	if rs.d.err == nil && rs.i < rs.n && rs.d.off >= len(rs.d.b) {
+		return fmt.Errorf("%w: the body ends after %d of %d records", ErrMalformed, rs.i, rs.n)
+	}
+	return rs.d.err
+}
+
+// Range is a run of consecutive records with one outcome.
+type Range struct {
+	Count      uint32
+	Status     byte
+	Reason     string
+	RetryAfter time.Duration // rounded to milliseconds on the wire
+	Message    string
+}
+
+// AppendResult appends a Result frame answering request id.
+func AppendResult(dst []byte, id uint32, ranges []Range) []byte {
+	dst, at := BeginFrame(dst, TypeResult, 0, id)
+	dst = binary.AppendUvarint(dst, uint64(len(ranges)))
+	for _, r := range ranges {
+		dst = binary.AppendUvarint(dst, uint64(r.Count))
+		dst = append(dst, r.Status)
+		dst = appendString(dst, r.Reason)
+		dst = binary.AppendUvarint(dst, uint64(max(r.RetryAfter, 0)/time.Millisecond))
+		dst = appendString(dst, r.Message)
+	}
+	EndFrame(dst, at)
+	return dst
+}
+
+// DecodeResult decodes a Result body, appending its ranges to dst.
+func DecodeResult(dst []Range, body []byte, l Limits) ([]Range, error) {
+	d := decoder{b: body}
+	n := d.uvarint()
+	if n > uint64(l.MaxRecords) || n > uint64(len(body)) {
+		return dst, fmt.Errorf("%w: %d ranges", ErrMalformed, n)
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		var r Range
+		c := d.uvarint()
+		if c == 0 || c > uint64(l.MaxRecords) {
+			d.fail("a range of 0 or too many records")
+		}
+		r.Count = uint32(c)
+		r.Status = d.byte()
+		if r.Status > StatusPermanent {
+			d.fail(fmt.Sprintf("unknown status %d", r.Status))
+		}
+		r.Reason = string(d.bytes(l.MaxStringBytes, "reason"))
+		ms := d.uvarint()
+		if ms > uint64(time.Hour/time.Millisecond) {
+			ms = uint64(time.Hour / time.Millisecond)
+		}
+		r.RetryAfter = time.Duration(ms) * time.Millisecond
+		r.Message = string(d.bytes(l.MaxStringBytes, "message"))
+		dst = append(dst, r)
+	}
+	return dst, d.end()
+}
+
+// AppendError appends an Error frame about request id (0: the connection).
+func AppendError(dst []byte, id uint32, reason, msg string) []byte {
+	dst, at := BeginFrame(dst, TypeError, 0, id)
+	dst = appendString(dst, reason)
+	dst = appendString(dst, msg)
+	EndFrame(dst, at)
+	return dst
+}
+
+// DecodeError decodes an Error body.
+func DecodeError(body []byte, l Limits) (reason, msg string, err error) {
+	d := decoder{b: body}
+	reason = string(d.bytes(l.MaxStringBytes, "reason"))
+	msg = string(d.bytes(l.MaxStringBytes, "message"))
+	return reason, msg, d.end()
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+func appendBytes(dst, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
+}
+
+// decoder reads a body; the first error sticks and every later read
+// returns zero values.
+type decoder struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (d *decoder) fail(msg string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrMalformed, msg)
+	}
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b[d.off:])
+	if n <= 0 {
+		d.fail("bad or truncated varint")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil || d.off >= len(d.b) {
+		d.fail("truncated")
+		return 0
+	}
+	d.off++
+	return d.b[d.off-1]
+}
+
+func (d *decoder) u16() uint16 {
+	if d.err != nil || len(d.b)-d.off < 2 {
+		d.fail("truncated")
+		return 0
+	}
+	d.off += 2
+	return binary.BigEndian.Uint16(d.b[d.off-2:])
+}
+
+func (d *decoder) u32() uint32 {
+	if d.err != nil || len(d.b)-d.off < 4 {
+		d.fail("truncated")
+		return 0
+	}
+	d.off += 4
+	return binary.BigEndian.Uint32(d.b[d.off-4:])
+}
+
+func (d *decoder) take(n int) []byte {
+	v := d.b[d.off : d.off+n : d.off+n]
+	d.off += n
+	return v
+}
+
+// bytes reads a length-prefixed byte string of at most max bytes.
+func (d *decoder) bytes(max int, what string) []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)-d.off) {
+		d.fail(what + " longer than the frame")
+		return nil
+	}
+	if n > uint64(max) {
+		d.fail(fmt.Sprintf("%s of %d bytes exceeds the limit (%d)", what, n, max))
+		return nil
+	}
+	return d.take(int(n))
+}
+
+func (d *decoder) end() error {
+	if d.err == nil && d.off != len(d.b) {
+		d.fail("bytes after the end of the body")
+	}
+	return d.err
+}
+
+func appendUvarint(dst []byte, v uint64) []byte { return binary.AppendUvarint(dst, v) }
+
+// AppendProduceCount starts a Produce body with its record count.
+func AppendProduceCount(dst []byte, n int) []byte { return binary.AppendUvarint(dst, uint64(n)) }
