@@ -37,9 +37,9 @@ func (c *ReceiverConfig) Validate() error {
 	}
 	for _, s := range c.Sources {
 		switch s {
-		case "authorization", "header", "query", "metadata", "resource":
+		case "authorization", "header", "query", "metadata", "resource", "hello":
 		default:
-			return fmt.Errorf("sources: %q is not one of authorization, header, query, metadata, resource", s)
+			return fmt.Errorf("sources: %q is not one of authorization, header, query, metadata, resource, hello", s)
 		}
 	}
 	if c.Mode != "none" && c.Mode != "" && len(c.Sources) == 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/receiver/httpreceiver"
+	"github.com/ferryhq/ferry/receiver/localreceiver"
 	"github.com/ferryhq/ferry/receiver/otlpreceiver"
 	"github.com/ferryhq/ferry/routing"
 	"github.com/ferryhq/ferry/telemetry"
@@ -37,8 +38,9 @@ type Config struct {
 
 // Receivers holds every receiver's section.
 type Receivers struct {
-	HTTP httpreceiver.Config `yaml:"http"`
-	OTLP otlpreceiver.Config `yaml:"otlp"`
+	HTTP  httpreceiver.Config  `yaml:"http"`
+	OTLP  otlpreceiver.Config  `yaml:"otlp"`
+	Local localreceiver.Config `yaml:"local"`
 }
 
 // Processors configures the processing stages.
@@ -95,6 +97,12 @@ func (c *Config) Validate() error {
 	if err := wrap("receivers.otlp", c.Receivers.OTLP.Validate()); err != nil {
 		return err
 	}
+	if err := wrap("receivers.local", c.Receivers.Local.Validate()); err != nil {
+		return err
+	}
+	if l := c.Receivers.Local; l.Enabled && l.MaxFrameBytes > c.Queue.MemoryLimit/2 {
+		return fmt.Errorf("config: receivers.local.max_frame_bytes (%s) exceeds half of queue.memory_limit (%s): a compressed frame reserves the limit for its decompressed body", l.MaxFrameBytes, c.Queue.MemoryLimit)
+	}
 	if c.Receivers.OTLP.Enabled && c.Receivers.OTLP.MaxRequestBytes > c.Queue.MemoryLimit/2 {
 		return fmt.Errorf("config: receivers.otlp.max_request_bytes (%s) exceeds half of queue.memory_limit (%s): an OTLP request holds its bytes and their encoding",
 			c.Receivers.OTLP.MaxRequestBytes, c.Queue.MemoryLimit)
@@ -132,7 +140,8 @@ func (c *Config) Validate() error {
 			on  bool
 			max bytesize.Size
 		}{{"receivers.http.max_request_bytes", c.Receivers.HTTP.Enabled, c.Receivers.HTTP.MaxRequestBytes},
-			{"receivers.otlp.max_request_bytes", c.Receivers.OTLP.Enabled, c.Receivers.OTLP.MaxRequestBytes}} {
+			{"receivers.otlp.max_request_bytes", c.Receivers.OTLP.Enabled, c.Receivers.OTLP.MaxRequestBytes},
+			{"receivers.local.max_frame_bytes", c.Receivers.Local.Enabled, c.Receivers.Local.MaxFrameBytes}} {
 			if r.on && c.Delivery.Spool.MaxBytes < 2*r.max {
 				return fmt.Errorf("config: delivery.spool.max_bytes (%s) must be at least two %s (%s): a request is appended whole",
 					c.Delivery.Spool.MaxBytes, r.key, 2*r.max)

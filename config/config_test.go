@@ -139,7 +139,9 @@ func TestByteSize(t *testing.T) {
 func TestRefusesConfigurationsThatCannotWork(t *testing.T) {
 	cases := map[string][]string{
 		"spool reader cannot hold a record": {"delivery.mode=spool", "queue.memory_limit=1MiB", "receivers.http.max_request_bytes=64KiB",
-			"receivers.otlp.enabled=false", "exporter.kafka.max_batch_bytes=1000000"},
+			"receivers.otlp.enabled=false", "receivers.local.enabled=false", "exporter.kafka.max_batch_bytes=1000000"},
+		"local frame over half the memory": {"queue.memory_limit=12MiB", "receivers.local.max_frame_bytes=8MiB", "receivers.otlp.max_request_bytes=1MiB",
+			"receivers.http.max_request_bytes=1MiB"},
 		"read_ahead below two records":  {"delivery.mode=spool", "delivery.spool.read_ahead=1MiB"},
 		"spool smaller than a request":  {"delivery.mode=spill", "delivery.spool.max_bytes=4MiB", "delivery.spool.segment_bytes=1MiB"},
 		"client buffer below the queue": {"exporter.kafka.max_buffered_bytes=64MiB"},
@@ -147,6 +149,7 @@ func TestRefusesConfigurationsThatCannotWork(t *testing.T) {
 	}
 	want := map[string][]string{
 		"spool reader cannot hold a record": {"queue.memory_limit", "exporter.kafka.max_batch_bytes"},
+		"local frame over half the memory":  {"receivers.local.max_frame_bytes", "queue.memory_limit"},
 		"read_ahead below two records":      {"delivery.spool.read_ahead", "exporter.kafka.max_batch_bytes"},
 		"spool smaller than a request":      {"delivery.spool.max_bytes", "max_request_bytes"},
 		"client buffer below the queue":     {"exporter.kafka.max_buffered_bytes", "queue.memory_limit"},

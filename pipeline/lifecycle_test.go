@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ func lifeConfig(t *testing.T, sets ...string) *config.Config {
 		"exporter.kafka.brokers=[127.0.0.1:1]", "exporter.kafka.dial_timeout=200ms",
 		"receivers.http.listen=127.0.0.1:0", "telemetry.admin.listen=127.0.0.1:0",
 		"receivers.otlp.http.listen=127.0.0.1:0", "receivers.otlp.grpc.listen=127.0.0.1:0",
+		"receivers.local.listen=127.0.0.1:0", "receivers.local.socket=" + shortDir(t) + "/f.sock",
 		"telemetry.report_interval=1s",
 	}, sets...))
 	if err != nil {
@@ -113,4 +115,16 @@ func TestSpoolLockedFailsNew(t *testing.T) {
 	if _, err := New(cfg, telemetry.TestSettings()); err == nil || !strings.Contains(err.Error(), "delivery.spool") {
 		t.Fatalf("New on a locked spool: %v", err)
 	}
+}
+
+// shortDir is a temporary directory with a short path: a Unix socket's
+// path must stay under 108 bytes, which t.TempDir's may not.
+func shortDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "fy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/receiver/httpreceiver"
+	"github.com/ferryhq/ferry/receiver/localreceiver"
 	"github.com/ferryhq/ferry/receiver/otlpreceiver"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -57,6 +58,7 @@ type Pipeline struct {
 	Spill      *spill.Router
 	HTTP       *httpreceiver.Receiver
 	OTLP       *otlpreceiver.Receiver
+	Local      *localreceiver.Receiver
 	Auth       *auth.Checker
 	Limiter    *ratelimit.Limiter
 	Sampler    *sampler.Sampler
@@ -161,6 +163,11 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 			return nil, fmt.Errorf("receivers.otlp: %w", err)
 		}
 	}
+	if cfg.Receivers.Local.Enabled {
+		if p.Local, err = localreceiver.New(cfg.Receivers.Local, set, intake, pre); err != nil {
+			return nil, fmt.Errorf("receivers.local: %w", err)
+		}
+	}
 	// Request bodies reserve their memory before they are read: from the
 	// shared budget, except in spill mode, where a full queue must send
 	// requests to disk rather than refuse them, so bodies have a budget of
@@ -174,6 +181,9 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 	}
 	if p.OTLP != nil {
 		p.OTLP.SetBudget(bodies)
+	}
+	if p.Local != nil {
+		p.Local.SetBudget(bodies)
 	}
 	p.Admin = telemetry.NewAdmin(cfg.Telemetry.Admin, set)
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_build_info", Help: "Always 1; labels say what runs.",
@@ -222,6 +232,9 @@ func (p *Pipeline) components() *lifecycle {
 	if p.OTLP != nil {
 		l.add("receivers.otlp", p.OTLP)
 	}
+	if p.Local != nil {
+		l.add("receivers.local", p.Local)
+	}
 	l.add("report", step{
 		start: func(context.Context) error { go p.report(); return nil },
 		stop:  func(context.Context) error { close(p.stop); <-p.done; return nil }})
@@ -246,6 +259,9 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	}
 	if p.OTLP != nil && p.cfg.Receivers.OTLP.GRPC.Enabled {
 		attrs = append(attrs, "otlp_grpc", p.OTLP.GRPCAddr())
+	}
+	if p.Local != nil {
+		attrs = append(attrs, "local_socket", p.Local.SocketPath(), "local_tcp", p.Local.TCPAddr())
 	}
 	p.Set.Logger.Info("ferry started", attrs...)
 	return nil
@@ -318,19 +334,23 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 	if p.OTLP != nil {
 		p.OTLP.SetAuth(cfg.Receivers.OTLP.Auth)
 	}
+	if p.Local != nil {
+		p.Local.SetAuth(cfg.Receivers.Local.Auth)
+	}
 	old, next := *p.cfg, *cfg
 	old.Auth, next.Auth = auth.Config{}, auth.Config{}
 	old.RateLimits, next.RateLimits = ratelimit.Config{}, ratelimit.Config{}
 	old.Processors, next.Processors = config.Processors{}, config.Processors{}
 	old.Receivers.HTTP.Auth, next.Receivers.HTTP.Auth = auth.ReceiverConfig{}, auth.ReceiverConfig{}
 	old.Receivers.OTLP.Auth, next.Receivers.OTLP.Auth = auth.ReceiverConfig{}, auth.ReceiverConfig{}
+	old.Receivers.Local.Auth, next.Receivers.Local.Auth = auth.ReceiverConfig{}, auth.ReceiverConfig{}
 	var restart []string
 	for _, d := range []struct {
 		name string
 		a, b any
 	}{
 		{"telemetry", old.Telemetry, next.Telemetry}, {"receivers.http", old.Receivers.HTTP, next.Receivers.HTTP},
-		{"receivers.otlp", old.Receivers.OTLP, next.Receivers.OTLP}, {"queue", old.Queue, next.Queue}, {"delivery", old.Delivery, next.Delivery},
+		{"receivers.otlp", old.Receivers.OTLP, next.Receivers.OTLP}, {"receivers.local", old.Receivers.Local, next.Receivers.Local}, {"queue", old.Queue, next.Queue}, {"delivery", old.Delivery, next.Delivery},
 		{"exporter", old.Exporter, next.Exporter}, {"shutdown_timeout", old.ShutdownTimeout, next.ShutdownTimeout},
 	} {
 		if !reflect.DeepEqual(d.a, d.b) {
@@ -339,6 +359,7 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 	}
 	p.cfg.Auth, p.cfg.RateLimits, p.cfg.Processors = cfg.Auth, cfg.RateLimits, cfg.Processors
 	p.cfg.Receivers.HTTP.Auth, p.cfg.Receivers.OTLP.Auth = cfg.Receivers.HTTP.Auth, cfg.Receivers.OTLP.Auth
+	p.cfg.Receivers.Local.Auth = cfg.Receivers.Local.Auth
 	p.Set.Logger.Info("configuration reloaded", "applied", "auth keys, rate limits, sampler, attribute filters, receivers' auth")
 	if len(restart) > 0 {
 		warning = "changes to " + strings.Join(restart, ", ") + " need a restart and were not applied"

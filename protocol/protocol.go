@@ -357,6 +357,8 @@ func (rs *Records) Err() error {
 
 // Range is a run of consecutive records with one outcome.
 type Range struct {
+	// Count is the number of records; 0 (only as a Result's one range)
+	// means every record of the frame.
 	Count      uint32
 	Status     byte
 	Reason     string
@@ -389,8 +391,11 @@ func DecodeResult(dst []Range, body []byte, l Limits) ([]Range, error) {
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		var r Range
 		c := d.uvarint()
-		if c == 0 || c > uint64(l.MaxRecords) {
-			d.fail("a range of 0 or too many records")
+		// Count 0 is allowed only as the one range: the whole frame (the
+		// agent refused it without decoding it, so it does not know how
+		// many records it held).
+		if c == 0 && n != 1 || c > uint64(l.MaxRecords) {
+			d.fail("a range of 0 records beside others, or of too many records")
 		}
 		r.Count = uint32(c)
 		r.Status = d.byte()

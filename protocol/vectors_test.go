@@ -153,6 +153,8 @@ func cases() []struct {
 			vframe{Type: "result", RequestID: 7, Ranges: []vrange{{Count: 2, Status: "ok"},
 				{Count: 1, Status: "retryable", Reason: "queue_full", RetryAfterMS: 1000, Message: "ferry's buffer is full; retry later"},
 				{Count: 2, Status: "permanent", Reason: "record_too_large", Message: "record of 9000000 bytes exceeds max_batch_bytes (1000000)"}}}),
+		valid("result_whole_frame", "a produce refused before it was decoded (no room to read it): one range of count 0 covers every record of the frame",
+			vframe{Type: "result", RequestID: 13, Ranges: []vrange{{Count: 0, Status: "retryable", Reason: "queue_full", RetryAfterMS: 1000, Message: "ferry's buffer is full; retry later"}}}),
 		valid("error", "the agent's last frame on a connection it closes",
 			vframe{Type: "error", RequestID: 12, Reason: "malformed_frame", Message: "malformed frame: bytes after the last record"}),
 

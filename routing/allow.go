@@ -67,3 +67,17 @@ func matchAny(patterns []string, topic string) bool {
 	}
 	return false
 }
+
+// ValidTopic applies Kafka's rule: 1..249 of [a-zA-Z0-9._-], not "." or "..".
+func ValidTopic(t string) bool {
+	if len(t) == 0 || len(t) > 249 || t == "." || t == ".." {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

@@ -53,7 +53,8 @@ func TestSIGTERMKeepsAcknowledgedRecords(t *testing.T) {
 		"--set", "receivers.http.listen="+httpAddr, "--set", "telemetry.admin.listen="+adminAddr,
 		"--set", "exporter.kafka.brokers=["+brokers+"]", "--set", "exporter.kafka.linger=50ms",
 		"--set", "shutdown_timeout=20s",
-		"--set", "receivers.otlp.http.listen=127.0.0.1:0", "--set", "receivers.otlp.grpc.listen=127.0.0.1:0")
+		"--set", "receivers.otlp.http.listen=127.0.0.1:0", "--set", "receivers.otlp.grpc.listen=127.0.0.1:0",
+		"--set", "receivers.local.enabled=false")
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -212,6 +213,7 @@ func TestSIGHUPReloadsKeys(t *testing.T) {
 receivers:
   http: {listen: "%s", auth: {mode: required, sources: [header]}}
   otlp: {enabled: false}
+  local: {enabled: false}
 telemetry: {admin: {listen: "%s"}}
 auth: {keys: [{id: %d, secret: "%s", issue: true}]}
 `, httpAddr, adminAddr, id, key)

@@ -57,6 +57,7 @@ type Agent struct {
 	t                       *testing.T
 	Cmd                     *exec.Cmd
 	HTTP, Admin, OTLP, GRPC string // listen addresses
+	Local, Socket           string // the local protocol's TCP address and Unix socket
 	Logs                    *SyncBuffer
 	exited                  chan error
 }
@@ -94,7 +95,15 @@ func FreeAddr(t *testing.T) string {
 // is ready: Kafka may be down on purpose).
 func Start(t *testing.T, bin, yaml string, sets ...string) *Agent {
 	t.Helper()
-	a := &Agent{t: t, HTTP: FreeAddr(t), Admin: FreeAddr(t), OTLP: FreeAddr(t), GRPC: FreeAddr(t), Logs: &SyncBuffer{}, exited: make(chan error, 1)}
+	a := &Agent{t: t, HTTP: FreeAddr(t), Admin: FreeAddr(t), OTLP: FreeAddr(t), GRPC: FreeAddr(t), Local: FreeAddr(t),
+		Logs: &SyncBuffer{}, exited: make(chan error, 1)}
+	// A Unix socket's path must stay under 108 bytes: a short directory.
+	sockDir, err := os.MkdirTemp("", "fy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	a.Socket = filepath.Join(sockDir, "f.sock")
 	args := []string{"run"}
 	if yaml != "" {
 		f := filepath.Join(t.TempDir(), "ferry.yaml")
@@ -104,7 +113,8 @@ func Start(t *testing.T, bin, yaml string, sets ...string) *Agent {
 		args = append(args, "-c", f)
 	}
 	for _, s := range append([]string{"receivers.http.listen=" + a.HTTP, "telemetry.admin.listen=" + a.Admin,
-		"receivers.otlp.http.listen=" + a.OTLP, "receivers.otlp.grpc.listen=" + a.GRPC}, sets...) {
+		"receivers.otlp.http.listen=" + a.OTLP, "receivers.otlp.grpc.listen=" + a.GRPC,
+		"receivers.local.listen=" + a.Local, "receivers.local.socket=" + a.Socket}, sets...) {
 		args = append(args, "--set", s)
 	}
 	a.Cmd = exec.Command(bin, args...)

@@ -110,19 +110,6 @@ func (r *Receiver) SetAuth(c auth.ReceiverConfig) { r.gate.SetConfig(c) }
 // Shutdown stops accepting and waits for requests in progress until ctx ends.
 func (r *Receiver) Shutdown(ctx context.Context) error { return r.srv.Shutdown(ctx) }
 
-// validTopic applies Kafka's rule: 1..249 of [a-zA-Z0-9._-], not "." or "..".
-func validTopic(t string) bool {
-	if len(t) == 0 || len(t) > 249 || t == "." || t == ".." {
-		return false
-	}
-	for i := 0; i < len(t); i++ {
-		c := t[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
 
 const headerPrefix = "X-Ferry-Header-"
 
@@ -133,7 +120,7 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	topic := req.PathValue("topic")
-	if !validTopic(topic) {
+	if !routing.ValidTopic(topic) {
 		r.fail(w, http.StatusBadRequest, "invalid_topic",
 			fmt.Sprintf("invalid topic name %q: use 1 to 249 of a-z A-Z 0-9 . _ -", topic), 0)
 		return

@@ -123,3 +123,32 @@ func AckTimeout(d time.Duration, records int) error {
 	return &consumer.RetryableError{Reason: "ack_timeout", Kind: consumer.KindTimeout, After: time.Second,
 		Msg: fmt.Sprintf("Kafka did not acknowledge within %s; the %d records stay queued and may still be delivered", d, records)}
 }
+
+// SubmitAsync is Submit for a caller that answers from the completion (a
+// pipelined protocol): done runs exactly once, after the buffers are back,
+// when Kafka (or the spool) has answered for every record — on the
+// goroutine that completed the batch, which may be the Kafka client's, so
+// done must not block. A refused batch returns the pipeline's error and
+// done never runs.
+func (s *Submitter) SubmitAsync(ctx context.Context, b *record.Batch, raw, out *httpbody.Buf, done func(err error)) error {
+	b.OnDone(func(err error) {
+		s.Bodies.Put(raw)
+		s.Bodies.Put(out)
+		if s.Recycle != nil {
+			s.Recycle(b)
+		}
+		done(err)
+	})
+	s.Bodies.Release(raw)
+	s.Bodies.Release(out)
+	if err := s.Next.Consume(ctx, b); err != nil {
+		b.PopDone()
+		s.Bodies.Put(raw)
+		s.Bodies.Put(out)
+		if s.Recycle != nil {
+			s.Recycle(b)
+		}
+		return err
+	}
+	return nil
+}

@@ -41,6 +41,7 @@ func startAgent(t *testing.T, brokers string, sets ...string) *pipeline.Pipeline
 	all := append([]string{
 		"receivers.http.listen=127.0.0.1:0", "telemetry.admin.listen=127.0.0.1:0",
 		"receivers.otlp.http.listen=127.0.0.1:0", "receivers.otlp.grpc.listen=127.0.0.1:0",
+		"receivers.local.enabled=false",
 		"exporter.kafka.brokers=[" + brokers + "]", "exporter.kafka.health_check_interval=200ms",
 		"exporter.kafka.dial_timeout=1s", "shutdown_timeout=20s",
 	}, sets...)

@@ -126,15 +126,19 @@ type benchAgent struct {
 	http    string
 	otlp    string
 	admin   string
+	local   string
+	socket  string
 	rssPeak atomic.Int64
 	done    chan struct{}
 }
 
 func (s *suite) agent(sets ...string) (*benchAgent, error) {
-	a := &benchAgent{s: s, http: "127.0.0.1:18088", admin: "127.0.0.1:18089", otlp: "127.0.0.1:14318", done: make(chan struct{})}
+	a := &benchAgent{s: s, http: "127.0.0.1:18088", admin: "127.0.0.1:18089", otlp: "127.0.0.1:14318", local: "127.0.0.1:18090",
+		socket: filepath.Join(s.work, "ferry.sock"), done: make(chan struct{})}
 	args := []string{"run", "--set", "exporter.kafka.brokers=[" + s.brokers + "]", "--set", "receivers.http.listen=" + a.http,
 		"--set", "telemetry.admin.listen=" + a.admin, "--set", "receivers.otlp.http.listen=" + a.otlp,
 		"--set", "receivers.otlp.grpc.listen=127.0.0.1:14317", "--set", "telemetry.report_interval=0s",
+		"--set", "receivers.local.listen=" + a.local, "--set", "receivers.local.socket=" + a.socket,
 		"--set", "delivery.spool.dir=" + filepath.Join(s.work, fmt.Sprintf("spool-%d", time.Now().UnixNano())),
 		"--set", "delivery.dead_letter.file=" + filepath.Join(s.work, "dead.ndjson")}
 	for _, set := range sets {

@@ -1,0 +1,487 @@
+// Package client is ferry's Go client: it sends records to the local agent
+// over the local record protocol (docs/protocol.md), on a Unix socket or
+// TCP, and reports each record's fate exactly once.
+//
+// Produce is asynchronous and cheap: the record is encoded at once into the
+// batch being filled (no allocation per record once buffers are warm), the
+// batch is sent when it is full or Linger has passed, and up to MaxInFlight
+// batches are on the wire at once. The agent answers every batch when its
+// records are durable (Kafka's acknowledgement, or the agent's spool); a
+// record refused for a passing reason (the agent's buffer full, Kafka
+// unreachable, the connection lost) is sent again with exponential backoff
+// and jitter, so only a refusal that cannot change, or Close, fails it.
+//
+// Callbacks run on one goroutine, in the order the records were produced
+// (so in order per topic and key too); a callback must not block for long,
+// and must not Produce with a MaxBlock wait (room is freed by the very
+// goroutine it would block).
+// A record, its key, value and headers must not be changed until its
+// callback has run. With MaxInFlight > 1 a record sent again after a
+// refusal may land in Kafka after records produced later (as with Kafka's
+// own producer without idempotence); MaxInFlight 1 keeps Kafka's order.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ferryhq/ferry/protocol"
+)
+
+// Record is one record to send.
+type Record struct {
+	Topic   string
+	Key     []byte // nil: no key
+	Value   []byte
+	Headers []Header
+	// Timestamp; zero: the agent's time of receipt.
+	Timestamp time.Time
+}
+
+// Header is one record header.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Options configure a Client; zero values take the defaults.
+type Options struct {
+	// Addrs are tried in order at every connect: "unix:PATH" or
+	// "tcp:HOST:PORT". Default: the agent's Unix socket
+	// (unix:ferry-data/ferry.sock), then tcp:127.0.0.1:8090.
+	Addrs []string
+	// Token is the application token sent in the hello.
+	Token string
+	// ClientName identifies this program in the agent's logs.
+	ClientName string
+	// MaxBufferedBytes bounds the records produced and not yet called back
+	// (default 64 MiB). When full, Produce waits up to MaxBlock for room,
+	// then fails the record with ErrBufferFull.
+	MaxBufferedBytes int64
+	MaxBlock         time.Duration // default 10s; negative: fail at once
+	// A batch is sent when it holds BatchBytes (default 1 MiB) or
+	// BatchRecords (default 10,000), or Linger (default 2ms) after its
+	// first record.
+	BatchBytes   int
+	BatchRecords int
+	Linger       time.Duration
+	// Compression of batches: "none" (default), "lz4" or "zstd".
+	Compression string
+	// MaxInFlight batches on the wire at once (default 8).
+	MaxInFlight int
+	// RetryBackoff and RetryBackoffMax bound the wait before a refused
+	// record is sent again or a lost connection is redialled (defaults
+	// 100ms and 5s; the wait doubles, with jitter). MaxRetries bounds the
+	// times a record is sent again (default 0: until it succeeds, fails
+	// for good, or Close).
+	RetryBackoff    time.Duration
+	RetryBackoffMax time.Duration
+	MaxRetries      int
+	DialTimeout     time.Duration // default 2s
+}
+
+func (o *Options) defaults() error {
+	if len(o.Addrs) == 0 {
+		o.Addrs = []string{"unix:ferry-data/ferry.sock", "tcp:127.0.0.1:8090"}
+	}
+	for _, a := range o.Addrs {
+		if !strings.HasPrefix(a, "unix:") && !strings.HasPrefix(a, "tcp:") {
+			return fmt.Errorf("client: address %q: want unix:PATH or tcp:HOST:PORT", a)
+		}
+	}
+	if o.ClientName == "" {
+		o.ClientName = "ferry-go"
+	}
+	if o.MaxBufferedBytes <= 0 {
+		o.MaxBufferedBytes = 64 << 20
+	}
+	if o.MaxBlock == 0 {
+		o.MaxBlock = 10 * time.Second
+	}
+	if o.BatchBytes <= 0 {
+		o.BatchBytes = 1 << 20
+	}
+	if o.BatchRecords <= 0 {
+		o.BatchRecords = 10_000
+	}
+	if o.Linger <= 0 {
+		o.Linger = 2 * time.Millisecond
+	}
+	switch o.Compression {
+	case "", "none", "lz4", "zstd":
+	default:
+		return fmt.Errorf("client: compression %q: want none, lz4 or zstd", o.Compression)
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 8
+	}
+	if o.RetryBackoff <= 0 {
+		o.RetryBackoff = 100 * time.Millisecond
+	}
+	if o.RetryBackoffMax <= 0 {
+		o.RetryBackoffMax = 5 * time.Second
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 2 * time.Second
+	}
+	return nil
+}
+
+// Errors a callback may get besides *Error.
+var (
+	ErrClosed     = errors.New("client: closed before the record was delivered")
+	ErrBufferFull = errors.New("client: buffer full (MaxBufferedBytes) for longer than MaxBlock")
+)
+
+// Error is the agent's refusal of a record, with the reason the HTTP API
+// uses too (queue_full, record_too_large, topic_not_allowed, ...).
+type Error struct {
+	Retryable  bool
+	Reason     string
+	Message    string
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string { return "ferry: " + e.Reason + ": " + e.Message }
+
+// entry is one produced record until its callback.
+type entry struct {
+	rec  *Record
+	cb   func(*Record, error)
+	err  error
+	size int
+	done bool
+}
+
+// batch is records produced together, called back together.
+type batch struct {
+	entries  []entry
+	body     []byte // the encoded records (no count): the first send's body
+	prev     string // the last record's topic in body
+	open     int    // entries not yet resolved
+	bytes    int64
+	tries    int
+	firstAt  time.Time
+	deadline time.Time // not sent before (backoff after a refusal)
+}
+
+// send is a frame on the wire: the batch's records at idx (nil: all).
+type send struct {
+	b          *batch
+	idx        []int
+	n          int
+	frameBytes int
+}
+
+// Client sends records to the agent. Safe for concurrent use.
+type Client struct {
+	o        Options
+	compress byte
+
+	mu       sync.Mutex
+	cond     *sync.Cond // buffered bytes freed, a batch called back, state changed
+	cur      *batch     // being filled
+	ready    []*batch   // sealed, waiting to be sent (retries first)
+	retry    []send     // parts of batches to send again
+	order    []*batch   // every batch not yet called back, in produce order
+	buffered int64
+	closing  bool
+	closed   bool
+	lingerT  *time.Timer
+
+	kick    chan struct{}
+	cbKick  chan struct{}
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	batchP  sync.Pool
+	dialErr error
+}
+
+// New returns a client; it connects in the background (an agent that is
+// not up yet is waited for, with backoff).
+func New(o Options) (*Client, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	c := &Client{o: o, kick: make(chan struct{}, 1), cbKick: make(chan struct{}, 1), stop: make(chan struct{})}
+	c.compress = map[string]byte{"lz4": protocol.CompressLZ4, "zstd": protocol.CompressZstd}[o.Compression]
+	c.cond = sync.NewCond(&c.mu)
+	c.batchP.New = func() any { return &batch{} }
+	c.wg.Add(2)
+	go c.sender()
+	go c.callbacks()
+	return c, nil
+}
+
+// Produce queues r; cb (may be nil) is called exactly once with nil when r
+// is durable where the agent's delivery mode says, or with the error that
+// failed it. Produce waits only while the buffer is full (up to MaxBlock,
+// or ctx).
+func (c *Client) Produce(ctx context.Context, r *Record, cb func(*Record, error)) {
+	size := recordSize(r)
+	c.mu.Lock()
+	if c.closed || c.closing {
+		c.mu.Unlock()
+		c.fail(r, cb, ErrClosed)
+		return
+	}
+	if c.buffered+int64(size) > c.o.MaxBufferedBytes && c.buffered > 0 {
+		if !c.waitRoom(ctx, int64(size)) {
+			c.mu.Unlock()
+			err := ErrBufferFull
+			if c.closing || c.closed {
+				err = ErrClosed
+			}
+			c.fail(r, cb, err)
+			return
+		}
+	}
+	b := c.cur
+	if b == nil {
+		b = c.batchP.Get().(*batch)
+		b.firstAt = time.Now()
+		c.cur = b
+		c.order = append(c.order, b)
+		if c.lingerT == nil {
+			c.lingerT = time.AfterFunc(c.o.Linger, c.lingerFired)
+		} else {
+			c.lingerT.Reset(c.o.Linger)
+		}
+	}
+	b.body = appendRecord(b.body, b.prev, r)
+	b.prev = r.Topic
+	b.entries = append(b.entries, entry{rec: r, cb: cb, size: size})
+	b.open++
+	b.bytes += int64(size)
+	c.buffered += int64(size)
+	if len(b.body) >= c.o.BatchBytes || len(b.entries) >= c.o.BatchRecords {
+		c.seal()
+	}
+	c.mu.Unlock()
+}
+
+// waitRoom waits, with c.mu held, until size bytes fit; false on timeout,
+// ctx end or close.
+func (c *Client) waitRoom(ctx context.Context, size int64) bool {
+	if c.o.MaxBlock < 0 {
+		return false
+	}
+	deadline := time.Now().Add(c.o.MaxBlock)
+	t := time.AfterFunc(c.o.MaxBlock, func() { c.mu.Lock(); c.cond.Broadcast(); c.mu.Unlock() })
+	defer t.Stop()
+	stopCtx := context.AfterFunc(ctx, func() { c.mu.Lock(); c.cond.Broadcast(); c.mu.Unlock() })
+	defer stopCtx()
+	// Sealing what is being filled lets it go out and free room.
+	c.seal()
+	for c.buffered+size > c.o.MaxBufferedBytes && c.buffered > 0 {
+		if c.closing || c.closed || ctx.Err() != nil || !time.Now().Before(deadline) {
+			return false
+		}
+		c.cond.Wait()
+	}
+	return true
+}
+
+func (c *Client) fail(r *Record, cb func(*Record, error), err error) {
+	if cb != nil {
+		cb(r, err)
+	}
+}
+
+// seal moves the batch being filled to the send queue; c.mu held.
+func (c *Client) seal() {
+	if c.cur == nil {
+		return
+	}
+	c.ready = append(c.ready, c.cur)
+	c.cur = nil
+	kickCh(c.kick)
+}
+
+func (c *Client) lingerFired() {
+	c.mu.Lock()
+	if c.cur != nil && time.Since(c.cur.firstAt) >= c.o.Linger/2 {
+		c.seal()
+	}
+	c.mu.Unlock()
+}
+
+// ProduceSync sends records and waits for all of them: nil when every one
+// is durable, else the first record's error.
+func (c *Client) ProduceSync(ctx context.Context, rs ...*Record) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	wg.Add(len(rs))
+	for _, r := range rs {
+		c.Produce(ctx, r, func(_ *Record, err error) {
+			if err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+			wg.Done()
+		})
+	}
+	c.mu.Lock()
+	c.seal()
+	c.mu.Unlock()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return first
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Flush sends what is buffered and waits until every record produced
+// before it has been called back, or ctx ends.
+func (c *Client) Flush(ctx context.Context) error {
+	c.mu.Lock()
+	c.seal()
+	var last *batch
+	if n := len(c.order); n > 0 {
+		last = c.order[n-1]
+	}
+	stop := context.AfterFunc(ctx, func() { c.mu.Lock(); c.cond.Broadcast(); c.mu.Unlock() })
+	defer stop()
+	for last != nil && c.pending(last) {
+		if ctx.Err() != nil {
+			c.mu.Unlock()
+			return ctx.Err()
+		}
+		c.cond.Wait()
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// pending reports whether b is still waiting for its callbacks; c.mu held.
+func (c *Client) pending(b *batch) bool {
+	for _, o := range c.order {
+		if o == b {
+			return true
+		}
+	}
+	return false
+}
+
+// Close flushes within ctx, then fails what is left with ErrClosed (every
+// callback still runs exactly once) and stops. Produce after Close fails
+// the record with ErrClosed.
+func (c *Client) Close(ctx context.Context) error {
+	err := c.Flush(ctx)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closing = true
+	c.seal()
+	for _, b := range c.order {
+		for i := range b.entries {
+			if e := &b.entries[i]; !e.done {
+				e.done, e.err = true, ErrClosed
+				b.open--
+			}
+		}
+	}
+	c.ready, c.retry = nil, nil
+	c.closed = true
+	if c.lingerT != nil {
+		c.lingerT.Stop()
+	}
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	kickCh(c.cbKick)
+	close(c.stop)
+	c.wg.Wait()
+	return err
+}
+
+// resolve records the outcome of records of b; c.mu held.
+func (c *Client) resolve(b *batch, i int, err error) {
+	e := &b.entries[i]
+	if e.done {
+		return
+	}
+	e.done, e.err = true, err
+	b.open--
+	if b.open == 0 {
+		kickCh(c.cbKick)
+	}
+}
+
+// callbacks calls back finished batches in produce order.
+func (c *Client) callbacks() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.cbKick:
+		case <-c.stop:
+			c.drainCallbacks()
+			return
+		}
+		c.drainCallbacks()
+	}
+}
+
+func (c *Client) drainCallbacks() {
+	for {
+		c.mu.Lock()
+		if len(c.order) == 0 || c.order[0].open > 0 || c.order[0] == c.cur {
+			c.mu.Unlock()
+			return
+		}
+		// The batch stays first in order while its callbacks run, so Flush
+		// returns only after they have.
+		b := c.order[0]
+		c.mu.Unlock()
+		for i := range b.entries {
+			e := &b.entries[i]
+			if e.cb != nil {
+				e.cb(e.rec, e.err)
+			}
+		}
+		c.mu.Lock()
+		c.order[0] = nil
+		c.order = c.order[1:]
+		c.buffered -= b.bytes
+		c.cond.Broadcast()
+		c.mu.Unlock()
+		clear(b.entries)
+		*b = batch{entries: b.entries[:0], body: b.body[:0]}
+		c.batchP.Put(b)
+	}
+}
+
+// backoff is the wait before attempt n (1-based), with jitter.
+func (c *Client) backoff(n int) time.Duration {
+	d := c.o.RetryBackoff << min(n-1, 20)
+	d = min(d, c.o.RetryBackoffMax)
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+func recordSize(r *Record) int {
+	n := len(r.Topic) + len(r.Key) + len(r.Value) + 16
+	for i := range r.Headers {
+		n += len(r.Headers[i].Key) + len(r.Headers[i].Value) + 4
+	}
+	return n
+}
+
+func kickCh(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,350 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ferryhq/ferry/client"
+	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/consumer/consumertest"
+	"github.com/ferryhq/ferry/receiver/localreceiver"
+	"github.com/ferryhq/ferry/record"
+	"github.com/ferryhq/ferry/telemetry"
+)
+
+// agent runs the agent's local receiver in this process in front of next.
+func agent(t testing.TB, next consumer.Consumer, mod func(*localreceiver.Config)) (*localreceiver.Receiver, string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "f.sock")
+	cfg := localreceiver.Config{Enabled: true, Socket: sock, SocketMode: "0660", Listen: "127.0.0.1:0", MaxFrameBytes: 1 << 20,
+		MaxRecords: 10_000, MaxInflightBytes: 4 << 20, MaxConnections: 16, IdleTimeout: time.Minute, AckTimeout: 5 * time.Second,
+		Topics: []string{"*"}}
+	if mod != nil {
+		mod(&cfg)
+	}
+	r, err := localreceiver.New(cfg, telemetry.TestSettings(), next, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+	return r, sock
+}
+
+func newClient(t testing.TB, o client.Options) *client.Client {
+	t.Helper()
+	c, err := client.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+// calls records every callback, checking each record is called back once.
+type calls struct {
+	mu   sync.Mutex
+	seen map[*client.Record]int
+	errs map[string]int
+	seq  []int // the value's number, in callback order
+}
+
+func newCalls() *calls { return &calls{seen: map[*client.Record]int{}, errs: map[string]int{}} }
+
+func (c *calls) cb(r *client.Record, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen[r]++
+	if err != nil {
+		c.errs[err.Error()]++
+	}
+	n, _ := strconv.Atoi(string(bytes.TrimPrefix(r.Value, []byte("v"))))
+	c.seq = append(c.seq, n)
+}
+
+func (c *calls) check(t *testing.T, n int) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.seen) != n {
+		t.Fatalf("%d records called back, want %d", len(c.seen), n)
+	}
+	for r, k := range c.seen {
+		if k != 1 {
+			t.Fatalf("record %s called back %d times", r.Value, k)
+		}
+	}
+	for i := 1; i < len(c.seq); i++ {
+		if c.seq[i] < c.seq[i-1] {
+			t.Fatalf("callbacks out of produce order: %d after %d", c.seq[i], c.seq[i-1])
+		}
+	}
+}
+
+func recs(n int, topic string) []*client.Record {
+	out := make([]*client.Record, n)
+	for i := range out {
+		out[i] = &client.Record{Topic: topic, Key: []byte("k" + strconv.Itoa(i%7)), Value: []byte("v" + strconv.Itoa(i)),
+			Headers: []client.Header{{Key: "h", Value: []byte("x")}}}
+	}
+	return out
+}
+
+// TestDeliversInOrder: records from one producer arrive complete, in
+// order, with their keys and headers; every callback runs once, in
+// produce order.
+func TestDeliversInOrder(t *testing.T) {
+	for _, comp := range []string{"none", "lz4", "zstd"} {
+		t.Run(comp, func(t *testing.T) {
+			sink := &consumertest.Sink{}
+			_, sock := agent(t, sink, nil)
+			c := newClient(t, client.Options{Addrs: []string{"unix:" + sock}, Compression: comp, BatchRecords: 97})
+			cl := newCalls()
+			rs := recs(5000, "t")
+			for _, r := range rs {
+				c.Produce(context.Background(), r, cl.cb)
+			}
+			if err := c.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			cl.check(t, len(rs))
+			if len(cl.errs) != 0 {
+				t.Fatalf("errors: %v", cl.errs)
+			}
+			got := sink.Records()
+			if len(got) != len(rs) {
+				t.Fatalf("the agent got %d records, want %d", len(got), len(rs))
+			}
+			for i, r := range got {
+				if string(r.Value) != "v"+strconv.Itoa(i) || string(r.Key) != "k"+strconv.Itoa(i%7) || r.Topic != "t" ||
+					len(r.Headers) != 1 || r.Headers[0].Key != "h" {
+					t.Fatalf("record %d: %+v", i, r)
+				}
+			}
+		})
+	}
+}
+
+// flaky refuses the first n batches as full, then passes them on.
+type flaky struct {
+	left atomic.Int64
+	next consumer.Consumer
+}
+
+func (f *flaky) Consume(ctx context.Context, b *record.Batch) error {
+	if f.left.Add(-1) >= 0 {
+		return consumer.ErrFull
+	}
+	return f.next.Consume(ctx, b)
+}
+
+// TestRetriesRefusals: batches the agent refuses for a passing reason are
+// sent again until accepted; nothing is lost or called back twice.
+func TestRetriesRefusals(t *testing.T) {
+	sink := &consumertest.Sink{}
+	f := &flaky{next: sink}
+	f.left.Store(5)
+	_, sock := agent(t, f, nil)
+	c := newClient(t, client.Options{Addrs: []string{"unix:" + sock}, BatchRecords: 50, RetryBackoff: time.Millisecond, RetryBackoffMax: 5 * time.Millisecond})
+	cl := newCalls()
+	for _, r := range recs(1000, "t") {
+		c.Produce(context.Background(), r, cl.cb)
+	}
+	if err := c.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cl.check(t, 1000)
+	if len(cl.errs) != 0 || len(sink.Records()) != 1000 {
+		t.Fatalf("errors %v, delivered %d", cl.errs, len(sink.Records()))
+	}
+}
+
+// perRecord fails, for good, the records whose value starts with "bad".
+type perRecord struct{}
+
+func (perRecord) Consume(_ context.Context, b *record.Batch) error {
+	b.Arm()
+	for i := range b.Records {
+		var err error
+		if bytes.HasPrefix(b.Records[i].Value, []byte("bad")) {
+			err = consumer.TooLarge("record", 10, 5, nil)
+		}
+		go b.AckAt(i, err)
+	}
+	return nil
+}
+
+// TestPerRecordOutcomes: in one batch, a record Kafka refuses and a record
+// with a topic Kafka cannot have fail with their own reasons; the others
+// are accepted.
+func TestPerRecordOutcomes(t *testing.T) {
+	_, sock := agent(t, perRecord{}, nil)
+	c := newClient(t, client.Options{Addrs: []string{"unix:" + sock}})
+	rs := []*client.Record{{Topic: "t", Value: []byte("ok1")}, {Topic: "t", Value: []byte("bad1")},
+		{Topic: "no spaces allowed", Value: []byte("ok2")}, {Topic: "t", Value: []byte("ok3")}}
+	errs := make([]error, len(rs))
+	var wg sync.WaitGroup
+	wg.Add(len(rs))
+	for i, r := range rs {
+		c.Produce(context.Background(), r, func(_ *client.Record, err error) { errs[i] = err; wg.Done() })
+	}
+	wg.Wait()
+	var fe *client.Error
+	if errs[0] != nil || errs[3] != nil {
+		t.Fatalf("accepted records failed: %v %v", errs[0], errs[3])
+	}
+	if !errors.As(errs[1], &fe) || fe.Reason != "record_too_large" || fe.Retryable {
+		t.Fatalf("refused record: %v", errs[1])
+	}
+	if !errors.As(errs[2], &fe) || fe.Reason != "invalid_topic" {
+		t.Fatalf("invalid topic: %v", errs[2])
+	}
+}
+
+// TestReconnects: the agent goes away and comes back on the same socket
+// while records are produced; every callback runs once, and every record
+// reported accepted reached the agent.
+func TestReconnects(t *testing.T) {
+	sink := &consumertest.Sink{}
+	r, sock := agent(t, sink, nil)
+	c := newClient(t, client.Options{Addrs: []string{"unix:" + sock}, BatchRecords: 20, RetryBackoff: 5 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond})
+	cl := newCalls()
+	rs := recs(3000, "t")
+	for i, rec := range rs {
+		c.Produce(context.Background(), rec, cl.cb)
+		if i == 1000 {
+			_ = r.Shutdown(context.Background())
+			time.Sleep(50 * time.Millisecond)
+			r2, err := localreceiver.New(localreceiver.Config{Enabled: true, Socket: sock, SocketMode: "0660", MaxFrameBytes: 1 << 20,
+				MaxRecords: 10_000, MaxInflightBytes: 4 << 20, MaxConnections: 16, IdleTimeout: time.Minute, AckTimeout: 5 * time.Second,
+				Topics: []string{"*"}}, telemetry.TestSettings(), sink, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r2.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = r2.Shutdown(context.Background()) })
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl.check(t, len(rs))
+	if len(cl.errs) != 0 {
+		t.Fatalf("errors: %v", cl.errs)
+	}
+	got := map[string]bool{}
+	for _, r := range sink.Records() {
+		got[string(r.Value)] = true
+	}
+	for _, rec := range rs {
+		if !got[string(rec.Value)] {
+			t.Fatalf("%s was reported accepted but never reached the agent", rec.Value)
+		}
+	}
+}
+
+// TestCloseFailsWhatIsLeft: with no agent, Close after its deadline fails
+// every record with ErrClosed, each exactly once; Produce after Close
+// fails at once.
+func TestCloseFailsWhatIsLeft(t *testing.T) {
+	c, err := client.New(client.Options{Addrs: []string{"unix:/nonexistent/f.sock"}, RetryBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := newCalls()
+	for _, r := range recs(100, "t") {
+		c.Produce(context.Background(), r, cl.cb)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := c.Close(ctx); err == nil {
+		t.Fatal("Close reported everything delivered")
+	}
+	cl.check(t, 100)
+	if cl.errs[client.ErrClosed.Error()] != 100 {
+		t.Fatalf("errors %v", cl.errs)
+	}
+	late := &client.Record{Topic: "t", Value: []byte("v1000")}
+	c.Produce(context.Background(), late, cl.cb)
+	if cl.errs[client.ErrClosed.Error()] != 101 {
+		t.Fatal("Produce after Close did not fail the record")
+	}
+}
+
+// TestBufferFullWaitsThenFails: with the agent not answering, Produce
+// waits MaxBlock for room, then fails the record with ErrBufferFull.
+func TestBufferFullWaitsThenFails(t *testing.T) {
+	h := &consumertest.Holder{}
+	_, sock := agent(t, h, nil)
+	c := newClient(t, client.Options{Addrs: []string{"unix:" + sock}, MaxBufferedBytes: 4096, MaxBlock: 100 * time.Millisecond})
+	cl := newCalls()
+	big := bytes.Repeat([]byte("x"), 1000)
+	start := time.Now()
+	for i := 0; i < 10; i++ {
+		c.Produce(context.Background(), &client.Record{Topic: "t", Value: append([]byte("v"+strconv.Itoa(i)+" "), big...)}, cl.cb)
+	}
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Fatalf("Produce did not wait for room (%s)", d)
+	}
+	cl.mu.Lock()
+	full := cl.errs[client.ErrBufferFull.Error()]
+	cl.mu.Unlock()
+	if full == 0 {
+		t.Fatalf("no record failed with ErrBufferFull: %v", cl.errs)
+	}
+	h.Release(nil)
+	_ = c.Flush(context.Background())
+}
+
+// TestSyncAndTCP: ProduceSync over TCP returns after the records are
+// durable, with the agent's refusal as its error.
+func TestSyncAndTCP(t *testing.T) {
+	sink := &consumertest.Sink{}
+	r, _ := agent(t, sink, nil)
+	c := newClient(t, client.Options{Addrs: []string{"tcp:" + r.TCPAddr()}})
+	if err := c.ProduceSync(context.Background(), &client.Record{Topic: "t", Value: []byte("one")}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(sink.Records()); n != 1 {
+		t.Fatalf("ProduceSync returned before the record was delivered (%d)", n)
+	}
+	err := c.ProduceSync(context.Background(), &client.Record{Topic: "bad topic", Value: []byte("x")})
+	var fe *client.Error
+	if !errors.As(err, &fe) || fe.Reason != "invalid_topic" {
+		t.Fatalf("ProduceSync of an invalid topic: %v", err)
+	}
+}
+
+func ExampleClient_Produce() {
+	c, err := client.New(client.Options{}) // the agent's socket, then 127.0.0.1:8090
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close(context.Background())
+	c.Produce(context.Background(), &client.Record{Topic: "app-logs", Key: []byte("user-42"), Value: []byte(`{"msg":"hi"}`)},
+		func(r *client.Record, err error) {
+			if err != nil {
+				fmt.Println("not delivered:", err)
+			}
+		})
+}

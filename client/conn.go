@@ -1,0 +1,416 @@
+package client
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/ferryhq/ferry/protocol"
+)
+
+// appendRecord encodes r as protocol.AppendRecord does, without turning
+// the topic into a byte slice first.
+func appendRecord(dst []byte, prevTopic string, r *Record) []byte {
+	if r.Topic != "" && r.Topic == prevTopic {
+		dst = append(dst, 0)
+	} else {
+		dst = binary.AppendUvarint(dst, uint64(len(r.Topic)))
+		dst = append(dst, r.Topic...)
+	}
+	if r.Key == nil {
+		dst = append(dst, 0)
+	} else {
+		dst = binary.AppendUvarint(dst, uint64(len(r.Key))+1)
+		dst = append(dst, r.Key...)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(r.Value)))
+	dst = append(dst, r.Value...)
+	var ts uint64
+	if !r.Timestamp.IsZero() {
+		ts = uint64(max(r.Timestamp.UnixMilli(), 0))
+	}
+	dst = binary.AppendUvarint(dst, ts)
+	dst = binary.AppendUvarint(dst, uint64(len(r.Headers)))
+	for i := range r.Headers {
+		dst = binary.AppendUvarint(dst, uint64(len(r.Headers[i].Key)))
+		dst = append(dst, r.Headers[i].Key...)
+		dst = binary.AppendUvarint(dst, uint64(len(r.Headers[i].Value)))
+		dst = append(dst, r.Headers[i].Value...)
+	}
+	return dst
+}
+
+// session is one connection's state, owned by the sender goroutine except
+// where noted.
+type session struct {
+	c        net.Conn
+	w        *bufio.Writer
+	hello    protocol.HelloOK
+	nextID   uint32
+	inflight map[uint32]*send // guarded by Client.mu
+	bytes    int64            // in flight, guarded by Client.mu
+	broken   chan struct{}
+	err      error // why it broke (set before broken is closed)
+	// Scratch buffers of the sender goroutine: a frame is built, written
+	// to w (which copies it) and the buffers reused.
+	body, zbody, frame []byte
+}
+
+// sender connects, sends, and reconnects, until Close.
+func (c *Client) sender() {
+	defer c.wg.Done()
+	attempt := 0
+	for {
+		select {
+		case <-c.stop:
+			return
+		default:
+		}
+		s, err := c.dial()
+		if err != nil {
+			attempt++
+			c.mu.Lock()
+			c.dialErr = err
+			var fe *Error
+			if errors.As(err, &fe) && (fe.Reason == "unauthenticated" || fe.Reason == "unsupported_version") {
+				// The agent refused this client, not the moment: what is
+				// waiting fails with its reason instead of waiting forever.
+				c.failWaiting(fe)
+			}
+			c.mu.Unlock()
+			select {
+			case <-c.stop:
+				return
+			case <-time.After(c.backoff(attempt)):
+			}
+			continue
+		}
+		attempt = 0
+		c.serve(s)
+	}
+}
+
+// dial connects to the first address that answers and says hello.
+func (c *Client) dial() (*session, error) {
+	var errs []error
+	for _, a := range c.o.Addrs {
+		network, addr, _ := strings.Cut(a, ":")
+		conn, err := net.DialTimeout(network, addr, c.o.DialTimeout)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s, err := c.handshake(conn)
+		if err != nil {
+			conn.Close()
+			errs = append(errs, err)
+			continue
+		}
+		return s, nil
+	}
+	return nil, errors.Join(errs...)
+}
+
+func (c *Client) handshake(conn net.Conn) (*session, error) {
+	_ = conn.SetDeadline(time.Now().Add(c.o.DialTimeout))
+	defer conn.SetDeadline(time.Time{})
+	var feats uint64
+	switch c.compress {
+	case protocol.CompressLZ4:
+		feats = protocol.FeatureLZ4
+	case protocol.CompressZstd:
+		feats = protocol.FeatureZstd
+	}
+	out := append([]byte(nil), protocol.Preamble[:]...)
+	out = protocol.AppendHello(out, protocol.Hello{Version: protocol.Version, ClientName: c.o.ClientName, Token: c.o.Token, Features: feats})
+	if _, err := conn.Write(out); err != nil {
+		return nil, err
+	}
+	h, body, err := readFrame(conn, 1<<16)
+	if err != nil {
+		return nil, err
+	}
+	switch h.Type {
+	case protocol.TypeHelloOK:
+		ok, err := protocol.DecodeHelloOK(body, protocol.DefaultLimits)
+		if err != nil {
+			return nil, err
+		}
+		if feats != 0 && ok.Features&feats == 0 {
+			return nil, fmt.Errorf("the agent does not take %s compression", c.o.Compression)
+		}
+		return &session{c: conn, w: bufio.NewWriterSize(conn, 256<<10), hello: ok, inflight: map[uint32]*send{}, broken: make(chan struct{})}, nil
+	case protocol.TypeError:
+		reason, msg, _ := protocol.DecodeError(body, protocol.DefaultLimits)
+		return nil, &Error{Reason: reason, Message: msg}
+	}
+	return nil, fmt.Errorf("unexpected frame type %d in the handshake", h.Type)
+}
+
+func readFrame(r io.Reader, max int) (protocol.FrameHeader, []byte, error) {
+	var hdr [10]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return protocol.FrameHeader{}, nil, err
+	}
+	h, err := protocol.ParseHeader(hdr, max)
+	if err != nil {
+		return h, nil, err
+	}
+	body := make([]byte, h.BodyLen())
+	_, err = io.ReadFull(r, body)
+	return h, body, err
+}
+
+// serve sends on s until it breaks or the client stops; what was in flight
+// on it is sent again on the next connection.
+func (c *Client) serve(s *session) {
+	go c.reader(s)
+	defer func() {
+		s.c.Close()
+		c.mu.Lock()
+		// Unanswered: their fate is unknown, so they are sent again (the
+		// agent may have delivered them: at least once).
+		var again []send
+		for _, sd := range s.inflight {
+			again = append(again, *sd)
+		}
+		s.inflight = nil
+		c.retry = append(again, c.retry...)
+		c.mu.Unlock()
+	}()
+	maxFrame := int(s.hello.MaxFrameBytes)
+	for {
+		sd, wait := c.next(s)
+		if sd == nil {
+			var timer <-chan time.Time
+			if wait > 0 {
+				timer = time.After(wait)
+			}
+			select {
+			case <-c.stop:
+				return
+			case <-s.broken:
+				return
+			case <-c.kick:
+			case <-timer:
+			}
+			continue
+		}
+		frame, err := c.encode(s, sd, maxFrame)
+		if err != nil {
+			continue // the records were failed or split by encode
+		}
+		if _, err := s.w.Write(frame); err != nil {
+			return
+		}
+		// Write more while more is ready; flush when nothing is.
+		if c.hasReady(s) {
+			continue
+		}
+		if err := s.w.Flush(); err != nil {
+			return
+		}
+	}
+}
+
+func (c *Client) hasReady(s *session) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(s.inflight) < c.o.MaxInFlight && (len(c.ready) > 0 || len(c.retry) > 0 && !time.Now().Before(c.retry[0].b.deadline))
+}
+
+// next takes the next frame to send, if one may go now; else how long to
+// wait for a retry's backoff (0: until kicked).
+func (c *Client) next(s *session) (*send, time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(s.inflight) >= c.o.MaxInFlight || s.bytes >= int64(s.hello.MaxInflightBytes) && len(s.inflight) > 0 {
+		return nil, 0
+	}
+	if len(c.retry) > 0 {
+		if d := time.Until(c.retry[0].b.deadline); d > 0 {
+			if len(c.ready) == 0 {
+				return nil, d
+			}
+		} else {
+			sd := c.retry[0]
+			c.retry = c.retry[1:]
+			return &sd, 0
+		}
+	}
+	if len(c.ready) > 0 {
+		b := c.ready[0]
+		c.ready[0] = nil
+		c.ready = c.ready[1:]
+		return &send{b: b, n: len(b.entries)}, 0
+	}
+	return nil, 0
+}
+
+// encode builds sd's frame and registers it in flight. A send over the
+// agent's frame or record limits is split; a single record over the frame
+// limit is failed.
+func (c *Client) encode(s *session, sd *send, maxFrame int) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	body := s.body[:0]
+	if sd.idx == nil && sd.b.tries == 0 {
+		body = protocol.AppendProduceCount(body, sd.n)
+		body = append(body, sd.b.body...)
+	} else {
+		body = protocol.AppendProduceCount(body, sd.n)
+		prev := ""
+		for k := 0; k < sd.n; k++ {
+			e := &sd.b.entries[sd.at(k)]
+			body = appendRecord(body, prev, e.rec)
+			prev = e.rec.Topic
+		}
+	}
+	tooBig := len(body)+protocol.HeaderLen > maxFrame || sd.n > int(s.hello.MaxRecords)
+	if tooBig {
+		if sd.n == 1 {
+			c.resolve(sd.b, sd.at(0), &Error{Reason: "record_too_large",
+				Message: fmt.Sprintf("a record of %d bytes does not fit in the agent's frame limit (%d)", len(body), maxFrame)})
+			return nil, errTooBig
+		}
+		half := sd.n / 2
+		first, second := send{b: sd.b, n: half}, send{b: sd.b, n: sd.n - half}
+		first.idx, second.idx = make([]int, half), make([]int, sd.n-half)
+		for k := 0; k < sd.n; k++ {
+			if k < half {
+				first.idx[k] = sd.at(k)
+			} else {
+				second.idx[k-half] = sd.at(k)
+			}
+		}
+		c.retry = append([]send{first, second}, c.retry...)
+		return nil, errTooBig
+	}
+	s.body = body
+	flags := byte(0)
+	if c.compress != protocol.CompressNone {
+		if z, err := protocol.Compress(s.zbody[:0], body, c.compress); err == nil {
+			s.zbody = z
+			body, flags = z, c.compress
+		}
+	}
+	s.nextID++
+	id := s.nextID
+	frame := protocol.AppendFrame(s.frame[:0], protocol.TypeProduce, flags, id, body)
+	s.frame = frame
+	s.inflight[id] = sd
+	s.bytes += int64(len(frame))
+	sd.frameBytes = len(frame)
+	return frame, nil
+}
+
+var errTooBig = errors.New("split")
+
+// at is the batch index of the send's k-th record.
+func (sd *send) at(k int) int {
+	if sd.idx == nil {
+		return k
+	}
+	return sd.idx[k]
+}
+
+// reader reads the answers on s.
+func (c *Client) reader(s *session) {
+	defer close(s.broken)
+	br := bufio.NewReaderSize(s.c, 64<<10)
+	var ranges []protocol.Range
+	for {
+		h, body, err := readFrame(br, 64<<20)
+		if err != nil {
+			s.err = err
+			return
+		}
+		switch h.Type {
+		case protocol.TypeResult:
+			ranges, err = protocol.DecodeResult(ranges[:0], body, protocol.DefaultLimits)
+			if err != nil {
+				s.err = err
+				return
+			}
+			c.answered(s, h.RequestID, ranges)
+		case protocol.TypeError:
+			reason, msg, _ := protocol.DecodeError(body, protocol.DefaultLimits)
+			s.err = &Error{Reason: reason, Message: msg}
+			return
+		default:
+			s.err = fmt.Errorf("unexpected frame type %d", h.Type)
+			return
+		}
+	}
+}
+
+// answered applies a Result to the records of the frame it answers.
+func (c *Client) answered(s *session, id uint32, ranges []protocol.Range) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sd, ok := s.inflight[id]
+	if !ok {
+		return
+	}
+	delete(s.inflight, id)
+	s.bytes -= int64(sd.frameBytes)
+	var again []int
+	var after time.Duration
+	k := 0
+	for _, rg := range ranges {
+		n := int(rg.Count)
+		if n == 0 { // the whole frame
+			n = sd.n
+		}
+		for j := 0; j < n && k < sd.n; j, k = j+1, k+1 {
+			i := sd.at(k)
+			switch rg.Status {
+			case protocol.StatusOK:
+				c.resolve(sd.b, i, nil)
+			case protocol.StatusPermanent:
+				c.resolve(sd.b, i, &Error{Reason: rg.Reason, Message: rg.Message})
+			default:
+				if c.closing || c.o.MaxRetries > 0 && sd.b.tries >= c.o.MaxRetries {
+					c.resolve(sd.b, i, &Error{Retryable: true, Reason: rg.Reason, Message: rg.Message, RetryAfter: rg.RetryAfter})
+					continue
+				}
+				again = append(again, i)
+				after = max(after, rg.RetryAfter)
+			}
+		}
+	}
+	for ; k < sd.n; k++ { // an answer that covers fewer records than sent
+		c.resolve(sd.b, sd.at(k), &Error{Reason: "protocol_error", Message: "the agent's answer did not cover this record"})
+	}
+	if len(again) > 0 {
+		sd.b.tries++
+		sd.b.deadline = time.Now().Add(max(after/2, c.backoff(sd.b.tries)))
+		c.retry = append(c.retry, send{b: sd.b, idx: again, n: len(again)})
+	}
+	c.cond.Broadcast()
+	kickCh(c.kick)
+}
+
+// failWaiting fails every record not on the wire with err; c.mu held.
+func (c *Client) failWaiting(err error) {
+	for _, b := range c.ready {
+		for i := range b.entries {
+			c.resolve(b, i, err)
+		}
+	}
+	for _, sd := range c.retry {
+		for k := 0; k < sd.n; k++ {
+			c.resolve(sd.b, sd.at(k), err)
+		}
+	}
+	c.ready, c.retry = nil, nil
+	c.cond.Broadcast()
+}

@@ -1,0 +1,451 @@
+package localreceiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ferryhq/ferry/auth/token"
+	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/protocol"
+	"github.com/ferryhq/ferry/receiver/httpbody"
+	"github.com/ferryhq/ferry/receiver/submit"
+	"github.com/ferryhq/ferry/record"
+	"github.com/ferryhq/ferry/routing"
+)
+
+// conn is one binary connection.
+type conn struct {
+	r      *Receiver
+	ctx    context.Context
+	c      net.Conn
+	claims *token.Claims
+	feats  uint64
+
+	// The writer's queue of encoded frames; closed is set when the
+	// connection ends (nothing more is queued).
+	wmu    sync.Mutex
+	wq     []byte
+	wkick  chan struct{}
+	wdone  chan struct{}
+	closed bool
+
+	// Flow control and the frames not yet answered.
+	fmu      sync.Mutex
+	fcond    *sync.Cond
+	inflight int64
+	pending  map[uint32]*frame
+}
+
+func newConn(r *Receiver, ctx context.Context, c net.Conn) *conn {
+	cn := &conn{r: r, ctx: ctx, c: c, wkick: make(chan struct{}, 1), wdone: make(chan struct{}), pending: map[uint32]*frame{}}
+	cn.fcond = sync.NewCond(&cn.fmu)
+	return cn
+}
+
+func readFull(c net.Conn, b []byte) (int, error) { return io.ReadFull(c, b) }
+
+// run serves the connection until the client leaves, breaks the protocol,
+// or the agent stops; frames in flight are answered before it returns.
+func (cn *conn) run() {
+	go cn.writer()
+	stopTimer := cn.ackTimer()
+	err := cn.read()
+	// Nothing more is read: wait for the answers of what is in flight
+	// (bounded by ack_timeout, after which they are answered anyway).
+	cn.fmu.Lock()
+	for len(cn.pending) > 0 {
+		cn.fcond.Wait()
+	}
+	cn.fmu.Unlock()
+	stopTimer()
+	if err != nil {
+		cn.send(func(b []byte) []byte { return protocol.AppendError(b, err.id, err.reason, err.msg) })
+	}
+	cn.wmu.Lock()
+	cn.closed = true
+	cn.wmu.Unlock()
+	kickCh(cn.wkick)
+	<-cn.wdone
+}
+
+// connErr ends a connection with an Error frame.
+type connErr struct {
+	id          uint32
+	reason, msg string
+}
+
+func (cn *conn) fail(id uint32, reason, msg string) *connErr {
+	cn.r.m.Error(reason)
+	cn.r.logWarn(reason, "local connection closed: "+msg, "remote", cn.c.RemoteAddr().String())
+	return &connErr{id: id, reason: reason, msg: msg}
+}
+
+// read reads frames until the connection ends; a non-nil result is the
+// Error frame to send before closing.
+func (cn *conn) read() *connErr {
+	r := cn.r
+	var hdr [10]byte
+	// The hello.
+	if _, err := io.ReadFull(cn.c, hdr[:]); err != nil {
+		return nil
+	}
+	h, err := protocol.ParseHeader(hdr, 64<<10)
+	if err != nil || h.Type != protocol.TypeHello {
+		return cn.fail(h.RequestID, "malformed_frame", "the first frame must be a hello")
+	}
+	body := make([]byte, h.BodyLen())
+	if _, err := io.ReadFull(cn.c, body); err != nil {
+		return nil
+	}
+	hello, err := protocol.DecodeHello(body, r.limits)
+	if err != nil {
+		return cn.fail(h.RequestID, "malformed_frame", err.Error())
+	}
+	if hello.Version != protocol.Version {
+		return cn.fail(h.RequestID, "unsupported_version", fmt.Sprintf("protocol version %d is not supported; this agent speaks version %d", hello.Version, protocol.Version))
+	}
+	claims, aerr := r.gate.Check(hello.Token)
+	if aerr != nil {
+		return cn.fail(h.RequestID, "unauthenticated", aerr.Error())
+	}
+	cn.claims = claims
+	cn.feats = hello.Features & (protocol.FeatureLZ4 | protocol.FeatureZstd)
+	cn.send(func(b []byte) []byte {
+		return protocol.AppendHelloOK(b, protocol.HelloOK{Version: protocol.Version, Features: cn.feats,
+			MaxFrameBytes: uint32(r.cfg.MaxFrameBytes), MaxRecords: uint32(r.cfg.MaxRecords),
+			MaxInflightBytes: uint32(min(r.cfg.MaxInflightBytes, 1<<32-1)), Server: ServerName})
+	})
+	maxInflight := int64(r.cfg.MaxInflightBytes)
+	for {
+		if cn.ctx.Err() != nil {
+			return nil
+		}
+		// Idle only counts while nothing is in flight: a client waiting
+		// for answers is not idle.
+		cn.fmu.Lock()
+		idle := cn.inflight == 0
+		cn.fmu.Unlock()
+		if idle {
+			_ = cn.c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
+		} else {
+			_ = cn.c.SetReadDeadline(time.Time{})
+		}
+		if _, err := io.ReadFull(cn.c, hdr[:]); err != nil {
+			return nil // the client left, idled out, or the agent is stopping
+		}
+		h, err := protocol.ParseHeader(hdr, r.limits.MaxFrameBytes)
+		if err != nil {
+			var tl *protocol.TooLargeError
+			if errors.As(err, &tl) {
+				return cn.fail(h.RequestID, "frame_too_large", err.Error()+" (receivers.local.max_frame_bytes)")
+			}
+			return cn.fail(h.RequestID, "malformed_frame", err.Error())
+		}
+		if h.Type != protocol.TypeProduce {
+			return cn.fail(h.RequestID, "malformed_frame", fmt.Sprintf("frame type %d is not sent by clients after the hello", h.Type))
+		}
+		if c := h.Compression(); c == 3 || c == protocol.CompressLZ4 && cn.feats&protocol.FeatureLZ4 == 0 || c == protocol.CompressZstd && cn.feats&protocol.FeatureZstd == 0 {
+			return cn.fail(h.RequestID, "malformed_frame", fmt.Sprintf("compression %d was not agreed in the hello", c))
+		}
+		size := int64(h.Length)
+		// Flow control: wait for answers before reading more.
+		cn.fmu.Lock()
+		for cn.inflight > 0 && cn.inflight+size > maxInflight && cn.ctx.Err() == nil {
+			cn.fcond.Wait()
+		}
+		if _, dup := cn.pending[h.RequestID]; dup {
+			cn.fmu.Unlock()
+			return cn.fail(h.RequestID, "malformed_frame", fmt.Sprintf("request id %d is already in flight", h.RequestID))
+		}
+		cn.fmu.Unlock()
+		if cerr := cn.produce(h); cerr != nil {
+			return cerr
+		}
+	}
+}
+
+// produce reads one produce frame's body and hands its records on.
+func (cn *conn) produce(h protocol.FrameHeader) *connErr {
+	r := cn.r
+	n := h.BodyLen()
+	raw := r.body.Get(n)
+	if !r.body.Reserve(raw, int64(cap(raw.B))) {
+		r.body.Put(raw)
+		// No room to hold it: skip its bytes without keeping them, and
+		// answer the whole frame.
+		if _, err := io.CopyN(io.Discard, cn.c, int64(n)); err != nil {
+			return nil
+		}
+		cn.answerWhole(h.RequestID, consumer.ErrFull)
+		return nil
+	}
+	raw.B = raw.B[:n]
+	if _, err := io.ReadFull(cn.c, raw.B); err != nil {
+		r.body.Put(raw)
+		return nil
+	}
+	plain, out := raw.B, (*httpbody.Buf)(nil)
+	if c := h.Compression(); c != protocol.CompressNone {
+		// The output may reach max_frame_bytes: that is reserved before
+		// decompressing, so a bomb costs at most the limit.
+		out = r.body.Get(r.limits.MaxFrameBytes)
+		if !r.body.Reserve(out, int64(cap(out.B))) {
+			r.body.Put(raw)
+			r.body.Put(out)
+			cn.answerWhole(h.RequestID, consumer.ErrFull)
+			return nil
+		}
+		var err error
+		out.B, err = protocol.Decompress(out.B[:0], raw.B, c, r.limits.MaxFrameBytes)
+		if err != nil {
+			r.body.Put(raw)
+			r.body.Put(out)
+			var tl *protocol.TooLargeError
+			if errors.As(err, &tl) {
+				cn.answerWhole(h.RequestID, consumer.OverLimit("frame_too_large", "the decompressed frame", int64(r.limits.MaxFrameBytes), "receivers.local.max_frame_bytes"))
+				return nil
+			}
+			return cn.fail(h.RequestID, "malformed_frame", err.Error())
+		}
+		plain = out.B
+	}
+	rs := r.recordP.Get().(*protocol.Records)
+	defer r.recordP.Put(rs)
+	if err := rs.Reset(plain, r.limits); err != nil {
+		r.body.Put(raw)
+		r.body.Put(out)
+		var tl *protocol.TooLargeError
+		if errors.As(err, &tl) {
+			cn.answerWhole(h.RequestID, consumer.OverLimit("too_many_records", "records in one frame", int64(r.limits.MaxRecords), "receivers.local.max_records_per_frame"))
+			return nil
+		}
+		return cn.fail(h.RequestID, "malformed_frame", err.Error())
+	}
+	fr := &frame{id: h.RequestID, n: rs.Len(), size: int64(h.Length)}
+	fr.finish = func(rs []protocol.Range) { cn.answer(rs, fr) }
+	b := r.batchP.Get().(*record.Batch)
+	now := time.Now()
+	var pr protocol.Record
+	var topic string
+	var perRecord int
+	payload := 0
+	for i := 0; rs.Next(&pr); i++ {
+		if string(pr.Topic) != topic {
+			topic = string(pr.Topic)
+		}
+		if rej := cn.check(topic); rej != nil {
+			fr.reject(i, rej)
+			continue
+		}
+		rec := record.Record{Topic: topic, Key: pr.Key, Value: pr.Value, Timestamp: now}
+		if pr.Timestamp > 0 {
+			rec.Timestamp = time.UnixMilli(pr.Timestamp)
+		}
+		if len(pr.Headers) > 0 {
+			rec.Headers = make([]record.Header, 0, len(pr.Headers))
+			for _, hd := range pr.Headers {
+				if strings.HasPrefix(string(hd.Key), routing.ReservedHeaderPrefix) {
+					r.m.Error("reserved_header_dropped")
+					continue
+				}
+				rec.Headers = append(rec.Headers, record.Header{Key: string(hd.Key), Value: hd.Value})
+				perRecord += len(hd.Key) + len(hd.Value)
+			}
+		}
+		if cn.claims != nil {
+			rec.Headers, _ = routing.TenantHeaders(rec.Headers, cn.claims, token.Messages)
+		}
+		if fr.idx != nil {
+			fr.idx = append(fr.idx, i)
+		}
+		b.Records = append(b.Records, rec)
+		payload += len(rec.Key) + len(rec.Value)
+	}
+	if err := rs.Err(); err != nil {
+		b.Reset()
+		r.batchP.Put(b)
+		r.body.Put(raw)
+		r.body.Put(out)
+		return cn.fail(h.RequestID, "malformed_frame", err.Error())
+	}
+	if len(b.Records) == 0 {
+		b.Reset()
+		r.batchP.Put(b)
+		r.body.Put(raw)
+		r.body.Put(out)
+		cn.answer(fr.ranges(nil), fr)
+		return nil
+	}
+	if err := r.gate.Limit(cn.claims, len(b.Records), payload); err != nil {
+		b.Reset()
+		r.batchP.Put(b)
+		r.body.Put(raw)
+		r.body.Put(out)
+		fr.rejectAll(err)
+		cn.answer(fr.ranges(nil), fr)
+		return nil
+	}
+	b.MemBytes = int64(cap(raw.B)) + int64(len(b.Records)*record.Overhead+perRecord)
+	if out != nil {
+		b.MemBytes += int64(cap(out.B))
+	}
+	b.OnFailure = fr.onFailure
+	nrec := len(b.Records)
+	cn.fmu.Lock()
+	cn.inflight += fr.size
+	fr.deadline = now.Add(r.cfg.AckTimeout)
+	cn.pending[fr.id] = fr
+	cn.fmu.Unlock()
+	if err := r.sub.SubmitAsync(cn.ctx, b, raw, out, fr.done); err != nil {
+		r.m.Error(consumer.Reason(err))
+		fr.rejectAll(err)
+		cn.answer(fr.ranges(nil), fr)
+		return nil
+	}
+	r.m.Received(r.set.Topics.Get(topic), nrec, payload)
+	r.m.Items("records", nrec)
+	r.m.ReqBytes.Observe(float64(h.Length))
+	return nil
+}
+
+// check refuses a record whose topic is not a valid Kafka name or not one
+// this connection may write to.
+func (cn *conn) check(topic string) error {
+	if !routing.ValidTopic(topic) {
+		return &consumer.PermanentError{Reason: "invalid_topic", Kind: consumer.KindInvalid,
+			Msg: fmt.Sprintf("invalid topic name %q: use 1 to 249 of a-z A-Z 0-9 . _ -", topic)}
+	}
+	if c := cn.claims; c != nil && c.Topics[token.Messages] != "" && c.Topics[token.Messages] != topic {
+		return &consumer.PermanentError{Reason: "topic_not_allowed", Kind: consumer.KindForbidden,
+			Msg: fmt.Sprintf("this token may write to topic %q only", c.Topics[token.Messages])}
+	}
+	if err := cn.r.allow.Check(topic, cn.claims); err != nil {
+		return &consumer.PermanentError{Reason: "topic_not_allowed", Kind: consumer.KindForbidden, Msg: err.Error(), Err: err}
+	}
+	return nil
+}
+
+// answerWhole answers a frame refused before it was decoded.
+func (cn *conn) answerWhole(id uint32, err error) {
+	cn.r.m.Error(consumer.Reason(err))
+	st, reason, msg, after := outcome(err)
+	cn.send(func(b []byte) []byte {
+		return protocol.AppendResult(b, id, []protocol.Range{{Count: 0, Status: st, Reason: reason, RetryAfter: after, Message: msg}})
+	})
+}
+
+// answer sends fr's Result once (the completion and the ack timer may both
+// try) and releases its place in flight.
+func (cn *conn) answer(ranges []protocol.Range, fr *frame) {
+	cn.fmu.Lock()
+	if fr.answered {
+		cn.fmu.Unlock()
+		return
+	}
+	fr.answered = true
+	if _, ok := cn.pending[fr.id]; ok {
+		delete(cn.pending, fr.id)
+		cn.inflight -= fr.size
+	}
+	cn.fcond.Broadcast()
+	cn.fmu.Unlock()
+	cn.send(func(b []byte) []byte { return protocol.AppendResult(b, fr.id, ranges) })
+}
+
+// send queues a frame for the writer. It never blocks: completions call it
+// from the Kafka client's goroutine.
+func (cn *conn) send(enc func([]byte) []byte) {
+	cn.wmu.Lock()
+	if !cn.closed {
+		cn.wq = enc(cn.wq)
+	}
+	cn.wmu.Unlock()
+	kickCh(cn.wkick)
+}
+
+// writer writes queued frames, as many as are queued in one write.
+func (cn *conn) writer() {
+	defer close(cn.wdone)
+	var buf []byte
+	for {
+		<-cn.wkick
+		for {
+			cn.wmu.Lock()
+			buf, cn.wq = cn.wq, buf[:0]
+			closed := cn.closed
+			cn.wmu.Unlock()
+			if len(buf) == 0 {
+				if closed {
+					return
+				}
+				break
+			}
+			_ = cn.c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			if _, err := cn.c.Write(buf); err != nil {
+				// The client is gone: stop reading too; answers have
+				// nowhere to go, records stay delivered or counted.
+				_ = cn.c.SetReadDeadline(time.Now())
+				cn.wmu.Lock()
+				cn.closed = true
+				cn.wq = cn.wq[:0]
+				cn.wmu.Unlock()
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					cn.r.m.Error("write_timeout")
+				}
+				return
+			}
+		}
+	}
+}
+
+// ackTimer answers frames Kafka has not answered for within ack_timeout.
+func (cn *conn) ackTimer() (stop func()) {
+	every := max(cn.r.cfg.AckTimeout/4, 50*time.Millisecond)
+	t := time.NewTicker(every)
+	done := make(chan struct{})
+	go func() {
+		stopping := cn.ctx.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-stopping:
+				// Stopping: wake a reader waiting for room (once).
+				stopping = nil
+				cn.fmu.Lock()
+				cn.fcond.Broadcast()
+				cn.fmu.Unlock()
+			case now := <-t.C:
+				var late []*frame
+				cn.fmu.Lock()
+				for _, fr := range cn.pending {
+					if now.After(fr.deadline) {
+						late = append(late, fr)
+					}
+				}
+				cn.fmu.Unlock()
+				for _, fr := range late {
+					cn.r.m.Error("ack_timeout")
+					err := submit.AckTimeout(cn.r.cfg.AckTimeout, fr.n)
+					st, reason, msg, after := outcome(err)
+					cn.answer([]protocol.Range{{Count: uint32(fr.n), Status: st, Reason: reason, RetryAfter: after, Message: msg}}, fr)
+				}
+			}
+		}
+	}()
+	return func() { t.Stop(); close(done) }
+}
+
+func kickCh(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}

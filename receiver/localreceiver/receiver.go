@@ -1,0 +1,189 @@
+// Package localreceiver owns the local record protocol's agent side
+// (docs/protocol.md): a Unix socket and a TCP listener on which programs on
+// this host send batches of records, each with its own topic, key, value,
+// headers and timestamp, in pipelined frames answered one by one when the
+// records are durable (Kafka's acknowledgement, or the spool's fsync).
+//
+// A connection is read by one goroutine and written by another. A produce
+// frame's size is checked from its header before anything is read, its
+// memory reserved from the shared budget before its body is read (no room:
+// the frame is answered retryable without being decoded), and its records
+// are slices of that one buffer up to the Kafka client. Frames not yet
+// answered count against max_inflight_bytes; past it the reader stops
+// reading the connection, so a fast client is slowed by TCP, not refused.
+// A frame that breaks the protocol is answered with an Error frame and the
+// connection is closed: after a framing error nothing later on it can be
+// trusted.
+//
+// A connection whose first bytes are not the preamble is in text mode: one
+// "topic<TAB>value" line per record, answered "OK" or "ERR reason message"
+// per line, or not at all after a "#noreply" line.
+package localreceiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/ferryhq/ferry/auth"
+	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/protocol"
+	"github.com/ferryhq/ferry/receiver"
+	"github.com/ferryhq/ferry/receiver/httpbody"
+	"github.com/ferryhq/ferry/receiver/receivermetrics"
+	"github.com/ferryhq/ferry/receiver/submit"
+	"github.com/ferryhq/ferry/record"
+	"github.com/ferryhq/ferry/routing"
+	"github.com/ferryhq/ferry/server"
+	"github.com/ferryhq/ferry/telemetry"
+)
+
+// ServerName is what the agent calls itself in HelloOK.
+var ServerName = "ferry"
+
+// Receiver serves the local record protocol.
+type Receiver struct {
+	cfg     Config
+	set     telemetry.Settings
+	log     *telemetry.Limited
+	m       *receivermetrics.Metrics
+	body    *httpbody.Reader
+	gate    *auth.Gate
+	allow   *routing.Allow
+	sub     *submit.Submitter
+	limits  protocol.Limits
+	socket  *server.Stream
+	tcp     *server.Stream
+	batchP  sync.Pool
+	recordP sync.Pool // *protocol.Records
+}
+
+// New builds the receiver; next receives the batches.
+func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *receiver.Prechecks) (*Receiver, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Receiver{cfg: cfg, set: set, body: httpbody.NewReader(int64(cfg.MaxFrameBytes)), gate: pre.Gate(cfg.Auth)}
+	r.log = telemetry.NewLimited(set.Logger.With("component", "receiver/local"), 10*time.Second)
+	r.m = receivermetrics.New(set.Registry, "local")
+	r.allow, _ = routing.NewAllow(cfg.Topics) // checked by Validate
+	r.limits = protocol.DefaultLimits
+	r.limits.MaxFrameBytes, r.limits.MaxRecords = int(cfg.MaxFrameBytes), cfg.MaxRecords
+	r.batchP.New = func() any { return new(record.Batch) }
+	r.recordP.New = func() any { return new(protocol.Records) }
+	r.sub = &submit.Submitter{Next: next, Bodies: r.body, AckTimeout: cfg.AckTimeout, M: r.m,
+		Recycle: func(b *record.Batch) { b.Reset(); r.batchP.Put(b) }}
+	if cfg.Socket != "" {
+		mode, _ := server.ParseMode(cfg.SocketMode)
+		r.socket = server.NewStream("local_socket", server.StreamConfig{Network: "unix", Addr: cfg.Socket, SocketMode: mode,
+			MaxConnections: cfg.MaxConnections}, r.serve, set.Logger, set.Registry)
+	}
+	if cfg.Listen != "" {
+		r.tcp = server.NewStream("local_tcp", server.StreamConfig{Network: "tcp", Addr: cfg.Listen,
+			MaxConnections: cfg.MaxConnections}, r.serve, set.Logger, set.Registry)
+	}
+	return r, nil
+}
+
+// SetBudget makes frames reserve their memory from b before they are read.
+func (r *Receiver) SetBudget(b httpbody.Budget) { r.body.SetBudget(b) }
+
+// SetAuth swaps the token configuration (reload); connections keep the
+// verdict of their hello.
+func (r *Receiver) SetAuth(c auth.ReceiverConfig) { r.gate.SetConfig(c) }
+
+// Start binds the listeners.
+func (r *Receiver) Start(ctx context.Context) error {
+	if r.socket != nil {
+		if err := r.socket.Start(ctx); err != nil {
+			return err
+		}
+	}
+	if r.tcp != nil {
+		if err := r.tcp.Start(ctx); err != nil {
+			if r.socket != nil {
+				_ = r.socket.Shutdown(ctx)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// Shutdown stops accepting; connections stop reading, answer what they
+// have in flight and close, within ctx.
+func (r *Receiver) Shutdown(ctx context.Context) error {
+	var errs []error
+	if r.tcp != nil {
+		errs = append(errs, r.tcp.Shutdown(ctx))
+	}
+	if r.socket != nil {
+		errs = append(errs, r.socket.Shutdown(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// SocketPath is the Unix socket ("" if none).
+func (r *Receiver) SocketPath() string {
+	if r.socket == nil {
+		return ""
+	}
+	return r.cfg.Socket
+}
+
+// TCPAddr is the bound TCP address ("" if none).
+func (r *Receiver) TCPAddr() string {
+	if r.tcp == nil {
+		return ""
+	}
+	return r.tcp.Addr()
+}
+
+// serve runs one connection.
+func (r *Receiver) serve(ctx context.Context, c net.Conn) {
+	var pre [4]byte
+	_ = c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
+	n, err := readFull(c, pre[:])
+	if err != nil {
+		if n > 0 {
+			// A text client that sent less than 4 bytes and stopped.
+			r.text(ctx, c, pre[:n])
+		}
+		return
+	}
+	if pre == protocol.Preamble {
+		newConn(r, ctx, c).run()
+		return
+	}
+	if pre[0] == 'F' && pre[1] == 'R' && pre[2] == 'Y' {
+		r.m.Error("unsupported_version")
+		_, _ = c.Write(protocol.AppendError(nil, 0, "unsupported_version",
+			fmt.Sprintf("protocol version %d is not supported; this agent speaks version %d", pre[3], protocol.Version)))
+		return
+	}
+	r.text(ctx, c, pre[:])
+}
+
+// outcome turns a pipeline error into a protocol status.
+func outcome(err error) (status byte, reason, msg string, after time.Duration) {
+	var re *consumer.RetryableError
+	if errors.As(err, &re) {
+		return protocol.StatusRetryable, re.Reason, re.Msg, max(re.After, time.Second)
+	}
+	var pe *consumer.PermanentError
+	if errors.As(err, &pe) {
+		return protocol.StatusPermanent, pe.Reason, pe.Msg, 0
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return protocol.StatusRetryable, "shutting_down", "ferry is stopping; send again", time.Second
+	}
+	return protocol.StatusRetryable, "internal", err.Error(), time.Second
+}
+
+func (r *Receiver) logWarn(reason, msg string, args ...any) {
+	r.log.Log(slog.LevelWarn, reason, msg, args...)
+}
