@@ -110,7 +110,6 @@ func (r *Receiver) SetAuth(c auth.ReceiverConfig) { r.gate.SetConfig(c) }
 // Shutdown stops accepting and waits for requests in progress until ctx ends.
 func (r *Receiver) Shutdown(ctx context.Context) error { return r.srv.Shutdown(ctx) }
 
-
 const headerPrefix = "X-Ferry-Header-"
 
 func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
