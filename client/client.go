@@ -166,6 +166,7 @@ type batch struct {
 	open     int    // entries not yet resolved
 	bytes    int64
 	tries    int
+	urgent   bool // someone waits for it (ProduceSync, Flush): send at the first free slot
 	firstAt  time.Time
 	deadline time.Time // not sent before (backoff after a refusal)
 }
@@ -303,6 +304,20 @@ func (c *Client) seal() {
 	kickCh(c.kick)
 }
 
+// urge marks the batch being filled as awaited: it goes now if nothing is
+// waiting to be sent, else at the sender's first free slot, with whatever
+// else was produced meanwhile (many callers of ProduceSync share frames
+// instead of queueing one frame each). c.mu held.
+func (c *Client) urge() {
+	if c.cur == nil {
+		return
+	}
+	c.cur.urgent = true
+	if len(c.ready) == 0 {
+		c.seal()
+	}
+}
+
 func (c *Client) lingerFired() {
 	c.mu.Lock()
 	if c.cur != nil && time.Since(c.cur.firstAt) >= c.o.Linger/2 {
@@ -331,7 +346,7 @@ func (c *Client) ProduceSync(ctx context.Context, rs ...*Record) error {
 		})
 	}
 	c.mu.Lock()
-	c.seal()
+	c.urge()
 	c.mu.Unlock()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()

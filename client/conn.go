@@ -243,6 +243,9 @@ func (c *Client) next(s *session) (*send, time.Duration) {
 			return &sd, 0
 		}
 	}
+	if len(c.ready) == 0 && c.cur != nil && c.cur.urgent {
+		c.seal() // a slot is free and someone waits for what is being filled
+	}
 	if len(c.ready) > 0 {
 		b := c.ready[0]
 		c.ready[0] = nil

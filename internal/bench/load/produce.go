@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/client"
 	"github.com/ferryhq/ferry/internal/bench/verify"
 )
 
@@ -47,6 +49,7 @@ type produceOpts struct {
 	seq         bool
 	metrics     bool
 	metricsURL  string
+	sync        bool
 }
 
 // Result is the machine-readable outcome (--report-json), used by the demo.
@@ -75,9 +78,10 @@ func ProduceCmd(args []string) error {
 	fs.Int64Var(&o.numRecords, "num-records", 1_000_000, "records to send (an upper bound when --duration is set)")
 	fs.IntVar(&o.recordSize, "record-size", 100, "bytes per record value")
 	fs.Float64Var(&o.throughput, "throughput", -1, "records/sec to aim for; -1 = as fast as possible")
-	fs.StringVar(&o.target, "target", "http://127.0.0.1:8088", "http://host:port (through ferry) or kafka://host:port (straight to the broker)")
-	fs.IntVar(&o.batch, "batch", 100, "records per HTTP request (NDJSON); http target only")
-	fs.IntVar(&o.concurrency, "concurrency", 8, "concurrent HTTP requests; http target only")
+	fs.StringVar(&o.target, "target", "http://127.0.0.1:8088", "http://host:port (through ferry over HTTP), unix:PATH or ferry://host:port (through ferry over the local protocol, with the Go client), or kafka://host:port (straight to the broker)")
+	fs.BoolVar(&o.sync, "sync", false, "local protocol: each worker sends its --batch records with ProduceSync and waits (pan's client's habit); default asynchronous Produce")
+	fs.IntVar(&o.batch, "batch", 100, "records per HTTP request (NDJSON); local protocol: records per ProduceSync with --sync")
+	fs.IntVar(&o.concurrency, "concurrency", 8, "concurrent HTTP requests; local protocol: goroutines producing")
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (0 = when --num-records are sent)")
 	fs.StringVar(&o.reportJSON, "report-json", "", "also write the Result as JSON to this file")
 	fs.BoolVar(&o.wait, "wait", true, "http target: wait for Kafka's acknowledgement (false: ?wait=false, answered on enqueue)")
@@ -146,8 +150,12 @@ func ProduceCmd(args []string) error {
 		err = r.http(ctx)
 	case strings.HasPrefix(o.target, "kafka://"):
 		err = r.kafka(ctx)
+	case strings.HasPrefix(o.target, "unix:"):
+		err = r.local(ctx, o.target)
+	case strings.HasPrefix(o.target, "ferry://"):
+		err = r.local(ctx, "tcp:"+strings.TrimPrefix(o.target, "ferry://"))
 	default:
-		err = fmt.Errorf("--target %q: want http://host:port or kafka://host:port", o.target)
+		err = fmt.Errorf("--target %q: want http://host:port, unix:PATH, ferry://host:port or kafka://host:port", o.target)
 	}
 	stopProgress()
 	if err != nil {
@@ -460,6 +468,92 @@ func (r *run) kafka(ctx context.Context) error {
 	}
 	r.end = time.Now()
 	return nil
+}
+
+// local sends through ferry with the Go client over the local protocol.
+func (r *run) local(ctx context.Context, addr string) error {
+	opts := client.Options{Addrs: []string{addr}, ClientName: "ferry-bench", MaxInFlight: 16}
+	for _, p := range r.o.props {
+		if k, v, _ := strings.Cut(p, "="); k == "compression.type" && v != "none" {
+			opts.Compression = v
+		}
+	}
+	c, err := client.New(opts)
+	if err != nil {
+		return err
+	}
+	recPool := sync.Pool{New: func() any { return &client.Record{Topic: r.o.topic} }}
+	cb := func(rec *client.Record, err error) {
+		if err != nil {
+			code := "local_error"
+			var fe *client.Error
+			if errors.As(err, &fe) {
+				code = fe.Reason
+			}
+			r.fail(code, 1)
+			if r.o.seq {
+				_, _, seq, _ := verify.ParseSeq(rec.Value)
+				r.ledger.Fail(seq, 1)
+			}
+		} else {
+			r.lat.add(time.Since(rec.Timestamp), 1)
+			r.acked.Add(1)
+			r.sentB.Add(int64(len(rec.Value)))
+		}
+		recPool.Put(rec)
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < r.o.concurrency; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 11))
+			var seq int
+			var batch []*client.Record
+			for {
+				first, n := r.claim(ctx, r.o.batch)
+				if n == 0 {
+					return
+				}
+				batch = batch[:0]
+				for i := 0; i < n; i++ {
+					rec := recPool.Get().(*client.Record)
+					rec.Value = r.value(rec.Value[:0], rng, w, first+int64(i))
+					rec.Timestamp = time.Now()
+					if r.o.key {
+						rec.Key = strconv.AppendInt(append(rec.Key[:0], 'w'), int64(w*1_000_000+seq), 10)
+						seq++
+					}
+					if !r.o.sync {
+						c.Produce(context.Background(), rec, cb)
+						continue
+					}
+					batch = append(batch, rec)
+				}
+				if r.o.sync {
+					r.produceSync(c, batch, cb)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	fctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := c.Close(fctx); err != nil {
+		return fmt.Errorf("flush: %w", err)
+	}
+	r.end = time.Now()
+	return nil
+}
+
+// produceSync sends recs with ProduceSync, reporting each through cb (with
+// --batch > 1, a failed call's records all count as failed: ProduceSync
+// returns one error).
+func (r *run) produceSync(c *client.Client, recs []*client.Record, cb func(*client.Record, error)) {
+	err := c.ProduceSync(context.Background(), recs...)
+	for _, rec := range recs {
+		cb(rec, err)
+	}
 }
 
 // kmetrics collects the Kafka client's figures for --print-metrics from

@@ -31,10 +31,10 @@ var (
 var ppProps = []string{"acks=all", "linger.ms=5", "compression.type=lz4", "batch.size=1000000", "enable.idempotence=true"}
 
 type prodRow struct {
-	size            int
-	n               int64
-	pp, direct, via load.Result
-	use             agentUsage
+	size                   int
+	n                      int64
+	pp, direct, via, local load.Result
+	use, localUse          agentUsage
 }
 
 func (s *suite) run() error {
@@ -112,7 +112,7 @@ func viaBatch(size int) int { return min(1000, max(1, (512<<10)/size)) }
 // producers: Kafka's ProducerPerformance, ferry-bench straight to Kafka,
 // and ferry-bench through ferry, at every record size, same records count.
 func (s *suite) producers() ([]prodRow, error) {
-	s.stepf("producers at %v B: Kafka's ProducerPerformance, ferry-bench direct, ferry-bench through ferry", s.sizes())
+	s.stepf("producers at %v B: Kafka's ProducerPerformance, ferry-bench direct, ferry-bench through ferry (HTTP, and the local protocol)", s.sizes())
 	a, err := s.agent()
 	if err != nil {
 		return nil, err
@@ -158,10 +158,23 @@ func (s *suite) producers() ([]prodRow, error) {
 		if row.via, err = parsePP(out); err != nil {
 			return nil, err
 		}
-		s.logf("%d B: %s rec/s Kafka's tool, %s direct, %s through ferry (ferry %.0f%% CPU)", size, report.F0(row.pp.RecordsSec),
-			report.F0(row.direct.RecordsSec), report.F0(row.via.RecordsSec), row.use.cpu)
+		s.logf("%d B: ferry-bench produce --target unix:%s (through ferry, the Go client over the local protocol, one goroutine)", size, a.socket)
+		t4, _ := s.topic(fmt.Sprintf("local-%d", size), 3)
+		row.localUse, err = a.measure(func() error {
+			out, err = s.bench("produce", "--target", "unix:"+a.socket, "--topic", t4, "--num-records", n,
+				"--record-size", strconv.Itoa(size), "--concurrency", "1")
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if row.local, err = parsePP(out); err != nil {
+			return nil, err
+		}
+		s.logf("%d B: %s rec/s Kafka's tool, %s direct, %s through ferry over HTTP (ferry %.0f%% CPU), %s over the local protocol (ferry %.0f%% CPU)", size, report.F0(row.pp.RecordsSec),
+			report.F0(row.direct.RecordsSec), report.F0(row.via.RecordsSec), row.use.cpu, report.F0(row.local.RecordsSec), row.localUse.cpu)
 		rows = append(rows, row)
-		for _, t := range []string{t2, t3} {
+		for _, t := range []string{t2, t3, t4} {
 			s.deleteTopic(t)
 		}
 		if size != 100 {
@@ -210,6 +223,23 @@ func (s *suite) panLike() ([]panResult, error) {
 		}
 		out = append(out, panResult{r, use})
 	}
+	// The same shape over the local protocol: 128 goroutines, each sending
+	// one message and waiting for its acknowledgement (pan's client's send).
+	var res string
+	use, err := a.measure(func() error {
+		var err error
+		res, err = s.bench("produce", "--target", "unix:"+a.socket, "--topic", t, "--num-records", "1000000000", "--duration", d,
+			"--record-size", "100", "--batch", "1", "--concurrency", "128", "--sync")
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	r, err := parsePP(res)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, panResult{r, use})
 	return out, nil
 }
 

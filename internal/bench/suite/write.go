@@ -55,6 +55,11 @@ func (s *suite) summarise(prod []prodRow, pan []panResult, cons *consResult, otl
 			rows = append(rows, []string{"pan (000): 100 B messages to Kafka, acknowledged", "18,300 msg/s on 4 cores (~4,575 per core)",
 				report.F0(r.via.RecordsSec) + " msg/s through ferry (NDJSON, " + report.F0(perCore) + " per ferry core)", report.Ratio(perCore, 18300.0/4) + " per core"})
 		}
+		if r.size == 100 && r.local.RecordsSec > 0 {
+			rows = append(rows, []string{"local protocol, 100 B, one goroutine of one process (goal ≥ 0.8× franz-go direct)", "–",
+				report.F0(r.local.RecordsSec) + " rec/s via ferry vs " + report.F0(r.direct.RecordsSec) + " franz-go direct (" +
+					report.F0(r.local.RecordsSec/max(r.localUse.cpu/100, 0.01)) + " per ferry core)", report.Ratio(r.local.RecordsSec, r.direct.RecordsSec)})
+		}
 		if r.size == 16 {
 			rows = append(rows, []string{"Kafka's ProducerPerformance (003), 16 B", report.Commas(2700950) + " rec/s (their machine)",
 				report.F0(r.pp.RecordsSec) + " here; through ferry " + report.F0(r.via.RecordsSec), "ferry/Kafka's tool here " + report.Ratio(r.via.RecordsSec, r.pp.RecordsSec)})
@@ -99,13 +104,14 @@ func (s *suite) summarise(prod []prodRow, pan []panResult, cons *consResult, otl
 func (s *suite) writeProducers(prod []prodRow) {
 	s.doc.H("1. Producers by record size: Kafka's ProducerPerformance, ferry-bench direct, through ferry")
 	var cats []string
-	var pp, dir, via []float64
+	var pp, dir, via, loc []float64
 	for _, r := range prod {
 		cats = append(cats, fmt.Sprintf("%d B", r.size))
-		pp, dir, via = append(pp, r.pp.MBSec), append(dir, r.direct.MBSec), append(via, r.via.MBSec)
+		pp, dir, via, loc = append(pp, r.pp.MBSec), append(dir, r.direct.MBSec), append(via, r.via.MBSec), append(loc, r.local.MBSec)
 	}
 	s.doc.P("%s", s.doc.Chart("producers-mb.svg", "Producer throughput by record size (MB/s, acknowledged by Kafka)", "MB/s", cats,
-		[]report.Series{{Name: "Kafka ProducerPerformance", Values: pp}, {Name: "ferry-bench → Kafka", Values: dir}, {Name: "ferry-bench → ferry → Kafka", Values: via}}))
+		[]report.Series{{Name: "Kafka ProducerPerformance", Values: pp}, {Name: "ferry-bench → Kafka", Values: dir}, {Name: "ferry-bench → ferry (HTTP) → Kafka", Values: via},
+			{Name: "Go client → ferry (local protocol) → Kafka", Values: loc}}))
 	var rows [][]string
 	for _, r := range prod {
 		seed, seedName := math.NaN(), ""
@@ -123,24 +129,29 @@ func (s *suite) writeProducers(prod []prodRow) {
 			report.F0(r.pp.RecordsSec), report.F1(r.pp.MBSec), report.F0(r.direct.RecordsSec), report.F1(r.direct.MBSec), report.F0(r.via.RecordsSec), report.F1(r.via.MBSec),
 			fmt.Sprintf("%.0f / %.0f / %.0f", r.pp.P99MS, r.direct.P99MS, r.via.P99MS),
 			report.Ratio(r.via.RecordsSec, r.direct.RecordsSec), report.Ratio(r.via.RecordsSec, r.pp.RecordsSec), seedCell, report.Ratio(r.via.RecordsSec, seed),
-			report.F0(r.use.cpu) + "%", report.F0(r.via.RecordsSec / max(r.use.cpu/100, 0.01)), report.F0(r.use.rssMiB) + " MiB"})
+			report.F0(r.use.cpu) + "%", report.F0(r.via.RecordsSec / max(r.use.cpu/100, 0.01)), report.F0(r.use.rssMiB) + " MiB",
+			report.F0(r.local.RecordsSec), report.Ratio(r.local.RecordsSec, r.direct.RecordsSec), report.F0(r.localUse.cpu) + "%",
+			report.F0(r.local.RecordsSec / max(r.localUse.cpu/100, 0.01))})
 	}
 	s.doc.Table([]string{"record", "records", "Kafka tool rec/s", "MB/s", "direct rec/s", "MB/s", "via ferry rec/s", "MB/s", "p99 ms (tool/direct/via)",
-		"via/direct", "via/Kafka tool", "seed rec/s", "via/seed", "ferry CPU", "rec/s per ferry core", "ferry peak RSS"}, rows)
+		"via/direct", "via/Kafka tool", "seed rec/s", "via/seed", "ferry CPU", "rec/s per ferry core", "ferry peak RSS",
+		"local protocol rec/s", "local/direct", "ferry CPU (local)", "local rec/s per ferry core"}, rows)
 	s.doc.P("- *Kafka tool*: `java -cp $(scripts/kafka-local classpath) org.apache.kafka.tools.ProducerPerformance --topic T --num-records N --record-size B --throughput -1 --producer-props bootstrap.servers=… %s`.", strings.Join(ppProps, " "))
 	s.doc.P("- *direct*: `ferry-bench produce --target kafka://127.0.0.1:9092 --topic T --num-records N --record-size B --producer-props \"%s\"` (franz-go, the same client ferry uses).", strings.Join(ppProps, " "))
 	s.doc.P("- *via ferry*: `ferry-bench produce --target http://127.0.0.1:8088 --topic T --num-records N --record-size B --batch K --concurrency 32`: NDJSON requests of K records (K = min(1000, 512 KiB ÷ B)), each answered after Kafka acknowledged all of them.")
+	s.doc.P("- *local protocol*: `ferry-bench produce --target unix:ferry-data/ferry.sock --topic T --num-records N --record-size B --concurrency 1`: one goroutine calling the Go client's asynchronous `Produce` per record; each record's callback runs after Kafka acknowledged it.")
 	s.doc.P("- Seeds: pan (000) forwarded 19,000 / 18,300 / 17,200 / 15,300 msg/s of 10 / 100 / 1000 / 5000 B on 4 cores; Kafka's own table (003) is ProducerPerformance on the author's machine with one partition.")
 	s.doc.P("")
 }
 
 func (s *suite) writePan(pan []panResult) {
-	s.doc.H("2. pan's shape: one message per HTTP request")
-	s.doc.P("pan answers its client once the message is queued, so the like-for-like ferry mode is `?wait=false`; the second row waits for Kafka's acknowledgement.")
+	s.doc.H("2. pan's shape: one message per send")
+	s.doc.P("pan answers its client once the message is queued, so the like-for-like ferry mode is `?wait=false`; the second row waits for Kafka's acknowledgement; the third sends over the local protocol with the Go client, each of 128 goroutines waiting for its message's acknowledgement (`ProduceSync`), as pan's client does.")
 	s.doc.P("")
 	var rows [][]string
 	for i, p := range pan {
-		name := []string{"`--batch 1 --wait=false`, 128 concurrent", "`--batch 1` (acknowledged), 128 concurrent"}[i]
+		name := []string{"HTTP `--batch 1 --wait=false`, 128 concurrent", "HTTP `--batch 1` (acknowledged), 128 concurrent",
+			"local protocol `--sync --batch 1` (acknowledged), 128 goroutines"}[i]
 		rows = append(rows, []string{name, report.F0(p.res.RecordsSec), report.F1(p.res.P50MS), report.F1(p.res.P99MS), report.F0(p.use.cpu) + "%",
 			report.F0(p.res.RecordsSec / max(p.use.cpu/100, 0.01)), report.Ratio(p.res.RecordsSec/max(p.use.cpu/100, 0.01), 19000.0/4)})
 	}
