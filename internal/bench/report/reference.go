@@ -34,6 +34,10 @@ type Reference struct {
 		Source string                `json:"source"`
 		Rows   map[string][2]float64 `json:"rows"` // ns/op, allocs/op
 	} `json:"bk_collector_micro"`
+	PanClient struct {
+		Source  string          `json:"source"`
+		NsPerOp map[int]float64 `json:"ns_per_op"`
+	} `json:"pan_client"`
 	JavaSDK struct {
 		Source     string  `json:"source"`
 		MBPerSec   float64 `json:"mb_per_sec"`

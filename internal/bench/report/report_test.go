@@ -26,7 +26,7 @@ func TestBarChart(t *testing.T) {
 func TestReference(t *testing.T) {
 	r := Ref
 	if r.Pan.PerSecBySize[100] == 0 || r.KafkaProducer.PerSecBySize[16] == 0 || r.KafkaConsumer.NMsgSec == 0 ||
-		r.BKCollectorHTTP.ReqPerSec["10x1KB"] == 0 || r.BKCollectorMicro.Rows["Aes256Decoder"][0] == 0 || r.JavaSDK.MBPerSec == 0 {
+		r.BKCollectorHTTP.ReqPerSec["10x1KB"] == 0 || r.PanClient.NsPerOp[100] == 0 || r.BKCollectorMicro.Rows["Aes256Decoder"][0] == 0 || r.JavaSDK.MBPerSec == 0 {
 		t.Fatalf("reference.json is missing a figure: %+v", r)
 	}
 	for name, s := range map[string]string{"pan": r.Pan.Source, "producer": r.KafkaProducer.Source, "http": r.BKCollectorHTTP.Source,

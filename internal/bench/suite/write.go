@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -231,7 +232,13 @@ func (s *suite) writeMicro(rows []microRow) {
 	s.doc.P("bk-collector's figures are its own benchmarks' 1-CPU rows (seed 001). ferry's Unmarshal walks the protobuf once and hands out views into the buffer; its Convert is that decode plus one flat_json object per item (bk-collector's Convert starts from an already-decoded pdata model, so ferry's rows include more work).")
 	s.doc.P("")
 	var with, without [][]string
+	var client [][]string
 	for _, r := range rows {
+		if size, mode, ok := clientBench(r.name); ok {
+			pan := report.Ref.PanClient.NsPerOp[size]
+			client = append(client, []string{fmt.Sprintf("%d B, %s", size, mode), dur(r.ns), report.F0(r.allocs), dur(pan), report.Ratio(pan, r.ns)})
+			continue
+		}
 		if sd, ok := seedMicro[r.name]; ok {
 			with = append(with, []string{r.name, dur(r.ns), report.F0(r.allocs), dur(sd[0]), report.F0(sd[1]), report.Ratio(sd[0], r.ns)})
 		} else {
@@ -243,5 +250,21 @@ func (s *suite) writeMicro(rows []microRow) {
 	s.doc.P("Without a seed figure:")
 	s.doc.P("")
 	s.doc.Table([]string{"benchmark", "ferry", "allocs"}, without)
-	s.doc.P("Command: `go test -run '^$' -bench . -benchmem ./otlp/wire ./otlp/flatjson ./auth ./auth/token ./auth/ratelimit ./processor/... ./receiver/httpreceiver ./exporter/kafkaexporter ./buffer/... ./record`.")
+	if len(client) > 0 {
+		s.doc.P("The Go client (`client/`, `BenchmarkKafkaFor<size>Byte`, named as pan's client's benchmarks) against the agent's local receiver in the same process, with a consumer that acknowledges at once: *async* is `Produce` per record (batched, pipelined, the callback counted); *sync* is `ProduceSync` of one record, a round trip per op. pan's client: %s.", report.Ref.PanClient.Source)
+		s.doc.P("")
+		s.doc.Table([]string{"record, send", "ferry client", "allocs", "pan's client (seed)", "speed-up"}, client)
+	}
+	s.doc.P("Command: `go test -run '^$' -bench . -benchmem ./otlp/wire ./otlp/flatjson ./auth ./auth/token ./auth/ratelimit ./processor/... ./receiver/httpreceiver ./exporter/kafkaexporter ./buffer/... ./record ./client ./protocol`.")
+}
+
+// clientBench reads "KafkaFor100Byte/async" as (100, "async").
+func clientBench(name string) (int, string, bool) {
+	rest, ok := strings.CutPrefix(name, "KafkaFor")
+	if !ok {
+		return 0, "", false
+	}
+	num, mode, _ := strings.Cut(rest, "Byte/")
+	n, err := strconv.Atoi(num)
+	return n, mode, err == nil
 }
