@@ -348,3 +348,20 @@ func ExampleClient_Produce() {
 			}
 		})
 }
+
+func ExampleClient_ProduceSync() {
+	c, err := client.New(client.Options{Addrs: []string{"unix:ferry-data/ferry.sock"}, Compression: "lz4"})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Returns once Kafka (or the agent's spool) has the record.
+	if err := c.ProduceSync(ctx, &client.Record{Topic: "billing", Value: []byte(`{"amount":12}`)}); err != nil {
+		var fe *client.Error
+		if errors.As(err, &fe) && !fe.Retryable {
+			fmt.Println("refused for good:", fe.Reason)
+		}
+	}
+}
