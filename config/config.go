@@ -100,7 +100,7 @@ func (c *Config) Validate() error {
 	if err := wrap("receivers.local", c.Receivers.Local.Validate()); err != nil {
 		return err
 	}
-	if l := c.Receivers.Local; l.Enabled && l.MaxFrameBytes > c.Queue.MemoryLimit/2 {
+	if l := c.Receivers.Local; l.Enabled && l.MaxFrameBytes != 0 && l.MaxFrameBytes > c.Queue.MemoryLimit/2 {
 		return fmt.Errorf("config: receivers.local.max_frame_bytes (%s) exceeds half of queue.memory_limit (%s): a compressed frame reserves the limit for its decompressed body", l.MaxFrameBytes, c.Queue.MemoryLimit)
 	}
 	if c.Receivers.OTLP.Enabled && c.Receivers.OTLP.MaxRequestBytes > c.Queue.MemoryLimit/2 {
@@ -142,6 +142,9 @@ func (c *Config) Validate() error {
 		}{{"receivers.http.max_request_bytes", c.Receivers.HTTP.Enabled, c.Receivers.HTTP.MaxRequestBytes},
 			{"receivers.otlp.max_request_bytes", c.Receivers.OTLP.Enabled, c.Receivers.OTLP.MaxRequestBytes},
 			{"receivers.local.max_frame_bytes", c.Receivers.Local.Enabled, c.Receivers.Local.MaxFrameBytes}} {
+			if r.max == 0 { // derived: at most a quarter of memory_limit
+				continue
+			}
 			if r.on && c.Delivery.Spool.MaxBytes < 2*r.max {
 				return fmt.Errorf("config: delivery.spool.max_bytes (%s) must be at least two %s (%s): a request is appended whole",
 					c.Delivery.Spool.MaxBytes, r.key, 2*r.max)

@@ -164,7 +164,12 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 		}
 	}
 	if cfg.Receivers.Local.Enabled {
-		if p.Local, err = localreceiver.New(cfg.Receivers.Local, set, intake, pre); err != nil {
+		lc := cfg.Receivers.Local
+		if lc.MaxFrameBytes == 0 {
+			// A compressed frame reserves the limit for its output.
+			lc.MaxFrameBytes = min(8<<20, cfg.Queue.MemoryLimit/4)
+		}
+		if p.Local, err = localreceiver.New(lc, set, intake, pre); err != nil {
 			return nil, fmt.Errorf("receivers.local: %w", err)
 		}
 	}

@@ -21,7 +21,8 @@ type Config struct {
 	// Listen is the TCP address ("" for none).
 	Listen string `yaml:"listen"`
 	// MaxFrameBytes bounds a frame as sent and a produce body after
-	// decompression; MaxRecords the records of one frame.
+	// decompression (0: a quarter of queue.memory_limit, at most 8 MiB, set
+	// by the pipeline); MaxRecords the records of one frame.
 	MaxFrameBytes bytesize.Size `yaml:"max_frame_bytes"`
 	MaxRecords    int           `yaml:"max_records_per_frame"`
 	// MaxInflightBytes bounds the frames one connection has sent and not
@@ -58,13 +59,13 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("socket_mode: %w", err)
 		}
 	}
-	if c.MaxFrameBytes < 1024 || c.MaxFrameBytes > 1<<30 {
+	if c.MaxFrameBytes != 0 && (c.MaxFrameBytes < 1024 || c.MaxFrameBytes > 1<<30) {
 		return fmt.Errorf("max_frame_bytes: %s is outside 1KiB..1GiB", c.MaxFrameBytes)
 	}
 	if c.MaxRecords < 1 {
 		return fmt.Errorf("max_records_per_frame: %d is below 1", c.MaxRecords)
 	}
-	if c.MaxInflightBytes < c.MaxFrameBytes {
+	if c.MaxInflightBytes < max(c.MaxFrameBytes, 1024) {
 		return fmt.Errorf("max_inflight_bytes: %s is below max_frame_bytes (%s): one frame must fit", c.MaxInflightBytes, c.MaxFrameBytes)
 	}
 	if c.MaxConnections < 0 {

@@ -67,6 +67,9 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *receiv
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.MaxFrameBytes == 0 {
+		cfg.MaxFrameBytes = 8 << 20
+	}
 	r := &Receiver{cfg: cfg, set: set, body: httpbody.NewReader(int64(cfg.MaxFrameBytes)), gate: pre.Gate(cfg.Auth)}
 	r.log = telemetry.NewLimited(set.Logger.With("component", "receiver/local"), 10*time.Second)
 	r.m = receivermetrics.New(set.Registry, "local")
