@@ -38,6 +38,16 @@ for m in "${modules[@]}"; do
   (cd "$m" && FERRY_TEST_KAFKA=127.0.0.1:$port go test -race -count=1 -timeout 15m ./...) 2>&1 | tee -a /tmp/ferry-test.$$.log
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 done
+echo "== Java SDK (sdk/java: protocol vectors, then against the real agent and Kafka)"
+go build -o bin/ferry ./cmd/ferry
+go build -o bin/ferry-bench ./cmd/ferry-bench
+if (cd sdk/java && FERRY_BIN="$PWD/../../bin/ferry" FERRY_BENCH_BIN="$PWD/../../bin/ferry-bench" FERRY_TEST_KAFKA=127.0.0.1:$port \
+    mvn -q -B -Dstyle.color=never verify) 2>&1 | tee -a /tmp/ferry-test.$$.log; then
+  echo "ok  	sdk/java" | tee -a /tmp/ferry-test.$$.log
+else
+  echo "FAIL	sdk/java" | tee -a /tmp/ferry-test.$$.log
+  status=1
+fi
 passed=$(grep -c '^ok ' /tmp/ferry-test.$$.log || true)
 failed=$(grep -c '^FAIL' /tmp/ferry-test.$$.log || true)
 rm -f /tmp/ferry-test.$$.log

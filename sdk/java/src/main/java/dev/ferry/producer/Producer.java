@@ -1,0 +1,803 @@
+package dev.ferry.producer;
+
+import java.io.BufferedInputStream;
+import java.io.BufferedOutputStream;
+import java.io.Closeable;
+import java.io.DataInputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.InetSocketAddress;
+import java.net.Socket;
+import java.net.StandardProtocolFamily;
+import java.net.UnixDomainSocketAddress;
+import java.nio.channels.SocketChannel;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * Sends records to the local ferry agent over its local record protocol
+ * (docs/protocol.md). Thread-safe.
+ *
+ * <p>{@code send} queues the record into the batch being filled and returns
+ * at once (it waits only while {@code totalSizeInBytes} is full, up to
+ * {@code maxBlockMs}, then throws {@link BufferFullException}). Batches go
+ * out on {@code sendThreads} connections, pipelined; the agent answers each
+ * when its records are durable. A record refused for a passing reason, or
+ * unanswered when a connection breaks, is sent again after a backoff, up to
+ * {@code retries} times. Every record's callback runs, and its future
+ * completes, exactly once, on one callback thread; {@code close} completes
+ * what it could not deliver with error code {@code closed}.
+ */
+public final class Producer implements Closeable {
+    private final ProducerConfig cfg;
+    private final byte codec;
+    private final Object lock = new Object();
+
+    // Guarded by lock.
+    private Batch cur;
+    private final ArrayDeque<Send> ready = new ArrayDeque<>();
+    private long buffered;
+    private long pending;
+    private boolean closed;
+    private boolean stopped;
+
+    private final List<Sender> senders = new ArrayList<>();
+    private final ExecutorService callbacks;
+
+    public Producer(ProducerConfig cfg) {
+        this.cfg = cfg;
+        switch (cfg.getCompression()) {
+            case "lz4": codec = Protocol.COMPRESS_LZ4; break;
+            case "zstd": codec = Protocol.COMPRESS_ZSTD; break;
+            default: codec = Protocol.COMPRESS_NONE;
+        }
+        callbacks = Executors.newSingleThreadExecutor(r -> {
+            Thread t = new Thread(r, "ferry-producer-callbacks");
+            t.setDaemon(true);
+            return t;
+        });
+        for (int i = 0; i < cfg.getSendThreads(); i++) {
+            Sender s = new Sender(i);
+            senders.add(s);
+            s.thread.start();
+        }
+    }
+
+    // ---- sending ----
+
+    public CompletableFuture<Result> send(String topic, String value) {
+        return send(topic, null, value.getBytes(StandardCharsets.UTF_8), null, null);
+    }
+
+    public CompletableFuture<Result> send(String topic, String key, String value, Callback callback) {
+        return send(topic, key == null ? null : key.getBytes(StandardCharsets.UTF_8), value.getBytes(StandardCharsets.UTF_8), null, callback);
+    }
+
+    /** A LogItem, as one JSON object. */
+    public CompletableFuture<Result> send(String topic, String key, LogItem item, Callback callback) {
+        return send(topic, key == null ? null : key.getBytes(StandardCharsets.UTF_8), item.toJson(), null, callback);
+    }
+
+    public CompletableFuture<Result> send(String topic, byte[] key, byte[] value, Callback callback) {
+        return send(topic, key, value, null, callback);
+    }
+
+    /**
+     * Queues a record. key may be null (no key); headers (may be null) keep
+     * their iteration order. The returned future and the callback (may be
+     * null) complete once, with the record's fate.
+     *
+     * @throws BufferFullException totalSizeInBytes stayed full for maxBlockMs
+     * @throws ProducerClosedException after close
+     */
+    public CompletableFuture<Result> send(String topic, byte[] key, byte[] value, Map<String, byte[]> headers, Callback callback) {
+        byte[] t = topic.getBytes(StandardCharsets.UTF_8);
+        List<byte[][]> hs = null;
+        int size = t.length + (key == null ? 0 : key.length) + value.length + 16;
+        if (headers != null && !headers.isEmpty()) {
+            hs = new ArrayList<>(headers.size());
+            for (Map.Entry<String, byte[]> e : headers.entrySet()) {
+                byte[] k = e.getKey().getBytes(StandardCharsets.UTF_8);
+                hs.add(new byte[][] {k, e.getValue()});
+                size += k.length + e.getValue().length + 4;
+            }
+        }
+        Pending p = new Pending(t, key, value, System.currentTimeMillis(), hs, size, callback);
+        synchronized (lock) {
+            if (closed) {
+                throw new ProducerClosedException();
+            }
+            if (buffered + size > cfg.getTotalSizeInBytes() && buffered > 0) {
+                long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(cfg.getMaxBlockMs());
+                seal(); // what is being filled may go and free room
+                while (buffered + size > cfg.getTotalSizeInBytes() && buffered > 0) {
+                    long left = deadline - System.nanoTime();
+                    if (left <= 0 || closed) {
+                        throw closed ? new ProducerClosedException()
+                                : new BufferFullException("totalSizeInBytes (" + cfg.getTotalSizeInBytes() + ") full for maxBlockMs (" + cfg.getMaxBlockMs() + " ms)");
+                    }
+                    try {
+                        lock.wait(Math.max(1, TimeUnit.NANOSECONDS.toMillis(left)));
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                        throw new ProducerException("interrupted while waiting for room");
+                    }
+                }
+            }
+            if (cur == null) {
+                cur = new Batch(Math.min(cfg.getBatchSizeInBytes() + 1024, 1 << 20));
+            }
+            cur.add(p);
+            buffered += size;
+            pending++;
+            if (cur.body.len >= cfg.getBatchSizeInBytes() || cur.recs.size() >= cfg.getBatchCountThreshold()) {
+                seal();
+            }
+        }
+        return p.future;
+    }
+
+    /** Sends what is buffered and waits until every record sent before has completed. */
+    public void flush() throws InterruptedException {
+        flush(Long.MAX_VALUE);
+    }
+
+    private boolean flush(long timeoutMs) throws InterruptedException {
+        long deadline = timeoutMs == Long.MAX_VALUE ? Long.MAX_VALUE : System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs);
+        synchronized (lock) {
+            seal();
+            while (pending > 0) {
+                long left = deadline == Long.MAX_VALUE ? 100 : TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
+                if (left <= 0) {
+                    return false;
+                }
+                lock.wait(Math.min(left, 100));
+            }
+        }
+        return true;
+    }
+
+    /** close(Duration.ofSeconds(60)). */
+    @Override
+    public void close() {
+        close(Duration.ofSeconds(60));
+    }
+
+    /**
+     * Flushes within timeout, then completes every record not yet delivered
+     * with error code "closed", and stops. Later sends throw
+     * ProducerClosedException.
+     */
+    public void close(Duration timeout) {
+        try {
+            flush(timeout.toMillis());
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        List<Pending> left = new ArrayList<>();
+        synchronized (lock) {
+            closed = true;
+            stopped = true;
+            seal();
+            for (Send s : ready) {
+                left.addAll(s.recs);
+            }
+            ready.clear();
+            for (Sender s : senders) {
+                left.addAll(s.abandon());
+            }
+            lock.notifyAll();
+        }
+        for (Pending p : left) {
+            complete(p, false, "closed", "the producer closed before the record was delivered");
+        }
+        for (Sender s : senders) {
+            s.stop();
+        }
+        callbacks.shutdown();
+        try {
+            callbacks.awaitTermination(timeout.toMillis() + 1000, TimeUnit.MILLISECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    // ---- internals ----
+
+    /** One record until its completion. */
+    static final class Pending {
+        final byte[] topic, key, value;
+        final long timestamp;
+        final List<byte[][]> headers;
+        final int size;
+        final Callback callback;
+        final CompletableFuture<Result> future = new CompletableFuture<>();
+        final List<Attempt> attempts = new ArrayList<>(1);
+        int tries;
+        boolean done;
+
+        Pending(byte[] topic, byte[] key, byte[] value, long timestamp, List<byte[][]> headers, int size, Callback callback) {
+            this.topic = topic;
+            this.key = key;
+            this.value = value;
+            this.timestamp = timestamp;
+            this.headers = headers;
+            this.size = size;
+            this.callback = callback;
+        }
+    }
+
+    /** The batch being filled: its records, already encoded. */
+    static final class Batch {
+        final List<Pending> recs = new ArrayList<>();
+        final Protocol.Buf body;
+        byte[] prevTopic;
+        final long firstAt = System.nanoTime();
+
+        Batch(int cap) {
+            body = new Protocol.Buf(cap);
+        }
+
+        void add(Pending p) {
+            Protocol.record(body, prevTopic, p.topic, p.key, p.value, 0, p.headers);
+            prevTopic = p.topic;
+            recs.add(p);
+        }
+    }
+
+    /** Records to send in one frame; body is their encoding (null: encode again). */
+    static final class Send {
+        final List<Pending> recs;
+        final Protocol.Buf body;
+        final long notBefore;
+        long sentBytes; // counted in flight on its connection
+
+        Send(List<Pending> recs, Protocol.Buf body, long notBefore) {
+            this.recs = recs;
+            this.body = body;
+            this.notBefore = notBefore;
+        }
+    }
+
+    /** Moves the batch being filled to the send queue; lock held. */
+    private void seal() {
+        if (cur != null && !cur.recs.isEmpty()) {
+            ready.addLast(new Send(cur.recs, cur.body, 0));
+            lock.notifyAll();
+        }
+        cur = null;
+    }
+
+    private long backoffMs(int tries) {
+        long d = Math.min(cfg.getBaseRetryBackoffMs() << Math.min(tries - 1, 20), cfg.getMaxRetryBackoffMs());
+        return d / 2 + ThreadLocalRandom.current().nextLong(d / 2 + 1);
+    }
+
+    /** Completes p once; lock must not be held. */
+    private void complete(Pending p, boolean ok, String code, String msg) {
+        synchronized (lock) {
+            if (p.done) {
+                return;
+            }
+            p.done = true;
+            buffered -= p.size;
+            pending--;
+            p.attempts.add(new Attempt(ok, ok ? "" : code, ok ? "" : msg, System.currentTimeMillis()));
+            lock.notifyAll();
+        }
+        Result r = new Result(ok, p.attempts);
+        try {
+            callbacks.execute(() -> {
+                try {
+                    if (p.callback != null) {
+                        p.callback.onCompletion(r);
+                    }
+                } finally {
+                    p.future.complete(r);
+                }
+            });
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            // Closing: run it here, still exactly once.
+            if (p.callback != null) {
+                p.callback.onCompletion(r);
+            }
+            p.future.complete(r);
+        }
+    }
+
+    /** Outcomes of one frame's records. Retryable ones are sent again. */
+    private void apply(Send s, List<Protocol.Range> ranges) {
+        List<Pending> again = new ArrayList<>();
+        long after = 0;
+        int k = 0;
+        List<Object[]> done = new ArrayList<>();
+        for (Protocol.Range g : ranges) {
+            long n = g.count == 0 ? s.recs.size() : g.count;
+            for (long j = 0; j < n && k < s.recs.size(); j++, k++) {
+                Pending p = s.recs.get(k);
+                if (g.status == Protocol.STATUS_OK) {
+                    done.add(new Object[] {p, true, "", ""});
+                } else if (g.status == Protocol.STATUS_PERMANENT) {
+                    done.add(new Object[] {p, false, g.reason, g.message});
+                } else {
+                    synchronized (lock) {
+                        p.tries++;
+                        if (p.tries > cfg.getRetries() || closed) {
+                            done.add(new Object[] {p, false, g.reason, g.message});
+                        } else {
+                            p.attempts.add(new Attempt(false, g.reason, g.message, System.currentTimeMillis()));
+                            again.add(p);
+                            after = Math.max(after, g.retryAfterMs);
+                        }
+                    }
+                }
+            }
+        }
+        for (; k < s.recs.size(); k++) {
+            done.add(new Object[] {s.recs.get(k), false, "protocol_error", "the agent's answer did not cover this record"});
+        }
+        for (Object[] d : done) {
+            complete((Pending) d[0], (Boolean) d[1], (String) d[2], (String) d[3]);
+        }
+        if (!again.isEmpty()) {
+            retry(again, after);
+        }
+    }
+
+    private void retry(List<Pending> recs, long afterMs) {
+        int tries = 0;
+        for (Pending p : recs) {
+            tries = Math.max(tries, p.tries);
+        }
+        long when = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(Math.max(afterMs / 2, backoffMs(Math.max(tries, 1))));
+        synchronized (lock) {
+            ready.addLast(new Send(recs, null, when));
+            lock.notifyAll();
+        }
+    }
+
+    /** One connection: a sending thread (this) and a reading thread per session. */
+    final class Sender implements Runnable {
+        final Thread thread;
+        // Guarded by lock.
+        private Session session;
+
+        Sender(int i) {
+            thread = new Thread(this, "ferry-producer-send-" + i);
+            thread.setDaemon(true);
+        }
+
+        List<Pending> abandon() {
+            List<Pending> out = new ArrayList<>();
+            if (session != null) {
+                for (Send s : session.inflight.values()) {
+                    out.addAll(s.recs);
+                }
+                session.inflight.clear();
+            }
+            return out;
+        }
+
+        void stop() {
+            Session s;
+            synchronized (lock) {
+                s = session;
+            }
+            if (s != null) {
+                s.close();
+            }
+            thread.interrupt();
+            try {
+                thread.join(5000);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
+
+        @Override
+        public void run() {
+            int attempt = 0;
+            while (true) {
+                synchronized (lock) {
+                    if (stopped) {
+                        return;
+                    }
+                }
+                Session s;
+                try {
+                    s = connect();
+                } catch (RefusedException e) {
+                    // The agent refused this producer, not the moment: what
+                    // waits fails with its reason instead of waiting forever.
+                    failWaiting(e.reason, e.getMessage());
+                    attempt++;
+                    if (!sleep(backoffMs(attempt))) {
+                        return;
+                    }
+                    continue;
+                } catch (IOException e) {
+                    attempt++;
+                    if (!sleep(backoffMs(attempt))) {
+                        return;
+                    }
+                    continue;
+                }
+                attempt = 0;
+                synchronized (lock) {
+                    if (stopped) {
+                        s.close();
+                        return;
+                    }
+                    session = s;
+                }
+                Thread reader = new Thread(() -> read(s), thread.getName() + "-read");
+                reader.setDaemon(true);
+                reader.start();
+                try {
+                    serve(s);
+                } catch (IOException | InterruptedException e) {
+                    // The connection broke or we stop: below.
+                }
+                s.close();
+                try {
+                    reader.join(5000);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+                List<Pending> lost;
+                synchronized (lock) {
+                    lost = abandon();
+                    session = null;
+                }
+                requeueLost(lost);
+            }
+        }
+
+        private boolean sleep(long ms) {
+            synchronized (lock) {
+                long end = System.currentTimeMillis() + ms;
+                while (!stopped) {
+                    long left = end - System.currentTimeMillis();
+                    if (left <= 0) {
+                        return true;
+                    }
+                    try {
+                        lock.wait(left);
+                    } catch (InterruptedException e) {
+                        return false;
+                    }
+                }
+                return false;
+            }
+        }
+
+        /** Unanswered on a broken connection: their fate is unknown, so they go again. */
+        private void requeueLost(List<Pending> lost) {
+            List<Pending> again = new ArrayList<>();
+            for (Pending p : lost) {
+                boolean give;
+                synchronized (lock) {
+                    p.tries++;
+                    give = p.tries > cfg.getRetries() || closed;
+                    if (!give) {
+                        p.attempts.add(new Attempt(false, "connection_lost", "the connection to the agent broke before its answer", System.currentTimeMillis()));
+                    }
+                }
+                if (give) {
+                    complete(p, false, "connection_lost", "the connection to the agent broke before its answer");
+                } else {
+                    again.add(p);
+                }
+            }
+            if (!again.isEmpty()) {
+                retry(again, 0);
+            }
+        }
+
+        private Session connect() throws IOException {
+            IOException last = new IOException("no address");
+            for (String a : cfg.getAddresses()) {
+                Session s;
+                try {
+                    s = open(a);
+                } catch (IOException e) {
+                    last = e;
+                    continue;
+                }
+                s.handshake(); // a refusal is the agent's word: not tried elsewhere
+                return s;
+            }
+            throw last;
+        }
+
+        private Session open(String addr) throws IOException {
+            if (addr.startsWith("unix:")) {
+                SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
+                try {
+                    ch.connect(UnixDomainSocketAddress.of(addr.substring(5)));
+                } catch (IOException e) {
+                    ch.close();
+                    throw e;
+                }
+                return new Session(ch, new ChannelIn(ch), new ChannelOut(ch));
+            }
+            String hp = addr.substring(4);
+            int colon = hp.lastIndexOf(':');
+            Socket sock = new Socket();
+            try {
+                sock.connect(new InetSocketAddress(hp.substring(0, colon), Integer.parseInt(hp.substring(colon + 1))), cfg.getConnectTimeoutMs());
+                sock.setTcpNoDelay(true);
+            } catch (IOException e) {
+                sock.close();
+                throw e;
+            }
+            return new Session(sock, sock.getInputStream(), sock.getOutputStream());
+        }
+
+        /** Sends frames while there is something to send and room in flight. */
+        private void serve(Session s) throws IOException, InterruptedException {
+            while (true) {
+                Send sd = null;
+                boolean flush = false;
+                synchronized (lock) {
+                    while (true) {
+                        if (stopped || s.broken) {
+                            return;
+                        }
+                        if (cur != null && ready.isEmpty() && System.nanoTime() - cur.firstAt >= TimeUnit.MILLISECONDS.toNanos(cfg.getLingerMs())) {
+                            seal();
+                        }
+                        if (s.inflight.size() < cfg.getMaxInFlight() && (s.inflightBytes < s.maxInflight || s.inflight.isEmpty())) {
+                            sd = takeReady();
+                        }
+                        if (sd != null || s.unflushed) {
+                            // Never write or flush under the lock: a socket that
+                            // blocks would stop the reader applying answers.
+                            flush = sd == null;
+                            break;
+                        }
+                        lock.wait(Math.max(1, cfg.getLingerMs() / 2));
+                    }
+                }
+                if (flush) {
+                    s.out.flush();
+                    s.unflushed = false;
+                    continue;
+                }
+                write(s, sd);
+                s.unflushed = true;
+            }
+        }
+
+        /** The first send due now; lock held. */
+        private Send takeReady() {
+            long now = System.nanoTime();
+            for (java.util.Iterator<Send> it = ready.iterator(); it.hasNext(); ) {
+                Send sd = it.next();
+                if (sd.notBefore <= now) {
+                    it.remove();
+                    return sd;
+                }
+            }
+            return null;
+        }
+
+        private void write(Session s, Send sd) throws IOException {
+            Protocol.Buf records = sd.body;
+            if (records == null) {
+                records = new Protocol.Buf(4096);
+                byte[] prev = null;
+                for (Pending p : sd.recs) {
+                    Protocol.record(records, prev, p.topic, p.key, p.value, 0, p.headers);
+                    prev = p.topic;
+                }
+            }
+            Protocol.Buf body = s.body;
+            body.reset();
+            body.uvarint(sd.recs.size()).raw(records.b, 0, records.len);
+            byte[] payload = body.b;
+            int len = body.len;
+            int flags = 0;
+            if (codec != Protocol.COMPRESS_NONE && (s.features & (codec == Protocol.COMPRESS_LZ4 ? Protocol.FEATURE_LZ4 : Protocol.FEATURE_ZSTD)) != 0) {
+                payload = Protocol.compress(body.b, 0, body.len, codec);
+                len = payload.length;
+                flags = codec;
+            }
+            if (len + Protocol.HEADER_LEN > s.maxFrame || sd.recs.size() > s.maxRecords) {
+                if (sd.recs.size() == 1) {
+                    complete(sd.recs.get(0), false, "record_too_large", "the record does not fit in the agent's frame limit (" + s.maxFrame + " bytes)");
+                    return;
+                }
+                int half = sd.recs.size() / 2;
+                synchronized (lock) {
+                    ready.addFirst(new Send(new ArrayList<>(sd.recs.subList(half, sd.recs.size())), null, 0));
+                    ready.addFirst(new Send(new ArrayList<>(sd.recs.subList(0, half)), null, 0));
+                }
+                return;
+            }
+            long id;
+            synchronized (lock) {
+                id = ++s.nextId & 0xFFFFFFFFL;
+                s.inflight.put(id, sd);
+                sd.sentBytes = len + 10;
+                s.inflightBytes += sd.sentBytes;
+            }
+            Protocol.Buf hdr = s.hdr;
+            hdr.reset();
+            hdr.u32(len + Protocol.HEADER_LEN).u8(Protocol.PRODUCE).u8(flags).u32(id);
+            s.out.write(hdr.b, 0, hdr.len);
+            s.out.write(payload, 0, len);
+        }
+
+        /** Reads the agent's answers on s. */
+        private void read(Session s) {
+            try {
+                while (true) {
+                    byte[] h = new byte[10];
+                    s.in.readFully(h);
+                    Protocol.Header fh = Protocol.parseHeader(h, 64 << 20);
+                    byte[] body = new byte[fh.bodyLen()];
+                    s.in.readFully(body);
+                    if (fh.type == Protocol.RESULT) {
+                        List<Protocol.Range> ranges = Protocol.decodeResult(body, 1 << 24);
+                        Send sd;
+                        synchronized (lock) {
+                            sd = s.inflight.remove(fh.requestId);
+                            if (sd != null) {
+                                s.inflightBytes -= frameBytes(sd);
+                            }
+                            lock.notifyAll();
+                        }
+                        if (sd != null) {
+                            apply(sd, ranges);
+                        }
+                    } else {
+                        break; // an Error frame, or one a client does not expect: the connection ends
+                    }
+                }
+            } catch (IOException e) {
+                // The connection broke.
+            }
+            synchronized (lock) {
+                s.broken = true;
+                lock.notifyAll();
+            }
+            s.close();
+        }
+
+        private long frameBytes(Send sd) {
+            return sd.sentBytes;
+        }
+    }
+
+    /**
+     * Streams over a blocking SocketChannel that read and write at once:
+     * Channels.newInputStream and newOutputStream share the channel's
+     * blocking lock, so a read waiting for an answer would stop every write.
+     */
+    static final class ChannelIn extends InputStream {
+        private final SocketChannel ch;
+
+        ChannelIn(SocketChannel ch) { this.ch = ch; }
+
+        @Override
+        public int read() throws IOException {
+            byte[] one = new byte[1];
+            return read(one, 0, 1) < 0 ? -1 : one[0] & 0xFF;
+        }
+
+        @Override
+        public int read(byte[] b, int off, int len) throws IOException {
+            return ch.read(java.nio.ByteBuffer.wrap(b, off, len));
+        }
+    }
+
+    static final class ChannelOut extends OutputStream {
+        private final SocketChannel ch;
+
+        ChannelOut(SocketChannel ch) { this.ch = ch; }
+
+        @Override
+        public void write(int b) throws IOException {
+            write(new byte[] {(byte) b}, 0, 1);
+        }
+
+        @Override
+        public void write(byte[] b, int off, int len) throws IOException {
+            java.nio.ByteBuffer buf = java.nio.ByteBuffer.wrap(b, off, len);
+            while (buf.hasRemaining()) {
+                ch.write(buf);
+            }
+        }
+    }
+
+    /** The agent's Error frame in the handshake. */
+    static final class RefusedException extends IOException {
+        final String reason;
+
+        RefusedException(String reason, String msg) {
+            super(msg);
+            this.reason = reason;
+        }
+    }
+
+    /** Fails every record not on the wire. */
+    private void failWaiting(String code, String msg) {
+        List<Pending> left = new ArrayList<>();
+        synchronized (lock) {
+            seal();
+            for (Send s : ready) {
+                left.addAll(s.recs);
+            }
+            ready.clear();
+        }
+        for (Pending p : left) {
+            complete(p, false, code, msg);
+        }
+    }
+
+    /** One connection's state. */
+    final class Session {
+        final Closeable conn;
+        final DataInputStream in;
+        final OutputStream out;
+        final Map<Long, Send> inflight = new HashMap<>();
+        long inflightBytes, nextId, features, maxFrame, maxRecords, maxInflight;
+        boolean broken;
+        boolean unflushed; // written and not yet flushed (the sender's own)
+        final Protocol.Buf body = new Protocol.Buf(64 << 10), hdr = new Protocol.Buf(16);
+
+        Session(Closeable conn, InputStream in, OutputStream out) {
+            this.conn = conn;
+            this.in = new DataInputStream(new BufferedInputStream(in, 64 << 10));
+            this.out = new BufferedOutputStream(out, 256 << 10);
+        }
+
+        void handshake() throws IOException {
+            Protocol.Buf b = new Protocol.Buf(128);
+            b.raw(Protocol.PREAMBLE, 0, 4);
+            long feats = codec == Protocol.COMPRESS_LZ4 ? Protocol.FEATURE_LZ4 : codec == Protocol.COMPRESS_ZSTD ? Protocol.FEATURE_ZSTD : 0;
+            Protocol.hello(b, cfg.getClientName(), cfg.getToken(), feats);
+            out.write(b.b, 0, b.len);
+            out.flush();
+            byte[] h = new byte[10];
+            in.readFully(h);
+            Protocol.Header fh = Protocol.parseHeader(h, 1 << 16);
+            byte[] body = new byte[fh.bodyLen()];
+            in.readFully(body);
+            if (fh.type == Protocol.ERROR) {
+                String[] e = Protocol.decodeError(body);
+                close();
+                throw new RefusedException(e[0], e[1]);
+            }
+            if (fh.type != Protocol.HELLO_OK) {
+                close();
+                throw new IOException("unexpected frame type " + fh.type + " in the handshake");
+            }
+            Protocol.HelloOk ok = Protocol.decodeHelloOk(body);
+            features = ok.features;
+            maxFrame = ok.maxFrameBytes;
+            maxRecords = ok.maxRecords;
+            maxInflight = ok.maxInflightBytes;
+        }
+
+        void close() {
+            try {
+                conn.close();
+            } catch (IOException e) {
+                // already closed
+            }
+        }
+    }
+}

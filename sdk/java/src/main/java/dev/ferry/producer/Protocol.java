@@ -1,0 +1,473 @@
+package dev.ferry.producer;
+
+import java.io.ByteArrayInputStream;
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+
+import com.github.luben.zstd.Zstd;
+import com.github.luben.zstd.ZstdInputStream;
+import net.jpountz.lz4.LZ4FrameInputStream;
+import net.jpountz.lz4.LZ4FrameOutputStream;
+
+/**
+ * ferry's local record protocol, version 1 (docs/protocol.md): frame
+ * encoding and bounded decoding. Every size is checked before memory is
+ * spent on it.
+ */
+final class Protocol {
+    private Protocol() {}
+
+    static final byte[] PREAMBLE = {'F', 'R', 'Y', 1};
+    static final int VERSION = 1;
+    static final int HEADER_LEN = 6;
+
+    static final byte HELLO = 1, HELLO_OK = 2, PRODUCE = 3, RESULT = 4, ERROR = 5;
+    static final byte COMPRESS_NONE = 0, COMPRESS_LZ4 = 1, COMPRESS_ZSTD = 2;
+    static final long FEATURE_LZ4 = 1, FEATURE_ZSTD = 2;
+    static final byte STATUS_OK = 0, STATUS_RETRYABLE = 1, STATUS_PERMANENT = 2;
+
+    /** A frame or body that breaks the protocol, or exceeds a limit. */
+    static final class ProtocolException extends IOException {
+        final boolean tooLarge;
+
+        ProtocolException(String msg, boolean tooLarge) {
+            super(msg);
+            this.tooLarge = tooLarge;
+        }
+    }
+
+    static ProtocolException malformed(String msg) {
+        return new ProtocolException("malformed frame: " + msg, false);
+    }
+
+    /** Limits a decoder applies. */
+    static final class Limits {
+        final int maxFrameBytes, maxRecords, maxStringBytes = 4096, maxHeaders = 256, maxTopicBytes = 249;
+
+        Limits(int maxFrameBytes, int maxRecords) {
+            this.maxFrameBytes = maxFrameBytes;
+            this.maxRecords = maxRecords;
+        }
+
+        static final Limits DEFAULT = new Limits(8 << 20, 100_000);
+    }
+
+    /** A growable byte buffer written front to back. */
+    static final class Buf {
+        byte[] b;
+        int len;
+
+        Buf(int cap) {
+            b = new byte[Math.max(cap, 16)];
+        }
+
+        void reset() {
+            len = 0;
+        }
+
+        void ensure(int n) {
+            if (len + n > b.length) {
+                byte[] nb = new byte[Math.max(b.length * 2, len + n)];
+                System.arraycopy(b, 0, nb, 0, len);
+                b = nb;
+            }
+        }
+
+        Buf u8(int v) {
+            ensure(1);
+            b[len++] = (byte) v;
+            return this;
+        }
+
+        Buf u16(int v) {
+            ensure(2);
+            b[len++] = (byte) (v >>> 8);
+            b[len++] = (byte) v;
+            return this;
+        }
+
+        Buf u32(long v) {
+            ensure(4);
+            b[len++] = (byte) (v >>> 24);
+            b[len++] = (byte) (v >>> 16);
+            b[len++] = (byte) (v >>> 8);
+            b[len++] = (byte) v;
+            return this;
+        }
+
+        void putU32At(int at, long v) {
+            b[at] = (byte) (v >>> 24);
+            b[at + 1] = (byte) (v >>> 16);
+            b[at + 2] = (byte) (v >>> 8);
+            b[at + 3] = (byte) v;
+        }
+
+        Buf uvarint(long v) {
+            ensure(10);
+            while ((v & ~0x7FL) != 0) {
+                b[len++] = (byte) ((v & 0x7F) | 0x80);
+                v >>>= 7;
+            }
+            b[len++] = (byte) v;
+            return this;
+        }
+
+        Buf raw(byte[] src, int off, int n) {
+            ensure(n);
+            System.arraycopy(src, off, b, len, n);
+            len += n;
+            return this;
+        }
+
+        Buf bytes(byte[] v) {
+            uvarint(v.length);
+            return raw(v, 0, v.length);
+        }
+
+        Buf string(String s) {
+            return bytes(s.getBytes(StandardCharsets.UTF_8));
+        }
+
+        byte[] toArray() {
+            byte[] out = new byte[len];
+            System.arraycopy(b, 0, out, 0, len);
+            return out;
+        }
+    }
+
+    /** Starts a frame; endFrame fills in its length. Returns the header's offset. */
+    static int beginFrame(Buf out, byte type, int flags, long requestId) {
+        int at = out.len;
+        out.u32(0).u8(type).u8(flags).u32(requestId);
+        return at;
+    }
+
+    static void endFrame(Buf out, int at) {
+        out.putU32At(at, out.len - at - 4);
+    }
+
+    static void hello(Buf out, String clientName, String token, long features) {
+        int at = beginFrame(out, HELLO, 0, 0);
+        out.u16(VERSION).string(clientName).string(token == null ? "" : token).uvarint(features);
+        endFrame(out, at);
+    }
+
+    /** A record as produce frames carry it; key null = no key. */
+    static final class Rec {
+        final byte[] topic, key, value;
+        final long timestamp;
+        final List<byte[][]> headers;
+
+        Rec(byte[] topic, byte[] key, byte[] value, long timestamp, List<byte[][]> headers) {
+            this.topic = topic;
+            this.key = key;
+            this.value = value;
+            this.timestamp = timestamp;
+            this.headers = headers;
+        }
+    }
+
+    /** Appends one record of a produce body; prevTopic is the previous record's (or null). */
+    static void record(Buf out, byte[] prevTopic, byte[] topic, byte[] key, byte[] value, long timestamp, List<byte[][]> headers) {
+        if (prevTopic != null && topic.length > 0 && java.util.Arrays.equals(prevTopic, topic)) {
+            out.u8(0);
+        } else {
+            out.bytes(topic);
+        }
+        if (key == null) {
+            out.u8(0);
+        } else {
+            out.uvarint(key.length + 1L).raw(key, 0, key.length);
+        }
+        out.bytes(value);
+        out.uvarint(Math.max(timestamp, 0));
+        int nh = headers == null ? 0 : headers.size();
+        out.uvarint(nh);
+        for (int i = 0; i < nh; i++) {
+            out.bytes(headers.get(i)[0]).bytes(headers.get(i)[1]);
+        }
+    }
+
+    static byte[] compress(byte[] src, int off, int len, byte codec) throws IOException {
+        switch (codec) {
+            case COMPRESS_ZSTD: {
+                byte[] in = new byte[len];
+                System.arraycopy(src, off, in, 0, len);
+                return Zstd.compress(in, 1);
+            }
+            case COMPRESS_LZ4: {
+                ByteArrayOutputStream bo = new ByteArrayOutputStream(len / 2 + 64);
+                try (LZ4FrameOutputStream w = new LZ4FrameOutputStream(bo)) {
+                    w.write(src, off, len);
+                }
+                return bo.toByteArray();
+            }
+            default:
+                throw new IllegalArgumentException("compression " + codec);
+        }
+    }
+
+    /** Decompresses a produce body, refusing more than max bytes of output. */
+    static byte[] decompress(byte[] body, int codec, int max) throws IOException {
+        if (codec == COMPRESS_NONE) {
+            if (body.length > max) {
+                throw new ProtocolException("produce body of " + body.length + " bytes exceeds the limit (" + max + ")", true);
+            }
+            return body;
+        }
+        InputStream in;
+        if (codec == COMPRESS_LZ4) {
+            in = new LZ4FrameInputStream(new ByteArrayInputStream(body));
+        } else if (codec == COMPRESS_ZSTD) {
+            in = new ZstdInputStream(new ByteArrayInputStream(body));
+        } else {
+            throw malformed("unknown compression " + codec);
+        }
+        try (InputStream r = in) {
+            ByteArrayOutputStream out = new ByteArrayOutputStream();
+            byte[] chunk = new byte[64 << 10];
+            int n;
+            while ((n = r.read(chunk)) > 0) {
+                out.write(chunk, 0, n);
+                if (out.size() > max) {
+                    throw new ProtocolException("decompressed produce body exceeds the limit (" + max + ")", true);
+                }
+            }
+            return out.toByteArray();
+        } catch (ProtocolException e) {
+            throw e;
+        } catch (IOException | RuntimeException e) {
+            throw malformed("decompressing: " + e.getMessage());
+        }
+    }
+
+    /** A frame's fixed part. */
+    static final class Header {
+        long length;
+        int type, flags;
+        long requestId;
+
+        int bodyLen() {
+            return (int) (length - HEADER_LEN);
+        }
+    }
+
+    static Header parseHeader(byte[] h, int max) throws ProtocolException {
+        Header out = new Header();
+        out.length = u32(h, 0);
+        out.type = h[4] & 0xFF;
+        out.flags = h[5] & 0xFF;
+        out.requestId = u32(h, 6);
+        if (out.length < HEADER_LEN) {
+            throw malformed("length " + out.length + " is shorter than the frame header");
+        }
+        if (out.length > max) {
+            throw new ProtocolException("frame of " + out.length + " bytes exceeds the limit (" + max + ")", true);
+        }
+        if (out.type < HELLO || out.type > ERROR) {
+            throw malformed("unknown frame type " + out.type);
+        }
+        return out;
+    }
+
+    static long u32(byte[] b, int at) {
+        return ((b[at] & 0xFFL) << 24) | ((b[at + 1] & 0xFFL) << 16) | ((b[at + 2] & 0xFFL) << 8) | (b[at + 3] & 0xFFL);
+    }
+
+    /** Reads a body; the first error is thrown. */
+    static final class Reader {
+        final byte[] b;
+        int off;
+
+        Reader(byte[] b) {
+            this.b = b;
+        }
+
+        long uvarint() throws ProtocolException {
+            long v = 0;
+            for (int shift = 0; shift < 70; shift += 7) {
+                if (off >= b.length) {
+                    throw malformed("bad or truncated varint");
+                }
+                int c = b[off++] & 0xFF;
+                if (shift == 63 && c > 1) {
+                    throw malformed("bad or truncated varint");
+                }
+                v |= (long) (c & 0x7F) << shift;
+                if ((c & 0x80) == 0) {
+                    return v;
+                }
+            }
+            throw malformed("bad or truncated varint");
+        }
+
+        int u8() throws ProtocolException {
+            if (off >= b.length) {
+                throw malformed("truncated");
+            }
+            return b[off++] & 0xFF;
+        }
+
+        int u16() throws ProtocolException {
+            if (b.length - off < 2) {
+                throw malformed("truncated");
+            }
+            int v = ((b[off] & 0xFF) << 8) | (b[off + 1] & 0xFF);
+            off += 2;
+            return v;
+        }
+
+        long u32() throws ProtocolException {
+            if (b.length - off < 4) {
+                throw malformed("truncated");
+            }
+            long v = Protocol.u32(b, off);
+            off += 4;
+            return v;
+        }
+
+        byte[] bytes(long max, String what) throws ProtocolException {
+            long n = uvarint();
+            if (Long.compareUnsigned(n, b.length - off) > 0) {
+                throw malformed(what + " longer than the frame");
+            }
+            if (n > max) {
+                throw malformed(what + " of " + n + " bytes exceeds the limit (" + max + ")");
+            }
+            byte[] v = new byte[(int) n];
+            System.arraycopy(b, off, v, 0, (int) n);
+            off += (int) n;
+            return v;
+        }
+
+        String string(int max, String what) throws ProtocolException {
+            return new String(bytes(max, what), StandardCharsets.UTF_8);
+        }
+
+        void end() throws ProtocolException {
+            if (off != b.length) {
+                throw malformed("bytes after the end of the body");
+            }
+        }
+    }
+
+    /** HelloOK's fields. */
+    static final class HelloOk {
+        int version;
+        long features, maxFrameBytes, maxRecords, maxInflightBytes;
+        String server;
+    }
+
+    static HelloOk decodeHelloOk(byte[] body) throws ProtocolException {
+        Reader r = new Reader(body);
+        HelloOk h = new HelloOk();
+        h.version = r.u16();
+        h.features = r.uvarint();
+        h.maxFrameBytes = r.u32();
+        h.maxRecords = r.u32();
+        h.maxInflightBytes = r.u32();
+        h.server = r.string(4096, "server");
+        r.end();
+        return h;
+    }
+
+    /** A run of records with one outcome; count 0 = the whole frame. */
+    static final class Range {
+        long count;
+        int status;
+        String reason, message;
+        long retryAfterMs;
+    }
+
+    static List<Range> decodeResult(byte[] body, int maxRecords) throws ProtocolException {
+        Reader r = new Reader(body);
+        long n = r.uvarint();
+        if (n > maxRecords || n > body.length) {
+            throw malformed(n + " ranges");
+        }
+        List<Range> out = new ArrayList<>((int) n);
+        for (long i = 0; i < n; i++) {
+            Range g = new Range();
+            g.count = r.uvarint();
+            if (g.count == 0 && n != 1 || g.count > maxRecords) {
+                throw malformed("a range of 0 records beside others, or of too many records");
+            }
+            g.status = r.u8();
+            if (g.status > STATUS_PERMANENT) {
+                throw malformed("unknown status " + g.status);
+            }
+            g.reason = r.string(4096, "reason");
+            g.retryAfterMs = Math.min(r.uvarint(), 3_600_000L);
+            g.message = r.string(4096, "message");
+            out.add(g);
+        }
+        r.end();
+        return out;
+    }
+
+    static String[] decodeError(byte[] body) throws ProtocolException {
+        Reader r = new Reader(body);
+        String reason = r.string(4096, "reason"), msg = r.string(4096, "message");
+        r.end();
+        return new String[] {reason, msg};
+    }
+
+    /** Decodes a produce body (decompressed) into records, for conformance tests and tools. */
+    static List<Rec> decodeRecords(byte[] body, Limits l) throws ProtocolException {
+        Reader r = new Reader(body);
+        long n = r.uvarint();
+        if (n == 0) {
+            throw malformed("a produce frame with no records");
+        }
+        if (n > l.maxRecords) {
+            throw new ProtocolException(n + " records in one frame exceed the limit (" + l.maxRecords + ")", true);
+        }
+        if (n > body.length / 5 + 1) {
+            throw malformed(n + " records cannot fit in " + body.length + " bytes");
+        }
+        List<Rec> out = new ArrayList<>((int) n);
+        byte[] prev = null;
+        for (long i = 0; i < n; i++) {
+            byte[] topic = r.bytes(l.maxTopicBytes, "topic");
+            if (topic.length == 0) {
+                if (prev == null) {
+                    throw malformed("the first record names no topic");
+                }
+                topic = prev;
+            }
+            prev = topic;
+            long kl = r.uvarint();
+            byte[] key = null;
+            if (kl > 0) {
+                if (kl - 1 > body.length - r.off) {
+                    throw malformed("key longer than the frame");
+                }
+                key = new byte[(int) (kl - 1)];
+                System.arraycopy(body, r.off, key, 0, key.length);
+                r.off += key.length;
+            }
+            byte[] value = r.bytes(body.length, "value");
+            long ts = r.uvarint();
+            if (ts > (1L << 53)) {
+                throw malformed("timestamp out of range");
+            }
+            long nh = r.uvarint();
+            if (nh > l.maxHeaders) {
+                throw malformed(nh + " headers exceed the limit (" + l.maxHeaders + ")");
+            }
+            List<byte[][]> headers = new ArrayList<>();
+            for (long j = 0; j < nh; j++) {
+                headers.add(new byte[][] {r.bytes(l.maxStringBytes, "header key"), r.bytes(body.length, "header value")});
+            }
+            out.add(new Rec(topic, key, value, ts, headers));
+        }
+        if (r.off != body.length) {
+            throw malformed("bytes after the last record");
+        }
+        return out;
+    }
+}

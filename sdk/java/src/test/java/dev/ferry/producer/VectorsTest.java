@@ -1,0 +1,294 @@
+package dev.ferry.producer;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.stream.Stream;
+
+import org.junit.jupiter.api.DynamicTest;
+import org.junit.jupiter.api.TestFactory;
+
+/**
+ * The shared protocol vectors (testdata/protocol, written from the Go
+ * implementation): every valid one decodes to its description and, but for
+ * compressed bodies, encodes back to the same bytes; every invalid one fails
+ * with the error it names.
+ */
+class VectorsTest {
+    static Path dir() {
+        return Path.of(System.getProperty("ferry.repo", "../.."), "testdata", "protocol");
+    }
+
+    @TestFactory
+    Stream<DynamicTest> vectors() throws IOException {
+        List<Path> files = new ArrayList<>();
+        try (Stream<Path> s = Files.list(dir())) {
+            s.filter(p -> p.toString().endsWith(".json")).sorted().forEach(files::add);
+        }
+        assertTrue(files.size() >= 20, "vectors found: " + files.size());
+        return files.stream().map(f -> DynamicTest.dynamicTest(f.getFileName().toString(), () -> check(f)));
+    }
+
+    @SuppressWarnings("unchecked")
+    static void check(Path jf) throws IOException {
+        Map<String, Object> v = (Map<String, Object>) Json.parse(Files.readString(jf));
+        byte[] raw = Files.readAllBytes(dir().resolve((String) v.get("file")));
+        Protocol.Limits l = Protocol.Limits.DEFAULT;
+        if (v.get("limits") != null) {
+            Map<String, Object> lm = (Map<String, Object>) v.get("limits");
+            l = new Protocol.Limits(((Long) lm.get("max_frame_bytes")).intValue(), ((Long) lm.get("max_records")).intValue());
+        }
+        boolean valid = (Boolean) v.get("valid");
+        List<Map<String, Object>> got;
+        try {
+            got = decodeAll(raw, l);
+        } catch (Protocol.ProtocolException e) {
+            if (valid) {
+                fail("a valid vector failed: " + e.getMessage());
+            }
+            String want = (String) v.get("error");
+            assertEquals(want, e.tooLarge ? "too_large" : "malformed", e.getMessage());
+            return;
+        }
+        if (!valid) {
+            fail("an invalid vector decoded: " + got);
+        }
+        List<Object> frames = (List<Object>) v.get("frames");
+        assertEquals(frames.size(), got.size());
+        boolean compressed = false;
+        for (int i = 0; i < frames.size(); i++) {
+            Map<String, Object> want = (Map<String, Object>) frames.get(i);
+            Map<String, Object> have = got.get(i);
+            for (Map.Entry<String, Object> e : want.entrySet()) {
+                assertEquals(norm(e.getValue()), norm(have.get(e.getKey())), jf.getFileName() + " frame " + i + " field " + e.getKey());
+            }
+            compressed |= ((Long) want.getOrDefault("flags", 0L)) != 0;
+        }
+        if (!compressed) {
+            assertArrayEquals(raw, encode(frames), "re-encoded bytes");
+        }
+    }
+
+    /** Empty lists and missing headers compare equal. */
+    static Object norm(Object o) {
+        if (o instanceof List && ((List<?>) o).isEmpty()) {
+            return null;
+        }
+        if (o instanceof List) {
+            List<Object> out = new ArrayList<>();
+            for (Object x : (List<?>) o) {
+                out.add(norm(x));
+            }
+            return out;
+        }
+        if (o instanceof Map) {
+            Map<String, Object> out = new java.util.TreeMap<>();
+            for (Map.Entry<?, ?> e : ((Map<?, ?>) o).entrySet()) {
+                if (e.getKey().equals("key")) {
+                    // An empty key is not a missing one.
+                    if (e.getValue() != null) {
+                        out.put("key", e.getValue());
+                    }
+                    continue;
+                }
+                Object v = norm(e.getValue());
+                if (v != null && !(v instanceof Long && (Long) v == 0 && !e.getKey().equals("timestamp")) && !"".equals(v)) {
+                    out.put((String) e.getKey(), v);
+                }
+            }
+            return out;
+        }
+        if (o instanceof Long && (Long) o == 0) {
+            return null;
+        }
+        if ("".equals(o)) {
+            return null;
+        }
+        return o;
+    }
+
+    static String str(byte[] b) {
+        return new String(b, StandardCharsets.UTF_8);
+    }
+
+    static List<Map<String, Object>> decodeAll(byte[] b, Protocol.Limits l) throws IOException {
+        List<Map<String, Object>> out = new ArrayList<>();
+        int off = 0;
+        if (b.length >= 3 && b[0] == 'F' && b[1] == 'R' && b[2] == 'Y') {
+            if (b.length < 4 || b[3] != 1) {
+                throw Protocol.malformed("version");
+            }
+            out.add(new java.util.LinkedHashMap<>(Map.of("type", "preamble", "bytes", "FRY\u0001")));
+            off = 4;
+        }
+        while (off < b.length) {
+            if (b.length - off < 10) {
+                throw Protocol.malformed("truncated header");
+            }
+            byte[] h = new byte[10];
+            System.arraycopy(b, off, h, 0, 10);
+            Protocol.Header fh = Protocol.parseHeader(h, l.maxFrameBytes);
+            if (b.length - off < 4 + fh.length) {
+                throw Protocol.malformed("truncated body");
+            }
+            byte[] body = new byte[fh.bodyLen()];
+            System.arraycopy(b, off + 10, body, 0, body.length);
+            off += 4 + (int) fh.length;
+            Map<String, Object> f = new java.util.LinkedHashMap<>();
+            f.put("flags", (long) fh.flags);
+            f.put("request_id", fh.requestId);
+            switch (fh.type) {
+                case Protocol.HELLO: {
+                    Protocol.Reader r = new Protocol.Reader(body);
+                    f.put("type", "hello");
+                    f.put("version", (long) r.u16());
+                    f.put("client_name", r.string(4096, "client name"));
+                    f.put("token", r.string(4096, "token"));
+                    f.put("features", r.uvarint());
+                    r.end();
+                    break;
+                }
+                case Protocol.HELLO_OK: {
+                    Protocol.HelloOk ok = Protocol.decodeHelloOk(body);
+                    f.put("type", "hello_ok");
+                    f.put("version", (long) ok.version);
+                    f.put("features", ok.features);
+                    f.put("max_frame_bytes", ok.maxFrameBytes);
+                    f.put("max_records", ok.maxRecords);
+                    f.put("max_inflight_bytes", ok.maxInflightBytes);
+                    f.put("server", ok.server);
+                    break;
+                }
+                case Protocol.PRODUCE: {
+                    f.put("type", "produce");
+                    byte[] plain = Protocol.decompress(body, fh.flags & 3, l.maxFrameBytes);
+                    if ((fh.flags & 3) == 3) {
+                        throw Protocol.malformed("compression 3");
+                    }
+                    List<Object> recs = new ArrayList<>();
+                    for (Protocol.Rec rec : Protocol.decodeRecords(plain, l)) {
+                        Map<String, Object> m = new java.util.LinkedHashMap<>();
+                        m.put("topic", str(rec.topic));
+                        m.put("key", rec.key == null ? null : str(rec.key));
+                        m.put("value", str(rec.value));
+                        m.put("timestamp", rec.timestamp);
+                        List<Object> hs = new ArrayList<>();
+                        for (byte[][] hd : rec.headers) {
+                            hs.add(List.of(str(hd[0]), str(hd[1])));
+                        }
+                        m.put("headers", hs);
+                        recs.add(m);
+                    }
+                    f.put("records", recs);
+                    break;
+                }
+                case Protocol.RESULT: {
+                    f.put("type", "result");
+                    List<Object> rs = new ArrayList<>();
+                    for (Protocol.Range g : Protocol.decodeResult(body, l.maxRecords)) {
+                        Map<String, Object> m = new java.util.LinkedHashMap<>();
+                        m.put("count", g.count);
+                        m.put("status", new String[] {"ok", "retryable", "permanent"}[g.status]);
+                        m.put("reason", g.reason);
+                        m.put("retry_after_ms", g.retryAfterMs);
+                        m.put("message", g.message);
+                        rs.add(m);
+                    }
+                    f.put("ranges", rs);
+                    break;
+                }
+                case Protocol.ERROR: {
+                    String[] e = Protocol.decodeError(body);
+                    f.put("type", "error");
+                    f.put("reason", e[0]);
+                    f.put("message", e[1]);
+                    break;
+                }
+                default:
+                    throw Protocol.malformed("type");
+            }
+            out.add(f);
+        }
+        return out;
+    }
+
+    @SuppressWarnings("unchecked")
+    static byte[] encode(List<Object> frames) {
+        Protocol.Buf out = new Protocol.Buf(256);
+        for (Object o : frames) {
+            Map<String, Object> f = (Map<String, Object>) o;
+            long id = (Long) f.getOrDefault("request_id", 0L);
+            switch ((String) f.get("type")) {
+                case "preamble":
+                    out.raw(Protocol.PREAMBLE, 0, 4);
+                    break;
+                case "hello":
+                    Protocol.hello(out, (String) f.get("client_name"), (String) f.get("token"), (Long) f.get("features"));
+                    break;
+                case "hello_ok": {
+                    int at = Protocol.beginFrame(out, Protocol.HELLO_OK, 0, 0);
+                    out.u16(((Long) f.get("version")).intValue()).uvarint((Long) f.get("features")).u32((Long) f.get("max_frame_bytes"))
+                            .u32((Long) f.get("max_records")).u32((Long) f.get("max_inflight_bytes")).string((String) f.get("server"));
+                    Protocol.endFrame(out, at);
+                    break;
+                }
+                case "produce": {
+                    int at = Protocol.beginFrame(out, Protocol.PRODUCE, 0, id);
+                    List<Object> recs = (List<Object>) f.get("records");
+                    out.uvarint(recs.size());
+                    byte[] prev = null;
+                    for (Object ro : recs) {
+                        Map<String, Object> r = (Map<String, Object>) ro;
+                        byte[] topic = ((String) r.get("topic")).getBytes(StandardCharsets.UTF_8);
+                        String key = (String) r.get("key");
+                        List<byte[][]> hs = new ArrayList<>();
+                        if (r.get("headers") != null) {
+                            for (Object ho : (List<Object>) r.get("headers")) {
+                                List<String> h = (List<String>) ho;
+                                hs.add(new byte[][] {h.get(0).getBytes(StandardCharsets.UTF_8), h.get(1).getBytes(StandardCharsets.UTF_8)});
+                            }
+                        }
+                        Protocol.record(out, prev, topic, key == null ? null : key.getBytes(StandardCharsets.UTF_8),
+                                ((String) r.get("value")).getBytes(StandardCharsets.UTF_8), (Long) r.get("timestamp"), hs);
+                        prev = topic;
+                    }
+                    Protocol.endFrame(out, at);
+                    break;
+                }
+                case "result": {
+                    int at = Protocol.beginFrame(out, Protocol.RESULT, 0, id);
+                    List<Object> rs = (List<Object>) f.get("ranges");
+                    out.uvarint(rs.size());
+                    for (Object go : rs) {
+                        Map<String, Object> g = (Map<String, Object>) go;
+                        int st = List.of("ok", "retryable", "permanent").indexOf(g.get("status"));
+                        out.uvarint((Long) g.get("count")).u8(st).string((String) g.get("reason")).uvarint((Long) g.get("retry_after_ms"))
+                                .string((String) g.get("message"));
+                    }
+                    Protocol.endFrame(out, at);
+                    break;
+                }
+                case "error": {
+                    int at = Protocol.beginFrame(out, Protocol.ERROR, 0, id);
+                    out.string((String) f.get("reason")).string((String) f.get("message"));
+                    Protocol.endFrame(out, at);
+                    break;
+                }
+                default:
+                    fail("unknown frame type " + f.get("type"));
+            }
+        }
+        assertNotNull(out);
+        return out.toArray();
+    }
+}
