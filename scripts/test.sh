@@ -43,9 +43,9 @@ go build -o bin/ferry ./cmd/ferry
 go build -o bin/ferry-bench ./cmd/ferry-bench
 if (cd sdk/java && FERRY_BIN="$PWD/../../bin/ferry" FERRY_BENCH_BIN="$PWD/../../bin/ferry-bench" FERRY_TEST_KAFKA=127.0.0.1:$port \
     mvn -q -B -Dstyle.color=never verify) 2>&1 | tee -a /tmp/ferry-test.$$.log; then
-  echo "ok  	sdk/java" | tee -a /tmp/ferry-test.$$.log
+  printf "\nok  \tsdk/java\n" | tee -a /tmp/ferry-test.$$.log
 else
-  echo "FAIL	sdk/java" | tee -a /tmp/ferry-test.$$.log
+  printf "\nFAIL\tsdk/java\n" | tee -a /tmp/ferry-test.$$.log
   status=1
 fi
 passed=$(grep -c '^ok ' /tmp/ferry-test.$$.log || true)

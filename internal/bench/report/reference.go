@@ -38,6 +38,13 @@ type Reference struct {
 		Source  string          `json:"source"`
 		NsPerOp map[int]float64 `json:"ns_per_op"`
 	} `json:"pan_client"`
+	// JavaSDKTables: rows of [setting, raw MB/s, compressed MB/s, CPU %].
+	JavaSDKTables struct {
+		Source      string       `json:"source"`
+		SendThreads [][4]float64 `json:"send_threads"`
+		TotalSize   [][4]float64 `json:"total_size_in_bytes"`
+		BatchSize   [][4]float64 `json:"batch_size_in_bytes"`
+	} `json:"java_sdk_tables"`
 	JavaSDK struct {
 		Source     string  `json:"source"`
 		MBPerSec   float64 `json:"mb_per_sec"`

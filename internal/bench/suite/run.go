@@ -81,8 +81,12 @@ func (s *suite) run() error {
 	if err != nil {
 		return err
 	}
+	java, err := s.javaTables()
+	if err != nil {
+		return err
+	}
 	s.stepf("writing %s and the charts in %s", s.doc.Out, s.doc.Charts)
-	return s.write(prod, pan, cons, otlp, modes, micro)
+	return s.write(prod, pan, cons, otlp, modes, micro, java)
 }
 
 func (s *suite) sizes() []int {
@@ -452,6 +456,86 @@ func (s *suite) micro() ([]microRow, error) {
 		rows = append(rows, microRow{name: m[1], ns: ns, allocs: al})
 	}
 	s.logf("%d benchmarks", len(rows))
+	return rows, nil
+}
+
+// javaRow is one run of the Java producer's benchmark.
+type javaRow struct {
+	table   string // send_threads, total_size, batch_size
+	setting float64
+	seed    [4]float64
+	fig     map[string]float64
+	use     agentUsage
+}
+
+// javaTables: the Java log producer's three tables (seed 004) with
+// ferry's Java producer (sdk/java) through the agent into Kafka.
+func (s *suite) javaTables() ([]javaRow, error) {
+	s.stepf("the Java producer (sdk/java): the log producer's tables, 10 threads, its ~580-byte log, through ferry into Kafka")
+	out, err := s.exec("mvn", "-q", "-B", "-Dstyle.color=never", "-f", "sdk/java/pom.xml", "-DskipTests", "test-compile",
+		"dependency:build-classpath", "-Dmdep.outputFile=target/cp.txt")
+	if err != nil {
+		return nil, fmt.Errorf("building sdk/java: %w\n%s", err, out)
+	}
+	deps, err := os.ReadFile("sdk/java/target/cp.txt")
+	if err != nil {
+		return nil, err
+	}
+	cp := "sdk/java/target/classes:sdk/java/target/test-classes:" + strings.TrimSpace(string(deps))
+	a, err := s.agent()
+	if err != nil {
+		return nil, err
+	}
+	defer a.stop()
+	t, err := s.topic("java", 3)
+	if err != nil {
+		return nil, err
+	}
+	defer s.deleteTopic(t)
+	records := "1000000"
+	if s.quick {
+		records = "20000"
+	}
+	ref := report.Ref.JavaSDKTables
+	var rows []javaRow
+	run := func(table string, seed [4]float64, args ...string) error {
+		row := javaRow{table: table, setting: seed[0], seed: seed}
+		var out string
+		row.use, err = a.measure(func() error {
+			var err error
+			out, err = s.exec("java", append([]string{"-Xmx2g", "-cp", cp, "dev.ferry.producer.bench.LogBench", "--address", "unix:" + a.socket,
+				"--topic", t, "--records", records}, args...)...)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		row.fig = map[string]float64{}
+		for _, f := range strings.Fields(out) {
+			if k, v, ok := strings.Cut(f, "="); ok {
+				row.fig[k], _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		s.logf("%s %s: %.1f MB/s raw, %.1f MB/s compressed, JVM %.0f%% CPU, ferry %.0f%%, %s of %s acknowledged", table, report.F0(seed[0]),
+			row.fig["raw_mb_s"], row.fig["compressed_mb_s"], row.fig["jvm_cpu"], row.use.cpu, report.F0(row.fig["acked"]), report.F0(row.fig["records"]))
+		rows = append(rows, row)
+		return nil
+	}
+	for _, r := range ref.SendThreads {
+		if err := run("send_threads", r, "--send-threads", strconv.Itoa(int(r[0]))); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range ref.TotalSize {
+		if err := run("total_size", r, "--total-size", strconv.Itoa(int(r[0]))); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range ref.BatchSize {
+		if err := run("batch_size", r, "--batch-size", strconv.Itoa(int(r[0]))); err != nil {
+			return nil, err
+		}
+	}
 	return rows, nil
 }
 

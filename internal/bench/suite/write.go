@@ -12,7 +12,7 @@ import (
 	"github.com/ferryhq/ferry/internal/bench/report"
 )
 
-func (s *suite) write(prod []prodRow, pan []panResult, cons *consResult, otlp []otlpRow, modes []modeRow, micro []microRow) error {
+func (s *suite) write(prod []prodRow, pan []panResult, cons *consResult, otlp []otlpRow, modes []modeRow, micro []microRow, java []javaRow) error {
 	took := time.Since(s.started).Round(time.Second)
 	s.doc.P("# ferry benchmarks")
 	s.doc.P("")
@@ -29,13 +29,14 @@ func (s *suite) write(prod []prodRow, pan []panResult, cons *consResult, otlp []
 	s.doc.H("Machine")
 	s.doc.Table([]string{"", ""}, report.Machine())
 
-	s.summarise(prod, pan, cons, otlp, modes, micro)
+	s.summarise(prod, pan, cons, otlp, modes, micro, java)
 	s.writeProducers(prod)
 	s.writePan(pan)
 	s.writeConsumers(cons)
 	s.writeOTLP(otlp)
 	s.writeModes(modes)
 	s.writeMicro(micro)
+	s.writeJava(java)
 	s.doc.H("Reproduce")
 	s.doc.P("```sh")
 	s.doc.P("make bench            # this whole file, about 6 minutes on 2 cores")
@@ -45,7 +46,7 @@ func (s *suite) write(prod []prodRow, pan []panResult, cons *consResult, otlp []
 	return os.WriteFile(s.doc.Out, []byte(s.doc.String()), 0o644)
 }
 
-func (s *suite) summarise(prod []prodRow, pan []panResult, cons *consResult, otlp []otlpRow, modes []modeRow, micro []microRow) {
+func (s *suite) summarise(prod []prodRow, pan []panResult, cons *consResult, otlp []otlpRow, modes []modeRow, micro []microRow, java []javaRow) {
 	s.doc.H("Summary: ferry against the seeds")
 	s.doc.P("Seed figures are from their own machines (cores as stated); \"here\" figures from this run. Per-core figures divide by the CPU the process actually used.")
 	s.doc.P("")
@@ -69,6 +70,15 @@ func (s *suite) summarise(prod []prodRow, pan []panResult, cons *consResult, otl
 			perCore := r.via.MBSec / max(r.use.cpu/100, 0.01)
 			rows = append(rows, []string{"Java log producer SDK (004), raw MB/s", report.F1(seedSDKMBs) + " MB/s at 244% CPU (" + report.F1(seedSDKMBs/(seedSDKCPU/100)) + " per core)",
 				report.F1(r.via.MBSec) + " MB/s of 1 KB records through ferry (" + report.F1(perCore) + " per ferry core)", report.Ratio(perCore, seedSDKMBs/(seedSDKCPU/100)) + " per core"})
+		}
+	}
+	for _, j := range java {
+		if j.table == "send_threads" && j.setting == 16 {
+			cores := (j.fig["jvm_cpu"] + j.use.cpu) / 100
+			rows = append(rows, []string{"Java log producer SDK (004), its log through the Java producer, sendThreads 16 (goal ≥ 200 MB/s here)",
+				report.F1(j.seed[1]) + " MB/s at 244% CPU (" + report.F1(j.seed[1]/(j.seed[3]/100)) + " per core)",
+				report.F1(j.fig["raw_mb_s"]) + " MB/s raw into Kafka, JVM " + report.F0(j.fig["jvm_cpu"]) + "% + ferry " + report.F0(j.use.cpu) + "% CPU (" + report.F1(j.fig["raw_mb_s"]/max(cores, 0.01)) + " per core)",
+				report.Ratio(j.fig["raw_mb_s"]/max(cores, 0.01), j.seed[1]/(j.seed[3]/100)) + " per core"})
 		}
 	}
 	if len(pan) > 0 {
@@ -267,4 +277,30 @@ func clientBench(name string) (int, string, bool) {
 	num, mode, _ := strings.Cut(rest, "Byte/")
 	n, err := strconv.Atoi(num)
 	return n, mode, err == nil
+}
+
+func (s *suite) writeJava(rows []javaRow) {
+	s.doc.H("7. The Java producer (`sdk/java`): the log producer's tables (seed 004)")
+	s.doc.P("%s. Here: ferry's Java producer with the same knobs, 10 threads calling `send` with the same 4-field log (each field with a sequence suffix, ~600 bytes as one JSON object via `LogItem`), lz4, through the agent's Unix socket, every record acknowledged by Kafka before it counts; Kafka, ferry and the JVM share this machine's cores. CPU: the JVM's and ferry's, percent of one core.", report.Ref.JavaSDKTables.Source)
+	s.doc.P("")
+	titles := map[string]string{"send_threads": "sendThreads (totalSizeInBytes 100 MB, batchSizeInBytes 2 MB)",
+		"total_size": "totalSizeInBytes (sendThreads 16, batchSizeInBytes 2 MB)", "batch_size": "batchSizeInBytes (sendThreads 16, totalSizeInBytes 100 MB)"}
+	for _, table := range []string{"send_threads", "total_size", "batch_size"} {
+		var out [][]string
+		for _, r := range rows {
+			if r.table != table {
+				continue
+			}
+			out = append(out, []string{report.Commas(int64(r.setting)), report.F1(r.fig["raw_mb_s"]), report.F1(r.fig["compressed_mb_s"]),
+				report.F0(r.fig["jvm_cpu"]) + "%", report.F0(r.use.cpu) + "%", report.Commas(int64(r.fig["acked"])) + " / " + report.Commas(int64(r.fig["records"])),
+				report.F1(r.seed[1]), report.F1(r.seed[2]), report.F0(r.seed[3]) + "%", report.Ratio(r.fig["raw_mb_s"], r.seed[1])})
+		}
+		if len(out) == 0 {
+			continue
+		}
+		s.doc.P("**%s**", titles[table])
+		s.doc.P("")
+		s.doc.Table([]string{"setting", "raw MB/s", "compressed MB/s", "JVM CPU", "ferry CPU", "acked by Kafka / sent", "seed raw MB/s", "seed compressed", "seed CPU (4 cores)", "raw vs seed"}, out)
+	}
+	s.doc.P("Command: `java -cp sdk/java/target/classes:sdk/java/target/test-classes:$(cat sdk/java/target/cp.txt) dev.ferry.producer.bench.LogBench --address unix:ferry-data/ferry.sock --topic T --records N --send-threads S --total-size B --batch-size B`.")
 }

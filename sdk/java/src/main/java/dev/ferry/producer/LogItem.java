@@ -18,23 +18,48 @@ public final class LogItem {
 
     public List<String[]> getContents() { return contents; }
 
-    /** The JSON object, UTF-8. */
+    /** The JSON object, UTF-8, in one exact-size array. */
     public byte[] toJson() {
-        StringBuilder sb = new StringBuilder(64 + contents.size() * 32);
-        sb.append('{');
-        for (int i = 0; i < contents.size(); i++) {
-            if (i > 0) {
-                sb.append(',');
-            }
-            quote(sb, contents.get(i)[0]);
-            sb.append(':');
-            quote(sb, contents.get(i)[1]);
+        int n = contents.size();
+        byte[][] parts = new byte[n * 2][];
+        int size = 2 + Math.max(n - 1, 0); // braces, commas
+        for (int i = 0; i < n; i++) {
+            parts[2 * i] = quoted(contents.get(i)[0]);
+            parts[2 * i + 1] = quoted(contents.get(i)[1]);
+            size += parts[2 * i].length + parts[2 * i + 1].length + 5; // 4 quotes and a colon
         }
-        return sb.append('}').toString().getBytes(StandardCharsets.UTF_8);
+        byte[] out = new byte[size];
+        int o = 0;
+        out[o++] = '{';
+        for (int i = 0; i < n; i++) {
+            if (i > 0) {
+                out[o++] = ',';
+            }
+            out[o++] = '"';
+            System.arraycopy(parts[2 * i], 0, out, o, parts[2 * i].length);
+            o += parts[2 * i].length;
+            out[o++] = '"';
+            out[o++] = ':';
+            out[o++] = '"';
+            System.arraycopy(parts[2 * i + 1], 0, out, o, parts[2 * i + 1].length);
+            o += parts[2 * i + 1].length;
+            out[o++] = '"';
+        }
+        out[o] = '}';
+        return out;
     }
 
-    static void quote(StringBuilder sb, String s) {
-        sb.append('"');
+    /** s escaped for a JSON string (without its quotes), UTF-8; most strings need no escaping and are encoded once. */
+    static byte[] quoted(String s) {
+        boolean plain = true;
+        for (int i = 0; i < s.length() && plain; i++) {
+            char c = s.charAt(i);
+            plain = c >= 0x20 && c != '"' && c != '\\';
+        }
+        if (plain) {
+            return s.getBytes(StandardCharsets.UTF_8);
+        }
+        StringBuilder sb = new StringBuilder(s.length() + 16);
         for (int i = 0; i < s.length(); i++) {
             char c = s.charAt(i);
             switch (c) {
@@ -51,6 +76,6 @@ public final class LogItem {
                     }
             }
         }
-        sb.append('"');
+        return sb.toString().getBytes(StandardCharsets.UTF_8);
     }
 }

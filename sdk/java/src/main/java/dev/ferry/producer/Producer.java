@@ -54,6 +54,9 @@ public final class Producer implements Closeable {
 
     private final List<Sender> senders = new ArrayList<>();
     private final ExecutorService callbacks;
+    private final java.util.concurrent.atomic.LongAdder sentFrames = new java.util.concurrent.atomic.LongAdder();
+    private final java.util.concurrent.atomic.LongAdder sentBytes = new java.util.concurrent.atomic.LongAdder();
+    private final java.util.concurrent.atomic.LongAdder sentRecordBytes = new java.util.concurrent.atomic.LongAdder();
 
     public Producer(ProducerConfig cfg) {
         this.cfg = cfg;
@@ -136,7 +139,7 @@ public final class Producer implements Closeable {
                 }
             }
             if (cur == null) {
-                cur = new Batch(Math.min(cfg.getBatchSizeInBytes() + 1024, 1 << 20));
+                cur = new Batch(cfg.getBatchSizeInBytes() + (64 << 10), Math.min(cfg.getBatchCountThreshold(), 8192));
             }
             cur.add(p);
             buffered += size;
@@ -213,6 +216,13 @@ public final class Producer implements Closeable {
         }
     }
 
+    /** Bytes written to the agent: frames as sent (after compression), and the records' own bytes before it. */
+    public long getSentBytes() { return sentBytes.sum(); }
+
+    public long getSentRecordBytes() { return sentRecordBytes.sum(); }
+
+    public long getSentFrames() { return sentFrames.sum(); }
+
     // ---- internals ----
 
     /** One record until its completion. */
@@ -240,13 +250,14 @@ public final class Producer implements Closeable {
 
     /** The batch being filled: its records, already encoded. */
     static final class Batch {
-        final List<Pending> recs = new ArrayList<>();
+        final List<Pending> recs;
         final Protocol.Buf body;
         byte[] prevTopic;
         final long firstAt = System.nanoTime();
 
-        Batch(int cap) {
+        Batch(int cap, int records) {
             body = new Protocol.Buf(cap);
+            recs = new ArrayList<>(records);
         }
 
         void add(Pending p) {
@@ -638,6 +649,9 @@ public final class Producer implements Closeable {
             hdr.u32(len + Protocol.HEADER_LEN).u8(Protocol.PRODUCE).u8(flags).u32(id);
             s.out.write(hdr.b, 0, hdr.len);
             s.out.write(payload, 0, len);
+            sentFrames.increment();
+            sentBytes.add(len + 10);
+            sentRecordBytes.add(body.len);
         }
 
         /** Reads the agent's answers on s. */
