@@ -202,9 +202,11 @@ public final class Producer implements Closeable {
             }
             lock.notifyAll();
         }
+        List<Object[]> closing = new ArrayList<>(left.size());
         for (Pending p : left) {
-            complete(p, false, "closed", "the producer closed before the record was delivered");
+            closing.add(new Object[] {p, false, "closed", "the producer closed before the record was delivered"});
         }
+        completeAll(closing);
         for (Sender s : senders) {
             s.stop();
         }
@@ -297,33 +299,56 @@ public final class Producer implements Closeable {
 
     /** Completes p once; lock must not be held. */
     private void complete(Pending p, boolean ok, String code, String msg) {
+        List<Object[]> one = new ArrayList<>(1);
+        one.add(new Object[] {p, ok, code, msg});
+        completeAll(one);
+    }
+
+    /**
+     * Completes records (each {Pending, ok, code, message}) once each: one
+     * lock hold and one callback task for a whole frame's answer, not one
+     * per record. Lock must not be held.
+     */
+    private void completeAll(List<Object[]> outs) {
+        List<Object[]> run = new ArrayList<>(outs.size());
+        long now = System.currentTimeMillis();
         synchronized (lock) {
-            if (p.done) {
-                return;
+            for (Object[] o : outs) {
+                Pending p = (Pending) o[0];
+                if (p.done) {
+                    continue;
+                }
+                boolean ok = (Boolean) o[1];
+                p.done = true;
+                buffered -= p.size;
+                pending--;
+                p.attempts.add(new Attempt(ok, ok ? "" : (String) o[2], ok ? "" : (String) o[3], now));
+                run.add(new Object[] {p, new Result(ok, p.attempts)});
             }
-            p.done = true;
-            buffered -= p.size;
-            pending--;
-            p.attempts.add(new Attempt(ok, ok ? "" : code, ok ? "" : msg, System.currentTimeMillis()));
             lock.notifyAll();
         }
-        Result r = new Result(ok, p.attempts);
-        try {
-            callbacks.execute(() -> {
+        if (run.isEmpty()) {
+            return;
+        }
+        Runnable task = () -> {
+            for (Object[] o : run) {
+                Pending p = (Pending) o[0];
+                Result r = (Result) o[1];
                 try {
                     if (p.callback != null) {
                         p.callback.onCompletion(r);
                     }
+                } catch (RuntimeException e) {
+                    // A callback's own failure must not cost the others theirs.
                 } finally {
                     p.future.complete(r);
                 }
-            });
-        } catch (java.util.concurrent.RejectedExecutionException e) {
-            // Closing: run it here, still exactly once.
-            if (p.callback != null) {
-                p.callback.onCompletion(r);
             }
-            p.future.complete(r);
+        };
+        try {
+            callbacks.execute(task);
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            task.run(); // closing: run here, still exactly once
         }
     }
 
@@ -358,9 +383,7 @@ public final class Producer implements Closeable {
         for (; k < s.recs.size(); k++) {
             done.add(new Object[] {s.recs.get(k), false, "protocol_error", "the agent's answer did not cover this record"});
         }
-        for (Object[] d : done) {
-            complete((Pending) d[0], (Boolean) d[1], (String) d[2], (String) d[3]);
-        }
+        completeAll(done);
         if (!again.isEmpty()) {
             retry(again, after);
         }
