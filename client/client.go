@@ -64,7 +64,7 @@ type Options struct {
 	// then fails the record with ErrBufferFull.
 	MaxBufferedBytes int64
 	MaxBlock         time.Duration // default 10s; negative: fail at once
-	// A batch is sent when it holds BatchBytes (default 1 MiB) or
+	// A batch is sent when it holds BatchBytes (default 256 KiB) or
 	// BatchRecords (default 10,000), or Linger (default 2ms) after its
 	// first record.
 	BatchBytes   int
@@ -72,7 +72,7 @@ type Options struct {
 	Linger       time.Duration
 	// Compression of batches: "none" (default), "lz4" or "zstd".
 	Compression string
-	// MaxInFlight batches on the wire at once (default 8).
+	// MaxInFlight batches on the wire at once (default 32).
 	MaxInFlight int
 	// RetryBackoff and RetryBackoffMax bound the wait before a refused
 	// record is sent again or a lost connection is redialled (defaults
@@ -104,7 +104,11 @@ func (o *Options) defaults() error {
 		o.MaxBlock = 10 * time.Second
 	}
 	if o.BatchBytes <= 0 {
-		o.BatchBytes = 1 << 20
+		// Smaller frames pipeline better: the agent answers a frame when
+		// its last record is acknowledged, so one large frame holds many
+		// records behind its slowest partition (1 MiB frames and 8 in
+		// flight: 0.57-0.74x franz-go direct; 256 KiB and 32: 0.96x).
+		o.BatchBytes = 256 << 10
 	}
 	if o.BatchRecords <= 0 {
 		o.BatchRecords = 10_000
@@ -118,7 +122,7 @@ func (o *Options) defaults() error {
 		return fmt.Errorf("client: compression %q: want none, lz4 or zstd", o.Compression)
 	}
 	if o.MaxInFlight <= 0 {
-		o.MaxInFlight = 8
+		o.MaxInFlight = 32
 	}
 	if o.RetryBackoff <= 0 {
 		o.RetryBackoff = 100 * time.Millisecond

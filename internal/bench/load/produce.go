@@ -472,7 +472,7 @@ func (r *run) kafka(ctx context.Context) error {
 
 // local sends through ferry with the Go client over the local protocol.
 func (r *run) local(ctx context.Context, addr string) error {
-	opts := client.Options{Addrs: []string{addr}, ClientName: "ferry-bench", MaxInFlight: 16}
+	opts := client.Options{Addrs: []string{addr}, ClientName: "ferry-bench"} // the client's defaults
 	for _, p := range r.o.props {
 		if k, v, _ := strings.Cut(p, "="); k == "compression.type" && v != "none" {
 			opts.Compression = v
