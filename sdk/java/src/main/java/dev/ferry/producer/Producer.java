@@ -48,12 +48,13 @@ public final class Producer implements Closeable {
     private Batch cur;
     private final ArrayDeque<Send> ready = new ArrayDeque<>();
     private long buffered;
-    private long pending;
+    private long pending; // sent and not yet completed: the callback has not yet returned
     private boolean closed;
     private boolean stopped;
 
     private final List<Sender> senders = new ArrayList<>();
     private final ExecutorService callbacks;
+    private volatile Thread callbackThread;
     private final java.util.concurrent.atomic.LongAdder sentFrames = new java.util.concurrent.atomic.LongAdder();
     private final java.util.concurrent.atomic.LongAdder sentBytes = new java.util.concurrent.atomic.LongAdder();
     private final java.util.concurrent.atomic.LongAdder sentRecordBytes = new java.util.concurrent.atomic.LongAdder();
@@ -68,6 +69,7 @@ public final class Producer implements Closeable {
         callbacks = Executors.newSingleThreadExecutor(r -> {
             Thread t = new Thread(r, "ferry-producer-callbacks");
             t.setDaemon(true);
+            callbackThread = t;
             return t;
         });
         for (int i = 0; i < cfg.getSendThreads(); i++) {
@@ -151,12 +153,20 @@ public final class Producer implements Closeable {
         return p.future;
     }
 
-    /** Sends what is buffered and waits until every record sent before has completed. */
+    /**
+     * Sends what is buffered and waits until every record sent before has
+     * completed: its callback has returned and its future is done. Calling
+     * it from a callback would wait for itself, so that throws
+     * IllegalStateException.
+     */
     public void flush() throws InterruptedException {
         flush(Long.MAX_VALUE);
     }
 
     private boolean flush(long timeoutMs) throws InterruptedException {
+        if (Thread.currentThread() == callbackThread) {
+            throw new IllegalStateException("flush or close from a callback would wait for that callback to return");
+        }
         long deadline = timeoutMs == Long.MAX_VALUE ? Long.MAX_VALUE : System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs);
         synchronized (lock) {
             seal();
@@ -320,8 +330,7 @@ public final class Producer implements Closeable {
                 }
                 boolean ok = (Boolean) o[1];
                 p.done = true;
-                buffered -= p.size;
-                pending--;
+                buffered -= p.size; // the memory is free now; pending drops once the callback returned
                 p.attempts.add(new Attempt(ok, ok ? "" : (String) o[2], ok ? "" : (String) o[3], now));
                 run.add(new Object[] {p, new Result(ok, p.attempts)});
             }
@@ -343,6 +352,10 @@ public final class Producer implements Closeable {
                 } finally {
                     p.future.complete(r);
                 }
+            }
+            synchronized (lock) {
+                pending -= run.size();
+                lock.notifyAll();
             }
         };
         try {

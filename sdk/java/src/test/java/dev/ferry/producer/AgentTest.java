@@ -19,6 +19,7 @@ import java.util.List;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
@@ -128,6 +129,14 @@ class AgentTest {
         assertTrue(out.contains(" 0 lost"), out);
     }
 
+    static void sleep(long ms) {
+        try {
+            Thread.sleep(ms);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
     static LogItem item(long i) {
         return new LogItem().pushBack("level", "INFO").pushBack("thread", "main").pushBack("i", Long.toString(i))
                 .pushBack("message", "the quick brown fox jumps over the lazy dog");
@@ -139,17 +148,28 @@ class AgentTest {
         String t = topic("java-all");
         int n = 20_000;
         AtomicInteger ok = new AtomicInteger();
+        AtomicReference<Throwable> fromCallback = new AtomicReference<>();
         try (Producer p = new Producer(new ProducerConfig().setAddresses(List.of("unix:" + socket)).setCompression("zstd"))) {
             for (int i = 0; i < n; i++) {
+                boolean last = i == n - 1;
                 p.send(t, ("k" + i % 13).getBytes(StandardCharsets.UTF_8), seqValue("jav", i, item(i)), r -> {
+                    if (last) {
+                        try {
+                            p.flush(); // would wait for itself
+                        } catch (Throwable e) {
+                            fromCallback.set(e);
+                        }
+                        sleep(200); // a slow callback: flush must still wait for it
+                    }
                     if (r.isSuccessful()) {
                         ok.incrementAndGet();
                     }
                 });
             }
             p.flush();
+            assertEquals(n, ok.get(), "flush returned before every callback had");
         }
-        assertEquals(n, ok.get());
+        assertTrue(fromCallback.get() instanceof IllegalStateException, "flush from a callback: " + fromCallback.get());
         verify(t, "jav", n, List.of());
     }
 
