@@ -1,7 +1,7 @@
 package dev.ferry.producer;
 
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 
 /**
@@ -10,6 +10,12 @@ import java.util.List;
  */
 public final class LogItem {
     private final List<String[]> contents = new ArrayList<>();
+
+    /** Scratch space per sending thread: a log is escaped and encoded in one pass, then copied once to its exact size. */
+    private static final ThreadLocal<Scratch> SCRATCH = ThreadLocal.withInitial(Scratch::new);
+
+    /** Logs larger than this (worst case) are encoded into a buffer of their own instead of the thread's scratch. */
+    private static final int MAX_SCRATCH = 1 << 20;
 
     public LogItem pushBack(String key, String value) {
         contents.add(new String[] {key, value});
@@ -21,61 +27,111 @@ public final class LogItem {
     /** The JSON object, UTF-8, in one exact-size array. */
     public byte[] toJson() {
         int n = contents.size();
-        byte[][] parts = new byte[n * 2][];
-        int size = 2 + Math.max(n - 1, 0); // braces, commas
+        int chars = 0;
         for (int i = 0; i < n; i++) {
-            parts[2 * i] = quoted(contents.get(i)[0]);
-            parts[2 * i + 1] = quoted(contents.get(i)[1]);
-            size += parts[2 * i].length + parts[2 * i + 1].length + 5; // 4 quotes and a colon
+            String[] kv = contents.get(i);
+            chars = Math.max(chars, Math.max(kv[0].length(), kv[1].length()));
         }
-        byte[] out = new byte[size];
+        long worst = 2;
+        for (int i = 0; i < n; i++) {
+            String[] kv = contents.get(i);
+            worst += 6L * (kv[0].length() + kv[1].length()) + 6; // a six-byte escape is the longest a char gets; 4 quotes, a colon, a comma
+        }
+        if (worst > Integer.MAX_VALUE - 16) {
+            throw new IllegalArgumentException("log of " + worst + " bytes (worst case) is too large to encode");
+        }
+        Scratch s = worst <= MAX_SCRATCH ? SCRATCH.get() : new Scratch();
+        byte[] b = s.bytes((int) worst);
+        char[] cs = s.chars(chars);
         int o = 0;
-        out[o++] = '{';
+        b[o++] = '{';
         for (int i = 0; i < n; i++) {
+            String[] kv = contents.get(i);
             if (i > 0) {
-                out[o++] = ',';
+                b[o++] = ',';
             }
-            out[o++] = '"';
-            System.arraycopy(parts[2 * i], 0, out, o, parts[2 * i].length);
-            o += parts[2 * i].length;
-            out[o++] = '"';
-            out[o++] = ':';
-            out[o++] = '"';
-            System.arraycopy(parts[2 * i + 1], 0, out, o, parts[2 * i + 1].length);
-            o += parts[2 * i + 1].length;
-            out[o++] = '"';
+            o = string(kv[0], cs, b, o);
+            b[o++] = ':';
+            o = string(kv[1], cs, b, o);
         }
-        out[o] = '}';
-        return out;
+        b[o++] = '}';
+        return Arrays.copyOf(b, o);
     }
 
-    /** s escaped for a JSON string (without its quotes), UTF-8; most strings need no escaping and are encoded once. */
-    static byte[] quoted(String s) {
-        boolean plain = true;
-        for (int i = 0; i < s.length() && plain; i++) {
-            char c = s.charAt(i);
-            plain = c >= 0x20 && c != '"' && c != '\\';
-        }
-        if (plain) {
-            return s.getBytes(StandardCharsets.UTF_8);
-        }
-        StringBuilder sb = new StringBuilder(s.length() + 16);
-        for (int i = 0; i < s.length(); i++) {
-            char c = s.charAt(i);
-            switch (c) {
-                case '"': sb.append("\\\""); break;
-                case '\\': sb.append("\\\\"); break;
-                case '\n': sb.append("\\n"); break;
-                case '\r': sb.append("\\r"); break;
-                case '\t': sb.append("\\t"); break;
-                default:
-                    if (c < 0x20) {
-                        sb.append(String.format("\\u%04x", (int) c));
-                    } else {
-                        sb.append(c);
-                    }
+    /**
+     * Writes s as a quoted JSON string in UTF-8 at b[o], returning the new
+     * end. Escapes what JSON requires; an unpaired surrogate becomes '?', as
+     * String.getBytes(UTF_8) does.
+     */
+    private static int string(String s, char[] cs, byte[] b, int o) {
+        int n = s.length();
+        s.getChars(0, n, cs, 0);
+        b[o++] = '"';
+        for (int i = 0; i < n; i++) {
+            char c = cs[i];
+            if (c < 0x80) {
+                if (c >= 0x20 && c != '"' && c != '\\') {
+                    b[o++] = (byte) c;
+                } else {
+                    o = escape(c, b, o);
+                }
+            } else if (c < 0x800) {
+                b[o++] = (byte) (0xC0 | (c >> 6));
+                b[o++] = (byte) (0x80 | (c & 0x3F));
+            } else if (!Character.isSurrogate(c)) {
+                b[o++] = (byte) (0xE0 | (c >> 12));
+                b[o++] = (byte) (0x80 | ((c >> 6) & 0x3F));
+                b[o++] = (byte) (0x80 | (c & 0x3F));
+            } else if (Character.isHighSurrogate(c) && i + 1 < n && Character.isLowSurrogate(cs[i + 1])) {
+                int cp = Character.toCodePoint(c, cs[++i]);
+                b[o++] = (byte) (0xF0 | (cp >> 18));
+                b[o++] = (byte) (0x80 | ((cp >> 12) & 0x3F));
+                b[o++] = (byte) (0x80 | ((cp >> 6) & 0x3F));
+                b[o++] = (byte) (0x80 | (cp & 0x3F));
+            } else {
+                b[o++] = '?';
             }
         }
-        return sb.toString().getBytes(StandardCharsets.UTF_8);
+        b[o++] = '"';
+        return o;
+    }
+
+    private static final byte[] HEX = "0123456789abcdef".getBytes(java.nio.charset.StandardCharsets.US_ASCII);
+
+    private static int escape(char c, byte[] b, int o) {
+        b[o++] = '\\';
+        switch (c) {
+            case '"': b[o++] = '"'; break;
+            case '\\': b[o++] = '\\'; break;
+            case '\n': b[o++] = 'n'; break;
+            case '\r': b[o++] = 'r'; break;
+            case '\t': b[o++] = 't'; break;
+            default:
+                b[o++] = 'u';
+                b[o++] = '0';
+                b[o++] = '0';
+                b[o++] = HEX[c >> 4];
+                b[o++] = HEX[c & 0xF];
+        }
+        return o;
+    }
+
+    private static final class Scratch {
+        private byte[] b = new byte[4096];
+        private char[] c = new char[1024];
+
+        byte[] bytes(int n) {
+            if (b.length < n) {
+                b = new byte[Math.max(n, b.length * 2)];
+            }
+            return b;
+        }
+
+        char[] chars(int n) {
+            if (c.length < n) {
+                c = new char[Math.max(n, c.length * 2)];
+            }
+            return c;
+        }
     }
 }
