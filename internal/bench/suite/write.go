@@ -74,10 +74,10 @@ func (s *suite) summarise(prod []prodRow, pan []panResult, cons *consResult, otl
 	}
 	for _, j := range java {
 		if j.table == "send_threads" && j.setting == 16 {
-			cores := (j.fig["jvm_cpu"] + j.use.cpu) / 100
+			cores := (j.fig["jvm_cpu"] + j.fig["agent_cpu"]) / 100
 			rows = append(rows, []string{"Java log producer SDK (004), its log through the Java producer, sendThreads 16 (goal ≥ 200 MB/s here)",
 				report.F1(j.seed[1]) + " MB/s at 244% CPU (" + report.F1(j.seed[1]/(j.seed[3]/100)) + " per core)",
-				report.F1(j.fig["raw_mb_s"]) + " MB/s raw into Kafka, JVM " + report.F0(j.fig["jvm_cpu"]) + "% + ferry " + report.F0(j.use.cpu) + "% CPU (" + report.F1(j.fig["raw_mb_s"]/max(cores, 0.01)) + " per core)",
+				report.F1(j.fig["raw_mb_s"]) + " MB/s raw into Kafka, JVM " + report.F0(j.fig["jvm_cpu"]) + "% + ferry " + report.F0(j.fig["agent_cpu"]) + "% CPU (" + report.F1(j.fig["raw_mb_s"]/max(cores, 0.01)) + " per core)",
 				report.Ratio(j.fig["raw_mb_s"]/max(cores, 0.01), j.seed[1]/(j.seed[3]/100)) + " per core"})
 		}
 	}
@@ -281,7 +281,7 @@ func clientBench(name string) (int, string, bool) {
 
 func (s *suite) writeJava(rows []javaRow) {
 	s.doc.H("7. The Java producer (`sdk/java`): the log producer's tables (seed 004)")
-	s.doc.P("%s. Here: ferry's Java producer with the same knobs, 10 threads calling `send` with the same 4-field log (each field with a sequence suffix, ~600 bytes as one JSON object via `LogItem`), lz4, through the agent's Unix socket, every record acknowledged by Kafka before it counts; Kafka, ferry and the JVM share this machine's cores. CPU: the JVM's and ferry's, percent of one core.", report.Ref.JavaSDKTables.Source)
+	s.doc.P("%s. Here: ferry's Java producer with the same knobs, 10 threads calling `send` with the same 4-field log (each field with a sequence suffix, ~600 bytes as one JSON object via `LogItem`), lz4, through the agent's Unix socket, every record acknowledged by Kafka before it counts; Kafka, ferry and the JVM share this machine's cores. Each row is %s records measured after an uncounted warm-up of a fifth as many (the seed sent 200 million, so its figures are the JIT-compiled steady state); the JVM has a fixed 2 GB heap and the parallel collector, as the seed's JDK 8 did by default. CPU: the JVM's and ferry's during the measured phase, percent of one core.", report.Ref.JavaSDKTables.Source, javaRecords(s.quick))
 	s.doc.P("")
 	titles := map[string]string{"send_threads": "sendThreads (totalSizeInBytes 100 MB, batchSizeInBytes 2 MB)",
 		"total_size": "totalSizeInBytes (sendThreads 16, batchSizeInBytes 2 MB)", "batch_size": "batchSizeInBytes (sendThreads 16, totalSizeInBytes 100 MB)"}
@@ -292,7 +292,7 @@ func (s *suite) writeJava(rows []javaRow) {
 				continue
 			}
 			out = append(out, []string{report.Commas(int64(r.setting)), report.F1(r.fig["raw_mb_s"]), report.F1(r.fig["compressed_mb_s"]),
-				report.F0(r.fig["jvm_cpu"]) + "%", report.F0(r.use.cpu) + "%", report.Commas(int64(r.fig["acked"])) + " / " + report.Commas(int64(r.fig["records"])),
+				report.F0(r.fig["jvm_cpu"]) + "%", report.F0(r.fig["agent_cpu"]) + "%", report.Commas(int64(r.fig["acked"])) + " / " + report.Commas(int64(r.fig["records"])),
 				report.F1(r.seed[1]), report.F1(r.seed[2]), report.F0(r.seed[3]) + "%", report.Ratio(r.fig["raw_mb_s"], r.seed[1])})
 		}
 		if len(out) == 0 {
@@ -302,5 +302,5 @@ func (s *suite) writeJava(rows []javaRow) {
 		s.doc.P("")
 		s.doc.Table([]string{"setting", "raw MB/s", "compressed MB/s", "JVM CPU", "ferry CPU", "acked by Kafka / sent", "seed raw MB/s", "seed compressed", "seed CPU (4 cores)", "raw vs seed"}, out)
 	}
-	s.doc.P("Command: `java -cp sdk/java/target/classes:sdk/java/target/test-classes:$(cat sdk/java/target/cp.txt) dev.ferry.producer.bench.LogBench --address unix:ferry-data/ferry.sock --topic T --records N --send-threads S --total-size B --batch-size B`.")
+	s.doc.P("Command: `java %s -cp sdk/java/target/classes:sdk/java/target/test-classes:$(cat sdk/java/target/cp.txt) dev.ferry.producer.bench.LogBench --address unix:ferry-data/ferry.sock --topic T --records N --agent-pid PID --send-threads S --total-size B --batch-size B`.", strings.Join(javaBenchOpts, " "))
 }
