@@ -58,6 +58,7 @@ type Agent struct {
 	Cmd                     *exec.Cmd
 	HTTP, Admin, OTLP, GRPC string // listen addresses
 	Local, Socket           string // the local protocol's TCP address and Unix socket
+	Config                  string // the config file given as yaml ("" if none): rewrite it, then Reload
 	Logs                    *SyncBuffer
 	exited                  chan error
 }
@@ -110,6 +111,7 @@ func Start(t *testing.T, bin, yaml string, sets ...string) *Agent {
 		if err := os.WriteFile(f, []byte(yaml), 0o600); err != nil {
 			t.Fatal(err)
 		}
+		a.Config = f
 		args = append(args, "-c", f)
 	}
 	for _, s := range append([]string{"receivers.http.listen=" + a.HTTP, "telemetry.admin.listen=" + a.Admin,
@@ -225,6 +227,14 @@ func (a *Agent) Stop() {
 		}
 	case <-time.After(60 * time.Second):
 		a.t.Fatal("agent did not stop within 60 s")
+	}
+}
+
+// Reload sends SIGHUP: the agent reads its config file again.
+func (a *Agent) Reload() {
+	a.t.Helper()
+	if err := a.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		a.t.Fatal(err)
 	}
 }
 

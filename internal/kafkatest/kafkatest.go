@@ -111,6 +111,67 @@ func Start(t testing.TB) *Broker {
 	return b
 }
 
+// Secure is a broker started with kafka-local --secure: PLAINTEXT at Addr
+// (for the test's own admin and checks), SASL_SSL (PLAIN, SCRAM-SHA-256,
+// SCRAM-SHA-512) at SASL and mTLS at MTLS, with the throw-away CA and the
+// client certificate the script made.
+type Secure struct {
+	*Broker
+	SASL, MTLS                    string
+	CAFile, ClientCert, ClientKey string
+	User, Password                string
+}
+
+// StartSecure starts a secured broker of the test's own on free ports; it
+// is stopped and its data deleted when the test ends.
+func StartSecure(t testing.TB) *Secure {
+	t.Helper()
+	SkipShort(t)
+	s, err := NewSecure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// NewSecure starts a secured broker on free ports for a whole test binary
+// (from TestMain); the caller stops it.
+func NewSecure() (*Secure, error) {
+	var port int
+	for i := 0; ; i++ {
+		if port = FreePort(); free(port+2) && free(port+3) {
+			break
+		}
+		if i == 100 {
+			return nil, errors.New("kafkatest: no four free ports in a row")
+		}
+	}
+	b := &Broker{Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port)}
+	out, err := exec.Command(script(), "start", "--secure", "--port", strconv.Itoa(port)).Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		b.Stop()
+		return nil, fmt.Errorf("kafka-local start --secure: %v\n%s%s", err, out, stderr)
+	}
+	env := map[string]string{}
+	for _, line := range bytes.Split(out, []byte("\n")) {
+		if k, v, ok := bytes.Cut(line, []byte("=")); ok {
+			env[string(k)] = string(v)
+		}
+	}
+	s := &Secure{Broker: b, SASL: env["KAFKA_SASL_SSL"], MTLS: env["KAFKA_MTLS"], CAFile: env["KAFKA_CA_FILE"],
+		ClientCert: env["KAFKA_CLIENT_CERT"], ClientKey: env["KAFKA_CLIENT_KEY"], User: env["KAFKA_USER"], Password: env["KAFKA_PASSWORD"]}
+	if s.SASL == "" || s.CAFile == "" || s.Password == "" {
+		b.Stop()
+		return nil, fmt.Errorf("kafka-local start --secure printed no settings:\n%s", out)
+	}
+	return s, nil
+}
+
 // Stop stops the broker and deletes its data.
 func (b *Broker) Stop() { _ = b.run("stop") }
 
