@@ -299,8 +299,9 @@ func (p *Pipeline) abandon() {
 	}
 }
 
-// Reload applies what can change while running: token keys, rate limits
-// and the receivers' auth settings. Data in flight is untouched: requests in
+// Reload applies what can change while running: token keys, rate limits,
+// the receivers' auth settings and the Kafka exporter's TLS and SASL
+// settings (from its next connection). Data in flight is untouched: requests in
 // progress finish under the settings they started with. cfg must be
 // validated (config.Load does). Differences in anything else (listeners,
 // exporter, queue) need a restart; they are listed in the returned warning
@@ -320,6 +321,11 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 	}
 	if err := cfg.Processors.Attributes.Validate(); err != nil {
 		return "", fmt.Errorf("processors.attributes: %w", err)
+	}
+	if k, ok := p.Exporter.(*kafkaexporter.Exporter); ok {
+		if err := k.SetSecurity(cfg.Exporter.Kafka.TLS, cfg.Exporter.Kafka.SASL); err != nil {
+			return "", fmt.Errorf("exporter.kafka: %w", err)
+		}
 	}
 	if err := p.Auth.SetKeys(cfg.Auth); err != nil {
 		return "", fmt.Errorf("auth: %w", err)
@@ -349,6 +355,8 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 	old.Receivers.HTTP.Auth, next.Receivers.HTTP.Auth = auth.ReceiverConfig{}, auth.ReceiverConfig{}
 	old.Receivers.OTLP.Auth, next.Receivers.OTLP.Auth = auth.ReceiverConfig{}, auth.ReceiverConfig{}
 	old.Receivers.Local.Auth, next.Receivers.Local.Auth = auth.ReceiverConfig{}, auth.ReceiverConfig{}
+	old.Exporter.Kafka.TLS, next.Exporter.Kafka.TLS = kafkaexporter.TLSConfig{}, kafkaexporter.TLSConfig{}
+	old.Exporter.Kafka.SASL, next.Exporter.Kafka.SASL = kafkaexporter.SASLConfig{}, kafkaexporter.SASLConfig{}
 	var restart []string
 	for _, d := range []struct {
 		name string
@@ -365,7 +373,8 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 	p.cfg.Auth, p.cfg.RateLimits, p.cfg.Processors = cfg.Auth, cfg.RateLimits, cfg.Processors
 	p.cfg.Receivers.HTTP.Auth, p.cfg.Receivers.OTLP.Auth = cfg.Receivers.HTTP.Auth, cfg.Receivers.OTLP.Auth
 	p.cfg.Receivers.Local.Auth = cfg.Receivers.Local.Auth
-	p.Set.Logger.Info("configuration reloaded", "applied", "auth keys, rate limits, sampler, attribute filters, receivers' auth")
+	p.cfg.Exporter.Kafka.TLS, p.cfg.Exporter.Kafka.SASL = cfg.Exporter.Kafka.TLS, cfg.Exporter.Kafka.SASL
+	p.Set.Logger.Info("configuration reloaded", "applied", "auth keys, rate limits, sampler, attribute filters, receivers' auth, Kafka TLS and SASL")
 	if len(restart) > 0 {
 		warning = "changes to " + strings.Join(restart, ", ") + " need a restart and were not applied"
 		p.Set.Logger.Warn(warning)

@@ -118,7 +118,11 @@ func serve(cfg *config.Config, load func() (*config.Config, error)) int {
 			set.Logger.Error("reload refused: the running configuration stays", "err", err)
 			return "", err
 		}
-		return p.Reload(next)
+		warning, err := p.Reload(next)
+		if err != nil {
+			set.Logger.Error("reload refused: the running configuration stays", "err", err)
+		}
+		return warning, err
 	}
 	p.Admin.Handle("POST /-/reload", reloadHandler(reload))
 	if err := p.Start(context.Background()); err != nil {

@@ -44,16 +44,6 @@ type Config struct {
 	SASL                SASLConfig    `yaml:"sasl"`
 }
 
-// TLSConfig is reserved for broker TLS; not implemented yet.
-type TLSConfig struct {
-	Enabled bool `yaml:"enabled"`
-}
-
-// SASLConfig is reserved for broker SASL; not implemented yet.
-type SASLConfig struct {
-	Mechanism string `yaml:"mechanism"`
-}
-
 // Validate reports the first invalid field, named by its YAML key.
 func (c *Config) Validate() error {
 	if len(c.Brokers) == 0 {
@@ -98,11 +88,8 @@ func (c *Config) Validate() error {
 	if c.DialTimeout <= 0 || c.RetryBackoffMax <= 0 || c.HealthCheckInterval <= 0 {
 		return fmt.Errorf("dial_timeout, retry_backoff_max and health_check_interval must be positive")
 	}
-	if c.TLS.Enabled {
-		return fmt.Errorf("tls.enabled: broker TLS is not implemented yet")
+	if err := c.TLS.validate(); err != nil {
+		return err
 	}
-	if c.SASL.Mechanism != "" {
-		return fmt.Errorf("sasl.mechanism: broker SASL is not implemented yet")
-	}
-	return nil
+	return c.SASL.validate()
 }

@@ -74,6 +74,7 @@ type Exporter struct {
 	// TryProduce never fails part of one.
 	buffered, maxBuffered int64
 	tp                    *topics
+	sec                   *security
 	shutOnce              sync.Once
 	shutErr               error
 	// drained is closed when, after Shutdown began, the last record in
@@ -100,6 +101,13 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 		// does not count), so the queue refuses first and TryProduce never does.
 		buffered = bufferedBytes + bufferedBytes/4 + 1<<20
 	}
+	// TLS and SASL are looked up at each connection (see security), so
+	// files are read here once to fail early and again when they change.
+	sec, err := newSecurity(cfg.TLS, cfg.SASL, cfg.DialTimeout)
+	if err != nil {
+		return nil, err
+	}
+	e.sec = sec
 	codec, _ := compressionCodec(cfg.Compression, cfg.CompressionLevel)
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
@@ -112,7 +120,7 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 		// to be out of the way (one byte per record is the floor).
 		kgo.MaxBufferedRecords(int(buffered)),
 		kgo.ProduceRequestTimeout(cfg.RequestTimeout),
-		kgo.DialTimeout(cfg.DialTimeout),
+		kgo.Dialer(sec.dial),
 		// RecordRetries and RecordDeliveryTimeout are left at franz-go's
 		// defaults, which are unlimited and none: a record is never given up
 		// on for being slow. (RecordRetries(-1) would mean zero retries.)
@@ -127,6 +135,13 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 		opts = append(opts, kgo.RequiredAcks(kgo.LeaderAck()))
 	case "none":
 		opts = append(opts, kgo.RequiredAcks(kgo.NoAck()))
+	}
+	if cfg.SASL.Mechanism != "" {
+		opts = append(opts, kgo.SASL(mechanism{sec}))
+		if !cfg.TLS.Enabled {
+			set.Logger.Warn("SASL without TLS: the brokers' traffic, and with PLAIN the password, cross the network in clear",
+				"component", "exporter/kafka", "mechanism", cfg.SASL.Mechanism)
+		}
 	}
 	if !cfg.Idempotent {
 		opts = append(opts, kgo.DisableIdempotentWrite())
@@ -149,6 +164,17 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 	e.cl, e.maxBuffered = cl, buffered
 	set.Health.Register("kafka", e.ready)
 	return e, nil
+}
+
+// SetSecurity applies new TLS and SASL settings (a reload) from the next
+// connection on; connections already authenticated stay as they are. It
+// reads the files to check them first: on error nothing changes. Turning
+// SASL on or off needs a restart.
+func (e *Exporter) SetSecurity(t TLSConfig, s SASLConfig) error {
+	if (s.Mechanism == "") != (e.cfg.SASL.Mechanism == "") {
+		return errors.New("sasl: turning SASL on or off needs a restart")
+	}
+	return e.sec.set(t, s)
 }
 
 // backoff grows 100ms ×2 up to max; a record is never given up on.
@@ -230,10 +256,10 @@ func (e *Exporter) probe() {
 			}
 			e.up.Store(false)
 			e.m.up.Set(0)
-			s := err.Error()
+			s := e.sec.describe(err)
 			e.downErr.Store(&s)
 			e.log.Log(slog.LevelWarn, "down", "kafka unreachable; records are held and retried",
-				"brokers", e.cfg.Brokers, "since", downSince.Format(time.RFC3339), "records_waiting", e.inflight.Load(), "err", err)
+				"brokers", e.cfg.Brokers, "since", downSince.Format(time.RFC3339), "records_waiting", e.inflight.Load(), "err", s)
 		}
 		select {
 		case <-e.stop:

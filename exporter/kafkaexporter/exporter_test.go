@@ -195,12 +195,21 @@ func TestBackoffIsCapped(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	for name, mut := range map[string]func(*Config){
-		"acks":        func(c *Config) { c.Acks = "2" },
-		"compression": func(c *Config) { c.Compression = "brotli" },
-		"partitioner": func(c *Config) { c.Partitioner = "random" },
-		"brokers":     func(c *Config) { c.Brokers = []string{"nohost"} },
-		"idempotent":  func(c *Config) { c.Acks = "leader" },
-		"tls":         func(c *Config) { c.TLS.Enabled = true },
+		"acks":                func(c *Config) { c.Acks = "2" },
+		"compression":         func(c *Config) { c.Compression = "brotli" },
+		"partitioner":         func(c *Config) { c.Partitioner = "random" },
+		"brokers":             func(c *Config) { c.Brokers = []string{"nohost"} },
+		"idempotent":          func(c *Config) { c.Acks = "leader" },
+		"tls half a key pair": func(c *Config) { c.TLS = TLSConfig{Enabled: true, CertFile: "c.pem"} },
+		"tls version":         func(c *Config) { c.TLS = TLSConfig{Enabled: true, MinVersion: "1.0"} },
+		"tls files, not on":   func(c *Config) { c.TLS = TLSConfig{CAFile: "ca.pem"} },
+		"sasl mechanism":      func(c *Config) { c.SASL = SASLConfig{Mechanism: "GSSAPI", Username: "u", Password: "p"} },
+		"sasl no user":        func(c *Config) { c.SASL = SASLConfig{Mechanism: "PLAIN", Password: "p"} },
+		"sasl no password":    func(c *Config) { c.SASL = SASLConfig{Mechanism: "SCRAM-SHA-256", Username: "u"} },
+		"sasl two passwords": func(c *Config) {
+			c.SASL = SASLConfig{Mechanism: "PLAIN", Username: "u", Password: "p", PasswordFile: "f"}
+		},
+		"sasl user, no mechanism": func(c *Config) { c.SASL = SASLConfig{Username: "u"} },
 	} {
 		c := testCfg([]string{"127.0.0.1:9092"})
 		mut(&c)
