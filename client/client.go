@@ -23,6 +23,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -83,6 +84,9 @@ type Options struct {
 	RetryBackoffMax time.Duration
 	MaxRetries      int
 	DialTimeout     time.Duration // default 2s
+	// TLS, if set, is used for "tcp:" addresses (the agent's
+	// receivers.local.tls); a Unix socket is never wrapped.
+	TLS *tls.Config
 }
 
 func (o *Options) defaults() error {

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -100,7 +101,13 @@ func (c *Client) dial() (*session, error) {
 	var errs []error
 	for _, a := range c.o.Addrs {
 		network, addr, _ := strings.Cut(a, ":")
-		conn, err := net.DialTimeout(network, addr, c.o.DialTimeout)
+		var conn net.Conn
+		var err error
+		if network == "tcp" && c.o.TLS != nil {
+			conn, err = tls.DialWithDialer(&net.Dialer{Timeout: c.o.DialTimeout}, network, addr, c.o.TLS)
+		} else {
+			conn, err = net.DialTimeout(network, addr, c.o.DialTimeout)
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue

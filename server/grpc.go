@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ type GRPC struct {
 	name     string
 	listen   string
 	maxConns int
+	tls      TLSConfig
 	log      *slog.Logger
 	reg      prometheus.Registerer
 	srv      *grpc.Server
@@ -23,10 +25,10 @@ type GRPC struct {
 }
 
 // NewGRPC serves srv on listen with at most maxConns connections open (0:
-// unbounded); name labels its log lines and connection metrics. Nothing is
-// bound until Start.
-func NewGRPC(name, listen string, maxConns int, srv *grpc.Server, log *slog.Logger, reg prometheus.Registerer) *GRPC {
-	return &GRPC{name: name, listen: listen, maxConns: maxConns, log: log, reg: reg, srv: srv}
+// unbounded), over TLS when tlsc is on; name labels its log lines and
+// connection metrics. Nothing is bound until Start.
+func NewGRPC(name, listen string, maxConns int, tlsc TLSConfig, srv *grpc.Server, log *slog.Logger, reg prometheus.Registerer) *GRPC {
+	return &GRPC{name: name, listen: listen, maxConns: maxConns, tls: tlsc, log: log, reg: reg, srv: srv}
 }
 
 // Start binds the listener and serves in the background.
@@ -38,6 +40,16 @@ func (g *GRPC) Start(context.Context) error {
 	// HTTP/2 has no answer before its preface: a refused connection is
 	// closed, and gRPC clients back off and reconnect.
 	g.ln = limit(ln, g.maxConns, g.name, g.reg, nil)
+	if g.tls.On() {
+		// TLS ends at the listener and gRPC speaks HTTP/2 on what it
+		// accepts; "h2" is negotiated, as gRPC clients require.
+		conf, err := serverTLS(g.tls, []string{"h2"}, g.name, g.log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		g.ln = tls.NewListener(g.ln, conf)
+	}
 	go func() {
 		if err := g.srv.Serve(g.ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			g.log.Error("server stopped", "server", g.name, "err", err)

@@ -17,6 +17,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,10 +46,15 @@ type HTTPConfig struct {
 	// MaxConnections bounds the connections open at once; beyond it a new
 	// connection gets 503 and is closed (0: unbounded).
 	MaxConnections int `yaml:"max_connections"`
+	// TLS serves HTTPS (HTTP/1.1) when tls.cert_file is set.
+	TLS TLSConfig `yaml:"tls"`
 }
 
 // Validate names the first invalid field.
 func (c *HTTPConfig) Validate() error {
+	if err := c.TLS.Validate(); err != nil {
+		return err
+	}
 	if c.Listen == "" {
 		return errors.New("listen: required")
 	}
@@ -101,7 +107,18 @@ func (s *HTTP) Start(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.name, err)
 	}
-	s.ln = limit(ln, s.cfg.MaxConnections, s.name, s.reg, httpRefusal)
+	if s.cfg.TLS.On() {
+		conf, err := serverTLS(s.cfg.TLS, []string{"http/1.1"}, s.name, s.log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		// The refusal over the limit is plain HTTP, which a TLS client
+		// cannot read: the connection is just closed.
+		s.ln = tls.NewListener(limit(ln, s.cfg.MaxConnections, s.name, s.reg, nil), conf)
+	} else {
+		s.ln = limit(ln, s.cfg.MaxConnections, s.name, s.reg, httpRefusal)
+	}
 	go func() {
 		if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("server stopped", "server", s.name, "err", err)

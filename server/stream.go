@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +28,8 @@ type StreamConfig struct {
 	// MaxConnections bounds the connections open at once (0: unbounded);
 	// beyond it a new connection is closed at once.
 	MaxConnections int
+	// TLS, for a TCP listener.
+	TLS TLSConfig
 }
 
 // Stream serves a stream protocol: Handle runs once per connection, in its
@@ -77,6 +80,14 @@ func (s *Stream) Start(context.Context) error {
 		}
 	}
 	s.ln = limit(ln, s.cfg.MaxConnections, s.name, s.reg, nil)
+	if s.cfg.TLS.On() {
+		conf, err := serverTLS(s.cfg.TLS, nil, s.name, s.log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		s.ln = tls.NewListener(s.ln, conf)
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(1)
 	go s.accept()

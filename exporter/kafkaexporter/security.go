@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/ferryhq/ferry/internal/tlsfiles"
 )
 
 // TLSConfig is how ferry connects to the brokers over TLS (exporter.kafka.tls).
@@ -69,23 +70,13 @@ func (c *TLSConfig) validate() error {
 	if (c.CertFile == "") != (c.KeyFile == "") {
 		return errors.New("tls.cert_file and tls.key_file: set both (mTLS) or neither")
 	}
-	if _, err := tlsVersion(c.MinVersion); err != nil {
-		return err
+	if _, err := tlsfiles.Version(c.MinVersion); err != nil {
+		return fmt.Errorf("tls.%w", err)
 	}
 	if !c.Enabled && (c.CAFile != "" || c.CertFile != "" || c.ServerName != "") {
 		return errors.New("tls: files or server_name are set but tls.enabled is false")
 	}
 	return nil
-}
-
-func tlsVersion(v string) (uint16, error) {
-	switch v {
-	case "", "1.2":
-		return tls.VersionTLS12, nil
-	case "1.3":
-		return tls.VersionTLS13, nil
-	}
-	return 0, fmt.Errorf("tls.min_version: %q is not 1.2 or 1.3", v)
 }
 
 func (c *SASLConfig) validate() error {
@@ -134,12 +125,9 @@ type security struct {
 }
 
 type secState struct {
-	tls  TLSConfig
-	sasl SASLConfig
-
-	mu    sync.Mutex
-	conf  *tls.Config // built from the files as they were at stamp
-	stamp string
+	tls   TLSConfig
+	sasl  SASLConfig
+	files *tlsfiles.Loader // nil without TLS
 }
 
 func newSecurity(t TLSConfig, s SASLConfig, dialTimeout time.Duration) (*security, error) {
@@ -161,7 +149,8 @@ func (sec *security) set(t TLSConfig, s SASLConfig) error {
 	}
 	st := &secState{tls: t, sasl: s}
 	if t.Enabled {
-		if _, err := st.tlsConfig(); err != nil {
+		var err error
+		if st.files, err = tlsfiles.New(tlsfiles.Files{CA: t.CAFile, Cert: t.CertFile, Key: t.KeyFile, Prefix: "tls."}); err != nil {
 			return err
 		}
 	}
@@ -174,52 +163,17 @@ func (sec *security) set(t TLSConfig, s SASLConfig) error {
 	return nil
 }
 
-// stampOf identifies the files' current contents cheaply (size and
-// modification time), so they are parsed again only when they changed.
-func stampOf(files ...string) string {
-	var b strings.Builder
-	for _, f := range files {
-		if f == "" {
-			continue
-		}
-		if fi, err := os.Stat(f); err == nil {
-			fmt.Fprintf(&b, "%s:%d:%d;", f, fi.Size(), fi.ModTime().UnixNano())
-		} else {
-			fmt.Fprintf(&b, "%s:missing;", f)
-		}
-	}
-	return b.String()
-}
-
 // tlsConfig is the TLS configuration from the files as they are now.
 func (st *secState) tlsConfig() (*tls.Config, error) {
-	stamp := stampOf(st.tls.CAFile, st.tls.CertFile, st.tls.KeyFile)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.conf != nil && stamp == st.stamp {
-		return st.conf, nil
+	m, err := st.files.Load()
+	if err != nil {
+		return nil, err
 	}
-	minV, _ := tlsVersion(st.tls.MinVersion)
-	c := &tls.Config{MinVersion: minV, ServerName: st.tls.ServerName}
-	if st.tls.CAFile != "" {
-		pem, err := os.ReadFile(st.tls.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls.ca_file %s: no PEM certificate in it", st.tls.CAFile)
-		}
-		c.RootCAs = pool
+	minV, _ := tlsfiles.Version(st.tls.MinVersion)
+	c := &tls.Config{MinVersion: minV, ServerName: st.tls.ServerName, RootCAs: m.Pool}
+	if m.Cert != nil {
+		c.Certificates = []tls.Certificate{*m.Cert}
 	}
-	if st.tls.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(st.tls.CertFile, st.tls.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.cert_file/key_file: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
-	}
-	st.conf, st.stamp = c, stamp
 	return c, nil
 }
 
@@ -235,7 +189,6 @@ func (sec *security) dial(ctx context.Context, network, host string) (net.Conn, 
 		return nil, err
 	}
 	if c.ServerName == "" {
-		c = c.Clone()
 		if h, _, err := net.SplitHostPort(host); err == nil {
 			c.ServerName = h
 		} else {

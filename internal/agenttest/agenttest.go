@@ -5,6 +5,7 @@ package agenttest
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -131,9 +132,18 @@ func Start(t *testing.T, bin, yaml string, sets ...string) *Agent {
 			t.Logf("agent log (tail):\n%s", Tail(a.Logs.String(), 6000))
 		}
 	})
+	// An admin listener with TLS is probed over TLS; whether it serves is
+	// all this asks (the tests check its certificate themselves).
+	probe, scheme := http.DefaultClient, "http://"
+	for _, s := range sets {
+		if strings.HasPrefix(s, "telemetry.admin.tls.cert_file=") {
+			probe = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+			scheme = "https://"
+		}
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		res, err := http.Get("http://" + a.Admin + "/healthz")
+		res, err := probe.Get(scheme + a.Admin + "/healthz")
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == 200 {

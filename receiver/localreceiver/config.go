@@ -20,6 +20,9 @@ type Config struct {
 	SocketMode string `yaml:"socket_mode"`
 	// Listen is the TCP address ("" for none).
 	Listen string `yaml:"listen"`
+	// TLS for the TCP listener when tls.cert_file is set (the Unix socket
+	// is guarded by its file mode instead).
+	TLS server.TLSConfig `yaml:"tls"`
 	// MaxFrameBytes bounds a frame as sent and a produce body after
 	// decompression (0: a quarter of queue.memory_limit, at most 8 MiB, set
 	// by the pipeline); MaxRecords the records of one frame.
@@ -67,6 +70,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxInflightBytes < max(c.MaxFrameBytes, 1024) {
 		return fmt.Errorf("max_inflight_bytes: %s is below max_frame_bytes (%s): one frame must fit", c.MaxInflightBytes, c.MaxFrameBytes)
+	}
+	if err := c.TLS.Validate(); err != nil {
+		return err
 	}
 	if c.MaxConnections < 0 {
 		return fmt.Errorf("max_connections: %d is negative", c.MaxConnections)

@@ -87,7 +87,7 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *receiv
 	}
 	if cfg.Listen != "" {
 		r.tcp = server.NewStream("local_tcp", server.StreamConfig{Network: "tcp", Addr: cfg.Listen,
-			MaxConnections: cfg.MaxConnections}, r.serve, set.Logger, set.Registry)
+			MaxConnections: cfg.MaxConnections, TLS: cfg.TLS}, r.serve, set.Logger, set.Registry)
 	}
 	return r, nil
 }

@@ -34,6 +34,8 @@ type Config struct {
 		// a new connection is closed and clients reconnect with backoff
 		// (0: unbounded).
 		MaxConnections int `yaml:"max_connections"`
+		// TLS serves gRPC over TLS when tls.cert_file is set.
+		TLS server.TLSConfig `yaml:"tls"`
 	} `yaml:"grpc"`
 	// Topics: the topic names requests may write to after routing, as
 	// globs ("*": any topic that exists); a token's own topic pattern
@@ -73,6 +75,9 @@ func (c *Config) Validate() error {
 	}
 	if c.GRPC.Enabled && c.GRPC.Listen == "" {
 		return fmt.Errorf("grpc.listen: required when enabled")
+	}
+	if err := c.GRPC.TLS.Validate(); err != nil {
+		return fmt.Errorf("grpc.%w", err)
 	}
 	if c.GRPC.MaxConnections < 0 {
 		return fmt.Errorf("grpc.max_connections: %d is negative", c.GRPC.MaxConnections)

@@ -111,7 +111,7 @@ func newGRPCServer(r *Receiver) *grpcServer {
 			}},
 		}, struct{}{})
 	}
-	g.srv = server.NewGRPC("otlp_grpc", r.cfg.GRPC.Listen, r.cfg.GRPC.MaxConnections, gs, r.set.Logger, r.set.Registry)
+	g.srv = server.NewGRPC("otlp_grpc", r.cfg.GRPC.Listen, r.cfg.GRPC.MaxConnections, r.cfg.GRPC.TLS, gs, r.set.Logger, r.set.Registry)
 	return g
 }
 

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,9 +27,11 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/ferryhq/ferry/config"
 	"github.com/ferryhq/ferry/internal/kafkatest"
+	"github.com/ferryhq/ferry/internal/testcerts"
 	"github.com/ferryhq/ferry/pipeline"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -247,5 +250,53 @@ func TestOpenTelemetrySDKExporters(t *testing.T) {
 	}
 	if len(bodies) != 2*nLogs {
 		t.Fatalf("%d distinct log bodies, want %d", len(bodies), 2*nLogs)
+	}
+}
+
+// TestOpenTelemetrySDKOverTLS: the SDK's trace exporters reach ferry's
+// OTLP/HTTP and OTLP/gRPC listeners over TLS (gRPC with a client
+// certificate, which that listener requires); every span lands in Kafka.
+func TestOpenTelemetrySDKOverTLS(t *testing.T) {
+	brokers := kafkatest.Shared(t)
+	spans := kafkatest.NewTopic(t, brokers, "it-otlp-tls", 1)
+	certs := testcerts.New(t)
+	p := startAgent(t, brokers, "receivers.otlp.traces.topic="+spans, "receivers.otlp.traces.encoding=flat_json",
+		"receivers.otlp.http.tls.cert_file="+certs.ServerCert, "receivers.otlp.http.tls.key_file="+certs.ServerKey,
+		"receivers.otlp.grpc.tls.cert_file="+certs.ServerCert, "receivers.otlp.grpc.tls.key_file="+certs.ServerKey,
+		"receivers.otlp.grpc.tls.client_ca_file="+certs.CA)
+	ctx := context.Background()
+	const n = 12
+	for _, transport := range []string{"http", "grpc"} {
+		var exp sdktrace.SpanExporter
+		var err error
+		if transport == "http" {
+			exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(p.OTLP.HTTPAddr()), otlptracehttp.WithTLSClientConfig(certs.Client(false)))
+		} else {
+			exp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(p.OTLP.GRPCAddr()), otlptracegrpc.WithTLSCredentials(credentials.NewTLS(certs.Client(true))))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
+		for i := 0; i < n; i++ {
+			_, sp := tp.Tracer("tls").Start(ctx, fmt.Sprintf("%s-%d", transport, i))
+			sp.End()
+		}
+		if err := tp.Shutdown(ctx); err != nil {
+			t.Fatalf("%s over TLS: %v", transport, err)
+		}
+	}
+	got := map[string]int{}
+	for _, r := range kafkatest.Consume(t, brokers, spans, 2*n, 30*time.Second) {
+		var m map[string]any
+		if err := json.Unmarshal(r.Value, &m); err != nil {
+			t.Fatal(err)
+		}
+		name, _ := m["name"].(string)
+		tr, _, _ := strings.Cut(name, "-")
+		got[tr]++
+	}
+	if got["http"] != n || got["grpc"] != n {
+		t.Fatalf("spans in Kafka by transport: %v, want %d each", got, n)
 	}
 }
