@@ -83,6 +83,9 @@ func NewAdmin(cfg AdminConfig, set Settings) *Admin {
 // or the configured listen host).
 func hostGuard(listen string, next http.Handler) http.Handler {
 	lhost, _, _ := net.SplitHostPort(listen)
+	// On every interface, any IP literal is one of ours: a DNS-rebinding
+	// page can only send its own name as Host, never an IP.
+	wildcard := lhost == "" || net.ParseIP(lhost) != nil && net.ParseIP(lhost).IsUnspecified()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := r.Host
 		if hh, _, err := net.SplitHostPort(h); err == nil {
@@ -90,7 +93,7 @@ func hostGuard(listen string, next http.Handler) http.Handler {
 		}
 		h = strings.Trim(h, "[]")
 		ip := net.ParseIP(h)
-		if h == "localhost" || ip != nil && (ip.IsLoopback() || h == lhost || ip.Equal(net.ParseIP(lhost))) || h == lhost && lhost != "" {
+		if h == "localhost" || ip != nil && (ip.IsLoopback() || wildcard || ip.Equal(net.ParseIP(lhost))) || h == lhost && lhost != "" {
 			next.ServeHTTP(w, r)
 			return
 		}

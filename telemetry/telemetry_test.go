@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -136,5 +137,31 @@ func TestTopicLabelsShared(t *testing.T) {
 	}
 	if got := exporter.Get("t7"); got != "t7" {
 		t.Fatalf("a topic one component labelled is %q for another", got)
+	}
+}
+
+// An admin server listening on every interface (a container, a probe by
+// IP) answers requests addressed to any IP: an IP in the Host header is
+// not what a DNS-rebinding page can send. A name it does not own stays
+// refused, and a loopback-only server still refuses other addresses.
+func TestAdminHostGuardOnWildcard(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {})
+	for _, c := range []struct {
+		listen, host string
+		want         int
+	}{
+		{"0.0.0.0:8089", "10.1.2.3:8089", 200},
+		{"[::]:8089", "[fd00::1]:8089", 200},
+		{"0.0.0.0:8089", "evil.example:8089", http.StatusMisdirectedRequest},
+		{"127.0.0.1:8089", "10.1.2.3:8089", http.StatusMisdirectedRequest},
+		{"10.1.2.3:8089", "10.1.2.3:8089", 200},
+	} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "/healthz", nil)
+		req.Host = c.host
+		hostGuard(c.listen, ok).ServeHTTP(rec, req)
+		if rec.Code != c.want {
+			t.Errorf("listen %s, Host %s: %d, want %d", c.listen, c.host, rec.Code, c.want)
+		}
 	}
 }
