@@ -1,6 +1,6 @@
 # ferry — see README.md. Every target installs what it needs (Kafka jars from
 # Maven Central, Go modules) so it works on a fresh machine with Go, Java, Maven.
-.PHONY: build demo test test-short faults hostile bench bench-quick fuzz vet clean kafka-start kafka-stop
+.PHONY: build release demo test test-short faults hostile bench bench-quick fuzz vet clean kafka-start kafka-stop
 
 GO ?= go
 BIN := bin
@@ -8,6 +8,11 @@ BIN := bin
 build:
 	$(GO) build -o $(BIN)/ferry ./cmd/ferry
 	$(GO) build -o $(BIN)/ferry-bench ./cmd/ferry-bench
+
+# Static, version-stamped binaries for linux/amd64 and linux/arm64 with
+# SHA-256 sums under dist/ (VERSION, PLATFORMS, OUT to change them).
+release:
+	scripts/release.sh
 
 # Real local Kafka + agent + ~20 s of load through ferry, verified by consuming.
 demo: build

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"syscall"
 
@@ -52,7 +53,7 @@ func run(args []string) int {
 	}
 	switch args[0] {
 	case "version", "--version", "-v":
-		fmt.Println("ferry", pipeline.Version)
+		fmt.Println(versionLine())
 		return 0
 	case "config":
 		if len(args) == 2 && args[1] == "default" {
@@ -186,4 +187,28 @@ func reloadHandler(reload func() (string, error)) http.Handler {
 		}
 		_ = json.NewEncoder(w).Encode(out)
 	})
+}
+
+// buildCommit is stamped by make release (-X main.buildCommit=...): Go's
+// own VCS stamp is off where GOFLAGS has -buildvcs=false.
+var buildCommit string
+
+// versionLine is what ferry version prints: the version stamped at build
+// time (make release), the commit and whether the tree had changes (from
+// Go's build information), and the Go version and platform.
+func versionLine() string {
+	commit, modified := "unknown", ""
+	if buildCommit != "" {
+		commit, modified = buildCommit, ""
+	} else if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			switch {
+			case s.Key == "vcs.revision" && len(s.Value) >= 12:
+				commit = s.Value[:12]
+			case s.Key == "vcs.modified" && s.Value == "true":
+				modified = "+changes"
+			}
+		}
+	}
+	return fmt.Sprintf("ferry %s (commit %s%s, %s %s/%s)", pipeline.Version, commit, modified, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"debug/elf"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -335,5 +338,39 @@ func TestReloadRefusesBrowsers(t *testing.T) {
 		if w.Code != 403 || called {
 			t.Fatalf("%s: %d, reloaded %v", name, w.Code, called)
 		}
+	}
+}
+
+// TestRelease: make release's script builds a static binary (no ELF
+// interpreter: it runs on any Linux of its architecture) whose version
+// line names the stamped version, the commit and the Go version.
+func TestRelease(t *testing.T) {
+	kafkatest.SkipShort(t) // a full build; not a unit test
+	out := t.TempDir()
+	cmd := exec.Command("../../scripts/release.sh")
+	cmd.Env = append(os.Environ(), "VERSION=v9.8.7-test", "PLATFORMS="+runtime.GOOS+"/"+runtime.GOARCH, "OUT="+out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("release.sh: %v\n%s", err, b)
+	}
+	bin := filepath.Join(out, "ferry-v9.8.7-test-"+runtime.GOOS+"-"+runtime.GOARCH, "ferry")
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Fatal("the release binary is dynamically linked")
+		}
+	}
+	v, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^ferry v9\.8\.7-test \(commit [0-9a-f]{12}(\+changes)?, go1\.\d+`).Match(v) {
+		t.Fatalf("version line %q", v)
+	}
+	if _, err := os.Stat(filepath.Join(out, "SHA256SUMS")); err != nil {
+		t.Fatal(err)
 	}
 }
