@@ -154,6 +154,8 @@ type reader struct {
 	stopRead chan struct{}
 	readStop atomic.Bool
 	readWG   sync.WaitGroup
+	// stopReadOnce closes stopRead once, from Shutdown or Close.
+	stopReadOnce sync.Once
 }
 
 // ledger is what Kafka has acknowledged: chunks in read order, the
@@ -301,12 +303,18 @@ func (s *Spool) Shutdown(context.Context) error {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
+	s.stopReader()
+	return nil
+}
+
+// stopReader stops the reader goroutine and waits for it; Shutdown and
+// Close both call it, so Close alone (without Shutdown) is safe too.
+func (s *Spool) stopReader() {
 	s.readStop.Store(true)
 	if s.started {
-		close(s.stopRead)
+		s.stopReadOnce.Do(func() { close(s.stopRead) })
 		s.readWG.Wait()
 	}
-	return nil
 }
 
 // Close writes the final checkpoint and closes the files. Call it after
@@ -317,6 +325,8 @@ func (s *Spool) Close() error {
 		s.mu.Lock()
 		s.closing = true
 		s.mu.Unlock()
+		// The reader owns its file (s.rf) until it has stopped.
+		s.stopReader()
 		if s.started {
 			// Chunks Kafka answered are finished (the watermark moves) before
 			// the final checkpoint records it.
