@@ -35,8 +35,10 @@ echo "== go test -race (unit + integration)"
 status=0
 : >/tmp/ferry-test.$$.log
 for m in "${modules[@]}"; do
-  (cd "$m" && FERRY_TEST_KAFKA=127.0.0.1:$port go test -race -count=1 -timeout 15m ./...) 2>&1 | tee -a /tmp/ferry-test.$$.log
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  # A failing module must not stop the others (set -e would end the script here).
+  if ! (cd "$m" && FERRY_TEST_KAFKA=127.0.0.1:$port go test -race -count=1 -timeout 15m ./...) 2>&1 | tee -a /tmp/ferry-test.$$.log; then
+    status=1
+  fi
 done
 echo "== Java SDK (sdk/java: protocol vectors, then against the real agent and Kafka)"
 go build -o bin/ferry ./cmd/ferry
