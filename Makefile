@@ -35,8 +35,9 @@ bench-quick: build
 	scripts/kafka-local jars
 	bin/ferry-bench suite --quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md --charts $(BENCH_QUICK_DIR)/bench --port 29492
 
-# The fault tests at full length (~10 min, real Kafka killed and restarted);
-# rewrites the results table in docs/reliability.md. make test runs short ones.
+# The fault tests at full length (~15 min, real Kafka killed and restarted, a
+# 3-broker cluster's leader killed and paused); rewrites the results tables
+# in docs/reliability.md. make test runs short ones.
 faults:
 	scripts/faults.sh
 

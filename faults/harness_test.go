@@ -33,7 +33,8 @@ func TestMain(m *testing.M) {
 	defer cleanup()
 	ferryBin = bin
 	report.M = m
-	kafkatest.Main(report)
+	clusterReport.M = report
+	kafkatest.Main(clusterReport)
 }
 
 // dur picks the short or the full duration.
@@ -122,12 +123,17 @@ type loadSpec struct {
 	size       int // bytes per record
 	perSec     int // records per second over all clients; 0 = as fast as possible
 	retryAfter bool
+	// live, if set, is given the ledger as soon as the load starts.
+	live *atomic.Pointer[ledger]
 }
 
 // load offers records to the agent until ctx ends and returns the ledger
 // once every client has stopped.
 func load(ctx context.Context, t *testing.T, addr func() string, topic string, spec loadSpec) *ledger {
 	l := &ledger{acked: make([][]bool, spec.clients)}
+	if spec.live != nil {
+		spec.live.Store(l)
+	}
 	var wg sync.WaitGroup
 	for c := 0; c < spec.clients; c++ {
 		wg.Add(1)
@@ -278,6 +284,10 @@ func parseID(v []byte) (c, seq int, ok bool) {
 // ---- the report ----
 
 var report = &agenttest.Report[outcome]{Env: "FERRY_FAULTS_REPORT", Begin: "<!-- faults:begin -->", End: "<!-- faults:end -->", Render: render}
+
+// clusterReport is the 3-broker cluster's table, a section of its own so
+// that its tests can be run (and their table rewritten) alone.
+var clusterReport = &agenttest.Report[outcome]{Env: "FERRY_FAULTS_REPORT", Begin: "<!-- cluster:begin -->", End: "<!-- cluster:end -->", Render: render}
 
 func record(t *testing.T, o outcome) { report.Add(t, o) }
 

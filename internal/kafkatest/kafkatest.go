@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,6 +173,91 @@ func NewSecure() (*Secure, error) {
 	return s, nil
 }
 
+// Cluster is a kafka-local cluster: KRaft nodes that are each a broker and
+// a controller, replication factor 3 and min.insync.replicas 2.
+type Cluster struct {
+	Nodes   []*Broker // node i+1
+	Brokers string    // every node's address, comma-separated
+}
+
+// StartCluster starts n nodes on free ports; they are stopped and their
+// data deleted when the test ends.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	SkipShort(t)
+	var port int
+	for i := 0; ; i++ {
+		port = FreePort()
+		ok := true
+		for p := port + 2; p < port+2*n; p++ {
+			ok = ok && free(p)
+		}
+		if ok {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("kafkatest: no %d free ports in a row", 2*n)
+		}
+	}
+	c := &Cluster{}
+	for i := 0; i < n; i++ {
+		p := port + 2*i
+		c.Nodes = append(c.Nodes, &Broker{Port: p, Addr: "127.0.0.1:" + strconv.Itoa(p)})
+		if i > 0 {
+			c.Brokers += ","
+		}
+		c.Brokers += c.Nodes[i].Addr
+	}
+	out, err := exec.Command(script(), "cluster", "start", "--brokers", strconv.Itoa(n), "--port", strconv.Itoa(port)).CombinedOutput()
+	t.Cleanup(func() {
+		_ = exec.Command(script(), "cluster", "stop", "--brokers", strconv.Itoa(n), "--port", strconv.Itoa(port)).Run()
+	})
+	if err != nil {
+		t.Fatalf("kafka-local cluster start: %v\n%s", err, out)
+	}
+	return c
+}
+
+// Node returns the node with Kafka node id id (1-based).
+func (c *Cluster) Node(id int32) *Broker { return c.Nodes[id-1] }
+
+// Pause stops the broker's process (SIGSTOP): alive, silent.
+func (b *Broker) Pause(t testing.TB) {
+	t.Helper()
+	if err := b.run("pause"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Resume continues a paused broker (SIGCONT).
+func (b *Broker) Resume(t testing.TB) {
+	t.Helper()
+	if err := b.run("resume"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Leader is the node id leading partition p of topic.
+func Leader(t testing.TB, brokers, topic string, p int32) int32 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	md, err := kadm.NewClient(cl).Metadata(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, ok := md.Topics[topic].Partitions[p]
+	if !ok {
+		t.Fatalf("no partition %d of %s in metadata", p, topic)
+	}
+	return pd.Leader
+}
+
 // Stop stops the broker and deletes its data.
 func (b *Broker) Stop() { _ = b.run("stop") }
 
@@ -224,7 +310,7 @@ func NewTopic(t testing.TB, brokers, prefix string, partitions int) string {
 	return topic
 }
 
-// CreateTopic creates a topic (replication 1).
+// CreateTopic creates a topic with the brokers' default replication factor.
 func CreateTopic(t testing.TB, brokers, topic string, partitions int) {
 	t.Helper()
 	createTopic(t, brokers, topic, partitions, false)
@@ -239,7 +325,7 @@ func createTopic(t testing.TB, brokers, topic string, partitions int, mayExist b
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(partitions), 1, nil, topic)
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(partitions), -1, nil, topic)
 	if err == nil {
 		err = resp.Err
 	}

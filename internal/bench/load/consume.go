@@ -215,7 +215,7 @@ func TopicCmd(args []string) error {
 		_, err := adm.DeleteTopic(ctx, *topic)
 		return err
 	}
-	resp, err := adm.CreateTopic(ctx, int32(*parts), 1, nil, *topic)
+	resp, err := adm.CreateTopic(ctx, int32(*parts), -1, nil, *topic)
 	if err != nil {
 		return err
 	}
