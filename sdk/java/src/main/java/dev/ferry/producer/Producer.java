@@ -340,28 +340,37 @@ public final class Producer implements Closeable {
             return;
         }
         Runnable task = () -> {
-            for (Object[] o : run) {
-                Pending p = (Pending) o[0];
-                Result r = (Result) o[1];
-                try {
-                    if (p.callback != null) {
-                        p.callback.onCompletion(r);
-                    }
-                } catch (RuntimeException e) {
-                    // A callback's own failure must not cost the others theirs.
-                } finally {
-                    p.future.complete(r);
+            try {
+                runCallbacks(run);
+            } finally {
+                // Even if a callback threw an Error: flush must not wait forever.
+                synchronized (lock) {
+                    pending -= run.size();
+                    lock.notifyAll();
                 }
-            }
-            synchronized (lock) {
-                pending -= run.size();
-                lock.notifyAll();
             }
         };
         try {
             callbacks.execute(task);
         } catch (java.util.concurrent.RejectedExecutionException e) {
             task.run(); // closing: run here, still exactly once
+        }
+    }
+
+    /** Runs a frame's callbacks and completes their futures, each once. */
+    private static void runCallbacks(List<Object[]> run) {
+        for (Object[] o : run) {
+            Pending p = (Pending) o[0];
+            Result r = (Result) o[1];
+            try {
+                if (p.callback != null) {
+                    p.callback.onCompletion(r);
+                }
+            } catch (RuntimeException e) {
+                // A callback's own failure must not cost the others theirs.
+            } finally {
+                p.future.complete(r);
+            }
         }
     }
 
