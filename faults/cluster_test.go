@@ -47,29 +47,54 @@ func watchStalls(l func() int64) *stallWatch {
 // is the recovery time.
 //
 //  1. the leader of partition 0 is SIGKILLed, and restarted later;
-//  2. the leader of partition 0 is paused (SIGSTOP) for 30 s, then resumed.
+//  2. the leader of partition 0 is paused (SIGSTOP) for 30 s, then resumed;
+//  3. the disk of the leader of partition 0 fills up (Kafka takes its only
+//     log dir offline and the broker shuts itself down); the operator frees
+//     the space and starts it again.
 func TestClusterFaults(t *testing.T) {
-	c := kafkatest.StartCluster(t, 3)
+	// A disk per broker, large enough for every case's data at full length
+	// (about 3 MB/s per node for 90 s a case), small enough to fill at once.
+	c := kafkatest.StartClusterDisks(t, 3, 1024)
 	total := dur(25*time.Second, 90*time.Second)
 	faultAt := dur(5*time.Second, 20*time.Second)
 	down, paused := dur(8*time.Second, 30*time.Second), dur(10*time.Second, 30*time.Second)
 	cases := []struct {
 		name, what string
 		inject     func(t *testing.T, node *kafkatest.Broker)
+		needsDisk  bool
 	}{
 		{"leader-killed", fmt.Sprintf("leader SIGKILL, restarted %s later", down), func(t *testing.T, node *kafkatest.Broker) {
 			node.Kill(t)
 			time.Sleep(down)
 			node.Restart(t)
-		}},
+		}, false},
 		{"leader-paused", fmt.Sprintf("leader SIGSTOP for %s", paused), func(t *testing.T, node *kafkatest.Broker) {
 			node.Pause(t)
 			time.Sleep(paused)
 			node.Resume(t)
-		}},
+		}, false},
+		{"leader-disk-full", fmt.Sprintf("leader's disk full, freed and restarted %s later", down), func(t *testing.T, node *kafkatest.Broker) {
+			node.Fill(t)
+			// Kafka takes a log dir that fails a write offline, and a broker
+			// with none left shuts itself down: the fault must really happen.
+			until := time.Now().Add(down)
+			for node.Running() && time.Now().Before(until) {
+				time.Sleep(200 * time.Millisecond)
+			}
+			if node.Running() {
+				t.Errorf("the broker still runs %s after its disk filled", down)
+			}
+			time.Sleep(time.Until(until))
+			node.Unfill(t)
+			node.Kill(t) // a no-op when it has shut itself down
+			node.Restart(t)
+		}, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.needsDisk && c.DiskMB == 0 {
+				t.Skip(c.NoDisks)
+			}
 			topic := kafkatest.NewTopic(t, c.Nodes[0].Addr, "fault-cluster-"+tc.name, 3)
 			a := startAgent(t, c.Brokers, "receivers.http.ack_timeout=90s", "exporter.kafka.request_timeout=30s")
 			ctx, cancel := context.WithTimeout(context.Background(), total)

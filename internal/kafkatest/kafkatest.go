@@ -178,11 +178,24 @@ func NewSecure() (*Secure, error) {
 type Cluster struct {
 	Nodes   []*Broker // node i+1
 	Brokers string    // every node's address, comma-separated
+	// DiskMB is the size of each node's own data disk, 0 if the nodes
+	// share the machine's (StartClusterDisks without root).
+	DiskMB int
+	// NoDisks says why DiskMB is 0 when disks were asked for.
+	NoDisks string
 }
 
 // StartCluster starts n nodes on free ports; they are stopped and their
 // data deleted when the test ends.
-func StartCluster(t testing.TB, n int) *Cluster {
+func StartCluster(t testing.TB, n int) *Cluster { return startCluster(t, n, 0) }
+
+// StartClusterDisks is StartCluster with a data disk of mb MiB per node
+// (a tmpfs), so that Broker.Fill can run one broker out of space. Mounting
+// needs root; without it the cluster shares the machine's disk and
+// Cluster.NoDisks says so.
+func StartClusterDisks(t testing.TB, n, mb int) *Cluster { return startCluster(t, n, mb) }
+
+func startCluster(t testing.TB, n, mb int) *Cluster {
 	t.Helper()
 	SkipShort(t)
 	var port int
@@ -200,6 +213,13 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		}
 	}
 	c := &Cluster{}
+	args := []string{"cluster", "start", "--brokers", strconv.Itoa(n), "--port", strconv.Itoa(port)}
+	if mb > 0 && os.Geteuid() != 0 {
+		c.NoDisks = "a data disk per broker is a tmpfs, and mounting one needs root"
+	} else if mb > 0 {
+		c.DiskMB = mb
+		args = append(args, "--disk-mb", strconv.Itoa(mb))
+	}
 	for i := 0; i < n; i++ {
 		p := port + 2*i
 		c.Nodes = append(c.Nodes, &Broker{Port: p, Addr: "127.0.0.1:" + strconv.Itoa(p)})
@@ -208,7 +228,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		}
 		c.Brokers += c.Nodes[i].Addr
 	}
-	out, err := exec.Command(script(), "cluster", "start", "--brokers", strconv.Itoa(n), "--port", strconv.Itoa(port)).CombinedOutput()
+	out, err := exec.Command(script(), args...).CombinedOutput()
 	t.Cleanup(func() {
 		_ = exec.Command(script(), "cluster", "stop", "--brokers", strconv.Itoa(n), "--port", strconv.Itoa(port)).Run()
 	})
@@ -256,6 +276,26 @@ func Leader(t testing.TB, brokers, topic string, p int32) int32 {
 		t.Fatalf("no partition %d of %s in metadata", p, topic)
 	}
 	return pd.Leader
+}
+
+// Fill takes every free byte of the broker's own data disk
+// (StartClusterDisks), as a full disk would.
+func (b *Broker) Fill(t testing.TB) {
+	t.Helper()
+	if err := b.run("fill"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Running says whether the broker's process is alive.
+func (b *Broker) Running() bool { return b.run("status") == nil }
+
+// Unfill frees what Fill took.
+func (b *Broker) Unfill(t testing.TB) {
+	t.Helper()
+	if err := b.run("unfill"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Stop stops the broker and deletes its data.
