@@ -1,6 +1,6 @@
 # ferry — see README.md. Every target installs what it needs (Kafka jars from
 # Maven Central, Go modules) so it works on a fresh machine with Go, Java, Maven.
-.PHONY: build release demo test test-short faults hostile bench bench-quick fuzz vet clean kafka-start kafka-stop
+.PHONY: build release demo test test-short faults hostile bench bench-quick fleet fuzz vet clean kafka-start kafka-stop
 
 GO ?= go
 BIN := bin
@@ -34,6 +34,14 @@ BENCH_QUICK_DIR ?= /tmp/ferry-bench-quick
 bench-quick: build
 	scripts/kafka-local jars
 	bin/ferry-bench suite --quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md --charts $(BENCH_QUICK_DIR)/bench --port 29492
+	bin/ferry-bench fleet --agents 1,2 --lingers 5ms --rate 2000 --duration 3s --warmup 2s --port 29592 >$(BENCH_QUICK_DIR)/fleet.md
+	cat $(BENCH_QUICK_DIR)/fleet.md
+
+# N ferry agents against a local 3-broker cluster, the same total load at
+# each size (~5 min); rewrites the measured table in docs/scaling.md.
+fleet: build
+	scripts/kafka-local jars
+	bin/ferry-bench fleet --out docs/scaling.md
 
 # The fault tests at full length (~15 min, real Kafka killed and restarted, a
 # 3-broker cluster's leader killed and paused); rewrites the results tables

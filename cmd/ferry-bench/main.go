@@ -5,18 +5,21 @@
 //	ferry-bench consume --topic T [--messages N] [--expect N]
 //	ferry-bench topic create|delete --topic T [--partitions N]
 //	ferry-bench suite [--quick]     the whole benchmark report (make bench)
+//	ferry-bench fleet               N agents against one cluster (docs/scaling.md)
 //
 // produce takes Kafka ProducerPerformance's flags and prints its final line.
 //
 // The commands live in internal/bench: load (produce, consume, topic, otlp),
 // verify (sequence ids and the delivery check), report (tables, charts, the
-// reference figures) and suite (the whole report).
+// reference figures), suite (the whole report) and fleet (many agents
+// against one cluster).
 package main
 
 import (
 	"fmt"
 	"os"
 
+	"github.com/ferryhq/ferry/internal/bench/fleet"
 	"github.com/ferryhq/ferry/internal/bench/load"
 	"github.com/ferryhq/ferry/internal/bench/report"
 	"github.com/ferryhq/ferry/internal/bench/suite"
@@ -35,6 +38,8 @@ const usage = `ferry-bench — load and verification tool for ferry
                    [--length B] [--requests N] [--concurrency C] [--json] [--exporter NAME]
   ferry-bench table --via F --direct F --consumed F [--agent-cpu P] [--agent-rss-kb K]
   ferry-bench suite [--quick] [--out BENCHMARKS.md] [--charts docs/bench]   (make bench, make bench-quick)
+  ferry-bench fleet [--agents 1,4,16] [--lingers 5ms,50ms] [--rate R] [--record-size B] [--batch N]
+                    [--duration D] [--brokers H:P,... | --port P --nodes 3] [--out docs/scaling.md]
 
 Run a command with -h for every flag.
 `
@@ -56,6 +61,8 @@ func main() {
 		err = report.TableCmd(os.Args[2:])
 	case "otlp":
 		err = load.OTLPCmd(os.Args[2:])
+	case "fleet":
+		err = fleet.Cmd(os.Args[2:])
 	case "suite":
 		err = suite.Cmd(os.Args[2:])
 	case "-h", "--help", "help":

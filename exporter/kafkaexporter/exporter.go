@@ -40,6 +40,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/record"
@@ -510,6 +511,10 @@ type metrics struct {
 	batchC    prometheus.Histogram
 	brokerErr *prometheus.CounterVec
 	purged    prometheus.Counter
+	// requests by Kafka API key, resolved once: what this agent costs the
+	// cluster (docs/scaling.md sizes fleets from these two).
+	requests [kmsg.MaxKey + 1]prometheus.Counter
+	conns    prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -539,7 +544,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		purged: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_exporter_kafka_purged_topics_total",
 			Help: "Topics that turned out not to exist, removed from the Kafka client's metadata.", ConstLabels: lbl}),
 	}
-	reg.MustRegister(m.sent, m.sentBytes, m.dropped, m.inflight, m.up, m.latency, m.batchRecs, m.batchB, m.batchC, m.brokerErr, m.purged)
+	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exporter_kafka_requests_total",
+		Help: "Requests written to brokers, by Kafka API (Produce, Metadata, ...).", ConstLabels: lbl}, []string{"api"})
+	for k := range m.requests {
+		if name := kmsg.NameForKey(int16(k)); name != "" && name != "Unknown" {
+			m.requests[k] = reqs.WithLabelValues(name)
+		}
+	}
+	m.conns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_exporter_kafka_connections",
+		Help: "Open connections to brokers.", ConstLabels: lbl})
+	reg.MustRegister(m.sent, m.sentBytes, m.dropped, m.inflight, m.up, m.latency, m.batchRecs, m.batchB, m.batchC, m.brokerErr, m.purged, reqs, m.conns)
 	return m
 }
 
@@ -549,7 +563,17 @@ var (
 	_ kgo.HookBrokerE2E           = hooks{}
 	_ kgo.HookProduceBatchWritten = hooks{}
 	_ kgo.HookBrokerConnect       = hooks{}
+	_ kgo.HookBrokerDisconnect    = hooks{}
+	_ kgo.HookBrokerWrite         = hooks{}
 )
+
+func (h hooks) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if err == nil && key >= 0 && int(key) < len(h.e.m.requests) && h.e.m.requests[key] != nil {
+		h.e.m.requests[key].Inc()
+	}
+}
+
+func (h hooks) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) { h.e.m.conns.Dec() }
 
 func (h hooks) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
 	if key != 0 { // produce requests only
@@ -571,7 +595,9 @@ func (h hooks) OnProduceBatchWritten(_ kgo.BrokerMetadata, _ string, _ int32, m 
 func (h hooks) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
 	if err != nil {
 		h.e.m.brokerErr.WithLabelValues("connect").Inc()
+		return
 	}
+	h.e.m.conns.Inc()
 }
 
 // kgoLogger routes franz-go's own warnings and errors into ferry's log at a

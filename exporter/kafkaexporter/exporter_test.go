@@ -271,3 +271,33 @@ func BenchmarkReferenceKgo1000(b *testing.B) {
 		wg.Wait()
 	}
 }
+
+// The fleet sizing in docs/scaling.md is read from these: requests by API
+// and open connections, counted by the client's hooks.
+func TestCountsRequestsAndConnections(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(2), kfake.SeedTopics(4, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	e := newExporter(t, testCfg(c.ListenAddrs()), 64<<20)
+	var recs []record.Record
+	for i := 0; i < 100; i++ {
+		recs = append(recs, record.Record{Topic: "t", Key: []byte{byte(i)}, Value: []byte("v")})
+	}
+	if err, failed := send(t, e, recs); err != nil || failed != 0 {
+		t.Fatalf("err %v, failed %d", err, failed)
+	}
+	produce := testutil.ToFloat64(e.m.requests[0])
+	metadata := testutil.ToFloat64(e.m.requests[3])
+	if produce < 1 || metadata < 1 {
+		t.Fatalf("requests counted: Produce %v, Metadata %v; want both ≥ 1", produce, metadata)
+	}
+	if v := testutil.ToFloat64(e.m.conns); v < 2 {
+		t.Fatalf("%v open connections counted, want ≥ 2 (a seed, then both brokers)", v)
+	}
+	e.Shutdown(context.Background())
+	if v := testutil.ToFloat64(e.m.conns); v != 0 {
+		t.Fatalf("%v connections still counted after shutdown", v)
+	}
+}

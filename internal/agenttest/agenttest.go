@@ -14,13 +14,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ferryhq/ferry/internal/bench/report"
 )
 
 // BuildForTests compiles the binary for a test package in the module's
@@ -265,34 +266,13 @@ func (a *Agent) CPU() time.Duration {
 }
 
 // ReplaceSection rewrites the part of markdown file path between the
-// lines begin and end (kept) with body: how make faults and make hostile
-// put what they measured into the docs.
+// lines begin and end (kept) with body.
 func ReplaceSection(path, begin, end, body string) error {
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	i, j := bytes.Index(doc, []byte(begin)), bytes.Index(doc, []byte(end))
-	if i < 0 || j < i {
-		return fmt.Errorf("%s has no %s … %s section", path, begin, end)
-	}
-	out := append(append(append([]byte{}, doc[:i]...), begin+"\n\n"+body+"\n"...), doc[j:]...)
-	return os.WriteFile(path, out, 0o644)
+	return report.ReplaceSection(path, begin, end, body)
 }
 
 // Machine describes this machine for a report: cores and CPU model.
-func Machine() string {
-	cpu := "unknown CPU"
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "model name"); ok {
-				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
-				break
-			}
-		}
-	}
-	return fmt.Sprintf("%d cores, %s", runtime.NumCPU(), cpu)
-}
+func Machine() string { return report.MachineLine() }
 
 // Report collects one row per measured case and, after the package's tests,
 // writes them as a markdown table into the section of the file named by

@@ -133,3 +133,28 @@ func Machine() [][]string {
 	return [][]string{{"CPU", cpu}, {"cores", strconv.Itoa(runtime.NumCPU())}, {"memory", mem},
 		{"kernel", "Linux " + kernel}, {"Go", runtime.Version()}, {"Java", java}}
 }
+
+// MachineLine is Machine in one line: cores and CPU model.
+func MachineLine() string {
+	m := map[string]string{}
+	for _, kv := range Machine() {
+		m[kv[0]] = kv[1]
+	}
+	return fmt.Sprintf("%s cores, %s", m["cores"], m["CPU"])
+}
+
+// ReplaceSection rewrites the part of markdown file path between the
+// lines begin and end (kept) with body: how the measuring commands (make
+// faults, make hostile, ferry-bench fleet) put their tables into the docs.
+func ReplaceSection(path, begin, end, body string) error {
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	i, j := strings.Index(string(doc), begin), strings.Index(string(doc), end)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s has no %s … %s section", path, begin, end)
+	}
+	out := string(doc[:i]) + begin + "\n\n" + body + "\n" + string(doc[j:])
+	return os.WriteFile(path, []byte(out), 0o644)
+}

@@ -18,10 +18,10 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/ferryhq/ferry/internal/bench/load"
+	"github.com/ferryhq/ferry/internal/bench/proc"
 	"github.com/ferryhq/ferry/internal/bench/report"
 )
 
@@ -154,14 +154,8 @@ func (s *suite) agent(sets ...string) (*benchAgent, error) {
 		return nil, err
 	}
 	go a.sample()
-	for i := 0; i < 200; i++ {
-		if res, err := http.Get("http://" + a.admin + "/readyz"); err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				return a, nil
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
+	if proc.WaitReady(a.admin, 20*time.Second) {
+		return a, nil
 	}
 	a.stop()
 	log, _ := os.ReadFile(logf.Name())
@@ -193,17 +187,7 @@ func (a *benchAgent) sample() {
 	}
 }
 
-func (a *benchAgent) cpuTicks() int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", a.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name (which may hold spaces) : utime is 14th, stime 15th overall.
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return u + st
-}
+func (a *benchAgent) cpuTicks() int64 { return proc.Ticks(a.cmd.Process.Pid) }
 
 // agentUsage is the agent's CPU (% of one core) and peak RSS while fn runs.
 type agentUsage struct {
@@ -219,13 +203,7 @@ func (a *benchAgent) measure(fn func() error) (agentUsage, error) {
 	return agentUsage{cpu: float64(c1-c0) / clkTck() / el * 100, rssMiB: float64(a.rssPeak.Load()) / (1 << 20)}, err
 }
 
-func clkTck() float64 {
-	out, err := exec.Command("getconf", "CLK_TCK").Output()
-	if v, err2 := strconv.ParseFloat(strings.TrimSpace(string(out)), 64); err == nil && err2 == nil && v > 0 {
-		return v
-	}
-	return 100
-}
+func clkTck() float64 { return proc.ClkTck() }
 
 // metric sums every series of a metric from the agent's /metrics.
 func (a *benchAgent) metric(name string) float64 {
@@ -250,15 +228,7 @@ func (a *benchAgent) metric(name string) float64 {
 
 func (a *benchAgent) stop() {
 	close(a.done)
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	ch := make(chan struct{})
-	go func() { _ = a.cmd.Wait(); close(ch) }()
-	select {
-	case <-ch:
-	case <-time.After(40 * time.Second):
-		_ = a.cmd.Process.Kill()
-		<-ch
-	}
+	proc.Stop(a.cmd, 40*time.Second)
 }
 
 // ---- parsing the tools' output ----
