@@ -58,6 +58,11 @@ type Exporter struct {
 
 	up       atomic.Bool
 	downErr  atomic.Pointer[string]
+	// lastProduced is when a produce request last succeeded (unix ns): a
+	// broker that answers produce requests needs no probe. A probe is a
+	// Metadata request, and from every host of a fleet every 2 s they add
+	// up (docs/scaling.md).
+	lastProduced atomic.Int64
 	closing  atomic.Bool
 	inflight atomic.Int64
 	// spooled counts the inflight records the spool also holds.
@@ -238,6 +243,14 @@ func (e *Exporter) probe() {
 	defer t.Stop()
 	var downSince time.Time
 	for {
+		if e.up.Load() && time.Since(time.Unix(0, e.lastProduced.Load())) < e.cfg.HealthCheckInterval {
+			select {
+			case <-e.stop:
+				return
+			case <-t.C:
+			}
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.DialTimeout+time.Second)
 		err := e.cl.Ping(ctx)
 		cancel()
@@ -584,6 +597,7 @@ func (h hooks) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
 		return
 	}
 	h.e.m.latency.Observe(e2e.DurationE2E().Seconds())
+	h.e.lastProduced.Store(time.Now().UnixNano())
 }
 
 func (h hooks) OnProduceBatchWritten(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.ProduceBatchMetrics) {

@@ -301,3 +301,42 @@ func TestCountsRequestsAndConnections(t *testing.T) {
 		t.Fatalf("%v connections still counted after shutdown", v)
 	}
 }
+
+// A broker answering produce requests needs no probe: probes are Metadata
+// requests, and a fleet of agents probing every interval adds up. An idle
+// agent still probes, so readiness keeps following the broker.
+func TestTrafficReplacesTheProbe(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cfg := testCfg(c.ListenAddrs())
+	cfg.HealthCheckInterval = 50 * time.Millisecond
+	e := newExporter(t, cfg, 64<<20)
+	defer e.Shutdown(context.Background())
+	metadata := func() float64 { return testutil.ToFloat64(e.m.requests[3]) }
+	for end := time.Now().Add(5 * time.Second); e.ready() != nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("never ready")
+		}
+	}
+	// Busy: produce without pause for 1 s (20 probe intervals).
+	m0 := metadata()
+	for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		if err, failed := send(t, e, []record.Record{{Topic: "t", Value: []byte("v")}}); err != nil || failed != 0 {
+			t.Fatalf("err %v, failed %d", err, failed)
+		}
+	}
+	busy := metadata() - m0
+	// Idle for the same time.
+	m1 := metadata()
+	time.Sleep(time.Second)
+	idle := metadata() - m1
+	if busy > 3 {
+		t.Fatalf("%v Metadata requests in 1 s of traffic; the produce answers should stand in for the probe", busy)
+	}
+	if idle < 5 {
+		t.Fatalf("only %v Metadata requests in 1 s idle at a 50 ms probe interval; the idle probe stopped", idle)
+	}
+}
