@@ -83,7 +83,7 @@ func Cmd(args []string) error {
 	c := Config{}
 	agents := fs.String("agents", "1,4,16", "comma-separated numbers of agents to run side by side")
 	lingers := fs.String("lingers", "5ms,50ms", "comma-separated exporter.kafka.linger values to try at each size")
-	fs.Float64Var(&c.Rate, "rate", 20000, "records/s offered by the whole fleet (split evenly over the agents)")
+	fs.Float64Var(&c.Rate, "rate", 10000, "records/s offered by the whole fleet (split evenly over the agents)")
 	fs.IntVar(&c.Size, "record-size", 200, "bytes per record")
 	fs.IntVar(&c.Batch, "batch", 10, "records per HTTP request (one application's small request)")
 	fs.DurationVar(&c.Duration, "duration", 20*time.Second, "measured load per row")
