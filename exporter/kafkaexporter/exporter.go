@@ -56,15 +56,15 @@ type Exporter struct {
 	m      *metrics
 	topics *telemetry.Labels
 
-	up       atomic.Bool
-	downErr  atomic.Pointer[string]
+	up      atomic.Bool
+	downErr atomic.Pointer[string]
 	// lastProduced is when a produce request last succeeded (unix ns): a
 	// broker that answers produce requests needs no probe. A probe is a
 	// Metadata request, and from every host of a fleet every 2 s they add
 	// up (docs/scaling.md).
 	lastProduced atomic.Int64
-	closing  atomic.Bool
-	inflight atomic.Int64
+	closing      atomic.Bool
+	inflight     atomic.Int64
 	// spooled counts the inflight records the spool also holds.
 	spooled atomic.Int64
 	stop    chan struct{}
