@@ -40,6 +40,7 @@ type produceOpts struct {
 	batch       int
 	concurrency int
 	duration    time.Duration
+	flushWait   time.Duration
 	props       []string
 	reportJSON  string
 	key         bool
@@ -83,6 +84,7 @@ func ProduceCmd(args []string) error {
 	fs.IntVar(&o.batch, "batch", 100, "records per HTTP request (NDJSON); local protocol: records per ProduceSync with --sync")
 	fs.IntVar(&o.concurrency, "concurrency", 8, "concurrent HTTP requests; local protocol: goroutines producing")
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (0 = when --num-records are sent)")
+	fs.DurationVar(&o.flushWait, "flush-timeout", time.Minute, "kafka and local targets: how long to wait, once sending stops, for the records still unanswered")
 	fs.StringVar(&o.reportJSON, "report-json", "", "also write the Result as JSON to this file")
 	fs.BoolVar(&o.wait, "wait", true, "http target: wait for Kafka's acknowledgement (false: ?wait=false, answered on enqueue)")
 	fs.BoolVar(&o.key, "keys", false, "give every record a key (worker-sequence); default keyless")
@@ -458,13 +460,16 @@ func (r *run) kafka(ctx context.Context) error {
 				seq++
 			}
 			rec.Timestamp = time.Now()
-			cl.Produce(context.Background(), rec, promise)
+			// ctx, not Background: with the client's buffer full and the
+			// brokers silent, Produce blocks, and --duration must still end
+			// the run (such a record is failed with ctx's error).
+			cl.Produce(ctx, rec, promise)
 		}
 	}
-	fctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	fctx, cancel := context.WithTimeout(context.Background(), r.o.flushWait)
 	defer cancel()
 	if err := cl.Flush(fctx); err != nil {
-		return fmt.Errorf("flush: %w", err)
+		return fmt.Errorf("%d records still unanswered by Kafka %s after sending stopped: %w", cl.BufferedProduceRecords(), r.o.flushWait, err)
 	}
 	r.end = time.Now()
 	return nil
@@ -525,7 +530,7 @@ func (r *run) local(ctx context.Context, addr string) error {
 						seq++
 					}
 					if !r.o.sync {
-						c.Produce(context.Background(), rec, cb)
+						c.Produce(ctx, rec, cb) // ctx: --duration ends a blocked Produce too
 						continue
 					}
 					batch = append(batch, rec)
@@ -537,7 +542,7 @@ func (r *run) local(ctx context.Context, addr string) error {
 		}(w)
 	}
 	wg.Wait()
-	fctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	fctx, cancel := context.WithTimeout(context.Background(), r.o.flushWait)
 	defer cancel()
 	if err := c.Close(fctx); err != nil {
 		return fmt.Errorf("flush: %w", err)
