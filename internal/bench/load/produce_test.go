@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -19,8 +20,11 @@ func TestDurationEndsARunAgainstASilentBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	var mu sync.Mutex
 	var conns []net.Conn
 	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
 		for _, c := range conns {
 			c.Close()
 		}
@@ -31,7 +35,9 @@ func TestDurationEndsARunAgainstASilentBroker(t *testing.T) {
 			if err != nil {
 				return
 			}
+			mu.Lock()
 			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
 		}
 	}()
 	report := filepath.Join(t.TempDir(), "r.json")
