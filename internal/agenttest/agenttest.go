@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferryhq/ferry/internal/bench/proc"
 	"github.com/ferryhq/ferry/internal/bench/report"
 )
 
@@ -186,17 +187,11 @@ func (a *Agent) ResetPeak() {
 	_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", a.Cmd.Process.Pid), []byte("5"), 0)
 }
 
-// Peak is the peak RSS since the last ResetPeak (or start), in bytes.
+// Peak is the peak RSS since the last ResetPeak (or start), in bytes; -1
+// if the agent is gone.
 func (a *Agent) Peak() int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.Cmd.Process.Pid))
-	if err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
+	if kb := proc.StatusKB(a.Cmd.Process.Pid, "VmHWM"); kb > 0 {
+		return kb << 10
 	}
 	return -1
 }
@@ -249,20 +244,14 @@ func (a *Agent) Reload() {
 	}
 }
 
-// CPU is the CPU time the agent has used so far (user + system).
+// CPU is the CPU time the agent has used so far (user + system); -1 if
+// it is gone.
 func (a *Agent) CPU() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", a.Cmd.Process.Pid))
-	if err != nil {
+	t, ok := proc.CPUTicks(a.Cmd.Process.Pid)
+	if !ok {
 		return -1
 	}
-	// Fields after the command name (which may hold spaces) end with ')'.
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 13 {
-		return -1
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+	return time.Duration(float64(t) / proc.ClkTck() * float64(time.Second))
 }
 
 // ReplaceSection rewrites the part of markdown file path between the

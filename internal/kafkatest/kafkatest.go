@@ -244,17 +244,13 @@ func (c *Cluster) Node(id int32) *Broker { return c.Nodes[id-1] }
 // Pause stops the broker's process (SIGSTOP): alive, silent.
 func (b *Broker) Pause(t testing.TB) {
 	t.Helper()
-	if err := b.run("pause"); err != nil {
-		t.Fatal(err)
-	}
+	b.must(t, "pause")
 }
 
 // Resume continues a paused broker (SIGCONT).
 func (b *Broker) Resume(t testing.TB) {
 	t.Helper()
-	if err := b.run("resume"); err != nil {
-		t.Fatal(err)
-	}
+	b.must(t, "resume")
 }
 
 // Leader is the node id leading partition p of topic.
@@ -282,9 +278,7 @@ func Leader(t testing.TB, brokers, topic string, p int32) int32 {
 // (StartClusterDisks), as a full disk would.
 func (b *Broker) Fill(t testing.TB) {
 	t.Helper()
-	if err := b.run("fill"); err != nil {
-		t.Fatal(err)
-	}
+	b.must(t, "fill")
 }
 
 // Running says whether the broker's process is alive.
@@ -293,7 +287,14 @@ func (b *Broker) Running() bool { return b.run("status") == nil }
 // Unfill frees what Fill took.
 func (b *Broker) Unfill(t testing.TB) {
 	t.Helper()
-	if err := b.run("unfill"); err != nil {
+	b.must(t, "unfill")
+}
+
+// must runs a kafka-local command on this broker and fails the test if it
+// fails.
+func (b *Broker) must(t testing.TB, args ...string) {
+	t.Helper()
+	if err := b.run(args...); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -304,17 +305,13 @@ func (b *Broker) Stop() { _ = b.run("stop") }
 // Kill sends SIGKILL and keeps the data, as a crash would.
 func (b *Broker) Kill(t testing.TB) {
 	t.Helper()
-	if err := b.run("kill"); err != nil {
-		t.Fatal(err)
-	}
+	b.must(t, "kill")
 }
 
 // Restart starts a killed broker again on its kept data.
 func (b *Broker) Restart(t testing.TB) {
 	t.Helper()
-	if err := b.run("start", "--keep-data"); err != nil {
-		t.Fatal(err)
-	}
+	b.must(t, "start", "--keep-data")
 }
 
 // FreePort finds a port p such that p and p+1 (the controller) are free.

@@ -176,18 +176,16 @@ func Run(c Config) (Report, error) {
 		time.Sleep(idle)
 		rep.IdleBrokerCPU = float64(proc.Ticks(brokerPIDs...)-b0) / proc.ClkTck() / time.Since(t0).Seconds() * 100
 	}
-	rows := rep.Rows
 	for _, linger := range c.Lingers {
 		for _, n := range c.Agents {
 			progress(start, "%d agent(s), linger %s: %.0f records/s of %d B in requests of %d, for %s", n, linger, c.Rate, c.Size, c.Batch, c.Duration)
-			row, err := runRow(c, self, work, admin, brokerPIDs, n, linger, len(rows))
+			row, err := runRow(c, self, work, admin, brokerPIDs, n, linger, len(rep.Rows))
 			if err != nil {
 				return rep, err
 			}
 			progress(start, "  delivered %.0f/s, %.0f Produce requests/s, %.1f records a batch, agents %.0f%% CPU, brokers %.0f%%",
 				row.Delivered, row.ProducePerSec, row.RecordsPerBatch, row.AgentCPU, row.BrokerCPU)
-			rows = append(rows, row)
-			rep.Rows = rows
+			rep.Rows = append(rep.Rows, row)
 		}
 	}
 	return rep, nil
@@ -231,15 +229,14 @@ func runRow(c Config, self, work string, admin *kadm.Client, brokerPIDs []int, n
 	}
 	loads := make([]*exec.Cmd, n)
 	reports := make([]string, n)
+	stderr := make([]bytes.Buffer, n)
 	for i, a := range agents {
 		reports[i] = filepath.Join(work, fmt.Sprintf("load-%d.json", i))
 		loads[i] = exec.Command(self, "produce", "--target", "http://"+a.http, "--topic", topic,
 			"--throughput", fmt.Sprint(c.Rate/float64(n)), "--duration", (c.Warmup + c.Duration).String(), "--num-records", "1000000000",
 			"--record-size", strconv.Itoa(c.Size), "--batch", strconv.Itoa(c.Batch), "--concurrency", strconv.Itoa(conc),
 			"--reporting-interval", "1000000", "--report-json", reports[i])
-		loads[i].Stdout = nil
-		var errb bytes.Buffer
-		loads[i].Stderr = &errb
+		loads[i].Stderr = &stderr[i]
 		if err := loads[i].Start(); err != nil {
 			return Row{}, err
 		}
@@ -260,7 +257,7 @@ func runRow(c Config, self, work string, admin *kadm.Client, brokerPIDs []int, n
 	b1 := proc.Ticks(brokerPIDs...)
 	for i, l := range loads {
 		if err := l.Wait(); err != nil {
-			return Row{}, fmt.Errorf("load on agent %d: %v", i, err)
+			return Row{}, fmt.Errorf("load on agent %d: %v\n%s", i, err, stderr[i].String())
 		}
 	}
 	row := Row{Agents: n, Linger: linger.String(), Offered: c.Rate}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -20,30 +21,41 @@ import (
 func Ticks(pids ...int) int64 {
 	var sum int64
 	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		// Fields after the command name (which may hold spaces): utime is
-		// the 14th, stime the 15th overall.
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		sum += u + st
+		t, _ := CPUTicks(pid)
+		sum += t
 	}
 	return sum
 }
 
-// ClkTck is the number of clock ticks per second.
-func ClkTck() float64 {
+// CPUTicks is one process's CPU time (user + system, in clock ticks);
+// false if it is gone.
+func CPUTicks(pid int) (int64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// Fields after the command name (which may hold spaces): utime is the
+	// 14th, stime the 15th overall.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0, false
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + st, true
+}
+
+// ClkTck is the number of clock ticks per second (asked once).
+var ClkTck = sync.OnceValue(func() float64 {
 	out, err := exec.Command("getconf", "CLK_TCK").Output()
 	if v, err2 := strconv.ParseFloat(strings.TrimSpace(string(out)), 64); err == nil && err2 == nil && v > 0 {
 		return v
 	}
 	return 100
-}
+})
 
-// StatusKB reads a kB field of /proc/PID/status (VmRSS, VmHWM); 0 if gone.
+// StatusKB reads a kB field of /proc/PID/status (VmRSS, VmHWM); 0 if the
+// process is gone or has no such field.
 func StatusKB(pid int, field string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -51,8 +63,10 @@ func StatusKB(pid int, field string) int64 {
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
-			return kb
+			if f := strings.Fields(v); len(f) > 0 {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				return kb
+			}
 		}
 	}
 	return 0

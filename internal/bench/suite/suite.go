@@ -165,24 +165,18 @@ func (s *suite) agent(sets ...string) (*benchAgent, error) {
 // sample tracks the agent's peak RSS from /proc (VmRSS, so a window's
 // peak can be read by resetting it).
 func (a *benchAgent) sample() {
-	path := fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid)
 	for {
 		select {
 		case <-a.done:
 			return
 		case <-time.After(100 * time.Millisecond):
 		}
-		b, err := os.ReadFile(path)
-		if err != nil {
+		kb := proc.StatusKB(a.cmd.Process.Pid, "VmRSS")
+		if kb == 0 { // the agent is gone
 			return
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
-				if kb*1024 > a.rssPeak.Load() {
-					a.rssPeak.Store(kb * 1024)
-				}
-			}
+		if kb*1024 > a.rssPeak.Load() {
+			a.rssPeak.Store(kb * 1024)
 		}
 	}
 }
