@@ -27,6 +27,10 @@ type ConsumeResult struct {
 	Lost       *int64 `json:"lost,omitempty"`
 	Duplicated *int64 `json:"duplicated,omitempty"`
 	OutOfOrder *int64 `json:"out_of_order,omitempty"`
+	// With --otlp-items: log records and spans in the OTLP values, and the
+	// values that were not OTLP requests.
+	OTLPItems *int64 `json:"otlp_items,omitempty"`
+	NotOTLP   *int64 `json:"not_otlp,omitempty"`
 }
 
 // msDuration accepts a Go duration (10s) or, as ConsumerPerformance's
@@ -66,6 +70,7 @@ func ConsumeCmd(args []string) error {
 	report := fs.String("report-json", "", "also write the result as JSON to this file")
 	doVerify := fs.Bool("verify", false, "check the sequence ids of produce --seq: lost, duplicated and out-of-order records (fails if any is lost)")
 	produced := fs.String("produced", "", "with --verify: produce's --report-json, so lost counts exactly the acknowledged ids not read")
+	otlpItems := fs.Bool("otlp-items", false, "count the log records or spans in values that are OTLP protobuf requests (what ferry's and the OpenTelemetry Collector's otlp_proto encoding write)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -98,7 +103,7 @@ func ConsumeCmd(args []string) error {
 	}
 	defer cl.Close()
 	start := time.Now()
-	var n, bytes int64
+	var n, bytes, items, notOTLP int64
 	var firstFetch time.Time
 	lastProgress := start
 	for *messages == 0 || n < *messages {
@@ -121,6 +126,13 @@ func ConsumeCmd(args []string) error {
 			bytes += int64(len(r.Value))
 			if ver != nil {
 				ver.Add(r.Value, r.Partition)
+			}
+			if *otlpItems {
+				if c, ok := OTLPItems(r.Value); ok {
+					items += c
+				} else {
+					notOTLP++
+				}
 			}
 		})
 		switch {
@@ -168,6 +180,10 @@ func ConsumeCmd(args []string) error {
 		0, end.Sub(firstFetch).Milliseconds(), div(mb, fsec), div(float64(n), fsec))
 	res := ConsumeResult{Topic: *topic, Records: n, Bytes: bytes, Seconds: sec,
 		MBSec: div(mb, sec), NMsgSec: div(float64(n), sec), Expected: max(*expect, 0)}
+	if *otlpItems {
+		fmt.Printf("otlp items: %d (%d records not OTLP)\n", items, notOTLP)
+		res.OTLPItems, res.NotOTLP = &items, &notOTLP
+	}
 	var lost int64
 	if ver != nil {
 		fmt.Println(ver.Summary())

@@ -2,6 +2,7 @@ package load
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -19,32 +20,48 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/ferryhq/ferry/internal/otlpgen"
 )
 
-// OTLPCmd reproduces bk-collector's "benchmark server" table: a number of
-// OTLP/HTTP requests of logCount × logLength (or spans, or data points)
-// sent with a concurrency, reporting requests per second.
+// OTLPCmd is a closed-loop OTLP load: --concurrency workers each send a
+// request and wait for its answer, over OTLP/HTTP (bk-collector's
+// "benchmark server" table) or OTLP/gRPC. Requests are marshalled once and
+// the same bytes resent (a raw gRPC codec, pre-serialised HTTP/1.1), so the
+// generator's own CPU stays small beside the agent it measures.
 func OTLPCmd(args []string) error {
 	fs := flag.NewFlagSet("otlp", flag.ContinueOnError)
-	target := fs.String("target", "http://127.0.0.1:4318", "OTLP/HTTP endpoint base")
+	target := fs.String("target", "http://127.0.0.1:4318", "OTLP endpoint: http://host:port for --protocol http, host:port (or http://host:port) for grpc")
+	protocol := fs.String("protocol", "http", "http (OTLP/HTTP protobuf, POST /v1/<signal>) or grpc (OTLP/gRPC)")
 	signal := fs.String("signal", "logs", "logs, traces or metrics")
 	count := fs.Int("count", 10, "items per request (logs, spans; metrics: data points of each of gauge, counter, histogram)")
 	length := fs.Int("length", 1024, "logs: bytes of body per log record")
-	requests := fs.Int("requests", 10000, "requests to send")
-	concurrency := fs.Int("concurrency", 16, "concurrent requests")
-	asJSON := fs.Bool("json", false, "send OTLP/JSON instead of protobuf")
-	exporter := fs.String("exporter", "kafka", "what ferry's exporter is, for the table's last column")
+	requests := fs.Int("requests", 10000, "requests to send (with --duration: at most)")
+	duration := fs.Duration("duration", 0, "stop sending after this long, even if --requests are not all sent")
+	concurrency := fs.Int("concurrency", 16, "requests in flight (workers, each waiting for its answer)")
+	asJSON := fs.Bool("json", false, "send OTLP/JSON instead of protobuf (http only)")
+	exporter := fs.String("exporter", "kafka", "what the agent's exporter is, for the table's last column")
 	header := fs.Bool("header", true, "print the table header")
-	clientKind := fs.String("client", "raw", "raw (pre-serialized HTTP/1.1, cheap like wrk) or std (net/http)")
+	clientKind := fs.String("client", "raw", "http: raw (pre-serialized HTTP/1.1, cheap like wrk) or std (net/http)")
 	report := fs.String("report-json", "", "also write the result as JSON to this file")
-	retry := fs.Bool("retry", true, "retry a request answered 429 or 503 (ferry's backpressure) after 20 ms, as OTLP exporters retry; QPS counts accepted requests")
+	retry := fs.Bool("retry", true, "retry a request answered 429/503 (gRPC RESOURCE_EXHAUSTED/UNAVAILABLE: an agent's backpressure) after 20 ms, as OTLP exporters retry; QPS counts accepted requests")
+	failOnError := fs.Bool("fail-on-error", true, "exit non-zero when a request failed (the report is written either way)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *count < 1 || *requests < 1 || *concurrency < 1 {
 		return fmt.Errorf("--count, --requests and --concurrency must be positive")
+	}
+	if *protocol != "http" && *protocol != "grpc" {
+		return fmt.Errorf("--protocol %q: want http or grpc", *protocol)
+	}
+	if *protocol == "grpc" && *asJSON {
+		return fmt.Errorf("--json is for --protocol http")
 	}
 	// A pool of distinct requests, so bodies differ and compression in the
 	// exporter is honest.
@@ -72,19 +89,20 @@ func OTLPCmd(args []string) error {
 		}
 		pool[i] = b
 	}
-	url := strings.TrimSuffix(*target, "/") + "/v1/" + *signal
-	ctype := "application/x-protobuf"
-	if *asJSON {
-		ctype = "application/json"
+	newSender, closeAll, err := otlpSenders(*protocol, *clientKind, *target, *signal, *asJSON, *concurrency, pool)
+	if err != nil {
+		return err
 	}
-	tr := &http.Transport{MaxIdleConns: *concurrency, MaxIdleConnsPerHost: *concurrency, MaxConnsPerHost: *concurrency, DisableCompression: true}
-	client := &http.Client{Transport: tr, Timeout: 60 * time.Second}
-	defer tr.CloseIdleConnections()
+	defer closeAll()
 
 	var next, ok, failed, retried atomic.Int64
 	var lat hist
 	codes := sync.Map{}
 	start := time.Now()
+	var deadline time.Time
+	if *duration > 0 {
+		deadline = start.Add(*duration)
+	}
 	done := make(chan struct{})
 	tty := IsTTY(os.Stderr)
 	go func() {
@@ -108,65 +126,42 @@ func OTLPCmd(args []string) error {
 					fmt.Fprint(os.Stderr, Bar(n, int64(*requests), "requests", el, float64(n)/el.Seconds()))
 					continue
 				}
-				fmt.Fprintf(os.Stderr, "%d/%d requests, %.0f req/s, %.1f ms avg, %d retried after 429/503, %d failed, %s elapsed\n",
-					n, *requests, float64(n)/el.Seconds(), ms(lat.mean()), retried.Load(), failed.Load(), el.Round(time.Second))
+				fmt.Fprintf(os.Stderr, "%d requests (%d items), %.0f req/s, %.1f ms avg, %d retried after backpressure, %d failed, %s elapsed\n",
+					n, n*int64(*count), float64(n)/el.Seconds(), ms(lat.mean()), retried.Load(), failed.Load(), el.Round(time.Second))
 			}
 		}
 	}()
-	u, err := neturl.Parse(url)
-	if err != nil {
-		return err
-	}
-	rawReqs := make([][]byte, poolSize)
-	for i := range pool {
-		rawReqs[i] = buildRawRequest(u.Host, u.Path, ctype, pool[i])
-	}
 	var wg sync.WaitGroup
 	for w := 0; w < *concurrency; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rc := &rawClient{addr: u.Host}
-			defer rc.close()
+			send := newSender(w)
 			for {
+				if !deadline.IsZero() && time.Now().After(deadline) {
+					return
+				}
 				i := next.Add(1) - 1
 				if i >= int64(*requests) {
 					return
 				}
 				t0 := time.Now()
-			again:
-				var code int
-				var err error
-				if *clientKind == "raw" {
-					code, err = rc.do(rawReqs[i%poolSize])
-				} else {
-					req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(pool[i%poolSize]))
-					req.Header.Set("Content-Type", ctype)
-					var res *http.Response
-					if res, err = client.Do(req); err == nil {
-						_, _ = io.Copy(io.Discard, res.Body)
-						res.Body.Close()
-						code = res.StatusCode
+				for {
+					res, code := send(int(i % poolSize))
+					switch {
+					case res == answerOK:
+						ok.Add(1)
+						lat.add(time.Since(t0), 1)
+					case res == answerBusy && *retry:
+						retried.Add(1)
+						time.Sleep(20 * time.Millisecond)
+						continue
+					default:
+						failed.Add(1)
+						v, _ := codes.LoadOrStore(code, new(atomic.Int64))
+						v.(*atomic.Int64).Add(1)
 					}
-				}
-				if err != nil {
-					failed.Add(1)
-					v, _ := codes.LoadOrStore("conn_error", new(atomic.Int64))
-					v.(*atomic.Int64).Add(1)
-					continue
-				}
-				if *retry && (code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable) {
-					retried.Add(1)
-					time.Sleep(20 * time.Millisecond)
-					goto again
-				}
-				if code == http.StatusOK {
-					ok.Add(1)
-					lat.add(time.Since(t0), 1)
-				} else {
-					failed.Add(1)
-					v, _ := codes.LoadOrStore(strconv.Itoa(code), new(atomic.Int64))
-					v.(*atomic.Int64).Add(1)
+					break
 				}
 			}
 		}()
@@ -175,6 +170,7 @@ func OTLPCmd(args []string) error {
 	close(done)
 	elapsed := time.Since(start)
 	qps := float64(ok.Load()) / elapsed.Seconds()
+	items := ok.Load() * int64(*count)
 	shape := fmt.Sprintf("%d", *length)
 	if *length >= 1024 && *length%1024 == 0 {
 		shape = fmt.Sprintf("%dKB", *length/1024)
@@ -183,31 +179,157 @@ func OTLPCmd(args []string) error {
 		shape = "-"
 	}
 	if *header {
-		fmt.Println("| core | signal | count/request | logLength | requests | QPS | elapsed | p50 ms | p99 ms | exporter |")
-		fmt.Println("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+		fmt.Println("| core | protocol | signal | count/request | logLength | requests | QPS | items/s | elapsed | p50 ms | p99 ms | exporter |")
+		fmt.Println("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	}
-	fmt.Printf("| %d | %s | %d | %s | %d | %.0f | %s | %.1f | %.1f | %s |\n", runtime.NumCPU(), *signal, *count, shape,
-		ok.Load(), qps, elapsed.Round(time.Millisecond), ms(lat.quantile(0.5)), ms(lat.quantile(0.99)), *exporter)
+	fmt.Printf("| %d | %s | %s | %d | %s | %d | %.0f | %.0f | %s | %.1f | %.1f | %s |\n", runtime.NumCPU(), *protocol, *signal, *count, shape,
+		ok.Load(), qps, float64(items)/elapsed.Seconds(), elapsed.Round(time.Millisecond), ms(lat.quantile(0.5)), ms(lat.quantile(0.99)), *exporter)
+	var failures []string
+	codes.Range(func(k, v any) bool {
+		failures = append(failures, fmt.Sprintf("%v: %d", k, v.(*atomic.Int64).Load()))
+		return true
+	})
 	if *report != "" {
-		b, _ := json.MarshalIndent(map[string]any{"signal": *signal, "count": *count, "length": *length, "requests": ok.Load(),
+		b, _ := json.MarshalIndent(map[string]any{"protocol": *protocol, "signal": *signal, "count": *count, "length": *length, "requests": ok.Load(),
+			"items": items, "items_per_sec": float64(items) / elapsed.Seconds(),
 			"qps": qps, "seconds": elapsed.Seconds(), "p50_ms": ms(lat.quantile(0.5)), "p99_ms": ms(lat.quantile(0.99)),
-			"failed": failed.Load(), "retried": retried.Load(), "exporter": *exporter}, "", "  ")
+			"failed": failed.Load(), "failures": strings.Join(failures, ", "), "retried": retried.Load(), "exporter": *exporter}, "", "  ")
 		if err := os.WriteFile(*report, append(b, '\n'), 0o644); err != nil {
 			return err
 		}
 	}
 	if r := retried.Load(); r > 0 {
-		fmt.Fprintf(os.Stderr, "%d requests were retried after 429/503 (ferry's memory bound pushing back)\n", r)
+		fmt.Fprintf(os.Stderr, "%d requests were retried after backpressure (429/503, RESOURCE_EXHAUSTED/UNAVAILABLE)\n", r)
 	}
 	if f := failed.Load(); f > 0 {
-		var parts []string
-		codes.Range(func(k, v any) bool {
-			parts = append(parts, fmt.Sprintf("%v: %d", k, v.(*atomic.Int64).Load()))
-			return true
-		})
-		return fmt.Errorf("%d requests failed (%s)", f, strings.Join(parts, ", "))
+		err := fmt.Errorf("%d requests failed (%s)", f, strings.Join(failures, ", "))
+		if *failOnError {
+			return err
+		}
+		fmt.Fprintln(os.Stderr, err)
 	}
 	return nil
+}
+
+// answer is what became of one request.
+type answer int
+
+const (
+	answerOK   answer = iota
+	answerBusy        // the agent pushed back: retryable
+	answerFailed
+)
+
+// otlpSenders returns a constructor of one worker's send function (each
+// worker owns its connection state) and a func closing what they share.
+// The string a send returns with a failure names it for the report.
+func otlpSenders(protocol, clientKind, target, signal string, asJSON bool, concurrency int, pool [][]byte) (func(w int) func(i int) (answer, string), func(), error) {
+	if protocol == "grpc" {
+		addr := strings.TrimPrefix(strings.TrimPrefix(target, "http://"), "grpc://")
+		method := map[string]string{
+			"logs":    "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+			"traces":  "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+			"metrics": "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+		}[signal]
+		// One HTTP/2 connection per 8 workers: one connection's flow
+		// control would cap the load below what the agent can take.
+		conns := make([]*grpc.ClientConn, (concurrency+7)/8)
+		for i := range conns {
+			cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}), grpc.MaxCallRecvMsgSize(64<<20)))
+			if err != nil {
+				return nil, nil, err
+			}
+			conns[i] = cc
+		}
+		closeAll := func() {
+			for _, cc := range conns {
+				cc.Close()
+			}
+		}
+		return func(w int) func(int) (answer, string) {
+			cc := conns[w%len(conns)]
+			return func(i int) (answer, string) {
+				req, res := rawMsg(pool[i]), rawMsg(nil)
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				err := cc.Invoke(ctx, method, &req, &res)
+				cancel()
+				switch c := status.Code(err); c {
+				case codes.OK:
+					return answerOK, ""
+				case codes.Unavailable:
+					return answerBusy, c.String()
+				case codes.ResourceExhausted:
+					// OTLP's rule: RESOURCE_EXHAUSTED is retried only with
+					// RetryInfo (backpressure); without, it is "too large".
+					for _, d := range status.Convert(err).Details() {
+						if _, ok := d.(*errdetails.RetryInfo); ok {
+							return answerBusy, c.String()
+						}
+					}
+					return answerFailed, c.String()
+				default:
+					return answerFailed, c.String()
+				}
+			}
+		}, closeAll, nil
+	}
+	url := strings.TrimSuffix(target, "/") + "/v1/" + signal
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctype := "application/x-protobuf"
+	if asJSON {
+		ctype = "application/json"
+	}
+	tr := &http.Transport{MaxIdleConns: concurrency, MaxIdleConnsPerHost: concurrency, MaxConnsPerHost: concurrency, DisableCompression: true}
+	client := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	rawReqs := make([][]byte, len(pool))
+	for i := range pool {
+		rawReqs[i] = buildRawRequest(u.Host, u.Path, ctype, pool[i])
+	}
+	var mu sync.Mutex
+	var raws []*rawClient
+	closeAll := func() {
+		tr.CloseIdleConnections()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, rc := range raws {
+			rc.close()
+		}
+	}
+	return func(int) func(int) (answer, string) {
+		rc := &rawClient{addr: u.Host}
+		mu.Lock()
+		raws = append(raws, rc)
+		mu.Unlock()
+		return func(i int) (answer, string) {
+			var code int
+			var err error
+			if clientKind == "raw" {
+				code, err = rc.do(rawReqs[i])
+			} else {
+				req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(pool[i]))
+				req.Header.Set("Content-Type", ctype)
+				var res *http.Response
+				if res, err = client.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					code = res.StatusCode
+				}
+			}
+			switch {
+			case err != nil:
+				return answerFailed, "conn_error"
+			case code == http.StatusOK:
+				return answerOK, ""
+			case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+				return answerBusy, strconv.Itoa(code)
+			}
+			return answerFailed, strconv.Itoa(code)
+		}
+	}, closeAll, nil
 }
 
 func marshal(proto, js func() ([]byte, error), asJSON bool) ([]byte, error) {

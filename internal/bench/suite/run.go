@@ -73,6 +73,10 @@ func (s *suite) run() error {
 	if err != nil {
 		return err
 	}
+	col, err := s.otlpVsCollector()
+	if err != nil {
+		return err
+	}
 	modes, err := s.deliveryModes()
 	if err != nil {
 		return err
@@ -86,7 +90,7 @@ func (s *suite) run() error {
 		return err
 	}
 	s.stepf("writing %s and the charts in %s", s.doc.Out, s.doc.Charts)
-	return s.write(prod, pan, cons, otlp, modes, micro, java)
+	return s.write(prod, pan, cons, otlp, col, modes, micro, java)
 }
 
 func (s *suite) sizes() []int {

@@ -12,7 +12,7 @@ import (
 	"github.com/ferryhq/ferry/internal/bench/report"
 )
 
-func (s *suite) write(prod []prodRow, pan []panResult, cons *consResult, otlp []otlpRow, modes []modeRow, micro []microRow, java []javaRow) error {
+func (s *suite) write(prod []prodRow, pan []panResult, cons *consResult, otlp []otlpRow, col []colRow, modes []modeRow, micro []microRow, java []javaRow) error {
 	took := time.Since(s.started).Round(time.Second)
 	s.doc.P("# ferry benchmarks")
 	s.doc.P("")
@@ -29,11 +29,12 @@ func (s *suite) write(prod []prodRow, pan []panResult, cons *consResult, otlp []
 	s.doc.H("Machine")
 	s.doc.Table([]string{"", ""}, report.Machine())
 
-	s.summarise(prod, pan, cons, otlp, modes, micro, java)
+	s.summarise(prod, pan, cons, otlp, col, modes, micro, java)
 	s.writeProducers(prod)
 	s.writePan(pan)
 	s.writeConsumers(cons)
 	s.writeOTLP(otlp)
+	s.writeCollector(col)
 	s.writeModes(modes)
 	s.writeMicro(micro)
 	s.writeJava(java)
@@ -46,7 +47,7 @@ func (s *suite) write(prod []prodRow, pan []panResult, cons *consResult, otlp []
 	return os.WriteFile(s.doc.Out, []byte(s.doc.String()), 0o644)
 }
 
-func (s *suite) summarise(prod []prodRow, pan []panResult, cons *consResult, otlp []otlpRow, modes []modeRow, micro []microRow, java []javaRow) {
+func (s *suite) summarise(prod []prodRow, pan []panResult, cons *consResult, otlp []otlpRow, col []colRow, modes []modeRow, micro []microRow, java []javaRow) {
 	s.doc.H("Summary: ferry against the seeds")
 	s.doc.P("Seed figures are from their own machines (cores as stated); \"here\" figures from this run. Per-core figures divide by the CPU the process actually used.")
 	s.doc.P("")
@@ -105,6 +106,7 @@ func (s *suite) summarise(prod []prodRow, pan []panResult, cons *consResult, otl
 				dur(m.ns) + ", " + report.F0(m.allocs) + " allocs", report.Ratio(sd[0], m.ns) + " faster"})
 		}
 	}
+	rows = append(rows, collectorSummary(col)...)
 	if len(modes) >= 2 {
 		rows = append(rows, []string{"disk spool (fsync interval) vs memory path (issue 5: ≥ 0.8×)", "–",
 			report.F0(modes[1].acked.RecordsSec) + " vs " + report.F0(modes[0].acked.RecordsSec) + " rec/s acknowledged", report.Ratio(modes[1].acked.RecordsSec, modes[0].acked.RecordsSec)})
@@ -211,7 +213,7 @@ func (s *suite) writeOTLP(rows []otlpRow) {
 }
 
 func (s *suite) writeModes(rows []modeRow) {
-	s.doc.H("5. Delivery modes: memory, disk spool, spill (issue 5)")
+	s.doc.H("6. Delivery modes: memory, disk spool, spill (issue 5)")
 	var cats []string
 	var acked, into []float64
 	for _, r := range rows {
@@ -238,7 +240,7 @@ func (s *suite) writeModes(rows []modeRow) {
 }
 
 func (s *suite) writeMicro(rows []microRow) {
-	s.doc.H("6. Go micro-benchmarks (`go test -bench . -benchmem`)")
+	s.doc.H("7. Go micro-benchmarks (`go test -bench . -benchmem`)")
 	s.doc.P("bk-collector's figures are its own benchmarks' 1-CPU rows (seed 001). ferry's Unmarshal walks the protobuf once and hands out views into the buffer; its Convert is that decode plus one flat_json object per item (bk-collector's Convert starts from an already-decoded pdata model, so ferry's rows include more work).")
 	s.doc.P("")
 	var with, without [][]string
@@ -280,7 +282,7 @@ func clientBench(name string) (int, string, bool) {
 }
 
 func (s *suite) writeJava(rows []javaRow) {
-	s.doc.H("7. The Java producer (`sdk/java`): the log producer's tables (seed 004)")
+	s.doc.H("8. The Java producer (`sdk/java`): the log producer's tables (seed 004)")
 	s.doc.P("%s. Here: ferry's Java producer with the same knobs, 10 threads calling `send` with the same 4-field log (each field with a sequence suffix, ~600 bytes as one JSON object via `LogItem`), lz4, through the agent's Unix socket, every record acknowledged by Kafka before it counts; Kafka, ferry and the JVM share this machine's cores. Each row is %s records measured after an uncounted warm-up of a fifth as many (the seed sent 200 million, so its figures are the JIT-compiled steady state); the JVM has a fixed 2 GB heap and the parallel collector, as the seed's JDK 8 did by default. CPU: the JVM's and ferry's during the measured phase, percent of one core.", report.Ref.JavaSDKTables.Source, javaRecords(s.quick))
 	s.doc.P("")
 	titles := map[string]string{"send_threads": "sendThreads (totalSizeInBytes 100 MB, batchSizeInBytes 2 MB)",
@@ -303,4 +305,86 @@ func (s *suite) writeJava(rows []javaRow) {
 		s.doc.Table([]string{"setting", "raw MB/s", "compressed MB/s", "JVM CPU", "ferry CPU", "acked by Kafka / sent", "seed raw MB/s", "seed compressed", "seed CPU (4 cores)", "raw vs seed"}, out)
 	}
 	s.doc.P("Command: `java %s -cp sdk/java/target/classes:sdk/java/target/test-classes:$(cat sdk/java/target/cp.txt) dev.ferry.producer.bench.LogBench --address unix:ferry-data/ferry.sock --topic T --records N --agent-pid PID --send-threads S --total-size B --batch-size B`.", strings.Join(javaBenchOpts, " "))
+}
+
+// collectorRowName groups the rows of one signal and protocol.
+func collectorBase(rows []colRow, r colRow) (colRow, bool) {
+	for _, b := range rows {
+		if b.signal == r.signal && b.protocol == r.protocol && b.count == r.count && strings.HasPrefix(b.system, "OpenTelemetry Collector") {
+			return b, true
+		}
+	}
+	return colRow{}, false
+}
+
+func (s *suite) writeCollector(rows []colRow) {
+	s.doc.H("5. OTLP into Kafka: ferry beside the OpenTelemetry Collector (issue 15)")
+	s.doc.P("The same closed-loop load (`ferry-bench otlp`, 64 requests in flight, each marshalled once and resent) against each agent in turn, on the same")
+	s.doc.P("OTLP ports, into a fresh 3-partition topic of the same broker. The Collector (v0.155.0, built by `scripts/otelcol-local` with the official")
+	s.doc.P("builder) runs otlp → memory_limiter → batch → kafka (lz4, acks all, otlp_proto, sending queue on), its batches capped at 700 items so")
+	s.doc.P("each Kafka message stays under the broker's message.max.bytes. ferry runs its defaults (otlp_proto, a record per resource or trace).")
+	s.doc.P("After the load, the run waits until the topic's end offsets stop moving, then reads the topic back and counts the items in it:")
+	s.doc.P("**items/s into Kafka** and **CPU per item** cover the whole delivery (the Collector and the spool answer before they export),")
+	s.doc.P("and **lost** is items acknowledged to the client but not in Kafka. Goal: ferry ≤ 0.5× the Collector's CPU per item, ≥ its throughput.")
+	s.doc.P("")
+	var out [][]string
+	for _, r := range rows {
+		if r.count != 100 {
+			continue
+		}
+		vs := "–"
+		if b, ok := collectorBase(rows, r); ok && b.system != r.system {
+			vs = report.Ratio(r.usPerItem(), b.usPerItem()) + " CPU, " + report.Ratio(r.itemsPerSec(), b.itemsPerSec()) + " items/s"
+		}
+		out = append(out, []string{r.signal, r.protocol, r.system, report.F0(r.itemsPerSec()), fmt.Sprintf("%.0f%%", r.cpuSec/max(r.seconds, 1e-9)*100),
+			fmt.Sprintf("%.2f", r.usPerItem()), vs, fmt.Sprintf("%.0f MiB", r.rssMiB), report.F1(r.p50), report.F1(r.p99),
+			report.Commas(r.accepted), report.Commas(r.delivered), report.Commas(r.lost())})
+	}
+	s.doc.Table([]string{"signal", "protocol", "agent", "items/s into Kafka", "agent CPU", "CPU µs per item", "vs Collector", "peak RSS",
+		"p50 ms", "p99 ms", "items acknowledged", "items in Kafka", "lost"}, out)
+	s.doc.P("")
+	s.doc.P("**A batch above the broker's message.max.bytes.** Requests of 1,000 logs of 1 KB (1.2 MB, one resource each) over HTTP. The")
+	s.doc.P("Collector's batch processor at its default (8,192 items, no cap) and `producer.max_message_bytes` raised to 10 MB, as a user does")
+	s.doc.P("when the exporter refuses large batches: the broker refuses the messages, and the Collector, having answered OK, drops them")
+	s.doc.P("(\"Exporting failed. Dropping data.\" in its log). ferry splits a resource's items over records of at most `max_batch_bytes`,")
+	s.doc.P("so each fits; a request it could not deliver would be answered with an error, never OK.")
+	s.doc.P("")
+	out = nil
+	for _, r := range rows {
+		if r.count == 100 {
+			continue
+		}
+		answered := fmt.Sprintf("%s items answered OK", report.Commas(r.accepted))
+		if r.failed > 0 {
+			answered += fmt.Sprintf(", %d requests answered an error (%s)", r.failed, r.failures)
+		}
+		out = append(out, []string{r.system, answered, report.Commas(r.delivered), report.Commas(r.lost()), report.F0(r.itemsPerSec())})
+	}
+	s.doc.Table([]string{"agent", "answers", "items in Kafka", "lost (answered OK, not in Kafka)", "items/s into Kafka"}, out)
+	s.doc.P("")
+	s.doc.P("Reproduce one row: `scripts/otelcol-local build` prints the Collector's path; `bin/ferry-bench otlp --protocol grpc --target 127.0.0.1:4317")
+	s.doc.P("--signal logs --count 100 --duration 10s --requests 1000000000 --concurrency 64` against it or ferry; `bin/ferry-bench consume --topic otlp_logs")
+	s.doc.P("--otlp-items` counts what reached Kafka.")
+}
+
+// collectorSummary: the summary's lines for the Collector comparison,
+// ferry's default (acked by Kafka) against the Collector per signal and
+// protocol.
+func collectorSummary(rows []colRow) [][]string {
+	var out [][]string
+	for _, r := range rows {
+		if r.count != 100 || !strings.HasPrefix(r.system, "ferry (") {
+			continue
+		}
+		b, ok := collectorBase(rows, r)
+		if !ok {
+			continue
+		}
+		what := map[string]string{"logs": "1 KB logs", "traces": "spans"}[r.signal]
+		out = append(out, []string{fmt.Sprintf("OpenTelemetry Collector, OTLP/%s %s into Kafka (goal ≤ 0.5× CPU per item)", strings.ToUpper(r.protocol), what),
+			fmt.Sprintf("%.2f µs CPU per item, %s items/s (here)", b.usPerItem(), report.F0(b.itemsPerSec())),
+			fmt.Sprintf("%.2f µs, %s items/s, answered after Kafka's ack", r.usPerItem(), report.F0(r.itemsPerSec())),
+			report.Ratio(r.usPerItem(), b.usPerItem()) + " CPU per item"})
+	}
+	return out
 }

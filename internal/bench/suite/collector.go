@@ -1,0 +1,262 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/bench/report"
+)
+
+// The OpenTelemetry Collector beside ferry (issue 15): the same OTLP load,
+// the same broker, in the same run. Each row starts one agent on the same
+// OTLP ports with a fresh topic, runs a closed-loop load for a while, then
+// waits until Kafka's end offsets stop moving (the Collector answers
+// before it exports, the spool before it sends) and counts the items that
+// reached the topic by reading it back. So "items/s into Kafka" and CPU
+// per item cover the whole delivery, not just the answers.
+
+const (
+	colGRPC = "127.0.0.1:14317"
+	colHTTP = "127.0.0.1:14318"
+)
+
+type colRow struct {
+	signal, protocol, system string
+	count                    int
+	accepted, delivered      int64
+	failed                   int64
+	failures                 string
+	seconds                  float64 // from the first request until the last item was in Kafka
+	loadSeconds              float64
+	cpuSec                   float64
+	rssMiB                   float64
+	p50, p99                 float64
+}
+
+func (r colRow) itemsPerSec() float64 { return float64(r.delivered) / max(r.seconds, 1e-9) }
+func (r colRow) usPerItem() float64   { return r.cpuSec * 1e6 / max(float64(r.delivered), 1) }
+func (r colRow) lost() int64          { return max(0, r.accepted-r.delivered) }
+
+// collectorConfig is the Collector's whole configuration: the pipeline a
+// user builds for OTLP into Kafka (otlp → memory_limiter → batch → kafka
+// with its sending queue), with ferry's producer settings (lz4, acks all).
+// The batch processor's size is capped so each Kafka message stays under
+// the broker's message.max.bytes (1 MiB by default) and max_message_bytes
+// is set to that limit; the oversize case leaves the batch processor at
+// its default (8192 items, no cap) and raises max_message_bytes, which is
+// what a user does when the exporter refuses large batches.
+func collectorConfig(brokers, topic, signal string, oversize bool) string {
+	batch := "{send_batch_size: 512, send_batch_max_size: 700, timeout: 200ms}"
+	maxMsg := 1000000
+	if oversize {
+		batch, maxMsg = "{}", 10000000
+	}
+	sig := map[string]string{"logs": "logs", "traces": "traces"}[signal]
+	return fmt.Sprintf(`receivers:
+  otlp:
+    protocols:
+      grpc: {endpoint: %s, max_recv_msg_size_mib: 16}
+      http: {endpoint: %s}
+processors:
+  memory_limiter: {check_interval: 1s, limit_mib: 1024, spike_limit_mib: 256}
+  batch: %s
+exporters:
+  kafka:
+    brokers: [%s]
+    %s: {topic: %s, encoding: otlp_proto}
+    producer: {compression: lz4, required_acks: all, max_message_bytes: %d}
+    sending_queue: {enabled: true}
+service:
+  telemetry:
+    metrics: {level: none}
+    logs: {level: warn}
+  pipelines:
+    %s: {receivers: [otlp], processors: [memory_limiter, batch], exporters: [kafka]}
+`, colGRPC, colHTTP, batch, brokers, sig, topic, maxMsg, sig)
+}
+
+// startCollector runs the Collector with a config for topic and waits
+// until both OTLP ports accept connections.
+func (s *suite) startCollector(bin, topic, signal string, oversize bool) (*benchAgent, error) {
+	cfg := filepath.Join(s.work, "otelcol.yaml")
+	if err := os.WriteFile(cfg, []byte(collectorConfig(s.brokers, topic, signal, oversize)), 0o644); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(s.work, "otelcol.log"))
+	if err != nil {
+		return nil, err
+	}
+	a := &benchAgent{s: s, done: make(chan struct{})}
+	a.cmd = exec.Command(bin, "--config", cfg)
+	a.cmd.Stdout, a.cmd.Stderr = logf, logf
+	if err := a.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go a.sample()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if portOpen(colGRPC) && portOpen(colHTTP) {
+			return a, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	a.stop()
+	log, _ := os.ReadFile(logf.Name())
+	return nil, fmt.Errorf("the Collector did not open its OTLP ports:\n%s", log)
+}
+
+func portOpen(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err == nil {
+		c.Close()
+	}
+	return err == nil
+}
+
+// endOffsets sums the topic's end offsets (records written so far).
+func endOffsets(adm *kadm.Client, topic string) int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	offs, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return -1
+	}
+	var sum int64
+	offs.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil {
+			sum += o.Offset
+		}
+	})
+	return sum
+}
+
+func (s *suite) otlpVsCollector() ([]colRow, error) {
+	s.stepf("OTLP into Kafka: ferry beside the OpenTelemetry Collector (logs and spans × gRPC and HTTP, 100 items per request)")
+	bin, err := s.exec("scripts/otelcol-local", "build")
+	if err != nil {
+		return nil, err
+	}
+	bin = strings.TrimSpace(bin)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.brokers))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	d := 10 * time.Second
+	if s.quick {
+		d = 2 * time.Second
+	}
+	systems := []struct {
+		name string
+		sets []string // nil: the Collector
+	}{
+		{"OpenTelemetry Collector v0.155.0", nil},
+		{"ferry (answered after Kafka's ack)", []string{}},
+		{"ferry spool, fsync interval (answered from disk)", []string{"delivery.mode=spool", "delivery.spool.fsync=interval"}},
+	}
+	var rows []colRow
+	for _, signal := range []string{"logs", "traces"} {
+		for _, protocol := range []string{"grpc", "http"} {
+			for _, sys := range systems {
+				r, err := s.collectorRow(adm, bin, signal, protocol, sys.name, sys.sets, 100, d, false)
+				if err != nil {
+					return nil, err
+				}
+				rows = append(rows, r)
+			}
+		}
+	}
+	// A batch above the broker's message.max.bytes: requests of 1,000 logs
+	// of 1 KB (1.2 MB, one resource each).
+	for _, sys := range systems[:2] {
+		r, err := s.collectorRow(adm, bin, "logs", "http", sys.name, sys.sets, 1000, d/2, true)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+func (s *suite) collectorRow(adm *kadm.Client, bin, signal, protocol, system string, sets []string, count int, d time.Duration, oversize bool) (colRow, error) {
+	row := colRow{signal: signal, protocol: protocol, system: system, count: count}
+	topic, err := s.topic("otlp-"+signal, 3)
+	if err != nil {
+		return row, err
+	}
+	defer s.deleteTopic(topic)
+	var a *benchAgent
+	if sets == nil {
+		a, err = s.startCollector(bin, topic, signal, oversize)
+	} else {
+		key := map[string]string{"logs": "logs", "traces": "traces"}[signal]
+		a, err = s.agent(append([]string{"receivers.otlp.grpc.listen=" + colGRPC, "receivers.otlp.http.listen=" + colHTTP,
+			"receivers.otlp." + key + ".topic=" + topic}, sets...)...)
+	}
+	if err != nil {
+		return row, err
+	}
+	defer a.stop()
+	target := "http://" + colHTTP
+	if protocol == "grpc" {
+		target = colGRPC
+	}
+	rep := filepath.Join(s.work, "otlp-col.json")
+	_ = os.Remove(rep)
+	a.rssPeak.Store(0)
+	t0, c0 := time.Now(), a.cpuTicks()
+	_, err = s.bench("otlp", "--protocol", protocol, "--target", target, "--signal", signal, "--count", strconv.Itoa(count),
+		"--length", "1024", "--requests", "1000000000", "--duration", d.String(), "--concurrency", "64", "--header=false",
+		"--exporter", system, "--report-json", rep, "--fail-on-error=false")
+	if err != nil {
+		return row, err
+	}
+	row.loadSeconds = time.Since(t0).Seconds()
+	// Delivery ends when the end offsets have not moved for 3 s (the
+	// Collector's queue and the spool drain after the answers).
+	last, lastAt, lastTicks := endOffsets(adm, topic), time.Now(), a.cpuTicks()
+	for quiet := time.Now(); time.Since(quiet) < 3*time.Second && time.Since(t0) < 5*time.Minute; {
+		time.Sleep(250 * time.Millisecond)
+		if n := endOffsets(adm, topic); n != last {
+			last, lastAt, lastTicks, quiet = n, time.Now(), a.cpuTicks(), time.Now()
+		}
+	}
+	row.seconds = lastAt.Sub(t0).Seconds()
+	row.cpuSec = float64(lastTicks-c0) / clkTck()
+	row.rssMiB = float64(a.rssPeak.Load()) / (1 << 20)
+	var res map[string]any
+	if err := readJSON(rep, &res); err != nil {
+		return row, err
+	}
+	num := func(k string) float64 { v, _ := res[k].(float64); return v }
+	row.accepted, row.failed = int64(num("items")), int64(num("failed"))
+	row.failures, _ = res["failures"].(string)
+	row.p50, row.p99 = num("p50_ms"), num("p99_ms")
+	crep := filepath.Join(s.work, "otlp-col-consume.json")
+	if _, err := s.bench("consume", "--bootstrap-server", s.brokers, "--topic", topic, "--otlp-items", "--timeout", "3s",
+		"--expect", strconv.FormatInt(last, 10), "--report-json", crep); err != nil {
+		return row, err
+	}
+	var cres struct {
+		Items *int64 `json:"otlp_items"`
+	}
+	if err := readJSON(crep, &cres); err != nil || cres.Items == nil {
+		return row, fmt.Errorf("reading %s back: %v", topic, err)
+	}
+	row.delivered = *cres.Items
+	s.logf("%s %s %s: %s items acknowledged, %s in Kafka (%s/s), %.2f µs CPU per item, %.0f MiB peak, p99 %.1f ms, %d requests failed %s",
+		signal, protocol, system, report.Commas(row.accepted), report.Commas(row.delivered), report.F0(row.itemsPerSec()), row.usPerItem(),
+		row.rssMiB, row.p99, row.failed, row.failures)
+	return row, nil
+}
