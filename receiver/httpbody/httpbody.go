@@ -70,6 +70,24 @@ func (r *Reader) Reserve(b *Buf, n int64) bool {
 	return true
 }
 
+// Move makes n bytes of to's reservation out of from's (what from holds
+// beyond n stays with it), reserving only what from lacks; false, and
+// nothing changed, if that does not fit. A request that reserved its
+// largest size before reading hands its real size on this way, so it
+// never needs both at once.
+func (r *Reader) Move(from, to *Buf, n int64) bool {
+	if r.budget == nil {
+		return true
+	}
+	take := min(n, from.reserved)
+	if take < n && !r.Reserve(to, n-take) {
+		return false
+	}
+	from.reserved -= take
+	to.reserved += take
+	return true
+}
+
 // Release gives back b's reservation, when the data is handed to a stage
 // that accounts for it itself (the queue reserves the whole batch).
 func (r *Reader) Release(b *Buf) {

@@ -2,7 +2,6 @@ package otlpreceiver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -39,8 +38,16 @@ type grpcServer struct {
 // a pooled buffer) and a response's bytes out.
 type rawMsg struct {
 	reader *httpbody.Reader
-	buf    *httpbody.Buf
-	out    []byte
+	// lease: the reservation the request took before its message was
+	// read; the message's buffer takes its reservation from it.
+	lease *lease
+	buf   *httpbody.Buf
+	out   []byte
+	// noRoom: the message did not fit in the memory budget. It is not an
+	// Unmarshal error because gRPC would turn that into INTERNAL, which
+	// OTLP exporters do not retry: the handler answers RESOURCE_EXHAUSTED
+	// with RetryInfo instead.
+	noRoom bool
 }
 
 type rawCodec struct{}
@@ -62,10 +69,16 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	n := data.Len()
 	m.buf = m.reader.Get(n)
-	if !m.reader.Reserve(m.buf, int64(cap(m.buf.B))) {
+	var fits bool
+	if m.lease != nil {
+		fits = m.reader.Move(m.lease.buf, m.buf, int64(cap(m.buf.B)))
+	} else {
+		fits = m.reader.Reserve(m.buf, int64(cap(m.buf.B)))
+	}
+	if !fits {
 		m.reader.Put(m.buf)
-		m.buf = nil
-		return httpbody.ErrNoRoom
+		m.buf, m.noRoom = nil, true
+		return nil
 	}
 	m.buf.B = m.buf.B[:n]
 	data.CopyTo(m.buf.B)
@@ -192,17 +205,18 @@ func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(a
 		}
 	}
 	in := &rawMsg{reader: g.r.body}
+	in.lease, _ = ctx.Value(leaseKey{}).(*lease)
 	err := dec(in)
 	endLease(ctx)
+	if err == nil && in.noRoom {
+		a := classify(consumer.ErrFull)
+		m.Error(a.reason)
+		m.RequestCode(a.code.String())
+		return nil, retryStatus(a)
+	}
 	if err != nil {
 		if in.buf != nil {
 			g.r.body.Put(in.buf)
-		}
-		if errors.Is(err, httpbody.ErrNoRoom) {
-			a := classify(consumer.ErrFull)
-			m.Error(a.reason)
-			m.RequestCode(a.code.String())
-			return nil, retryStatus(a)
 		}
 		m.Error("invalid_payload")
 		m.RequestCode(codes.InvalidArgument.String())

@@ -269,7 +269,13 @@ func otlpSenders(protocol, clientKind, target, signal string, asJSON bool, concu
 					}
 					return answerFailed, c.String()
 				default:
-					return answerFailed, c.String()
+					// The message names the cause; long ones are cut so
+					// failures still group.
+					msg := status.Convert(err).Message()
+					if len(msg) > 100 {
+						msg = msg[:100]
+					}
+					return answerFailed, c.String() + " " + strconv.Quote(msg)
 				}
 			}
 		}, closeAll, nil
