@@ -21,7 +21,7 @@ func TestDefaultsMatchTheConventions(t *testing.T) {
 		t.Fatalf("default listeners/brokers changed: %+v", c)
 	}
 	if c.Queue.MemoryLimit != 256<<20 || c.Receivers.HTTP.MaxRequestBytes != 8<<20 ||
-		c.Exporter.Kafka.Compression != "lz4" || c.Exporter.Kafka.Linger != 5*time.Millisecond ||
+		c.Exporter.Kafka.Compression != "lz4" || c.Exporter.Kafka.Linger != 2*time.Millisecond ||
 		c.Exporter.Kafka.Acks != "all" || !c.Exporter.Kafka.Idempotent || c.Exporter.Kafka.Partitioner != "murmur2" {
 		t.Fatalf("documented defaults changed: %+v", c)
 	}

@@ -73,6 +73,10 @@ func (s *suite) run() error {
 	if err != nil {
 		return err
 	}
+	lingers, err := s.lingerSweep()
+	if err != nil {
+		return err
+	}
 	col, err := s.otlpVsCollector()
 	if err != nil {
 		return err
@@ -90,7 +94,7 @@ func (s *suite) run() error {
 		return err
 	}
 	s.stepf("writing %s and the charts in %s", s.doc.Out, s.doc.Charts)
-	return s.write(prod, pan, cons, otlp, col, modes, micro, java)
+	return s.write(prod, pan, cons, otlp, lingers, col, modes, micro, java)
 }
 
 func (s *suite) sizes() []int {
@@ -362,6 +366,55 @@ func (s *suite) otlpTable() ([]otlpRow, error) {
 			s.logf("%s %s: %s requests/s (ferry %.0f%% CPU)", exp.name, shape, report.F0(num("qps")), use.cpu)
 		}
 		a.stop()
+	}
+	return rows, nil
+}
+
+// lingerRow: the latency-bound acknowledged OTLP path (10 × 1 KB logs per
+// request, answered after Kafka's ack) at one exporter.kafka.linger.
+type lingerRow struct {
+	linger   string
+	qps      float64
+	p50, p99 float64
+	produce  float64 // produce requests per second ferry sent
+	use      agentUsage
+}
+
+// lingerSweep measures where the acknowledged path's time goes: the same
+// load at the old default linger (5 ms), the default and below. Each
+// request waits for its partition's linger and then a produce round trip.
+func (s *suite) lingerSweep() ([]lingerRow, error) {
+	s.stepf("the acknowledged OTLP path by linger: 10 × 1 KB logs per request, 64 in flight, answered after Kafka's ack")
+	t := "otlp_logs"
+	_, _ = s.bench("topic", "create", "--bootstrap-server", s.brokers, "--topic", t, "--partitions", "3")
+	d := "8s"
+	if s.quick {
+		d = "2s"
+	}
+	var rows []lingerRow
+	for _, l := range []string{"5ms", "2ms", "1ms", "0s"} {
+		a, err := s.agent("exporter.kafka.linger=" + l)
+		if err != nil {
+			return nil, err
+		}
+		rep := filepath.Join(s.work, "linger.json")
+		p0 := a.metric("ferry_exporter_kafka_requests_total{api=\"Produce\"}")
+		t0 := time.Now()
+		use, err := a.measure(func() error {
+			_, err := s.bench("otlp", "--target", "http://"+a.otlp, "--count", "10", "--length", "1024", "--requests", "1000000000",
+				"--duration", d, "--concurrency", "64", "--header=false", "--report-json", rep)
+			return err
+		})
+		produce := (a.metric("ferry_exporter_kafka_requests_total{api=\"Produce\"}") - p0) / time.Since(t0).Seconds()
+		a.stop()
+		if err != nil {
+			return nil, err
+		}
+		var res map[string]any
+		_ = readJSON(rep, &res)
+		num := func(k string) float64 { v, _ := res[k].(float64); return v }
+		rows = append(rows, lingerRow{linger: l, qps: num("qps"), p50: num("p50_ms"), p99: num("p99_ms"), produce: produce, use: use})
+		s.logf("linger %s: %s requests/s, p50 %.1f ms, %s produce requests/s, ferry %.0f%% CPU", l, report.F0(num("qps")), num("p50_ms"), report.F0(produce), use.cpu)
 	}
 	return rows, nil
 }

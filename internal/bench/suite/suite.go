@@ -56,7 +56,7 @@ func Cmd(args []string) error {
 	}
 	defer os.RemoveAll(s.work)
 	s.brokers = fmt.Sprintf("127.0.0.1:%d", s.port)
-	s.total = 11
+	s.total = 12
 	return s.run()
 }
 
@@ -199,8 +199,11 @@ func (a *benchAgent) measure(fn func() error) (agentUsage, error) {
 
 func clkTck() float64 { return proc.ClkTck() }
 
-// metric sums every series of a metric from the agent's /metrics.
+// metric sums every series of a metric from the agent's /metrics; a name
+// like m{api="Produce"} sums only the series with that label.
 func (a *benchAgent) metric(name string) float64 {
+	name, label, _ := strings.Cut(name, "{")
+	label = strings.TrimSuffix(label, "}")
 	res, err := http.Get("http://" + a.admin + "/metrics")
 	if err != nil {
 		return math.NaN()
@@ -211,7 +214,7 @@ func (a *benchAgent) metric(name string) float64 {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) && strings.Contains(rest, label) {
 			f := strings.Fields(line)
 			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
 			sum += v
