@@ -22,13 +22,16 @@ demo: build
 test:
 	scripts/test.sh
 
-# Every seed's table measured on this machine beside Kafka's own tools, in one
-# run (about 6 min on 2 cores): rewrites BENCHMARKS.md and docs/bench/*.svg.
+# Every seed's table measured on this machine beside Kafka's own tools, and
+# OTLP into Kafka beside the OpenTelemetry Collector (built once by
+# scripts/otelcol-local), in one run (about 12 min on 2 cores): rewrites
+# BENCHMARKS.md and docs/bench/*.svg.
 bench: build
 	scripts/kafka-local jars
 	bin/ferry-bench suite
 
-# Every step of make bench with tiny inputs (≤ 3 min), to keep the harness
+# Every step of make bench with tiny inputs (≤ 4 min, plus ~3 min to build the
+# Collector on a fresh machine), to keep the harness
 # working (CI runs it); writes to $(BENCH_QUICK_DIR), figures not meaningful.
 BENCH_QUICK_DIR ?= /tmp/ferry-bench-quick
 bench-quick: build

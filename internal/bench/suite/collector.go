@@ -52,9 +52,13 @@ func (r colRow) lost() int64          { return max(0, r.accepted-r.delivered) }
 // with its sending queue), with ferry's producer settings (lz4, acks all).
 // The batch processor's size is capped so each Kafka message stays under
 // the broker's message.max.bytes (1 MiB by default) and max_message_bytes
-// is set to that limit; the oversize case leaves the batch processor at
-// its default (8192 items, no cap) and raises max_message_bytes, which is
-// what a user does when the exporter refuses large batches.
+// is set to that limit. It writes the records ferry writes by default: a
+// message per trace keyed by its id, a message per resource keyed by its
+// attributes (partition_traces_by_id, partition_logs_by_resource_attributes),
+// so both do the same job for the consumers. The oversize case leaves the
+// batch processor at its default (8192 items, no cap) and raises
+// max_message_bytes, which is what a user does when the exporter refuses
+// large batches.
 func collectorConfig(brokers, topic, signal string, oversize bool) string {
 	batch := "{send_batch_size: 512, send_batch_max_size: 700, timeout: 200ms}"
 	maxMsg := 1000000
@@ -74,6 +78,8 @@ exporters:
   kafka:
     brokers: [%s]
     %s: {topic: %s, encoding: otlp_proto}
+    partition_traces_by_id: true
+    partition_logs_by_resource_attributes: true
     producer: {compression: lz4, required_acks: all, max_message_bytes: %d}
     sending_queue: {enabled: true}
 service:

@@ -41,8 +41,8 @@ func (s *suite) write(prod []prodRow, pan []panResult, cons *consResult, otlp []
 	s.writeJava(java)
 	s.doc.H("Reproduce")
 	s.doc.P("```sh")
-	s.doc.P("make bench            # this whole file, about 6 minutes on 2 cores")
-	s.doc.P("make bench-quick      # every step with tiny inputs (≤ 3 minutes), as CI runs it")
+	s.doc.P("make bench            # this whole file, about 12 minutes on 2 cores")
+	s.doc.P("make bench-quick      # every step with tiny inputs (≤ 4 minutes), as CI runs it")
 	s.doc.P("scripts/kafka-local start && make build && bin/ferry run &    # then any single command shown above")
 	s.doc.P("```")
 	return os.WriteFile(s.doc.Out, []byte(s.doc.String()), 0o644)
@@ -347,10 +347,14 @@ func (s *suite) writeCollector(rows []colRow) {
 	s.doc.P("The same closed-loop load (`ferry-bench otlp`, 64 requests in flight, each marshalled once and resent) against each agent in turn, on the same")
 	s.doc.P("OTLP ports, into a fresh 3-partition topic of the same broker. The Collector (v0.155.0, built by `scripts/otelcol-local` with the official")
 	s.doc.P("builder) runs otlp → memory_limiter → batch → kafka (lz4, acks all, otlp_proto, sending queue on), its batches capped at 700 items so")
-	s.doc.P("each Kafka message stays under the broker's message.max.bytes. ferry runs its defaults (otlp_proto, a record per resource or trace).")
+	s.doc.P("each Kafka message stays under the broker's message.max.bytes, and set to write what ferry writes by default: a message per trace")
+	s.doc.P("keyed by its id, a message per resource keyed by its attributes (`partition_traces_by_id`, `partition_logs_by_resource_attributes`).")
 	s.doc.P("After the load, the run waits until the topic's end offsets stop moving, then reads the topic back and counts the items in it:")
 	s.doc.P("**items/s into Kafka** and **CPU per item** cover the whole delivery (the Collector and the spool answer before they export),")
 	s.doc.P("and **lost** is items acknowledged to the client but not in Kafka. Goal: ferry ≤ 0.5× the Collector's CPU per item, ≥ its throughput.")
+	s.doc.P("The load is more than the Collector exports, so its queue fills: its memory and CPU per item are those of an overloaded")
+	s.doc.P("Collector, and when its exporter's sending queue is full the batch processor, having answered OK, drops the batch (\"Exporting")
+	s.doc.P("failed. Rejecting data.\" \"sending queue is full\" in its log, which samples repeated lines): that is its lost column.")
 	s.doc.P("")
 	var out [][]string
 	for _, r := range rows {
@@ -362,7 +366,7 @@ func (s *suite) writeCollector(rows []colRow) {
 			vs = report.Ratio(r.usPerItem(), b.usPerItem()) + " CPU, " + report.Ratio(r.itemsPerSec(), b.itemsPerSec()) + " items/s"
 		}
 		out = append(out, []string{r.signal, r.protocol, r.system, report.F0(r.itemsPerSec()), fmt.Sprintf("%.0f%%", r.cpuSec/max(r.seconds, 1e-9)*100),
-			fmt.Sprintf("%.2f", r.usPerItem()), vs, fmt.Sprintf("%.0f MiB", r.rssMiB), report.F1(r.p50), report.F1(r.p99),
+			usPerItem(r), vs, fmt.Sprintf("%.0f MiB", r.rssMiB), report.F1(r.p50), report.F1(r.p99),
 			report.Commas(r.accepted), report.Commas(r.delivered), report.Commas(r.lost())})
 	}
 	s.doc.Table([]string{"signal", "protocol", "agent", "items/s into Kafka", "agent CPU", "CPU µs per item", "vs Collector", "peak RSS",
@@ -412,4 +416,11 @@ func collectorSummary(rows []colRow) [][]string {
 			report.Ratio(r.usPerItem(), b.usPerItem()) + " CPU per item"})
 	}
 	return out
+}
+
+func usPerItem(r colRow) string {
+	if r.delivered == 0 {
+		return "– (none delivered)"
+	}
+	return fmt.Sprintf("%.2f", r.usPerItem())
 }
