@@ -97,7 +97,7 @@ func OTLPCmd(args []string) error {
 
 	var next, ok, failed, retried atomic.Int64
 	var lat hist
-	codes := sync.Map{}
+	byCause := sync.Map{} // failed requests by status code or cause
 	start := time.Now()
 	var deadline time.Time
 	if *duration > 0 {
@@ -158,7 +158,7 @@ func OTLPCmd(args []string) error {
 						continue
 					default:
 						failed.Add(1)
-						v, _ := codes.LoadOrStore(code, new(atomic.Int64))
+						v, _ := byCause.LoadOrStore(code, new(atomic.Int64))
 						v.(*atomic.Int64).Add(1)
 					}
 					break
@@ -185,7 +185,7 @@ func OTLPCmd(args []string) error {
 	fmt.Printf("| %d | %s | %s | %d | %s | %d | %.0f | %.0f | %s | %.1f | %.1f | %s |\n", runtime.NumCPU(), *protocol, *signal, *count, shape,
 		ok.Load(), qps, float64(items)/elapsed.Seconds(), elapsed.Round(time.Millisecond), ms(lat.quantile(0.5)), ms(lat.quantile(0.99)), *exporter)
 	var failures []string
-	codes.Range(func(k, v any) bool {
+	byCause.Range(func(k, v any) bool {
 		failures = append(failures, fmt.Sprintf("%v: %d", k, v.(*atomic.Int64).Load()))
 		return true
 	})

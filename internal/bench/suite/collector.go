@@ -37,7 +37,6 @@ type colRow struct {
 	failed                   int64
 	failures                 string
 	seconds                  float64 // from the first request until the last item was in Kafka
-	loadSeconds              float64
 	cpuSec                   float64
 	rssMiB                   float64
 	p50, p99                 float64
@@ -65,7 +64,6 @@ func collectorConfig(brokers, topic, signal string, oversize bool) string {
 	if oversize {
 		batch, maxMsg = "{}", 10000000
 	}
-	sig := map[string]string{"logs": "logs", "traces": "traces"}[signal]
 	return fmt.Sprintf(`receivers:
   otlp:
     protocols:
@@ -88,7 +86,7 @@ service:
     logs: {level: warn}
   pipelines:
     %s: {receivers: [otlp], processors: [memory_limiter, batch], exporters: [kafka]}
-`, colGRPC, colHTTP, batch, brokers, sig, topic, maxMsg, sig)
+`, colGRPC, colHTTP, batch, brokers, signal, topic, maxMsg, signal)
 }
 
 // startCollector runs the Collector with a config for topic and waits
@@ -206,9 +204,8 @@ func (s *suite) collectorRow(adm *kadm.Client, bin, signal, protocol, system str
 	if sets == nil {
 		a, err = s.startCollector(bin, topic, signal, oversize)
 	} else {
-		key := map[string]string{"logs": "logs", "traces": "traces"}[signal]
 		a, err = s.agent(append([]string{"receivers.otlp.grpc.listen=" + colGRPC, "receivers.otlp.http.listen=" + colHTTP,
-			"receivers.otlp." + key + ".topic=" + topic}, sets...)...)
+			"receivers.otlp." + signal + ".topic=" + topic}, sets...)...)
 	}
 	if err != nil {
 		return row, err
@@ -218,17 +215,14 @@ func (s *suite) collectorRow(adm *kadm.Client, bin, signal, protocol, system str
 	if protocol == "grpc" {
 		target = colGRPC
 	}
-	rep := filepath.Join(s.work, "otlp-col.json")
-	_ = os.Remove(rep)
 	a.rssPeak.Store(0)
 	t0, c0 := time.Now(), a.cpuTicks()
-	_, err = s.bench("otlp", "--protocol", protocol, "--target", target, "--signal", signal, "--count", strconv.Itoa(count),
-		"--length", "1024", "--requests", "1000000000", "--duration", d.String(), "--concurrency", "64", "--header=false",
-		"--exporter", system, "--report-json", rep, "--fail-on-error=false")
+	res, err := s.otlpLoad("--protocol", protocol, "--target", target, "--signal", signal, "--count", strconv.Itoa(count),
+		"--length", "1024", "--requests", "1000000000", "--duration", d.String(), "--concurrency", "64",
+		"--exporter", system, "--fail-on-error=false")
 	if err != nil {
 		return row, err
 	}
-	row.loadSeconds = time.Since(t0).Seconds()
 	// Delivery ends when the end offsets have not moved for 3 s (the
 	// Collector's queue and the spool drain after the answers).
 	last, lastAt, lastTicks := endOffsets(adm, topic), time.Now(), a.cpuTicks()
@@ -241,14 +235,8 @@ func (s *suite) collectorRow(adm *kadm.Client, bin, signal, protocol, system str
 	row.seconds = lastAt.Sub(t0).Seconds()
 	row.cpuSec = float64(lastTicks-c0) / clkTck()
 	row.rssMiB = float64(a.rssPeak.Load()) / (1 << 20)
-	var res map[string]any
-	if err := readJSON(rep, &res); err != nil {
-		return row, err
-	}
-	num := func(k string) float64 { v, _ := res[k].(float64); return v }
-	row.accepted, row.failed = int64(num("items")), int64(num("failed"))
-	row.failures, _ = res["failures"].(string)
-	row.p50, row.p99 = num("p50_ms"), num("p99_ms")
+	row.accepted, row.failed, row.failures = int64(res.Items), int64(res.Failed), res.Failures
+	row.p50, row.p99 = res.P50, res.P99
 	crep := filepath.Join(s.work, "otlp-col-consume.json")
 	if _, err := s.bench("consume", "--bootstrap-server", s.brokers, "--topic", topic, "--otlp-items", "--timeout", "3s",
 		"--expect", strconv.FormatInt(last, 10), "--report-json", crep); err != nil {

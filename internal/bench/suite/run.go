@@ -348,22 +348,20 @@ func (s *suite) otlpTable() ([]otlpRow, error) {
 			if s.quick {
 				reqs = 300
 			}
-			rep := filepath.Join(s.work, "otlp.json")
-			var res map[string]any
+			var res otlpReport
 			use, err := a.measure(func() error {
-				_, err := s.bench("otlp", "--target", "http://"+a.otlp, "--count", strconv.Itoa(sh.n), "--length", strconv.Itoa(sh.length),
-					"--requests", strconv.Itoa(reqs), "--concurrency", exp.conc, "--exporter", exp.name, "--header=false", "--report-json", rep)
+				var err error
+				res, err = s.otlpLoad("--target", "http://"+a.otlp, "--count", strconv.Itoa(sh.n), "--length", strconv.Itoa(sh.length),
+					"--requests", strconv.Itoa(reqs), "--concurrency", exp.conc, "--exporter", exp.name)
 				return err
 			})
 			if err != nil {
 				a.stop()
 				return nil, err
 			}
-			_ = readJSON(rep, &res)
-			num := func(k string) float64 { v, _ := res[k].(float64); return v }
 			shape := fmt.Sprintf("%dx%dKB", sh.n, sh.length/1024)
-			rows = append(rows, otlpRow{shape: shape, exporter: exp.name, qps: num("qps"), p50: num("p50_ms"), p99: num("p99_ms"), requests: num("requests"), use: use})
-			s.logf("%s %s: %s requests/s (ferry %.0f%% CPU)", exp.name, shape, report.F0(num("qps")), use.cpu)
+			rows = append(rows, otlpRow{shape: shape, exporter: exp.name, qps: res.QPS, p50: res.P50, p99: res.P99, requests: res.Requests, use: use})
+			s.logf("%s %s: %s requests/s (ferry %.0f%% CPU)", exp.name, shape, report.F0(res.QPS), use.cpu)
 		}
 		a.stop()
 	}
@@ -397,12 +395,13 @@ func (s *suite) lingerSweep() ([]lingerRow, error) {
 		if err != nil {
 			return nil, err
 		}
-		rep := filepath.Join(s.work, "linger.json")
 		p0 := a.metric("ferry_exporter_kafka_requests_total{api=\"Produce\"}")
 		t0 := time.Now()
+		var res otlpReport
 		use, err := a.measure(func() error {
-			_, err := s.bench("otlp", "--target", "http://"+a.otlp, "--count", "10", "--length", "1024", "--requests", "1000000000",
-				"--duration", d, "--concurrency", "64", "--header=false", "--report-json", rep)
+			var err error
+			res, err = s.otlpLoad("--target", "http://"+a.otlp, "--count", "10", "--length", "1024", "--requests", "1000000000",
+				"--duration", d, "--concurrency", "64")
 			return err
 		})
 		produce := (a.metric("ferry_exporter_kafka_requests_total{api=\"Produce\"}") - p0) / time.Since(t0).Seconds()
@@ -410,11 +409,8 @@ func (s *suite) lingerSweep() ([]lingerRow, error) {
 		if err != nil {
 			return nil, err
 		}
-		var res map[string]any
-		_ = readJSON(rep, &res)
-		num := func(k string) float64 { v, _ := res[k].(float64); return v }
-		rows = append(rows, lingerRow{linger: l, qps: num("qps"), p50: num("p50_ms"), p99: num("p99_ms"), produce: produce, use: use})
-		s.logf("linger %s: %s requests/s, p50 %.1f ms, %s produce requests/s, ferry %.0f%% CPU", l, report.F0(num("qps")), num("p50_ms"), report.F0(produce), use.cpu)
+		rows = append(rows, lingerRow{linger: l, qps: res.QPS, p50: res.P50, p99: res.P99, produce: produce, use: use})
+		s.logf("linger %s: %s requests/s, p50 %.1f ms, %s produce requests/s, ferry %.0f%% CPU", l, report.F0(res.QPS), res.P50, report.F0(produce), use.cpu)
 	}
 	return rows, nil
 }

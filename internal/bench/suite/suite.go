@@ -263,6 +263,28 @@ func parseCP(out string) (report.ConsumerLine, error) {
 	return report.ConsumerLine{}, fmt.Errorf("no ConsumerPerformance line in:\n%s", out)
 }
 
+// otlpReport is ferry-bench otlp's --report-json.
+type otlpReport struct {
+	Requests float64 `json:"requests"`
+	Items    float64 `json:"items"`
+	QPS      float64 `json:"qps"`
+	P50      float64 `json:"p50_ms"`
+	P99      float64 `json:"p99_ms"`
+	Failed   float64 `json:"failed"`
+	Failures string  `json:"failures"`
+}
+
+// otlpLoad runs ferry-bench otlp with args and returns its report.
+func (s *suite) otlpLoad(args ...string) (otlpReport, error) {
+	var r otlpReport
+	rep := filepath.Join(s.work, "otlp-load.json")
+	_ = os.Remove(rep)
+	if _, err := s.bench(append(append([]string{"otlp"}, args...), "--header=false", "--report-json", rep)...); err != nil {
+		return r, err
+	}
+	return r, readJSON(rep, &r)
+}
+
 func readJSON(path string, into any) error {
 	b, err := os.ReadFile(path)
 	if err != nil {

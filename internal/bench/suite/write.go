@@ -332,7 +332,7 @@ func (s *suite) writeJava(rows []javaRow) {
 	s.doc.P("Command: `java %s -cp sdk/java/target/classes:sdk/java/target/test-classes:$(cat sdk/java/target/cp.txt) dev.ferry.producer.bench.LogBench --address unix:ferry-data/ferry.sock --topic T --records N --agent-pid PID --send-threads S --total-size B --batch-size B`.", strings.Join(javaBenchOpts, " "))
 }
 
-// collectorRowName groups the rows of one signal and protocol.
+// collectorBase is the Collector's row of r's signal, protocol and request size.
 func collectorBase(rows []colRow, r colRow) (colRow, bool) {
 	for _, b := range rows {
 		if b.signal == r.signal && b.protocol == r.protocol && b.count == r.count && strings.HasPrefix(b.system, "OpenTelemetry Collector") {
