@@ -51,6 +51,7 @@ func OTLPCmd(args []string) error {
 	report := fs.String("report-json", "", "also write the result as JSON to this file")
 	retry := fs.Bool("retry", true, "retry a request answered 429/503 (gRPC RESOURCE_EXHAUSTED/UNAVAILABLE: an agent's backpressure) after 20 ms, as OTLP exporters retry; QPS counts accepted requests")
 	failOnError := fs.Bool("fail-on-error", true, "exit non-zero when a request failed (the report is written either way)")
+	rate := fs.Float64("rate", 0, "requests per second (0 = as fast as answers come): request i is due at start + i/rate and sent then, by one of --concurrency workers; latency counts from when it was due, so a slow agent is not excused by the wait it caused")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -59,6 +60,9 @@ func OTLPCmd(args []string) error {
 	}
 	if *protocol != "http" && *protocol != "grpc" {
 		return fmt.Errorf("--protocol %q: want http or grpc", *protocol)
+	}
+	if *rate < 0 {
+		return fmt.Errorf("--rate must not be negative")
 	}
 	if *protocol == "grpc" && *asJSON {
 		return fmt.Errorf("--json is for --protocol http")
@@ -146,6 +150,14 @@ func OTLPCmd(args []string) error {
 					return
 				}
 				t0 := time.Now()
+				if *rate > 0 {
+					due := start.Add(time.Duration(float64(i) / *rate * float64(time.Second)))
+					if !deadline.IsZero() && due.After(deadline) {
+						return
+					}
+					time.Sleep(time.Until(due))
+					t0 = due
+				}
 				for {
 					res, code := send(int(i % poolSize))
 					switch {

@@ -33,6 +33,7 @@ const (
 type colRow struct {
 	signal, protocol, system string
 	count                    int
+	rate                     int // items/s offered; 0: closed loop, as fast as answers come
 	accepted, delivered      int64
 	failed                   int64
 	failures                 string
@@ -44,7 +45,13 @@ type colRow struct {
 
 func (r colRow) itemsPerSec() float64 { return float64(r.delivered) / max(r.seconds, 1e-9) }
 func (r colRow) usPerItem() float64   { return r.cpuSec * 1e6 / max(float64(r.delivered), 1) }
-func (r colRow) lost() int64          { return max(0, r.accepted-r.delivered) }
+func (r colRow) load() string {
+	if r.rate == 0 {
+		return "closed loop, 64 in flight"
+	}
+	return "fixed " + report.Commas(int64(r.rate)) + " items/s"
+}
+func (r colRow) lost() int64 { return max(0, r.accepted-r.delivered) }
 
 // collectorConfig is the Collector's whole configuration: the pipeline a
 // user builds for OTLP into Kafka (otlp → memory_limiter → batch → kafka
@@ -169,22 +176,34 @@ func (s *suite) otlpVsCollector() ([]colRow, error) {
 		{"ferry (answered after Kafka's ack)", []string{}},
 		{"ferry spool, fsync interval (answered from disk)", []string{"delivery.mode=spool", "delivery.spool.fsync=interval"}},
 	}
+	// The rate both agents sustain here (items/s), for CPU per item away
+	// from overload: about two thirds of the Collector's closed-loop rate.
+	fixed := map[string]int{"logs": 50000, "traces": 150000}
+	if s.quick {
+		fixed = map[string]int{"logs": 10000, "traces": 30000}
+	}
 	var rows []colRow
-	for _, signal := range []string{"logs", "traces"} {
-		for _, protocol := range []string{"grpc", "http"} {
-			for _, sys := range systems {
-				r, err := s.collectorRow(adm, bin, signal, protocol, sys.name, sys.sets, 100, d, false)
-				if err != nil {
-					return nil, err
+	for _, rate := range []bool{false, true} {
+		for _, signal := range []string{"logs", "traces"} {
+			for _, protocol := range []string{"grpc", "http"} {
+				for _, sys := range systems {
+					c := colRow{signal: signal, protocol: protocol, system: sys.name, count: 100}
+					if rate {
+						c.rate = fixed[signal]
+					}
+					r, err := s.collectorRow(adm, bin, c, sys.sets, d, false)
+					if err != nil {
+						return nil, err
+					}
+					rows = append(rows, r)
 				}
-				rows = append(rows, r)
 			}
 		}
 	}
 	// A batch above the broker's message.max.bytes: requests of 1,000 logs
 	// of 1 KB (1.2 MB, one resource each).
 	for _, sys := range systems[:2] {
-		r, err := s.collectorRow(adm, bin, "logs", "http", sys.name, sys.sets, 1000, d/2, true)
+		r, err := s.collectorRow(adm, bin, colRow{signal: "logs", protocol: "http", system: sys.name, count: 1000}, sys.sets, d/2, true)
 		if err != nil {
 			return nil, err
 		}
@@ -193,8 +212,11 @@ func (s *suite) otlpVsCollector() ([]colRow, error) {
 	return rows, nil
 }
 
-func (s *suite) collectorRow(adm *kadm.Client, bin, signal, protocol, system string, sets []string, count int, d time.Duration, oversize bool) (colRow, error) {
-	row := colRow{signal: signal, protocol: protocol, system: system, count: count}
+// collectorRow measures one case: row's signal, protocol, system, count and
+// rate (0: closed loop) say what to run; sets are ferry's (nil: the
+// Collector).
+func (s *suite) collectorRow(adm *kadm.Client, bin string, row colRow, sets []string, d time.Duration, oversize bool) (colRow, error) {
+	signal := row.signal
 	topic, err := s.topic("otlp-"+signal, 3)
 	if err != nil {
 		return row, err
@@ -212,14 +234,14 @@ func (s *suite) collectorRow(adm *kadm.Client, bin, signal, protocol, system str
 	}
 	defer a.stop()
 	target := "http://" + colHTTP
-	if protocol == "grpc" {
+	if row.protocol == "grpc" {
 		target = colGRPC
 	}
 	a.rssPeak.Store(0)
 	t0, c0 := time.Now(), a.cpuTicks()
-	res, err := s.otlpLoad("--protocol", protocol, "--target", target, "--signal", signal, "--count", strconv.Itoa(count),
+	res, err := s.otlpLoad("--protocol", row.protocol, "--target", target, "--signal", signal, "--count", strconv.Itoa(row.count),
 		"--length", "1024", "--requests", "1000000000", "--duration", d.String(), "--concurrency", "64",
-		"--exporter", system, "--fail-on-error=false")
+		"--rate", strconv.FormatFloat(float64(row.rate)/float64(row.count), 'f', -1, 64), "--exporter", row.system, "--fail-on-error=false")
 	if err != nil {
 		return row, err
 	}
@@ -249,8 +271,8 @@ func (s *suite) collectorRow(adm *kadm.Client, bin, signal, protocol, system str
 		return row, fmt.Errorf("reading %s back: %v", topic, err)
 	}
 	row.delivered = *cres.Items
-	s.logf("%s %s %s: %s items acknowledged, %s in Kafka (%s/s), %.2f µs CPU per item, %.0f MiB peak, p99 %.1f ms, %d requests failed %s",
-		signal, protocol, system, report.Commas(row.accepted), report.Commas(row.delivered), report.F0(row.itemsPerSec()), row.usPerItem(),
+	s.logf("%s %s %s, %s: %s items acknowledged, %s in Kafka (%s/s), %.2f µs CPU per item, %.0f MiB peak, p99 %.1f ms, %d requests failed %s",
+		signal, row.protocol, row.system, row.load(), report.Commas(row.accepted), report.Commas(row.delivered), report.F0(row.itemsPerSec()), row.usPerItem(),
 		row.rssMiB, row.p99, row.failed, row.failures)
 	return row, nil
 }
