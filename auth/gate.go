@@ -24,7 +24,9 @@ type ReceiverConfig struct {
 	// Sources, tried in order: authorization (Authorization: Bearer),
 	// header (X-Ferry-Token), query (?token=), metadata (gRPC
 	// "authorization: Bearer …" or "x-ferry-token"), resource (OTLP only: the
-	// resource attribute ferry.token, removed before export).
+	// resource attribute ferry.token, removed before export), hello (the
+	// local protocol's hello), sasl (the Kafka front: the SASL PLAIN
+	// password).
 	Sources []string `yaml:"sources"`
 }
 
@@ -37,9 +39,9 @@ func (c *ReceiverConfig) Validate() error {
 	}
 	for _, s := range c.Sources {
 		switch s {
-		case "authorization", "header", "query", "metadata", "resource", "hello":
+		case "authorization", "header", "query", "metadata", "resource", "hello", "sasl":
 		default:
-			return fmt.Errorf("sources: %q is not one of authorization, header, query, metadata, resource, hello", s)
+			return fmt.Errorf("sources: %q is not one of authorization, header, query, metadata, resource, hello, sasl", s)
 		}
 	}
 	if c.Mode != "none" && c.Mode != "" && len(c.Sources) == 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/receiver/httpreceiver"
+	"github.com/ferryhq/ferry/receiver/kafkafront"
 	"github.com/ferryhq/ferry/receiver/localreceiver"
 	"github.com/ferryhq/ferry/receiver/otlpreceiver"
 	"github.com/ferryhq/ferry/routing"
@@ -41,6 +42,7 @@ type Receivers struct {
 	HTTP  httpreceiver.Config  `yaml:"http"`
 	OTLP  otlpreceiver.Config  `yaml:"otlp"`
 	Local localreceiver.Config `yaml:"local"`
+	Kafka kafkafront.Config    `yaml:"kafka"`
 }
 
 // Processors configures the processing stages.
@@ -100,6 +102,12 @@ func (c *Config) Validate() error {
 	if err := wrap("receivers.local", c.Receivers.Local.Validate()); err != nil {
 		return err
 	}
+	if err := wrap("receivers.kafka", c.Receivers.Kafka.Validate()); err != nil {
+		return err
+	}
+	if k := c.Receivers.Kafka; k.Enabled && k.MaxDecompressedBytes > c.Queue.MemoryLimit/2 {
+		return fmt.Errorf("config: receivers.kafka.max_decompressed_bytes (%s) exceeds half of queue.memory_limit (%s): a compressed request may reserve it for its decompressed batches", k.MaxDecompressedBytes, c.Queue.MemoryLimit)
+	}
 	if l := c.Receivers.Local; l.Enabled && l.MaxFrameBytes != 0 && l.MaxFrameBytes > c.Queue.MemoryLimit/2 {
 		return fmt.Errorf("config: receivers.local.max_frame_bytes (%s) exceeds half of queue.memory_limit (%s): a compressed frame reserves the limit for its decompressed body", l.MaxFrameBytes, c.Queue.MemoryLimit)
 	}
@@ -141,7 +149,8 @@ func (c *Config) Validate() error {
 			max bytesize.Size
 		}{{"receivers.http.max_request_bytes", c.Receivers.HTTP.Enabled, c.Receivers.HTTP.MaxRequestBytes},
 			{"receivers.otlp.max_request_bytes", c.Receivers.OTLP.Enabled, c.Receivers.OTLP.MaxRequestBytes},
-			{"receivers.local.max_frame_bytes", c.Receivers.Local.Enabled, c.Receivers.Local.MaxFrameBytes}} {
+			{"receivers.local.max_frame_bytes", c.Receivers.Local.Enabled, c.Receivers.Local.MaxFrameBytes},
+			{"receivers.kafka.max_request_bytes", c.Receivers.Kafka.Enabled, c.Receivers.Kafka.MaxRequestBytes}} {
 			if r.max == 0 { // derived: at most a quarter of memory_limit
 				continue
 			}

@@ -38,6 +38,7 @@ import (
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/receiver/httpreceiver"
+	"github.com/ferryhq/ferry/receiver/kafkafront"
 	"github.com/ferryhq/ferry/receiver/localreceiver"
 	"github.com/ferryhq/ferry/receiver/otlpreceiver"
 	"github.com/ferryhq/ferry/telemetry"
@@ -59,6 +60,7 @@ type Pipeline struct {
 	HTTP       *httpreceiver.Receiver
 	OTLP       *otlpreceiver.Receiver
 	Local      *localreceiver.Receiver
+	Kafka      *kafkafront.Receiver
 	Auth       *auth.Checker
 	Limiter    *ratelimit.Limiter
 	Sampler    *sampler.Sampler
@@ -173,6 +175,11 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 			return nil, fmt.Errorf("receivers.local: %w", err)
 		}
 	}
+	if cfg.Receivers.Kafka.Enabled {
+		if p.Kafka, err = kafkafront.New(cfg.Receivers.Kafka, set, intake, p.cluster(), pre); err != nil {
+			return nil, fmt.Errorf("receivers.kafka: %w", err)
+		}
+	}
 	// Request bodies reserve their memory before they are read: from the
 	// shared budget, except in spill mode, where a full queue must send
 	// requests to disk rather than refuse them, so bodies have a budget of
@@ -189,6 +196,9 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 	}
 	if p.Local != nil {
 		p.Local.SetBudget(bodies)
+	}
+	if p.Kafka != nil {
+		p.Kafka.SetBudget(bodies)
 	}
 	p.Admin = telemetry.NewAdmin(cfg.Telemetry.Admin, set)
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_build_info", Help: "Always 1; labels say what runs.",
@@ -240,6 +250,9 @@ func (p *Pipeline) components() *lifecycle {
 	if p.Local != nil {
 		l.add("receivers.local", p.Local)
 	}
+	if p.Kafka != nil {
+		l.add("receivers.kafka", p.Kafka)
+	}
 	l.add("report", step{
 		start: func(context.Context) error { go p.report(); return nil },
 		stop:  func(context.Context) error { close(p.stop); <-p.done; return nil }})
@@ -267,6 +280,9 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	}
 	if p.Local != nil {
 		attrs = append(attrs, "local_socket", p.Local.SocketPath(), "local_tcp", p.Local.TCPAddr())
+	}
+	if p.Kafka != nil {
+		attrs = append(attrs, "kafka_front", p.Kafka.Addr())
 	}
 	p.Set.Logger.Info("ferry started", attrs...)
 	return nil
@@ -348,6 +364,9 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 	if p.Local != nil {
 		p.Local.SetAuth(cfg.Receivers.Local.Auth)
 	}
+	if p.Kafka != nil {
+		p.Kafka.SetAuth(cfg.Receivers.Kafka.Auth)
+	}
 	old, next := *p.cfg, *cfg
 	old.Auth, next.Auth = auth.Config{}, auth.Config{}
 	old.RateLimits, next.RateLimits = ratelimit.Config{}, ratelimit.Config{}
@@ -355,6 +374,7 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 	old.Receivers.HTTP.Auth, next.Receivers.HTTP.Auth = auth.ReceiverConfig{}, auth.ReceiverConfig{}
 	old.Receivers.OTLP.Auth, next.Receivers.OTLP.Auth = auth.ReceiverConfig{}, auth.ReceiverConfig{}
 	old.Receivers.Local.Auth, next.Receivers.Local.Auth = auth.ReceiverConfig{}, auth.ReceiverConfig{}
+	old.Receivers.Kafka.Auth, next.Receivers.Kafka.Auth = auth.ReceiverConfig{}, auth.ReceiverConfig{}
 	old.Exporter.Kafka.TLS, next.Exporter.Kafka.TLS = kafkaexporter.TLSConfig{}, kafkaexporter.TLSConfig{}
 	old.Exporter.Kafka.SASL, next.Exporter.Kafka.SASL = kafkaexporter.SASLConfig{}, kafkaexporter.SASLConfig{}
 	var restart []string
@@ -363,7 +383,8 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 		a, b any
 	}{
 		{"telemetry", old.Telemetry, next.Telemetry}, {"receivers.http", old.Receivers.HTTP, next.Receivers.HTTP},
-		{"receivers.otlp", old.Receivers.OTLP, next.Receivers.OTLP}, {"receivers.local", old.Receivers.Local, next.Receivers.Local}, {"queue", old.Queue, next.Queue}, {"delivery", old.Delivery, next.Delivery},
+		{"receivers.otlp", old.Receivers.OTLP, next.Receivers.OTLP}, {"receivers.local", old.Receivers.Local, next.Receivers.Local},
+		{"receivers.kafka", old.Receivers.Kafka, next.Receivers.Kafka}, {"queue", old.Queue, next.Queue}, {"delivery", old.Delivery, next.Delivery},
 		{"exporter", old.Exporter, next.Exporter}, {"shutdown_timeout", old.ShutdownTimeout, next.ShutdownTimeout},
 	} {
 		if !reflect.DeepEqual(d.a, d.b) {
@@ -372,7 +393,7 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 	}
 	p.cfg.Auth, p.cfg.RateLimits, p.cfg.Processors = cfg.Auth, cfg.RateLimits, cfg.Processors
 	p.cfg.Receivers.HTTP.Auth, p.cfg.Receivers.OTLP.Auth = cfg.Receivers.HTTP.Auth, cfg.Receivers.OTLP.Auth
-	p.cfg.Receivers.Local.Auth = cfg.Receivers.Local.Auth
+	p.cfg.Receivers.Local.Auth, p.cfg.Receivers.Kafka.Auth = cfg.Receivers.Local.Auth, cfg.Receivers.Kafka.Auth
 	p.cfg.Exporter.Kafka.TLS, p.cfg.Exporter.Kafka.SASL = cfg.Exporter.Kafka.TLS, cfg.Exporter.Kafka.SASL
 	p.Set.Logger.Info("configuration reloaded", "applied", "auth keys, rate limits, sampler, attribute filters, receivers' auth, Kafka TLS and SASL")
 	if len(restart) > 0 {
@@ -440,4 +461,27 @@ func counterValue(m *dto.Metric) float64 {
 		return c.GetValue()
 	}
 	return 0
+}
+
+// cluster is what the Kafka front mirrors: the real cluster's topics
+// through the Kafka exporter, or, with the blackhole exporter (which
+// takes any topic), every topic valid with one partition.
+func (p *Pipeline) cluster() kafkafront.Cluster {
+	if k, ok := p.Exporter.(*kafkaexporter.Exporter); ok {
+		return func(ctx context.Context, topics []string) ([]kafkafront.TopicInfo, error) {
+			got, err := k.Partitions(ctx, topics)
+			out := make([]kafkafront.TopicInfo, len(got))
+			for i, t := range got {
+				out[i] = kafkafront.TopicInfo{Topic: t.Topic, ID: t.ID, Partitions: t.Partitions, Err: t.Err}
+			}
+			return out, err
+		}
+	}
+	return func(_ context.Context, topics []string) ([]kafkafront.TopicInfo, error) {
+		out := make([]kafkafront.TopicInfo, len(topics))
+		for i, t := range topics {
+			out[i] = kafkafront.TopicInfo{Topic: t, Partitions: 1}
+		}
+		return out, nil
+	}
 }

@@ -37,16 +37,29 @@ func Decompress(dst, body []byte, c byte, max int) ([]byte, error) {
 	default:
 		return dst, fmt.Errorf("%w: unknown compression %d", ErrMalformed, c)
 	}
+	// Output is read into dst's capacity, grown only while that is below
+	// the limit: a caller that reserved exactly start+max bytes (the
+	// budget's accounting, records already pointing into dst) never sees
+	// dst move or grow past its reservation. At the limit one more byte
+	// decides between "exactly max" and "too large".
 	start := len(dst)
 	for {
-		if len(dst) == cap(dst) {
+		if len(dst) == min(cap(dst), start+max) {
+			if len(dst)-start == max {
+				var one [1]byte
+				n, err := io.ReadFull(r, one[:])
+				if n > 0 {
+					return dst[:start], &TooLargeError{What: "decompressed produce body", Size: int64(max + 1), Limit: int64(max)}
+				}
+				if errors.Is(err, io.EOF) {
+					return dst, nil
+				}
+				return dst[:start], fmt.Errorf("%w: decompressing: %v", ErrMalformed, err)
+			}
 			dst = append(dst, 0)[:len(dst)]
 		}
-		n, err := r.Read(dst[len(dst):cap(dst)])
+		n, err := r.Read(dst[len(dst):min(cap(dst), start+max)])
 		dst = dst[:len(dst)+n]
-		if len(dst)-start > max {
-			return dst[:start], &TooLargeError{What: "decompressed produce body", Size: int64(len(dst) - start), Limit: int64(max)}
-		}
 		if errors.Is(err, io.EOF) {
 			return dst, nil
 		}

@@ -40,7 +40,20 @@ type Record struct {
 	Value     []byte
 	Headers   []Header
 	Timestamp time.Time
+	// partition is the Kafka partition the client chose, plus one; zero
+	// (the default) leaves the choice to the exporter's partitioner. Only
+	// a Kafka-protocol client chooses: it asked for the topic's partitions
+	// and picked one with its own partitioner, and must find the record
+	// there.
+	partition int32
 }
+
+// SetPartition fixes the record's partition (p >= 0); -1 leaves the
+// choice to the exporter again.
+func (r *Record) SetPartition(p int32) { r.partition = max(p, -1) + 1 }
+
+// Partition is the partition the client chose, if it chose one.
+func (r *Record) Partition() (p int32, chosen bool) { return r.partition - 1, r.partition != 0 }
 
 // Size is the payload size the record is accounted with in metrics: key,
 // value and headers, without framing.
@@ -65,6 +78,11 @@ type Batch struct {
 	// record's Ack. The spool uses it to dead-letter or retry exactly the
 	// records that failed; it is nil on the hot path and costs nothing there.
 	OnFailure func(i int, err error)
+
+	// OnAcked, when set, is told each record's offset in Kafka before its
+	// Ack (Kafka-protocol clients are answered with their batch's base
+	// offset). Nil on every other path.
+	OnAcked func(i int, offset int64)
 
 	// Spooled: every record is also in the disk spool, which keeps it until
 	// Kafka acknowledges it, so a failure here (a shutdown before Kafka
@@ -182,6 +200,7 @@ func (b *Batch) Reset() {
 	b.Records = b.Records[:0]
 	b.MemBytes = 0
 	b.OnFailure = nil
+	b.OnAcked = nil
 	b.Spooled = false
 	b.pending.Store(0)
 	b.failed.Store(0)

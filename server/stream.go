@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -120,6 +121,14 @@ func (s *Stream) accept() {
 				delete(s.conns, c)
 				s.mu.Unlock()
 				c.Close()
+			}()
+			// A bug reached by one client's bytes must cost that client
+			// its connection, not every client of the host the agent.
+			defer func() {
+				if v := recover(); v != nil {
+					s.log.Error("connection handler panicked; connection closed", "server", s.name,
+						"remote", c.RemoteAddr().String(), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				}
 			}()
 			s.handle(s.ctx, c)
 		}()

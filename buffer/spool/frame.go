@@ -132,6 +132,11 @@ func appendFrame(dst []byte, r *record.Record, f *segFormat) []byte {
 		dst = binary.AppendUvarint(dst, uint64(len(h.Value)))
 		dst = append(dst, h.Value...)
 	}
+	// A partition the client chose trails the record; frames without one
+	// are byte for byte what earlier versions wrote.
+	if p, ok := r.Partition(); ok {
+		dst = binary.AppendUvarint(dst, uint64(p)+1)
+	}
 	payload := dst[start+frameHeader:]
 	binary.LittleEndian.PutUint32(dst[start:], uint32(len(payload)))
 	binary.LittleEndian.PutUint32(dst[start+4:], f.tag)
@@ -204,8 +209,13 @@ func (d *decoder) decode(p []byte, r *record.Record) error {
 			r.Headers[i] = record.Header{Key: string(hk), Value: hv}
 		}
 	}
+	r.SetPartition(-1)
 	if len(p) != 0 {
-		return errPayload
+		part, k := binary.Uvarint(p)
+		if k != len(p) || part == 0 || part > 1<<31-1 {
+			return errPayload
+		}
+		r.SetPartition(int32(part - 1))
 	}
 	return nil
 }

@@ -155,14 +155,16 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 	if cfg.AutoCreateTopics {
 		opts = append(opts, kgo.AllowAutoTopicCreation())
 	}
+	var part kgo.Partitioner
 	switch cfg.Partitioner {
 	case "murmur2":
-		opts = append(opts, kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+		part = kgo.StickyKeyPartitioner(nil)
 	case "round_robin":
-		opts = append(opts, kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+		part = kgo.RoundRobinPartitioner()
 	case "uniform_bytes":
-		opts = append(opts, kgo.RecordPartitioner(kgo.UniformBytesPartitioner(64<<10, true, true, nil)))
+		part = kgo.UniformBytesPartitioner(64<<10, true, true, nil)
 	}
+	opts = append(opts, kgo.RecordPartitioner(chosenFirst(part)))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
@@ -357,7 +359,11 @@ func (e *Exporter) Consume(_ context.Context, b *record.Batch) error {
 			Key:       r.Key,
 			Value:     r.Value,
 			Timestamp: r.Timestamp,
+			Partition: -1,
 			Context:   eb,
+		}
+		if p, ok := r.Partition(); ok {
+			kr.Partition = p
 		}
 		if len(r.Headers) > 0 {
 			kr.Headers = *(*[]kgo.RecordHeader)(unsafe.Pointer(&r.Headers))
@@ -396,12 +402,17 @@ func (e *Exporter) promise(kr *kgo.Record, err error) {
 			e.m.dropped.WithLabelValues(e.topics.Get(kr.Topic), reason).Inc()
 			e.log.Log(slog.LevelError, reason, "record not delivered to kafka", "topic", kr.Topic, "reason", reason, "err", err)
 		}
-	} else if kr.Topic == eb.topic {
-		eb.sent.Add(1)
-		eb.sentB.Add(int64(len(kr.Key) + len(kr.Value)))
 	} else {
-		e.m.sent.WithLabelValues(e.topics.Get(kr.Topic)).Inc()
-		e.m.sentBytes.WithLabelValues(e.topics.Get(kr.Topic)).Add(float64(len(kr.Key) + len(kr.Value)))
+		if b.OnAcked != nil {
+			b.OnAcked(idx, kr.Offset)
+		}
+		if kr.Topic == eb.topic {
+			eb.sent.Add(1)
+			eb.sentB.Add(int64(len(kr.Key) + len(kr.Value)))
+		} else {
+			e.m.sent.WithLabelValues(e.topics.Get(kr.Topic)).Inc()
+			e.m.sentBytes.WithLabelValues(e.topics.Get(kr.Topic)).Add(float64(len(kr.Key) + len(kr.Value)))
+		}
 	}
 	spooled := b.Spooled
 	if eb.pending.Add(-1) == 0 {

@@ -61,6 +61,7 @@ type Agent struct {
 	Cmd                     *exec.Cmd
 	HTTP, Admin, OTLP, GRPC string // listen addresses
 	Local, Socket           string // the local protocol's TCP address and Unix socket
+	KafkaFront              string // the Kafka-protocol front's address (when enabled)
 	Config                  string // the config file given as yaml ("" if none): rewrite it, then Reload
 	Logs                    *SyncBuffer
 	exited                  chan error
@@ -100,7 +101,7 @@ func FreeAddr(t *testing.T) string {
 func Start(t *testing.T, bin, yaml string, sets ...string) *Agent {
 	t.Helper()
 	a := &Agent{t: t, HTTP: FreeAddr(t), Admin: FreeAddr(t), OTLP: FreeAddr(t), GRPC: FreeAddr(t), Local: FreeAddr(t),
-		Logs: &SyncBuffer{}, exited: make(chan error, 1)}
+		KafkaFront: FreeAddr(t), Logs: &SyncBuffer{}, exited: make(chan error, 1)}
 	// A Unix socket's path must stay under 108 bytes: a short directory.
 	sockDir, err := os.MkdirTemp("", "fy")
 	if err != nil {
@@ -119,7 +120,8 @@ func Start(t *testing.T, bin, yaml string, sets ...string) *Agent {
 	}
 	for _, s := range append([]string{"receivers.http.listen=" + a.HTTP, "telemetry.admin.listen=" + a.Admin,
 		"receivers.otlp.http.listen=" + a.OTLP, "receivers.otlp.grpc.listen=" + a.GRPC,
-		"receivers.local.listen=" + a.Local, "receivers.local.socket=" + a.Socket}, sets...) {
+		"receivers.local.listen=" + a.Local, "receivers.local.socket=" + a.Socket,
+		"receivers.kafka.listen=" + a.KafkaFront}, sets...) {
 		args = append(args, "--set", s)
 	}
 	a.Cmd = exec.Command(bin, args...)

@@ -41,8 +41,11 @@ func (p *bufPool) get(n int) *Buf {
 	c := classFor(n)
 	if v := p.classes[c].Get(); v != nil {
 		b := v.(*Buf)
-		b.B = b.B[:0]
-		return b
+		// A buffer resliced below its class by a user is not reused.
+		if cap(b.B) >= n {
+			b.B = b.B[:0]
+			return b
+		}
 	}
 	size := 1 << (c + minClassShift)
 	if size < n {

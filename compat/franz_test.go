@@ -1,0 +1,220 @@
+package compat
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/agenttest"
+	"github.com/ferryhq/ferry/internal/kafkatest"
+)
+
+// front starts ferry with the Kafka front on, delivering to broker.
+func front(t *testing.T, broker string, sets ...string) *agenttest.Agent {
+	t.Helper()
+	return agenttest.Start(t, ferryBin, "", append([]string{"exporter.kafka.brokers=[" + broker + "]",
+		"receivers.kafka.enabled=true", "exporter.kafka.linger=1ms"}, sets...)...)
+}
+
+// newTopic creates a topic with n partitions on the real broker.
+func newTopic(t *testing.T, broker string, n int32) string {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	name := fmt.Sprintf("compat-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, n, 1, nil, name); err != nil {
+		t.Fatal(err)
+	}
+	waitLeaders(t, cl, name)
+	return name
+}
+
+// waitLeaders waits until every partition of a new topic has a leader: a
+// producer that asks before that retries only after its metadata min age
+// (5 s in franz-go), which would make the test slow, not wrong.
+func waitLeaders(t *testing.T, cl *kgo.Client, topic string) {
+	t.Helper()
+	adm := kadm.NewClient(cl)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		td, err := adm.ListTopics(context.Background(), topic)
+		if err != nil || td[topic].Err != nil || len(td[topic].Partitions) == 0 {
+			continue
+		}
+		ok := true
+		for _, p := range td[topic].Partitions {
+			ok = ok && p.Leader >= 0 && p.Err == nil
+		}
+		if ok {
+			return
+		}
+	}
+	t.Fatalf("topic %s has no leaders after 30 s", topic)
+}
+
+// readAll reads topic from the real broker until want records arrived.
+func readAll(t *testing.T, broker, topic string, want int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < want {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d records from %s", len(out), want, topic)
+		}
+		out = append(out, fs.Records()...)
+	}
+	return out
+}
+
+// TestFranzGo: an unmodified franz-go producer (idempotent, acks=all, each
+// codec) bootstraps from ferry alone; every record reaches the real
+// cluster with its key, value, headers and timestamp, in the partition
+// the same client picks when producing to the cluster directly.
+func TestFranzGo(t *testing.T) {
+	broker := kafkatest.Shared(t)
+	a := front(t, broker)
+	for _, codec := range []struct {
+		name string
+		c    kgo.CompressionCodec
+	}{{"none", kgo.NoCompression()}, {"gzip", kgo.GzipCompression()}, {"snappy", kgo.SnappyCompression()},
+		{"lz4", kgo.Lz4Compression()}, {"zstd", kgo.ZstdCompression()}} {
+		t.Run(codec.name, func(t *testing.T) {
+			topic := newTopic(t, broker, 6)
+			via, err := kgo.NewClient(kgo.SeedBrokers(a.KafkaFront), kgo.DefaultProduceTopic(topic),
+				kgo.ProducerBatchCompression(codec.c), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer via.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			const n = 600
+			ts := time.UnixMilli(1_700_000_000_000)
+			var recs []*kgo.Record
+			for i := range n {
+				r := &kgo.Record{Key: []byte(fmt.Sprintf("key-%d", i%37)), Value: []byte(fmt.Sprintf("value-%d", i)),
+					Timestamp: ts.Add(time.Duration(i) * time.Millisecond),
+					Headers:   []kgo.RecordHeader{{Key: "h", Value: []byte(fmt.Sprint(i))}, {Key: "empty"}}}
+				recs = append(recs, r)
+			}
+			produced := make(chan error, 1)
+			go func() { produced <- via.ProduceSync(ctx, recs...).FirstErr() }()
+			select {
+			case err := <-produced:
+				if err != nil {
+					t.Fatalf("produce through ferry: %v", err)
+				}
+			case <-ctx.Done():
+				t.Fatal("produce through ferry: not answered within 60 s")
+			}
+			// The offsets ferry answered with are the cluster's.
+			offsets := map[[2]int64]bool{}
+			for _, r := range recs {
+				if r.Offset < 0 {
+					t.Fatalf("record %q answered without an offset", r.Value)
+				}
+				offsets[[2]int64{int64(r.Partition), r.Offset}] = true
+			}
+			// Where the same client puts each key when producing directly.
+			newTopicNamed(t, broker, topic+"-direct", 6)
+			direct, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.DefaultProduceTopic(topic+"-direct"),
+				kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer direct.Close()
+			want := map[string]int32{}
+			for i := range 37 {
+				r := &kgo.Record{Key: []byte(fmt.Sprintf("key-%d", i))}
+				if err := direct.ProduceSync(ctx, r).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+				want[string(r.Key)] = r.Partition
+			}
+			got := readAll(t, broker, topic, n)
+			if len(got) != n {
+				t.Fatalf("%d records in Kafka, want %d", len(got), n)
+			}
+			seen := map[string]bool{}
+			for _, r := range got {
+				var i int
+				fmt.Sscanf(string(r.Value), "value-%d", &i)
+				if seen[string(r.Value)] {
+					t.Fatalf("record %q twice", r.Value)
+				}
+				seen[string(r.Value)] = true
+				if string(r.Key) != fmt.Sprintf("key-%d", i%37) {
+					t.Fatalf("record %q has key %q", r.Value, r.Key)
+				}
+				if r.Partition != want[string(r.Key)] {
+					t.Fatalf("key %q in partition %d through ferry, %d directly", r.Key, r.Partition, want[string(r.Key)])
+				}
+				if !r.Timestamp.Equal(ts.Add(time.Duration(i) * time.Millisecond)) {
+					t.Fatalf("record %q timestamp %v", r.Value, r.Timestamp)
+				}
+				if len(r.Headers) != 2 || r.Headers[0].Key != "h" || string(r.Headers[0].Value) != fmt.Sprint(i) || r.Headers[1].Key != "empty" {
+					t.Fatalf("record %q headers %v", r.Value, r.Headers)
+				}
+				if !offsets[[2]int64{int64(r.Partition), r.Offset}] {
+					t.Fatalf("record %q at %d/%d, not an offset ferry answered", r.Value, r.Partition, r.Offset)
+				}
+			}
+		})
+	}
+	if v := frontRecords(a); v != 3000 {
+		t.Fatalf("ferry counted %v records received on the Kafka front, want 3000", v)
+	}
+}
+
+func newTopicNamed(t *testing.T, broker, name string, n int32) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, n, 1, nil, name); err != nil {
+		t.Fatal(err)
+	}
+	waitLeaders(t, cl, name)
+}
+
+// frontRecords is what ferry counted received on the Kafka front.
+func frontRecords(a *agenttest.Agent) float64 {
+	res, err := http.Get("http://" + a.Admin + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	var sum float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, `ferry_receiver_received_records_total{receiver="kafka"`) {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			sum += v
+		}
+	}
+	return sum
+}

@@ -1,0 +1,77 @@
+package kafkaexporter
+
+import "github.com/twmb/franz-go/pkg/kgo"
+
+// chosenFirst wraps the configured partitioner so that a record whose
+// partition the client chose (a Kafka-protocol client, which partitioned
+// with its own partitioner against the partition counts ferry mirrored to
+// it) goes to exactly that partition; every other record is partitioned as
+// configured. Consume marks a chosen partition in kgo.Record.Partition
+// (-1: not chosen), which franz-go reads only through the partitioner.
+//
+// A chosen record requires consistency: it must land on its partition even
+// while that partition's leader is down (it waits and is retried), never
+// on a writable neighbour. A choice beyond the topic's partitions fails the
+// record in franz-go ("invalid record partitioning choice").
+func chosenFirst(p kgo.Partitioner) kgo.Partitioner { return chosenPartitioner{p} }
+
+type chosenPartitioner struct{ inner kgo.Partitioner }
+
+// ForTopic keeps the optional interfaces of the inner partitioner: franz-go
+// takes a lock around buffering only for partitioners with OnNewBatch, and
+// uses PartitionByBackup when it exists, so the wrapper must have exactly
+// the inner one's.
+func (c chosenPartitioner) ForTopic(t string) kgo.TopicPartitioner {
+	in := c.inner.ForTopic(t)
+	base := chosenTopic{in}
+	nb, hasNB := in.(kgo.TopicPartitionerOnNewBatch)
+	bp, hasBP := in.(kgo.TopicBackupPartitioner)
+	switch {
+	case hasNB && hasBP:
+		return &chosenTopicBoth{chosenTopicBackup{base, bp}, nb}
+	case hasNB:
+		return &chosenTopicNewBatch{base, nb}
+	case hasBP:
+		return &chosenTopicBackup{base, bp}
+	}
+	return &base
+}
+
+type chosenTopic struct{ inner kgo.TopicPartitioner }
+
+func (c *chosenTopic) RequiresConsistency(r *kgo.Record) bool {
+	return r.Partition >= 0 || c.inner.RequiresConsistency(r)
+}
+
+func (c *chosenTopic) Partition(r *kgo.Record, n int) int {
+	if r.Partition >= 0 {
+		return int(r.Partition)
+	}
+	return c.inner.Partition(r, n)
+}
+
+type chosenTopicNewBatch struct {
+	chosenTopic
+	nb kgo.TopicPartitionerOnNewBatch
+}
+
+func (c *chosenTopicNewBatch) OnNewBatch() { c.nb.OnNewBatch() }
+
+type chosenTopicBackup struct {
+	chosenTopic
+	bp kgo.TopicBackupPartitioner
+}
+
+func (c *chosenTopicBackup) PartitionByBackup(r *kgo.Record, n int, it kgo.TopicBackupIter) int {
+	if r.Partition >= 0 {
+		return int(r.Partition)
+	}
+	return c.bp.PartitionByBackup(r, n, it)
+}
+
+type chosenTopicBoth struct {
+	chosenTopicBackup
+	nb kgo.TopicPartitionerOnNewBatch
+}
+
+func (c *chosenTopicBoth) OnNewBatch() { c.nb.OnNewBatch() }

@@ -1,0 +1,467 @@
+package kafkafront
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferryhq/ferry/auth/token"
+)
+
+// The APIs served and their versions. Produce stops at 12: v13 names
+// topics by id only. InitProducerId stops at 5: v6 is two-phase commit.
+var served = map[int16][2]int16{
+	0:  {3, 12}, // Produce
+	3:  {1, 12}, // Metadata
+	17: {1, 1},  // SaslHandshake: v1, so clients follow with SaslAuthenticate
+	18: {0, 4},  // ApiVersions
+	22: {0, 5},  // InitProducerId
+	36: {0, 2},  // SaslAuthenticate
+}
+
+// conn is one client connection: a reader handles requests in order, a
+// writer sends the answers, in the same order, as they become ready.
+type conn struct {
+	r       *Receiver
+	ctx     context.Context
+	c       net.Conn
+	claims  *token.Claims
+	authed  bool // SASL done, or the gate let the client in without it
+	mech    string
+	user    string
+	scratch []byte
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	owed     []*slot // answers owed, in request order
+	inflight int64   // produce request bytes not yet answered
+	wq       []byte
+	closed   bool
+	wkick    chan struct{}
+	wdone    chan struct{}
+}
+
+// slot is one answer owed.
+type slot struct {
+	ready    bool
+	out      []byte
+	size     int64
+	deadline time.Time
+	// timeout answers the request when Kafka is too slow (produce only).
+	timeout func()
+}
+
+func newConn(r *Receiver, ctx context.Context, c net.Conn) *conn {
+	cn := &conn{r: r, ctx: ctx, c: c, wkick: make(chan struct{}, 1), wdone: make(chan struct{})}
+	cn.cond = sync.NewCond(&cn.mu)
+	return cn
+}
+
+// connErr closes the connection (after the answers already owed).
+type connErr struct{ reason, msg string }
+
+func (cn *conn) fail(reason, format string, args ...any) *connErr {
+	msg := fmt.Sprintf(format, args...)
+	cn.r.m.Error(reason)
+	cn.r.logWarn(reason, "kafka connection closed: "+msg, "remote", cn.c.RemoteAddr().String(), "user", cn.user)
+	return &connErr{reason: reason, msg: msg}
+}
+
+// run serves the connection until the client leaves, breaks the protocol,
+// or the agent stops; answers owed are sent before it returns.
+func (cn *conn) run() {
+	go cn.writer()
+	stop := cn.ackTimer()
+	cn.read()
+	cn.mu.Lock()
+	for len(cn.owed) > 0 {
+		cn.cond.Wait()
+	}
+	cn.mu.Unlock()
+	stop()
+	cn.mu.Lock()
+	cn.closed = true
+	cn.mu.Unlock()
+	kick(cn.wkick)
+	<-cn.wdone
+}
+
+// read handles requests until the connection ends.
+func (cn *conn) read() *connErr {
+	r := cn.r
+	var fixed [12]byte // size, api key, version, correlation id
+	for {
+		if cn.ctx.Err() != nil {
+			return nil
+		}
+		cn.mu.Lock()
+		idle := len(cn.owed) == 0
+		cn.mu.Unlock()
+		if idle {
+			_ = cn.c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
+		} else {
+			_ = cn.c.SetReadDeadline(time.Time{})
+		}
+		if _, err := io.ReadFull(cn.c, fixed[:4]); err != nil {
+			return nil
+		}
+		size := int64(int32(binary.BigEndian.Uint32(fixed[:4])))
+		if size > int64(r.cfg.MaxRequestBytes) {
+			return cn.fail("request_too_large", "a request of %d bytes is over receivers.kafka.max_request_bytes (%s)", size, r.cfg.MaxRequestBytes)
+		}
+		if size < 8 {
+			return cn.fail("malformed_request", "request size %d is below a request header", size)
+		}
+		_ = cn.c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
+		if _, err := io.ReadFull(cn.c, fixed[4:]); err != nil {
+			return nil
+		}
+		key := int16(binary.BigEndian.Uint16(fixed[4:]))
+		ver := int16(binary.BigEndian.Uint16(fixed[6:]))
+		corr := int32(binary.BigEndian.Uint32(fixed[8:]))
+		rest := int(size - 8)
+		var cerr *connErr
+		if key == 0 {
+			cerr = cn.produce(ver, corr, rest)
+		} else {
+			if rest > maxOtherRequest {
+				return cn.fail("request_too_large", "a request of %d bytes with API key %d; only Produce may exceed %d", size, key, maxOtherRequest)
+			}
+			if cap(cn.scratch) < rest {
+				cn.scratch = make([]byte, rest)
+			}
+			body := cn.scratch[:rest]
+			if _, err := io.ReadFull(cn.c, body); err != nil {
+				return nil
+			}
+			cerr = cn.handle(key, ver, corr, body)
+		}
+		if cerr != nil {
+			return cerr
+		}
+	}
+}
+
+// skipHeader returns the request body after the header's client id and,
+// for flexible requests, its tagged fields.
+func skipHeader(b []byte, flexible bool) ([]byte, bool) {
+	w := walker{b: b}
+	n := w.int16()
+	if n > 0 {
+		w.skip(n)
+	}
+	if flexible {
+		w.flexible = true
+		w.tags()
+	}
+	return w.b, w.err == nil
+}
+
+// handle answers every request but Produce.
+func (cn *conn) handle(key, ver int16, corr int32, body []byte) *connErr {
+	if key == 18 {
+		return cn.apiVersions(ver, corr, body)
+	}
+	v, ok := served[key]
+	if !ok || ver < v[0] || ver > v[1] {
+		return cn.unsupported(key, ver, corr)
+	}
+	req := kmsg.RequestForKey(key)
+	req.SetVersion(ver)
+	body, ok = skipHeader(body, req.IsFlexible())
+	if !ok {
+		return cn.fail("malformed_request", "request header")
+	}
+	if err := req.ReadFrom(body); err != nil {
+		return cn.fail("malformed_request", "API key %d v%d: %v", key, ver, err)
+	}
+	if !cn.authed && key != 17 && key != 36 {
+		if cerr := cn.anonymous(); cerr != nil {
+			return cerr
+		}
+	}
+	switch req := req.(type) {
+	case *kmsg.MetadataRequest:
+		return cn.metadata(req, corr)
+	case *kmsg.InitProducerIDRequest:
+		resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.SetVersion(ver)
+		if req.TransactionalID != nil {
+			cn.r.m.Error("transactions_unsupported")
+			resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+			resp.ProducerID, resp.ProducerEpoch = -1, -1
+		} else {
+			resp.ProducerID, resp.ProducerEpoch = cn.r.producerID(), 0
+		}
+		cn.answerNow(corr, resp)
+	case *kmsg.SASLHandshakeRequest:
+		resp := req.ResponseKind().(*kmsg.SASLHandshakeResponse)
+		resp.SetVersion(ver)
+		resp.SupportedMechanisms = []string{"PLAIN"}
+		if req.Mechanism != "PLAIN" {
+			resp.ErrorCode = kerr.UnsupportedSaslMechanism.Code
+			cn.answerNow(corr, resp)
+			return cn.fail("unauthenticated", "SASL mechanism %q; ferry's Kafka front takes PLAIN (the password is the application token)", req.Mechanism)
+		}
+		cn.mech = "PLAIN"
+		cn.answerNow(corr, resp)
+	case *kmsg.SASLAuthenticateRequest:
+		return cn.saslAuthenticate(req, ver, corr)
+	}
+	return nil
+}
+
+// anonymous lets a client that did not authenticate in when the gate
+// needs no token; a Kafka broker closes such a connection too.
+func (cn *conn) anonymous() *connErr {
+	claims, err := cn.r.gate.Check("")
+	if err != nil {
+		return cn.fail("unauthenticated", "this listener needs an application token: configure the client with SASL PLAIN, the token as password")
+	}
+	cn.claims, cn.authed = claims, true
+	return nil
+}
+
+func (cn *conn) saslAuthenticate(req *kmsg.SASLAuthenticateRequest, ver int16, corr int32) *connErr {
+	resp := req.ResponseKind().(*kmsg.SASLAuthenticateResponse)
+	resp.SetVersion(ver)
+	if cn.mech != "PLAIN" || cn.authed {
+		resp.ErrorCode = kerr.IllegalSaslState.Code
+		cn.answerNow(corr, resp)
+		return cn.fail("unauthenticated", "SaslAuthenticate without a PLAIN handshake, or twice")
+	}
+	// authzid NUL authcid NUL password (RFC 4616).
+	parts := splitNUL(req.SASLAuthBytes)
+	if len(parts) != 3 {
+		resp.ErrorCode = kerr.SaslAuthenticationFailed.Code
+		resp.ErrorMessage = ptr("malformed SASL PLAIN message")
+		cn.answerNow(corr, resp)
+		return cn.fail("unauthenticated", "malformed SASL PLAIN message")
+	}
+	cn.user = string(parts[1])
+	claims, err := cn.r.gate.Check(string(parts[2]))
+	if err != nil {
+		resp.ErrorCode = kerr.SaslAuthenticationFailed.Code
+		resp.ErrorMessage = ptr("the password is not a valid application token: " + err.Error())
+		cn.answerNow(corr, resp)
+		return cn.fail("unauthenticated", "user %q: %v", cn.user, err)
+	}
+	cn.claims, cn.authed = claims, true
+	cn.answerNow(corr, resp)
+	return nil
+}
+
+func splitNUL(b []byte) [][]byte {
+	var out [][]byte
+	for len(out) < 3 {
+		i := indexByte(b, 0)
+		if i < 0 {
+			return append(out, b)
+		}
+		out, b = append(out, b[:i]), b[i+1:]
+	}
+	return append(out, b) // a fourth part: malformed
+}
+
+func indexByte(b []byte, c byte) int {
+	for i := range b {
+		if b[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+func ptr(s string) *string { return &s }
+
+// apiVersions answers with the served table. A version newer than ferry
+// knows is answered in v0 with UNSUPPORTED_VERSION and the table, so the
+// client retries with one both speak (KIP-511).
+func (cn *conn) apiVersions(ver int16, corr int32, body []byte) *connErr {
+	resp := kmsg.NewPtrApiVersionsResponse()
+	v := served[18]
+	if ver > v[1] || ver < v[0] {
+		resp.SetVersion(0)
+		resp.ErrorCode = kerr.UnsupportedVersion.Code
+	} else {
+		req := kmsg.NewPtrApiVersionsRequest()
+		req.SetVersion(ver)
+		b, ok := skipHeader(body, req.IsFlexible())
+		if !ok || req.ReadFrom(b) != nil {
+			return cn.fail("malformed_request", "ApiVersions v%d", ver)
+		}
+		resp.SetVersion(ver)
+	}
+	for _, k := range []int16{0, 3, 17, 18, 22, 36} {
+		resp.ApiKeys = append(resp.ApiKeys, kmsg.ApiVersionsResponseApiKey{ApiKey: k, MinVersion: served[k][0], MaxVersion: served[k][1]})
+	}
+	cn.answerNow(corr, resp)
+	return nil
+}
+
+// unsupported answers a request ferry does not serve with
+// UNSUPPORTED_VERSION when its response has a top-level error code, and
+// otherwise closes the connection (as a broker does with what it cannot
+// parse).
+func (cn *conn) unsupported(key, ver int16, corr int32) *connErr {
+	name := kmsg.NameForKey(key)
+	if name == "" {
+		name = fmt.Sprintf("API key %d", key)
+	}
+	req := kmsg.RequestForKey(key)
+	if req != nil && ver >= 0 && ver <= req.MaxVersion() {
+		resp := req.ResponseKind()
+		resp.SetVersion(ver)
+		if f := reflect.ValueOf(resp).Elem().FieldByName("ErrorCode"); f.IsValid() && f.Kind() == reflect.Int16 {
+			f.SetInt(int64(kerr.UnsupportedVersion.Code))
+			cn.r.m.Error("unsupported_api")
+			cn.r.logWarn("unsupported_api", "kafka request answered UNSUPPORTED_VERSION: ferry's front serves producers only",
+				"api", name, "version", ver, "remote", cn.c.RemoteAddr().String())
+			cn.answerNow(corr, resp)
+			return nil
+		}
+	}
+	return cn.fail("unsupported_api", "%s v%d is not served (ferry's front serves producers: ApiVersions, Metadata, InitProducerId, Produce, SASL PLAIN)", name, ver)
+}
+
+// owe reserves the next answer's place in order.
+func (cn *conn) owe(size int64) *slot {
+	s := &slot{size: size}
+	cn.mu.Lock()
+	cn.owed = append(cn.owed, s)
+	cn.inflight += size
+	cn.mu.Unlock()
+	return s
+}
+
+// answerNow queues the answer to a request handled at once.
+func (cn *conn) answerNow(corr int32, resp kmsg.Response) {
+	cn.complete(cn.owe(0), encode(nil, corr, resp))
+}
+
+// encode frames a response: size, correlation id, the header's empty tag
+// section for flexible responses (never for ApiVersions), the body.
+func encode(dst []byte, corr int32, resp kmsg.Response) []byte {
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(corr))
+	if resp.IsFlexible() && resp.Key() != 18 {
+		dst = append(dst, 0)
+	}
+	dst = resp.AppendTo(dst)
+	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-4))
+	return dst
+}
+
+// complete fills a slot and sends every answer now ready in order. It
+// never blocks: completions call it from the Kafka client's goroutines.
+func (cn *conn) complete(s *slot, out []byte) {
+	cn.mu.Lock()
+	s.ready, s.out = true, out
+	n := 0
+	for n < len(cn.owed) && cn.owed[n].ready {
+		o := cn.owed[n]
+		if !cn.closed {
+			cn.wq = append(cn.wq, o.out...)
+		}
+		cn.inflight -= o.size
+		n++
+	}
+	if n > 0 {
+		copy(cn.owed, cn.owed[n:])
+		clear(cn.owed[len(cn.owed)-n:])
+		cn.owed = cn.owed[:len(cn.owed)-n]
+		cn.cond.Broadcast()
+	}
+	cn.mu.Unlock()
+	if n > 0 {
+		kick(cn.wkick)
+	}
+}
+
+// writer writes queued answers, as many as are queued in one write.
+func (cn *conn) writer() {
+	defer close(cn.wdone)
+	var buf []byte
+	for {
+		<-cn.wkick
+		for {
+			cn.mu.Lock()
+			buf, cn.wq = cn.wq, buf[:0]
+			closed := cn.closed
+			cn.mu.Unlock()
+			if len(buf) == 0 {
+				if closed {
+					return
+				}
+				break
+			}
+			_ = cn.c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			if _, err := cn.c.Write(buf); err != nil {
+				// The client is gone: stop reading too; answers have
+				// nowhere to go, records stay delivered or counted.
+				_ = cn.c.SetReadDeadline(time.Now())
+				cn.mu.Lock()
+				cn.closed = true
+				cn.wq = cn.wq[:0]
+				cn.mu.Unlock()
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					cn.r.m.Error("write_timeout")
+				}
+				return
+			}
+		}
+	}
+}
+
+// ackTimer answers produce requests Kafka has not answered for within
+// ack_timeout, and wakes a reader waiting for room when the agent stops.
+func (cn *conn) ackTimer() (stop func()) {
+	t := time.NewTicker(max(cn.r.cfg.AckTimeout/4, 50*time.Millisecond))
+	done := make(chan struct{})
+	go func() {
+		stopping := cn.ctx.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-stopping:
+				stopping = nil
+				cn.mu.Lock()
+				cn.cond.Broadcast()
+				cn.mu.Unlock()
+			case now := <-t.C:
+				var late []func()
+				cn.mu.Lock()
+				for _, s := range cn.owed {
+					if !s.ready && s.timeout != nil && now.After(s.deadline) {
+						late = append(late, s.timeout)
+						s.timeout = nil
+					}
+				}
+				cn.mu.Unlock()
+				for _, f := range late {
+					f()
+				}
+			}
+		}
+	}()
+	return func() { t.Stop(); close(done) }
+}
+
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,509 @@
+package kafkafront
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferryhq/ferry/auth/token"
+	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/protocol"
+	"github.com/ferryhq/ferry/receiver/httpbody"
+	"github.com/ferryhq/ferry/receiver/submit"
+	"github.com/ferryhq/ferry/record"
+	"github.com/ferryhq/ferry/routing"
+)
+
+// partResult is one topic-partition of a produce request whose records
+// were handed on: its place in the response and its range of records.
+type partResult struct {
+	t, p     int // resp.Topics[t].Partitions[p]
+	first, n int // b.Records[first:first+n]
+	err      error
+	base     int64
+}
+
+// produceReq is a produce request between its hand-off and its answer.
+type produceReq struct {
+	cn    *conn
+	slot  *slot
+	corr  int32
+	resp  *kmsg.ProduceResponse
+	parts []partResult // sorted by first
+
+	mu       sync.Mutex
+	failures int
+	answered bool
+}
+
+// produce reads one Produce request of n bytes (after the fixed header)
+// and hands its records on.
+func (cn *conn) produce(ver int16, corr int32, n int) *connErr {
+	r := cn.r
+	if v := served[0]; ver < v[0] || ver > v[1] {
+		return cn.fail("unsupported_api", "Produce v%d is not served (v%d to v%d are)", ver, v[0], v[1])
+	}
+	if !cn.authed {
+		if cerr := cn.anonymous(); cerr != nil {
+			return cerr
+		}
+	}
+	// Flow control: wait for answers before reading more.
+	cn.mu.Lock()
+	for cn.inflight > 0 && cn.inflight+int64(n) > int64(r.cfg.MaxInflightBytes) && cn.ctx.Err() == nil {
+		cn.cond.Wait()
+	}
+	cn.mu.Unlock()
+	raw := r.body.Get(n)
+	if !r.body.Reserve(raw, int64(cap(raw.B))) {
+		r.body.Put(raw)
+		return cn.refuse(ver, corr, n)
+	}
+	raw.B = raw.B[:n]
+	if _, err := io.ReadFull(cn.c, raw.B); err != nil {
+		r.body.Put(raw)
+		return nil
+	}
+	req, cerr := cn.parseProduce(ver, raw.B)
+	if cerr != nil {
+		r.body.Put(raw)
+		return cerr
+	}
+	cn.handOn(req, corr, raw, int64(n))
+	return nil
+}
+
+// parseProduce bounds, then decodes, a Produce request body.
+func (cn *conn) parseProduce(ver int16, b []byte) (*kmsg.ProduceRequest, *connErr) {
+	req := kmsg.NewPtrProduceRequest()
+	req.SetVersion(ver)
+	body, ok := skipHeader(b, req.IsFlexible())
+	if !ok {
+		return nil, cn.fail("malformed_request", "Produce request header")
+	}
+	if _, err := countPartitions(body, ver, cn.r.cfg.MaxPartitions); err != nil {
+		var le *limitError
+		if errors.As(err, &le) {
+			return nil, cn.fail("too_many_partitions", "%v", err)
+		}
+		return nil, cn.fail("malformed_request", "Produce v%d: %v", ver, err)
+	}
+	if err := req.ReadFrom(body); err != nil {
+		return nil, cn.fail("malformed_request", "Produce v%d: %v", ver, err)
+	}
+	return req, nil
+}
+
+// refuse answers a produce request the memory budget has no room for:
+// every partition is told to retry. It is read outside the budget under a
+// lease one request wide, so refusing costs at most max_request_bytes
+// whatever the number of clients.
+func (cn *conn) refuse(ver int16, corr int32, n int) *connErr {
+	r := cn.r
+	select {
+	case r.refusing <- struct{}{}:
+	case <-cn.ctx.Done():
+		return nil
+	}
+	defer func() { <-r.refusing }()
+	raw := r.body.Get(n)
+	defer r.body.Put(raw)
+	raw.B = raw.B[:n]
+	if _, err := io.ReadFull(cn.c, raw.B); err != nil {
+		return nil
+	}
+	req, cerr := cn.parseProduce(ver, raw.B)
+	if cerr != nil {
+		return cerr
+	}
+	resp := newProduceResponse(req)
+	cn.r.m.Error(consumer.Reason(consumer.ErrFull))
+	if req.Acks == 0 {
+		cn.r.logWarn("queue_full", "acks=0 produce request dropped: ferry's buffer is full", "remote", cn.c.RemoteAddr().String())
+		return nil
+	}
+	for t := range resp.Topics {
+		for p := range resp.Topics[t].Partitions {
+			setError(&resp.Topics[t].Partitions[p], consumer.ErrFull)
+		}
+	}
+	resp.ThrottleMillis = int32(time.Second / time.Millisecond)
+	cn.answerNow(corr, resp)
+	return nil
+}
+
+// newProduceResponse mirrors the request's topics and partitions, each
+// answered "no error, offset unknown" until told otherwise.
+func newProduceResponse(req *kmsg.ProduceRequest) *kmsg.ProduceResponse {
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	resp.SetVersion(req.Version)
+	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
+	for t := range req.Topics {
+		rt := &resp.Topics[t]
+		rt.Topic = req.Topics[t].Topic
+		rt.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(req.Topics[t].Partitions))
+		for p := range rt.Partitions {
+			rp := &rt.Partitions[p]
+			*rp = kmsg.NewProduceResponseTopicPartition()
+			rp.Partition = req.Topics[t].Partitions[p].Partition
+			rp.BaseOffset, rp.LogAppendTime, rp.LogStartOffset = -1, -1, -1
+		}
+	}
+	return resp
+}
+
+// setError answers a partition with err's Kafka code and ferry's words.
+func setError(rp *kmsg.ProduceResponseTopicPartition, err error) {
+	rp.ErrorCode = codeFor(err).Code
+	rp.BaseOffset = -1
+	msg := err.Error()
+	rp.ErrorMessage = &msg
+}
+
+// handOn turns the request's batches into one record.Batch and submits it.
+func (cn *conn) handOn(req *kmsg.ProduceRequest, corr int32, raw *httpbody.Buf, size int64) {
+	r := cn.r
+	resp := newProduceResponse(req)
+	pr := &produceReq{cn: cn, corr: corr, resp: resp}
+	if req.TransactionID != nil {
+		r.body.Put(raw)
+		cn.r.m.Error("transactions_unsupported")
+		for t := range resp.Topics {
+			for p := range resp.Topics[t].Partitions {
+				rp := &resp.Topics[t].Partitions[p]
+				rp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+				rp.ErrorMessage = ptr("ferry's Kafka front does not serve transactions")
+			}
+		}
+		if req.Acks != 0 {
+			cn.answerNow(corr, resp)
+		}
+		return
+	}
+	names := make([]string, len(req.Topics))
+	for i := range req.Topics {
+		names[i] = req.Topics[i].Topic
+	}
+	ctx, cancel := context.WithTimeout(cn.ctx, 5*time.Second)
+	infos := r.topics.get(ctx, names)
+	cancel()
+
+	b := r.batchP.Get().(*record.Batch)
+	// The decompressed batches usually take a few times the request: that
+	// much is reserved first, and only a request that inflates further is
+	// decoded again with max_decompressed_bytes reserved.
+	d := decoder{cn: cn, b: b, now: time.Now(), maxRecords: r.cfg.MaxRecords,
+		outCap: min(int(r.cfg.MaxDecompressedBytes), 8*int(size)+64<<10)}
+	if !d.all(req, resp, infos, pr) {
+		r.body.Put(d.out)
+		d = decoder{cn: cn, b: b, now: d.now, maxRecords: r.cfg.MaxRecords, outCap: int(r.cfg.MaxDecompressedBytes)}
+		resp = newProduceResponse(req)
+		pr.resp, pr.parts = resp, pr.parts[:0]
+		d.all(req, resp, infos, pr)
+	}
+	out := d.out
+	release := func() {
+		b.Reset()
+		r.batchP.Put(b)
+		r.body.Put(raw)
+		r.body.Put(out)
+	}
+	if len(b.Records) == 0 {
+		release()
+		if req.Acks != 0 {
+			cn.answerNow(corr, resp)
+		}
+		return
+	}
+	if err := r.gate.Limit(cn.claims, len(b.Records), d.payload); err != nil {
+		release()
+		pr.failAll(err)
+		if req.Acks != 0 {
+			cn.answerNow(corr, resp)
+		}
+		return
+	}
+	b.MemBytes = int64(cap(raw.B)) + int64(len(b.Records)*record.Overhead+d.perRecord)
+	if out != nil {
+		b.MemBytes += int64(cap(out.B))
+	}
+	nrec := len(b.Records)
+	r.m.Items("records", nrec)
+	if req.Acks == 0 {
+		r.m.NoWait(nrec)
+		if err := r.sub.SubmitAsync(cn.ctx, b, raw, out, func(error) {}); err != nil {
+			r.m.Error(consumer.Reason(err))
+			r.logWarn(consumer.Reason(err), "acks=0 produce request dropped: "+err.Error(), "records", nrec)
+		}
+		return
+	}
+	pr.slot = cn.owe(size)
+	b.OnFailure = pr.onFailure
+	b.OnAcked = pr.onAcked
+	cn.mu.Lock()
+	pr.slot.deadline = time.Now().Add(r.cfg.AckTimeout)
+	pr.slot.timeout = func() {
+		r.m.Error("ack_timeout")
+		pr.answer(submit.AckTimeout(r.cfg.AckTimeout, nrec), true)
+	}
+	cn.mu.Unlock()
+	if err := r.sub.SubmitAsync(cn.ctx, b, raw, out, func(err error) { pr.answer(err, false) }); err != nil {
+		r.m.Error(consumer.Reason(err))
+		pr.answer(err, true)
+	}
+}
+
+// all decodes every partition of req into d.b, answering in resp those
+// refused; false: the decompressed batches need more than d.outCap, and
+// nothing is kept (d.b is empty, d.out still reserved).
+func (d *decoder) all(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, infos []TopicInfo, pr *produceReq) bool {
+	r, b := d.cn.r, d.b
+	for t := range req.Topics {
+		topic := req.Topics[t].Topic
+		topicErr := d.cn.check(topic)
+		if topicErr == nil && infos[t].Err != nil {
+			topicErr = infos[t].Err
+		}
+		for p := range req.Topics[t].Partitions {
+			rp := &resp.Topics[t].Partitions[p]
+			part := req.Topics[t].Partitions[p]
+			err := topicErr
+			if err == nil && (part.Partition < 0 || part.Partition >= infos[t].Partitions) {
+				err = errUnknownTopic
+			}
+			first, payload, perRecord := len(b.Records), d.payload, d.perRecord
+			if err == nil {
+				err = d.partition(topic, part.Partition, part.Records)
+			}
+			if errors.Is(err, errNeedMore) {
+				clear(b.Records)
+				b.Records = b.Records[:0]
+				return false
+			}
+			if err != nil {
+				clear(b.Records[first:])
+				b.Records = b.Records[:first]
+				d.payload, d.perRecord = payload, perRecord
+				r.m.Error(reasonOf(err))
+				setError(rp, err)
+				continue
+			}
+			if n := len(b.Records) - first; n > 0 {
+				pr.parts = append(pr.parts, partResult{t: t, p: p, first: first, n: n, base: -1})
+			}
+		}
+	}
+	for _, p := range pr.parts {
+		n, bytes := p.n, 0
+		for i := p.first; i < p.first+n; i++ {
+			bytes += len(b.Records[i].Key) + len(b.Records[i].Value)
+		}
+		r.m.Received(r.set.Topics.Get(req.Topics[p.t].Topic), n, bytes)
+	}
+	return true
+}
+
+// errNeedMore: decompression needs more than the first reservation.
+var errNeedMore = errors.New("decompressed batches exceed the first reservation")
+
+// partOf is the partition record i belongs to.
+func (pr *produceReq) partOf(i int) *partResult {
+	k := sort.Search(len(pr.parts), func(k int) bool { return pr.parts[k].first+pr.parts[k].n > i })
+	return &pr.parts[k]
+}
+
+// onFailure and onAcked run on the Kafka client's goroutines, before the
+// record's Ack: they only note, under the request's lock.
+func (pr *produceReq) onFailure(i int, err error) {
+	pr.mu.Lock()
+	pr.failures++
+	if p := pr.partOf(i); p.err == nil {
+		p.err = err
+	}
+	pr.mu.Unlock()
+}
+
+func (pr *produceReq) onAcked(i int, offset int64) {
+	pr.mu.Lock()
+	if p := pr.partOf(i); i == p.first {
+		p.base = offset
+	}
+	pr.mu.Unlock()
+}
+
+// failAll answers every handed-on partition with err.
+func (pr *produceReq) failAll(err error) {
+	for _, p := range pr.parts {
+		setError(&pr.resp.Topics[p.t].Partitions[p.p], err)
+	}
+	pr.setThrottle(err)
+}
+
+func (pr *produceReq) setThrottle(err error) {
+	var re *consumer.RetryableError
+	if errors.As(err, &re) {
+		pr.resp.ThrottleMillis = int32(max(re.After, time.Second) / time.Millisecond)
+	}
+}
+
+// answer sends the response once: from the batch's completion, the ack
+// timer or a refusal (whole: err applies to every partition handed on).
+func (pr *produceReq) answer(err error, whole bool) {
+	pr.mu.Lock()
+	if pr.answered {
+		pr.mu.Unlock()
+		return
+	}
+	pr.answered = true
+	switch {
+	case whole || err != nil && pr.failures == 0:
+		// Refused, timed out, or failed as a unit (the spool).
+		if err != nil {
+			pr.failAll(err)
+		}
+	default:
+		for _, p := range pr.parts {
+			rp := &pr.resp.Topics[p.t].Partitions[p.p]
+			if p.err != nil {
+				setError(rp, p.err)
+				pr.setThrottle(p.err)
+			} else {
+				rp.BaseOffset = p.base
+			}
+		}
+	}
+	out := encode(nil, pr.corr, pr.resp)
+	pr.mu.Unlock()
+	pr.cn.complete(pr.slot, out)
+}
+
+// decoder turns one request's record batches into records.
+type decoder struct {
+	cn         *conn
+	b          *record.Batch
+	out        *httpbody.Buf // decompressed batches, reserved at the limit
+	dec        []byte        // out.B's bytes so far, capped at outCap
+	now        time.Time
+	outCap     int
+	maxRecords int
+	payload    int
+	perRecord  int
+}
+
+// partition decodes one partition's batches into d.b.
+func (d *decoder) partition(topic string, part int32, recs []byte) error {
+	r := d.cn.r
+	for len(recs) > 0 {
+		bt, rest, err := nextBatch(recs)
+		if err != nil {
+			return err
+		}
+		recs = rest
+		if bt.attrs&(attrTxn|attrControl) != 0 {
+			return &consumer.PermanentError{Reason: "transactions_unsupported", Kind: consumer.KindInvalid,
+				Msg: "a transactional or control batch: ferry's Kafka front does not serve transactions"}
+		}
+		if len(d.b.Records)+int(bt.count) > d.maxRecords {
+			return consumer.OverLimit("too_many_records", "records in one produce request", int64(d.maxRecords), "receivers.kafka.max_records_per_request")
+		}
+		data := bt.records
+		if codec := int(bt.attrs & attrCodec); codec != codecNone {
+			if d.out == nil {
+				out := r.body.Get(d.outCap)
+				if !r.body.Reserve(out, int64(cap(out.B))) {
+					r.body.Put(out)
+					return consumer.ErrFull
+				}
+				d.out = out
+				// Decoded into a view capped at the reservation; the
+				// pooled buffer keeps its own capacity.
+				d.dec = out.B[:0:d.outCap]
+			}
+			start := len(d.dec)
+			d.dec, err = decompress(d.dec, data, codec)
+			if err != nil {
+				var tl *protocol.TooLargeError
+				if errors.As(err, &tl) && d.outCap < int(r.cfg.MaxDecompressedBytes) {
+					return errNeedMore
+				}
+				if errors.As(err, &tl) {
+					return consumer.OverLimit("request_too_large", "decompressed bytes in one produce request", int64(r.cfg.MaxDecompressedBytes), "receivers.kafka.max_decompressed_bytes")
+				}
+				if !errors.Is(err, errCorrupt) {
+					err = errors.Join(errCorrupt, err)
+				}
+				return err
+			}
+			data = d.dec[start:]
+		} else if bt.count > int32(len(data)/minRecordBytes) {
+			return errCorrupt
+		}
+		if err := d.records(topic, part, bt, data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// records appends a batch's records.
+func (d *decoder) records(topic string, part int32, bt batch, data []byte) error {
+	for i := int32(0); i < bt.count; i++ {
+		rr, rest, err := nextRecord(data)
+		if err != nil {
+			return err
+		}
+		data = rest
+		rec := record.Record{Topic: topic, Key: rr.key, Value: rr.value, Timestamp: d.now}
+		if bt.firstTS >= 0 {
+			rec.Timestamp = time.UnixMilli(bt.firstTS + rr.tsDelta)
+		}
+		rec.SetPartition(part)
+		if rr.nheaders > 0 {
+			rec.Headers = make([]record.Header, 0, rr.nheaders)
+			h := rr.headers
+			for j := 0; j < rr.nheaders; j++ {
+				var k, v []byte
+				if k, v, h, err = nextHeader(h); err != nil {
+					return err
+				}
+				if strings.HasPrefix(string(k), routing.ReservedHeaderPrefix) {
+					d.cn.r.m.Error("reserved_header_dropped")
+					continue
+				}
+				rec.Headers = append(rec.Headers, record.Header{Key: string(k), Value: v})
+				d.perRecord += len(k) + len(v)
+			}
+			if len(h) != 0 {
+				return errCorrupt
+			}
+		}
+		if c := d.cn.claims; c != nil {
+			rec.Headers, _ = routing.TenantHeaders(rec.Headers, c, token.Messages)
+		}
+		d.b.Records = append(d.b.Records, rec)
+		d.payload += len(rec.Key) + len(rec.Value)
+	}
+	if len(data) != 0 {
+		return errCorrupt
+	}
+	return nil
+}
+
+func reasonOf(err error) string {
+	switch {
+	case errors.Is(err, errCorrupt):
+		return "corrupt_message"
+	case errors.Is(err, errUnknownTopic):
+		return "unknown_topic"
+	case errors.Is(err, errUnreachable):
+		return "kafka_unavailable"
+	}
+	return consumer.Reason(err)
+}

@@ -1,0 +1,165 @@
+// Package kafkafront owns the Kafka-protocol front: a listener that speaks
+// enough of Kafka's wire protocol for an unmodified producer (the Java
+// client, librdkafka, franz-go) to use ferry as its bootstrap broker, and
+// get ferry's tokens, limits, local durability and pooled connections to
+// the real cluster with no new library.
+//
+// What a producer sees. ferry answers ApiVersions with the subset it
+// serves; Metadata presents ferry as the one broker leading every
+// partition of the real topics, with partition counts (and topic ids)
+// mirrored from the cluster; InitProducerId hands out producer ids so
+// idempotent producers (the Java default) start; Produce v3 and later
+// takes v2 record batches in every codec. Any other API is answered
+// UNSUPPORTED_VERSION where its response has a top-level error code, and
+// otherwise the connection is closed, as a broker does for a request it
+// cannot parse. SASL PLAIN maps the password to an application token.
+//
+// What happens to the records. Each produce request becomes one
+// record.Batch. Every record keeps its key, value, headers, timestamp and
+// the partition the client chose (its own partitioner against the mirrored
+// counts), so it lands where a direct produce would have put it. A request
+// with acks 1 or all is answered when ferry's delivery mode says the
+// records are durable (Kafka's acks=all, or the spool's fsync), with the
+// base offset Kafka gave when it is known; acks 0 is fire-and-forget and
+// counted as such. Answers go out in request order, as Kafka clients
+// require, however their acknowledgements arrive.
+//
+// What a hostile client cannot do. A request's size prefix is checked
+// before anything is read; a produce request's bytes are reserved from
+// the shared memory budget before they are read, its topic-partitions are
+// counted by a walk over the bytes before kmsg decodes them, its record
+// counts are checked from the batch headers before records are decoded,
+// and decompression stops at max_decompressed_bytes, reserved beforehand.
+// Other requests are capped at 64 KiB. A request that does not parse, or
+// breaks the protocol, closes the connection and is counted.
+//
+// Not served: transactions (a transactional producer is refused at
+// InitProducerId), consumers (Fetch, groups), admin APIs. Idempotent
+// producers' sequence numbers are not checked on the client's leg: a
+// client that retries a request ferry answered REQUEST_TIMED_OUT may
+// duplicate it, as with ferry's other protocols; ferry's own leg to Kafka
+// is idempotent.
+package kafkafront
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ferryhq/ferry/auth"
+	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/receiver"
+	"github.com/ferryhq/ferry/receiver/httpbody"
+	"github.com/ferryhq/ferry/receiver/receivermetrics"
+	"github.com/ferryhq/ferry/receiver/submit"
+	"github.com/ferryhq/ferry/record"
+	"github.com/ferryhq/ferry/routing"
+	"github.com/ferryhq/ferry/server"
+	"github.com/ferryhq/ferry/telemetry"
+)
+
+// nodeID is the broker id ferry presents itself as.
+const nodeID = 0
+
+// maxOtherRequest bounds every request but Produce: a producer's
+// Metadata request names the few topics it writes to.
+const maxOtherRequest = 64 << 10
+
+// Receiver serves the Kafka protocol.
+type Receiver struct {
+	cfg    Config
+	set    telemetry.Settings
+	log    *telemetry.Limited
+	m      *receivermetrics.Metrics
+	body   *httpbody.Reader
+	gate   *auth.Gate
+	allow  *routing.Allow
+	sub    *submit.Submitter
+	topics *topicCache
+	ln     *server.Stream
+	batchP sync.Pool
+
+	// refusing is a one-request lease for reading a produce request the
+	// budget has no room for, only to answer its partitions "retry": the
+	// client must be told per partition, and that takes parsing it.
+	refusing chan struct{}
+
+	// producer ids handed out by InitProducerId.
+	pidMu   sync.Mutex
+	nextPID int64
+}
+
+// New builds the front; next receives the batches, cluster describes the
+// real topics.
+func New(cfg Config, set telemetry.Settings, next consumer.Consumer, cluster Cluster, pre *receiver.Prechecks) (*Receiver, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Receiver{cfg: cfg, set: set, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)), gate: pre.Gate(cfg.Auth),
+		topics: newTopicCache(cluster, cfg.MetadataMaxAge), refusing: make(chan struct{}, 1)}
+	r.log = telemetry.NewLimited(set.Logger.With("component", "receiver/kafka"), 10*time.Second)
+	r.m = receivermetrics.New(set.Registry, "kafka")
+	r.allow, _ = routing.NewAllow(cfg.Topics) // checked by Validate
+	r.batchP.New = func() any { return new(record.Batch) }
+	r.sub = &submit.Submitter{Next: next, Bodies: r.body, AckTimeout: cfg.AckTimeout, M: r.m,
+		Recycle: func(b *record.Batch) { b.Reset(); r.batchP.Put(b) }}
+	// Ids from the clock: a restarted agent does not hand out an id a
+	// client still holds from before.
+	r.nextPID = time.Now().UnixMilli() << 8
+	r.ln = server.NewStream("kafka", server.StreamConfig{Network: "tcp", Addr: cfg.Listen, MaxConnections: cfg.MaxConnections},
+		r.serve, set.Logger, set.Registry)
+	return r, nil
+}
+
+// SetBudget makes produce requests reserve their memory from b before
+// they are read.
+func (r *Receiver) SetBudget(b httpbody.Budget) { r.body.SetBudget(b) }
+
+// SetAuth swaps the token configuration (reload); connections keep the
+// verdict of their SASL exchange.
+func (r *Receiver) SetAuth(c auth.ReceiverConfig) { r.gate.SetConfig(c) }
+
+// Start binds the listener.
+func (r *Receiver) Start(ctx context.Context) error { return r.ln.Start(ctx) }
+
+// Shutdown stops accepting; connections stop reading, answer what they
+// have in flight and close, within ctx.
+func (r *Receiver) Shutdown(ctx context.Context) error { return r.ln.Shutdown(ctx) }
+
+// Addr is the bound address.
+func (r *Receiver) Addr() string { return r.ln.Addr() }
+
+// advertised is the host and port Metadata names.
+func (r *Receiver) advertised() (string, int32) {
+	a := r.cfg.Advertised
+	if a == "" {
+		a = r.ln.Addr()
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return a, 9092
+	}
+	p, _ := strconv.Atoi(port)
+	return host, int32(p)
+}
+
+func (r *Receiver) serve(ctx context.Context, c net.Conn) {
+	newConn(r, ctx, c).run()
+}
+
+func (r *Receiver) producerID() int64 {
+	r.pidMu.Lock()
+	defer r.pidMu.Unlock()
+	r.nextPID++
+	return r.nextPID
+}
+
+func (r *Receiver) logWarn(reason, msg string, args ...any) {
+	r.log.Log(slog.LevelWarn, reason, msg, args...)
+}
+
+func (r *Receiver) String() string { return fmt.Sprintf("kafka front on %s", r.Addr()) }

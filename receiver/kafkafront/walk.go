@@ -1,0 +1,149 @@
+package kafkafront
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// errMalformed: a request that does not parse; the connection is closed
+// (after a framing error nothing later on it can be trusted).
+var errMalformed = errors.New("malformed request")
+
+// countPartitions walks a Produce request body (after the request header)
+// without decoding it and returns its topic-partitions, failing as soon as
+// they exceed limit. kmsg allocates a struct per partition it decodes, ten
+// times the few bytes a partition takes on the wire; walking first keeps a
+// hostile request's decode to limit partitions whatever its size.
+func countPartitions(b []byte, version int16, limit int) (int, error) {
+	w := walker{b: b, flexible: version >= 9}
+	w.nullableString() // transactional_id
+	w.skip(2 + 4)      // acks, timeout
+	topics := w.arrayLen()
+	total := 0
+	for t := 0; t < topics && w.err == nil; t++ {
+		w.nullableString() // topic name
+		parts := w.arrayLen()
+		total += parts
+		if total > limit {
+			return total, &limitError{what: "topic-partitions in one produce request", limit: limit, field: "max_partitions_per_request"}
+		}
+		for p := 0; p < parts && w.err == nil; p++ {
+			w.skip(4) // partition index
+			w.nullableBytes()
+			w.tags()
+		}
+		w.tags()
+	}
+	w.tags()
+	if w.err != nil {
+		return total, w.err
+	}
+	return total, nil
+}
+
+// limitError: the request is over one of the front's bounds.
+type limitError struct {
+	what  string
+	limit int
+	field string
+}
+
+func (e *limitError) Error() string {
+	return fmt.Sprintf("more than %d %s (receivers.kafka.%s)", e.limit, e.what, e.field)
+}
+
+// walker reads Kafka's primitive types, in the classic or the flexible
+// (compact, tagged) encoding, recording the first error.
+type walker struct {
+	b        []byte
+	flexible bool
+	err      error
+}
+
+func (w *walker) fail(what string) {
+	if w.err == nil {
+		w.err = fmt.Errorf("%w: %s", errMalformed, what)
+	}
+	w.b = nil
+}
+
+func (w *walker) skip(n int) {
+	if n < 0 || n > len(w.b) {
+		w.fail("truncated")
+		return
+	}
+	w.b = w.b[n:]
+}
+
+func (w *walker) uvarint() uint64 {
+	v, k := binary.Uvarint(w.b)
+	if k <= 0 {
+		w.fail("bad varint")
+		return 0
+	}
+	w.b = w.b[k:]
+	return v
+}
+
+func (w *walker) int16() int {
+	if len(w.b) < 2 {
+		w.fail("truncated")
+		return 0
+	}
+	v := int(int16(binary.BigEndian.Uint16(w.b)))
+	w.b = w.b[2:]
+	return v
+}
+
+func (w *walker) int32() int {
+	if len(w.b) < 4 {
+		w.fail("truncated")
+		return 0
+	}
+	v := int(int32(binary.BigEndian.Uint32(w.b)))
+	w.b = w.b[4:]
+	return v
+}
+
+// length reads a (compact) length; -1 is null.
+func (w *walker) length(classic func() int) int {
+	if w.flexible {
+		v := w.uvarint()
+		if v > uint64(len(w.b))+1 {
+			w.fail("length past the end")
+			return 0
+		}
+		return int(v) - 1
+	}
+	v := classic()
+	if v < -1 || v > len(w.b) {
+		w.fail("length past the end")
+		return 0
+	}
+	return v
+}
+
+func (w *walker) nullableString() { w.skip(max(w.length(w.int16), 0)) }
+func (w *walker) nullableBytes()  { w.skip(max(w.length(w.int32), 0)) }
+func (w *walker) arrayLen() int   { return max(w.length(w.int32), 0) }
+
+func (w *walker) tags() {
+	if !w.flexible || w.err != nil {
+		return
+	}
+	n := w.uvarint()
+	if n > uint64(len(w.b)) {
+		w.fail("tag count")
+		return
+	}
+	for i := uint64(0); i < n && w.err == nil; i++ {
+		w.uvarint()
+		size := w.uvarint()
+		if size > uint64(len(w.b)) {
+			w.fail("tag size")
+			return
+		}
+		w.skip(int(size))
+	}
+}
