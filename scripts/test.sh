@@ -13,6 +13,8 @@ echo "== go modules"
 for m in "${modules[@]}"; do (cd "$m" && go mod download); done
 echo "== Kafka jars"
 scripts/kafka-local jars
+echo "== confluent-kafka for Python (librdkafka, for the Kafka front's compat test)"
+scripts/confluent-kafka-python >/dev/null
 echo "== OpenTelemetry telemetrygen (for the OTLP integration test)"
 tgver=$(sed -n 's/^const TelemetrygenVersion = "\(.*\)"/\1/p' internal/kafkatest/kafkatest.go)
 tgdir="${FERRY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ferry}/telemetrygen-$tgver"

@@ -11,11 +11,12 @@ import (
 // arbitrary bytes (a damaged segment) never panics, never reports more
 // frames than the bytes can hold, and accounts for every byte it passes.
 func FuzzFrames(f *testing.F) {
-	f.Add([]byte("topic"), []byte("key"), []byte("value"), []byte("h"), []byte{1, 2, 3})
+	f.Add([]byte("topic"), []byte("key"), []byte("value"), []byte("h"), []byte{1, 2, 3}, int32(-1))
 	fm := &segFormat{maxFrame: 1 << 20, tag: 0x01020304, seed: 77}
-	f.Add([]byte{}, []byte(nil), []byte{}, []byte{}, appendFrame(nil, &record.Record{Topic: "t", Value: []byte("v")}, fm))
-	f.Fuzz(func(t *testing.T, topic, key, value, hdr, junk []byte) {
+	f.Add([]byte{}, []byte(nil), []byte{}, []byte{}, appendFrame(nil, &record.Record{Topic: "t", Value: []byte("v")}, fm), int32(7))
+	f.Fuzz(func(t *testing.T, topic, key, value, hdr, junk []byte, part int32) {
 		in := record.Record{Topic: string(topic), Key: key, Value: value}
+		in.SetPartition(part)
 		if len(hdr) > 0 {
 			in.Headers = []record.Header{{Key: string(hdr), Value: hdr}}
 		}
@@ -33,6 +34,9 @@ func FuzzFrames(f *testing.F) {
 		}
 		if out.Topic != in.Topic || !bytes.Equal(out.Key, in.Key) || (out.Key == nil) != (in.Key == nil) ||
 			!bytes.Equal(out.Value, in.Value) || len(out.Headers) != len(in.Headers) {
+			t.Fatalf("round trip: %+v != %+v", out, in)
+		}
+		if p, ok := out.Partition(); ok != (part >= 0) || ok && p != part {
 			t.Fatalf("round trip: %+v != %+v", out, in)
 		}
 

@@ -51,6 +51,10 @@ var crc32c = crc32.MakeTable(crc32.Castagnoli)
 // CORRUPT_MESSAGE); the client's data is refused for that partition.
 var errCorrupt = errors.New("corrupt record batch")
 
+// errOldFormat: a message set older than v2 (Kafka's
+// UNSUPPORTED_FOR_MESSAGE_FORMAT, which clients do not retry).
+var errOldFormat = errors.New("unsupported record format")
+
 // batch is one record batch's header fields ferry uses.
 type batch struct {
 	attrs      int16
@@ -73,7 +77,7 @@ func nextBatch(b []byte) (bt batch, rest []byte, err error) {
 	}
 	end := 12 + int(length)
 	if magic := b[16]; magic != 2 {
-		return bt, nil, fmt.Errorf("%w: record format v%d; Produce v3 and later carry v2 batches only", errCorrupt, magic)
+		return bt, nil, fmt.Errorf("%w: record format v%d; ferry takes v2 batches only", errOldFormat, magic)
 	}
 	if crc32.Checksum(b[batchCRCStart:end], crc32c) != binary.BigEndian.Uint32(b[17:]) {
 		return bt, nil, fmt.Errorf("%w: CRC mismatch", errCorrupt)

@@ -21,7 +21,11 @@ import (
 // The APIs served and their versions. Produce stops at 12: v13 names
 // topics by id only. InitProducerId stops at 5: v6 is two-phase commit.
 var served = map[int16][2]int16{
-	0:  {3, 12}, // Produce
+	0: {3, 12}, // Produce
+	// Fetch v4 is listed, never served: librdkafka sends v2 record batches
+	// (headers, idempotence) only to a broker listing Produce v3 and Fetch
+	// v4. A Fetch closes the connection (see handle).
+	1:  {4, 4},
 	3:  {1, 12}, // Metadata
 	17: {1, 1},  // SaslHandshake: v1, so clients follow with SaslAuthenticate
 	18: {0, 4},  // ApiVersions
@@ -173,7 +177,7 @@ func (cn *conn) handle(key, ver int16, corr int32, body []byte) *connErr {
 		return cn.apiVersions(ver, corr, body)
 	}
 	v, ok := served[key]
-	if !ok || ver < v[0] || ver > v[1] {
+	if !ok || ver < v[0] || ver > v[1] || key == 1 {
 		return cn.unsupported(key, ver, corr)
 	}
 	req := kmsg.RequestForKey(key)
@@ -302,7 +306,7 @@ func (cn *conn) apiVersions(ver int16, corr int32, body []byte) *connErr {
 		}
 		resp.SetVersion(ver)
 	}
-	for _, k := range []int16{0, 3, 17, 18, 22, 36} {
+	for _, k := range []int16{0, 1, 3, 17, 18, 22, 36} {
 		resp.ApiKeys = append(resp.ApiKeys, kmsg.ApiVersionsResponseApiKey{ApiKey: k, MinVersion: served[k][0], MaxVersion: served[k][1]})
 	}
 	cn.answerNow(corr, resp)

@@ -37,6 +37,8 @@ func codeFor(err error) *kerr.Error {
 		return nil
 	}
 	switch {
+	case errors.Is(err, errOldFormat):
+		return kerr.UnsupportedForMessageFormat
 	case errors.Is(err, errCorrupt):
 		return kerr.CorruptMessage
 	case errors.Is(err, errUnknownTopic):

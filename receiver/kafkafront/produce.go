@@ -500,6 +500,8 @@ func reasonOf(err error) string {
 	switch {
 	case errors.Is(err, errCorrupt):
 		return "corrupt_message"
+	case errors.Is(err, errOldFormat):
+		return "unsupported_message_format"
 	case errors.Is(err, errUnknownTopic):
 		return "unknown_topic"
 	case errors.Is(err, errUnreachable):

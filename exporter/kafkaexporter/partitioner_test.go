@@ -1,0 +1,82 @@
+package kafkaexporter
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/record"
+)
+
+// TestChosenPartitionWins: a record whose partition the client chose (the
+// Kafka front) lands there whatever its key; the others are partitioned as
+// configured; the offsets Kafka gave reach OnAcked; and a choice beyond the
+// topic's partitions fails that record only.
+func TestChosenPartitionWins(t *testing.T) {
+	for _, part := range []string{"murmur2", "round_robin", "uniform_bytes"} {
+		t.Run(part, func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "t"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			cfg := testCfg(c.ListenAddrs())
+			cfg.Partitioner = part
+			e := newExporter(t, cfg, 64<<20)
+			defer e.Shutdown(context.Background())
+			var recs []record.Record
+			for i := range 200 {
+				r := record.Record{Topic: "t", Key: []byte{byte(i)}, Value: []byte{byte(i)}}
+				if i%2 == 0 {
+					r.SetPartition(int32(i / 2 % 4))
+				}
+				recs = append(recs, r)
+			}
+			bad := record.Record{Topic: "t", Value: []byte("beyond")}
+			bad.SetPartition(9)
+			recs = append(recs, bad)
+			b := &record.Batch{Records: recs}
+			offsets := make([]int64, len(recs))
+			for i := range offsets {
+				offsets[i] = -1
+			}
+			b.OnAcked = func(i int, off int64) { offsets[i] = off }
+			var mu sync.Mutex
+			failed := map[int]bool{}
+			b.OnFailure = func(i int, _ error) { mu.Lock(); failed[i] = true; mu.Unlock() }
+			done := make(chan error, 1)
+			b.OnDone(func(err error) { done <- err })
+			if err := e.Consume(context.Background(), b); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("batch never completed")
+			}
+			if len(failed) != 1 || !failed[len(recs)-1] {
+				t.Fatalf("failed records %v, want only the one beyond the partitions", failed)
+			}
+			cl, _ := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			for got := 0; got < 200 && ctx.Err() == nil; {
+				cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+					got++
+					i := int(r.Value[0])
+					if i%2 == 0 && r.Partition != int32(i/2%4) {
+						t.Errorf("record %d chose partition %d, landed in %d", i, i/2%4, r.Partition)
+					}
+					if offsets[i] != r.Offset {
+						t.Errorf("record %d at offset %d, OnAcked said %d", i, r.Offset, offsets[i])
+					}
+				})
+			}
+		})
+	}
+}
