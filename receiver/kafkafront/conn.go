@@ -178,7 +178,7 @@ func (cn *conn) handle(key, ver int16, corr int32, body []byte) *connErr {
 	}
 	v, ok := served[key]
 	if !ok || ver < v[0] || ver > v[1] || key == 1 {
-		return cn.unsupported(key, ver, corr)
+		return cn.unsupported(key, ver, corr, body)
 	}
 	req := kmsg.RequestForKey(key)
 	req.SetVersion(ver)
@@ -313,29 +313,62 @@ func (cn *conn) apiVersions(ver int16, corr int32, body []byte) *connErr {
 	return nil
 }
 
+// topLevelError: the APIs whose response carries a top-level error code,
+// from the version given, so that a request ferry does not serve can be
+// answered UNSUPPORTED_VERSION instead of a dropped connection: the
+// consumer-group and coordinator calls a client pointed at the wrong
+// address sends first, and the cluster and telemetry calls of newer clients.
+var topLevelError = map[int16]int16{
+	1:  7, // Fetch
+	10: 0, // FindCoordinator (v4 and later: per key, below)
+	11: 0, // JoinGroup
+	12: 0, // Heartbeat
+	13: 0, // LeaveGroup
+	14: 0, // SyncGroup
+	16: 0, // ListGroups
+	25: 0, // AddOffsetsToTxn
+	26: 0, // EndTxn
+	60: 0, // DescribeCluster
+	71: 0, // GetTelemetrySubscriptions
+}
+
 // unsupported answers a request ferry does not serve with
-// UNSUPPORTED_VERSION when its response has a top-level error code, and
-// otherwise closes the connection (as a broker does with what it cannot
-// parse).
-func (cn *conn) unsupported(key, ver int16, corr int32) *connErr {
+// UNSUPPORTED_VERSION where its response has an error code to carry it,
+// and otherwise closes the connection (as a broker does with what it
+// cannot parse).
+func (cn *conn) unsupported(key, ver int16, corr int32, body []byte) *connErr {
 	name := kmsg.NameForKey(key)
 	if name == "" {
 		name = fmt.Sprintf("API key %d", key)
 	}
+	from, ok := topLevelError[key]
 	req := kmsg.RequestForKey(key)
-	if req != nil && ver >= 0 && ver <= req.MaxVersion() {
-		resp := req.ResponseKind()
-		resp.SetVersion(ver)
-		if f := reflect.ValueOf(resp).Elem().FieldByName("ErrorCode"); f.IsValid() && f.Kind() == reflect.Int16 {
-			f.SetInt(int64(kerr.UnsupportedVersion.Code))
-			cn.r.m.Error("unsupported_api")
-			cn.r.logWarn("unsupported_api", "kafka request answered UNSUPPORTED_VERSION: ferry's front serves producers only",
-				"api", name, "version", ver, "remote", cn.c.RemoteAddr().String())
-			cn.answerNow(corr, resp)
-			return nil
-		}
+	if !ok || req == nil || ver < from || ver > req.MaxVersion() {
+		return cn.fail("unsupported_api", "%s v%d is not served (ferry's front serves producers: ApiVersions, Metadata, InitProducerId, Produce, SASL PLAIN)", name, ver)
 	}
-	return cn.fail("unsupported_api", "%s v%d is not served (ferry's front serves producers: ApiVersions, Metadata, InitProducerId, Produce, SASL PLAIN)", name, ver)
+	resp := req.ResponseKind()
+	resp.SetVersion(ver)
+	code := kerr.UnsupportedVersion.Code
+	if fc, isFC := resp.(*kmsg.FindCoordinatorResponse); isFC && ver >= 4 {
+		r := kmsg.NewPtrFindCoordinatorRequest()
+		r.SetVersion(ver)
+		b, ok := skipHeader(body, r.IsFlexible())
+		if !ok || r.ReadFrom(b) != nil {
+			return cn.fail("malformed_request", "FindCoordinator v%d", ver)
+		}
+		for _, k := range r.CoordinatorKeys {
+			c := kmsg.NewFindCoordinatorResponseCoordinator()
+			c.Key, c.ErrorCode, c.NodeID = k, code, -1
+			fc.Coordinators = append(fc.Coordinators, c)
+		}
+	} else {
+		reflect.ValueOf(resp).Elem().FieldByName("ErrorCode").SetInt(int64(code))
+	}
+	cn.r.m.Error("unsupported_api")
+	cn.r.logWarn("unsupported_api", "kafka request answered UNSUPPORTED_VERSION: ferry's front serves producers only",
+		"api", name, "version", ver, "remote", cn.c.RemoteAddr().String())
+	cn.answerNow(corr, resp)
+	return nil
 }
 
 // owe reserves the next answer's place in order.
