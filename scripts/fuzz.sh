@@ -38,7 +38,8 @@ for target in \
   "FuzzOTLPHTTP ./receiver/otlpreceiver" \
   "FuzzFrames ./buffer/spool" \
   "FuzzResync ./buffer/spool" \
-  "FuzzDecode ./protocol"; do
+  "FuzzDecode ./protocol" \
+  "FuzzProduce ./receiver/kafkafront"; do
   set -- $target
   echo "-- $1 ($2) for $t"
   if ! go test -run='^$' -fuzz="^$1\$" -fuzztime="$t" -fuzzminimizetime="$minimize" "$2" >"$log" 2>&1; then
