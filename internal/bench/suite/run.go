@@ -61,6 +61,10 @@ func (s *suite) run() error {
 	if err != nil {
 		return err
 	}
+	front, err := s.kafkaFront()
+	if err != nil {
+		return err
+	}
 	pan, err := s.panLike()
 	if err != nil {
 		return err
@@ -94,7 +98,7 @@ func (s *suite) run() error {
 		return err
 	}
 	s.stepf("writing %s and the charts in %s", s.doc.Out, s.doc.Charts)
-	return s.write(prod, pan, cons, otlp, lingers, col, modes, micro, java)
+	return s.write(prod, front, pan, cons, otlp, lingers, col, modes, micro, java)
 }
 
 func (s *suite) sizes() []int {

@@ -56,7 +56,7 @@ func Cmd(args []string) error {
 	}
 	defer os.RemoveAll(s.work)
 	s.brokers = fmt.Sprintf("127.0.0.1:%d", s.port)
-	s.total = 11
+	s.total = 12
 	return s.run()
 }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/ferryhq/ferry/internal/bench/report"
 )
 
-func (s *suite) write(prod []prodRow, pan []panResult, cons *consResult, otlp []otlpRow, lingers []lingerRow, col []colRow, modes []modeRow, micro []microRow, java []javaRow) error {
+func (s *suite) write(prod []prodRow, front []frontRow, pan []panResult, cons *consResult, otlp []otlpRow, lingers []lingerRow, col []colRow, modes []modeRow, micro []microRow, java []javaRow) error {
 	took := time.Since(s.started).Round(time.Second)
 	s.doc.P("# ferry benchmarks")
 	s.doc.P("")
@@ -29,7 +29,7 @@ func (s *suite) write(prod []prodRow, pan []panResult, cons *consResult, otlp []
 	s.doc.H("Machine")
 	s.doc.Table([]string{"", ""}, report.Machine())
 
-	s.summarise(prod, pan, cons, otlp, col, modes, micro, java)
+	s.summarise(prod, front, pan, cons, otlp, col, modes, micro, java)
 	s.writeProducers(prod)
 	s.writePan(pan)
 	s.writeConsumers(cons)
@@ -39,6 +39,7 @@ func (s *suite) write(prod []prodRow, pan []panResult, cons *consResult, otlp []
 	s.writeModes(modes)
 	s.writeMicro(micro)
 	s.writeJava(java)
+	s.writeFront(front)
 	s.doc.H("Reproduce")
 	s.doc.P("```sh")
 	s.doc.P("make bench            # this whole file, about 12 minutes on 2 cores")
@@ -48,7 +49,7 @@ func (s *suite) write(prod []prodRow, pan []panResult, cons *consResult, otlp []
 	return os.WriteFile(s.doc.Out, []byte(s.doc.String()), 0o644)
 }
 
-func (s *suite) summarise(prod []prodRow, pan []panResult, cons *consResult, otlp []otlpRow, col []colRow, modes []modeRow, micro []microRow, java []javaRow) {
+func (s *suite) summarise(prod []prodRow, front []frontRow, pan []panResult, cons *consResult, otlp []otlpRow, col []colRow, modes []modeRow, micro []microRow, java []javaRow) {
 	s.doc.H("Summary: ferry against the seeds")
 	s.doc.P("Seed figures are from their own machines (cores as stated); \"here\" figures from this run. Per-core figures divide by the CPU the process actually used.")
 	s.doc.P("")
@@ -111,6 +112,9 @@ func (s *suite) summarise(prod []prodRow, pan []panResult, cons *consResult, otl
 	if len(modes) >= 2 {
 		rows = append(rows, []string{"disk spool (fsync interval) vs memory path (issue 5: ≥ 0.8×)", "–",
 			report.F0(modes[1].acked.RecordsSec) + " vs " + report.F0(modes[0].acked.RecordsSec) + " rec/s acknowledged", report.Ratio(modes[1].acked.RecordsSec, modes[0].acked.RecordsSec)})
+	}
+	if r := frontSummary(front); r != nil {
+		rows = append(rows, r)
 	}
 	s.doc.Table([]string{"comparison", "seed", "ferry here", "ratio"}, rows)
 }
