@@ -218,3 +218,58 @@ func frontRecords(a *agenttest.Agent) float64 {
 	}
 	return sum
 }
+
+// TestFranzGoDeliveryModes: acks=0 is fire-and-forget (counted as such,
+// every record still delivered here), and in spool mode a produce is
+// answered from the fsync'd spool (no offset yet) while every record still
+// reaches the partition the client chose, which the spool keeps.
+func TestFranzGoDeliveryModes(t *testing.T) {
+	broker := kafkatest.Shared(t)
+	for _, mode := range []struct {
+		name  string
+		sets  []string
+		opts  []kgo.Opt
+		acks0 bool
+	}{
+		{"acks0", nil, []kgo.Opt{kgo.RequiredAcks(kgo.NoAck()), kgo.DisableIdempotentWrite()}, true},
+		{"spool", []string{"delivery.mode=spool", "delivery.spool.dir=" + t.TempDir()}, nil, false},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			a := front(t, broker, mode.sets...)
+			topic := newTopic(t, broker, 4)
+			via, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(a.KafkaFront), kgo.DefaultProduceTopic(topic),
+				kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil))}, mode.opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer via.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			const n = 500
+			var recs []*kgo.Record
+			for i := range n {
+				recs = append(recs, &kgo.Record{Key: []byte(fmt.Sprintf("key-%d", i%11)), Value: []byte(fmt.Sprintf("value-%d", i))})
+			}
+			if err := via.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatalf("produce: %v", err)
+			}
+			chosen := map[string]int32{}
+			for _, r := range recs {
+				chosen[string(r.Key)] = r.Partition
+			}
+			got := readAll(t, broker, topic, n)
+			if len(got) != n {
+				t.Fatalf("%d records in Kafka, want %d", len(got), n)
+			}
+			for _, r := range got {
+				if r.Partition != chosen[string(r.Key)] {
+					t.Fatalf("key %q chose partition %d, is in %d", r.Key, chosen[string(r.Key)], r.Partition)
+				}
+			}
+			faf := a.Metric(`ferry_receiver_fire_and_forget_records_total`)
+			if mode.acks0 && faf != n || !mode.acks0 && faf != 0 {
+				t.Fatalf("fire-and-forget records counted %v (acks=0: %v)", faf, mode.acks0)
+			}
+		})
+	}
+}
