@@ -220,6 +220,54 @@ func TestKafkaFrontAttacks(t *testing.T) {
 			fmt.Sprintf("%d KiB sent; decompression stops at max_decompressed_bytes, reserved first", z.Len()>>10)
 	}, nil)
 
+	attack(t, a, "Kafka front: 16 connections pipelining 1 MiB produces and 500,000 ApiVersions, answers never read", func() (string, bool, string) {
+		big := produceV7(target, map[int32][]byte{0: recordBatch(0, 1, append([]byte{0x80, 0x80, 0x01}, make([]byte, 1<<20)...))})
+		tiny := kafkaRequest(18, 3, 1, true, []byte{2, 'x', 2, '1', 0})
+		var conns []net.Conn
+		type result struct {
+			sent    int64
+			stopped bool // a write timed out: ferry stopped reading
+		}
+		done := make(chan result, 16)
+		for i := range 16 {
+			c := dial()
+			conns = append(conns, c)
+			go func() {
+				_ = c.SetWriteDeadline(time.Now().Add(4 * time.Second))
+				var r result
+				req, times := kafkaRequest(0, 7, 1, false, big), 32
+				if i%2 == 1 {
+					req, times = bytes.Repeat(tiny, 1000), 500
+				}
+				for range times {
+					n, err := c.Write(req)
+					r.sent += int64(n)
+					if err != nil {
+						r.stopped = true // ferry stopped reading: flow control
+						break
+					}
+				}
+				done <- r
+			}()
+		}
+		var sent int64
+		stopped := 0
+		for range 16 {
+			r := <-done
+			sent += r.sent
+			if r.stopped {
+				stopped++
+			}
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+		// The ApiVersions senders at least must have been stopped: their
+		// answers are bigger than their requests.
+		return fmt.Sprintf("%d MiB written; %d of 16 connections stopped", sent>>20, stopped), stopped >= 8,
+			"the reader stops at max_inflight_bytes, 1,000 owed answers or 1 MiB of unread answers per connection"
+	}, nil)
+
 	attack(t, a, "Kafka front: Fetch and FindCoordinator (a consumer)", func() (string, bool, string) {
 		c := dial()
 		defer c.Close()

@@ -33,6 +33,15 @@ var served = map[int16][2]int16{
 	36: {0, 2},  // SaslAuthenticate
 }
 
+// A client that pipelines requests and never reads the answers must not
+// make ferry hold answers without bound (an ApiVersions request of 20
+// bytes has an answer three times that size): past either bound the
+// reader stops reading the connection until the client reads.
+const (
+	maxOwed          = 1000    // answers owed on one connection (Kafka's queued.max.requests is 500)
+	maxQueuedAnswers = 1 << 20 // bytes of answers waiting to be written
+)
+
 // conn is one client connection: a reader handles requests in order, a
 // writer sends the answers, in the same order, as they become ready.
 type conn struct {
@@ -105,12 +114,15 @@ func (cn *conn) read() *connErr {
 	r := cn.r
 	var fixed [12]byte // size, api key, version, correlation id
 	for {
-		if cn.ctx.Err() != nil {
+		cn.mu.Lock()
+		for (len(cn.owed) >= maxOwed || len(cn.wq) > maxQueuedAnswers) && !cn.closed && cn.ctx.Err() == nil {
+			cn.cond.Wait()
+		}
+		idle, closed := len(cn.owed) == 0, cn.closed
+		cn.mu.Unlock()
+		if cn.ctx.Err() != nil || closed {
 			return nil
 		}
-		cn.mu.Lock()
-		idle := len(cn.owed) == 0
-		cn.mu.Unlock()
 		if idle {
 			_ = cn.c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
 		} else {
@@ -134,6 +146,7 @@ func (cn *conn) read() *connErr {
 		ver := int16(binary.BigEndian.Uint16(fixed[6:]))
 		corr := int32(binary.BigEndian.Uint32(fixed[8:]))
 		rest := int(size - 8)
+		cn.r.m.RequestCode(apiLabel(key))
 		var cerr *connErr
 		if key == 0 {
 			cerr = cn.produce(ver, corr, rest)
@@ -154,6 +167,18 @@ func (cn *conn) read() *connErr {
 			return cerr
 		}
 	}
+}
+
+// apiLabel names a request's API for ferry_receiver_requests_total: the
+// APIs ferry knows by name, any other as "other" (a client's key must not
+// create a label).
+func apiLabel(key int16) string {
+	_, s := served[key]
+	_, t := topLevelError[key]
+	if s || t {
+		return kmsg.NameForKey(key)
+	}
+	return "other"
 }
 
 // skipHeader returns the request body after the header's client id and,
@@ -436,6 +461,7 @@ func (cn *conn) writer() {
 			cn.mu.Lock()
 			buf, cn.wq = cn.wq, buf[:0]
 			closed := cn.closed
+			cn.cond.Broadcast() // a reader waiting for the queue to drain
 			cn.mu.Unlock()
 			if len(buf) == 0 {
 				if closed {
@@ -451,6 +477,7 @@ func (cn *conn) writer() {
 				cn.mu.Lock()
 				cn.closed = true
 				cn.wq = cn.wq[:0]
+				cn.cond.Broadcast()
 				cn.mu.Unlock()
 				if errors.Is(err, os.ErrDeadlineExceeded) {
 					cn.r.m.Error("write_timeout")
