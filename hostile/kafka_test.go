@@ -165,6 +165,19 @@ func TestKafkaFrontAttacks(t *testing.T) {
 		return "connection closed", closed(c), "every request but Produce is capped at 64 KiB"
 	}, nil)
 
+	attack(t, a, "Kafka front: a Metadata request naming 20,000 topics", func() (string, bool, string) {
+		c := dial()
+		defer c.Close()
+		body := binary.BigEndian.AppendUint32(nil, 20000)
+		for range 20000 {
+			body = append(body, 0, 1, 'x')
+		}
+		before := metric("too_many_topics")
+		_, _ = c.Write(kafkaRequest(3, 1, 1, false, body))
+		ok := closed(c) && metric("too_many_topics") == before+1
+		return "connection closed (too_many_topics)", ok, "the count is read before kmsg decodes a topic; at most 1,000"
+	}, nil)
+
 	attack(t, a, "Kafka front: 20,000 topic-partitions in one Produce", func() (string, bool, string) {
 		c := dial()
 		defer c.Close()

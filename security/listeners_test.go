@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -48,6 +49,8 @@ func TestListenersOverTLS(t *testing.T) {
 	sets = append(sets, srv("receivers.otlp.http", false)...)
 	sets = append(sets, srv("receivers.otlp.grpc", true)...)
 	sets = append(sets, srv("receivers.local", true)...)
+	sets = append(sets, srv("receivers.kafka", true)...)
+	sets = append(sets, "receivers.kafka.enabled=true")
 	a := agenttest.Start(t, ferryBin, "", sets...)
 
 	curl := func(args ...string) (string, error) {
@@ -123,13 +126,33 @@ func TestListenersOverTLS(t *testing.T) {
 		c.Close(short)
 	}
 
+	// The Kafka front over TLS with a client certificate: franz-go with
+	// security.protocol=SSL, unmodified.
+	kafkaProduce := func(conf *tls.Config, value string) error {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(a.KafkaFront), kgo.DialTLSConfig(conf), kgo.DefaultProduceTopic(msgs),
+			kgo.RequestRetries(1), kgo.RecordRetries(1))
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		short, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return cl.ProduceSync(short, &kgo.Record{Value: []byte(value)}).FirstErr()
+	}
+	if err := kafkaProduce(certs.Client(true), "kafka:1"); err != nil {
+		t.Fatalf("Kafka front over TLS: %v", err)
+	}
+	if err := kafkaProduce(certs.Client(false), "nocert:kafka"); err == nil {
+		t.Fatal("the Kafka front without a client certificate was answered")
+	}
+
 	got := map[string]int{}
 	for _, r := range kafkatest.ConsumeAll(t, b.Addr, msgs, 3*time.Second) {
 		tag, _, _ := strings.Cut(string(r.Value), ":")
 		got[tag]++
 	}
-	if got["curl"] != 3 || got["local"] != 1 || len(got) != 2 {
-		t.Fatalf("messages in Kafka: %v (want curl 3, local 1, nothing else)", got)
+	if got["curl"] != 3 || got["local"] != 1 || got["kafka"] != 1 || len(got) != 3 {
+		t.Fatalf("messages in Kafka: %v (want curl 3, local 1, kafka 1, nothing else)", got)
 	}
 	if n := len(kafkatest.Consume(t, b.Addr, spans, 20, 30*time.Second)); n != 20 {
 		t.Fatalf("%d of 20 spans in Kafka", n)

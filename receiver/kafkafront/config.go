@@ -10,6 +10,7 @@ import (
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/config/bytesize"
 	"github.com/ferryhq/ferry/routing"
+	"github.com/ferryhq/ferry/server"
 )
 
 // Config is the user configuration (YAML receivers.kafka).
@@ -17,6 +18,9 @@ type Config struct {
 	Enabled bool `yaml:"enabled"`
 	// Listen is the TCP address Kafka clients bootstrap from.
 	Listen string `yaml:"listen"`
+	// TLS when tls.cert_file is set (Kafka clients' security.protocol=SSL;
+	// with client_ca_file, mTLS).
+	TLS server.TLSConfig `yaml:"tls"`
 	// Advertised is the host:port ferry names itself by in Metadata
 	// answers ("": the bound listen address). Clients connect to what
 	// they are told, so it must be reachable from them.
@@ -73,6 +77,9 @@ func (c *Config) Validate() error {
 		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 			return fmt.Errorf("advertised: port %q is not 1..65535", port)
 		}
+	}
+	if err := c.TLS.Validate(); err != nil {
+		return err
 	}
 	if c.MaxRequestBytes < 1024 || c.MaxRequestBytes > 1<<30 {
 		return fmt.Errorf("max_request_bytes: %s is outside 1KiB..1GiB", c.MaxRequestBytes)

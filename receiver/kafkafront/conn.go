@@ -42,6 +42,12 @@ const (
 	maxQueuedAnswers = 1 << 20 // bytes of answers waiting to be written
 )
 
+// bodyTimeout bounds reading a request's body once its header arrived: a
+// loopback client sends a request in milliseconds, and a body read holds
+// memory (a produce request's reservation) that must not be pinned by a
+// client trickling bytes.
+const bodyTimeout = 30 * time.Second
+
 // conn is one client connection: a reader handles requests in order, a
 // writer sends the answers, in the same order, as they become ready.
 type conn struct {
@@ -138,7 +144,7 @@ func (cn *conn) read() *connErr {
 		if size < 8 {
 			return cn.fail("malformed_request", "request size %d is below a request header", size)
 		}
-		_ = cn.c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
+		_ = cn.c.SetReadDeadline(time.Now().Add(bodyTimeout))
 		if _, err := io.ReadFull(cn.c, fixed[4:]); err != nil {
 			return nil
 		}
@@ -158,10 +164,23 @@ func (cn *conn) read() *connErr {
 				cn.scratch = make([]byte, rest)
 			}
 			body := cn.scratch[:rest]
+			_ = cn.c.SetReadDeadline(time.Now().Add(bodyTimeout))
 			if _, err := io.ReadFull(cn.c, body); err != nil {
 				return nil
 			}
+			// Decoding is where kmsg spends memory (a struct per array
+			// entry): a few requests at a time across all connections.
+			select {
+			case r.decoding <- struct{}{}:
+			case <-cn.ctx.Done():
+				return nil
+			}
 			cerr = cn.handle(key, ver, corr, body)
+			<-r.decoding
+			// A connection keeps a small buffer, not its largest request.
+			if cap(cn.scratch) > 4<<10 {
+				cn.scratch = nil
+			}
 		}
 		if cerr != nil {
 			return cerr
@@ -210,6 +229,13 @@ func (cn *conn) handle(key, ver int16, corr int32, body []byte) *connErr {
 	body, ok = skipHeader(body, req.IsFlexible())
 	if !ok {
 		return cn.fail("malformed_request", "request header")
+	}
+	if key == 3 {
+		// The topic count, before kmsg makes a struct for each.
+		w := walker{b: body, flexible: req.IsFlexible()}
+		if n := w.arrayLen(); n > maxMetadataTopics {
+			return cn.fail("too_many_topics", "a Metadata request for %d topics (at most %d)", n, maxMetadataTopics)
+		}
 	}
 	if err := req.ReadFrom(body); err != nil {
 		return cn.fail("malformed_request", "API key %d v%d: %v", key, ver, err)

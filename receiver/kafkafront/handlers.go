@@ -44,9 +44,6 @@ func (cn *conn) metadata(req *kmsg.MetadataRequest, corr int32) *connErr {
 			}
 		}
 	} else {
-		if len(req.Topics) > maxMetadataTopics {
-			return cn.fail("too_many_topics", "a Metadata request for %d topics (at most %d)", len(req.Topics), maxMetadataTopics)
-		}
 		names := make([]string, 0, len(req.Topics))
 		for _, t := range req.Topics {
 			if t.Topic == nil {

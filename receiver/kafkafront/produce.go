@@ -67,6 +67,7 @@ func (cn *conn) produce(ver int16, corr int32, n int) *connErr {
 		return cn.refuse(ver, corr, n)
 	}
 	raw.B = raw.B[:n]
+	_ = cn.c.SetReadDeadline(time.Now().Add(bodyTimeout))
 	if _, err := io.ReadFull(cn.c, raw.B); err != nil {
 		r.body.Put(raw)
 		return nil
@@ -116,6 +117,8 @@ func (cn *conn) refuse(ver int16, corr int32, n int) *connErr {
 	raw := r.body.Get(n)
 	defer r.body.Put(raw)
 	raw.B = raw.B[:n]
+	// The lease is shared: a client trickling its request must not hold it.
+	_ = cn.c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.ReadFull(cn.c, raw.B); err != nil {
 		return nil
 	}

@@ -46,6 +46,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -87,6 +88,8 @@ type Receiver struct {
 	// budget has no room for, only to answer its partitions "retry": the
 	// client must be told per partition, and that takes parsing it.
 	refusing chan struct{}
+	// decoding admits a few non-produce requests to kmsg at once.
+	decoding chan struct{}
 
 	// producer ids handed out by InitProducerId.
 	pidMu   sync.Mutex
@@ -100,7 +103,8 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, cluster Clu
 		return nil, err
 	}
 	r := &Receiver{cfg: cfg, set: set, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)), gate: pre.Gate(cfg.Auth),
-		topics: newTopicCache(cluster, cfg.MetadataMaxAge), refusing: make(chan struct{}, 1)}
+		topics: newTopicCache(cluster, cfg.MetadataMaxAge), refusing: make(chan struct{}, 1),
+		decoding: make(chan struct{}, 2*runtime.GOMAXPROCS(0))}
 	r.log = telemetry.NewLimited(set.Logger.With("component", "receiver/kafka"), 10*time.Second)
 	r.m = receivermetrics.New(set.Registry, "kafka")
 	r.allow, _ = routing.NewAllow(cfg.Topics) // checked by Validate
@@ -110,7 +114,7 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, cluster Clu
 	// Ids from the clock: a restarted agent does not hand out an id a
 	// client still holds from before.
 	r.nextPID = time.Now().UnixMilli() << 8
-	r.ln = server.NewStream("kafka", server.StreamConfig{Network: "tcp", Addr: cfg.Listen, MaxConnections: cfg.MaxConnections},
+	r.ln = server.NewStream("kafka", server.StreamConfig{Network: "tcp", Addr: cfg.Listen, MaxConnections: cfg.MaxConnections, TLS: cfg.TLS},
 		r.serve, set.Logger, set.Registry)
 	return r, nil
 }
