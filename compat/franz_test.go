@@ -75,11 +75,16 @@ func readAll(t *testing.T, broker, topic string, want int) []*kgo.Record {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var out []*kgo.Record
+	var fetchErr error
 	for len(out) < want {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			t.Fatalf("read %d of %d records from %s", len(out), want, topic)
+			// Say what the broker holds, to tell a record that never
+			// arrived from a consumer that could not read it.
+			ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topic)
+			t.Fatalf("read %d of %d records from %s (last fetch error %v); end offsets %v (%v)", len(out), want, topic, fetchErr, ends, err)
 		}
+		fs.EachError(func(_ string, _ int32, err error) { fetchErr = err })
 		out = append(out, fs.Records()...)
 	}
 	return out
@@ -116,6 +121,7 @@ func TestFranzGo(t *testing.T) {
 					Headers:   []kgo.RecordHeader{{Key: "h", Value: []byte(fmt.Sprint(i))}, {Key: "empty"}}}
 				recs = append(recs, r)
 			}
+			t0 := time.Now()
 			produced := make(chan error, 1)
 			go func() { produced <- via.ProduceSync(ctx, recs...).FirstErr() }()
 			select {
@@ -126,6 +132,7 @@ func TestFranzGo(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("produce through ferry: not answered within 60 s")
 			}
+			t.Logf("produced through ferry in %v", time.Since(t0))
 			// The offsets ferry answered with are the cluster's.
 			offsets := map[[2]int64]bool{}
 			for _, r := range recs {
@@ -150,7 +157,9 @@ func TestFranzGo(t *testing.T) {
 				}
 				want[string(r.Key)] = r.Partition
 			}
+			t.Logf("produced directly by %v", time.Since(t0))
 			got := readAll(t, broker, topic, n)
+			t.Logf("read back by %v", time.Since(t0))
 			if len(got) != n {
 				t.Fatalf("%d records in Kafka, want %d", len(got), n)
 			}

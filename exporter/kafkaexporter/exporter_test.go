@@ -333,8 +333,11 @@ func TestTrafficReplacesTheProbe(t *testing.T) {
 	m1 := metadata()
 	time.Sleep(time.Second)
 	idle := metadata() - m1
-	if busy > 3 {
-		t.Fatalf("%v Metadata requests in 1 s of traffic; the produce answers should stand in for the probe", busy)
+	// The probe would send ~20 in each second. Under traffic only the Kafka
+	// client's own refreshes remain (a few; more under -race, where a
+	// produce round trip is slower).
+	if busy > idle/2 {
+		t.Fatalf("%v Metadata requests in 1 s of traffic against %v idle; the produce answers should stand in for the probe", busy, idle)
 	}
 	if idle < 5 {
 		t.Fatalf("only %v Metadata requests in 1 s idle at a 50 ms probe interval; the idle probe stopped", idle)

@@ -62,6 +62,7 @@ func (cn *conn) metadata(req *kmsg.MetadataRequest, corr int32) *connErr {
 	for _, t := range infos {
 		rt := kmsg.MetadataResponseTopic{Topic: ptr(t.Topic), TopicID: t.ID}
 		if t.Err != nil {
+			cn.r.set.Logger.Debug("metadata: topic answered with an error", "component", "receiver/kafka", "topic", t.Topic, "err", t.Err)
 			rt.ErrorCode = codeFor(t.Err).Code
 			var ke *kerr.Error
 			if errors.As(t.Err, &ke) {

@@ -28,7 +28,19 @@ type partResult struct {
 	first, n int // b.Records[first:first+n]
 	err      error
 	base     int64
+	seq      *seqClaim // an idempotent producer's batch, settled on completion
 }
+
+// seqClaim is one idempotent batch marked in flight in the sequence table.
+type seqClaim struct {
+	key         seqKey
+	first, last int32
+}
+
+// errDuplicateInFlight: the client sent again a batch ferry is still
+// delivering; it asks again once that attempt has settled.
+var errDuplicateInFlight = &consumer.RetryableError{Reason: "duplicate_in_flight", Kind: consumer.KindBusy, After: 100 * time.Millisecond,
+	Msg: "this batch (same producer id and sequence) is still being delivered from an earlier attempt; retry"}
 
 // produceReq is a produce request between its hand-off and its answer.
 type produceReq struct {
@@ -227,6 +239,7 @@ func (cn *conn) handOn(req *kmsg.ProduceRequest, corr int32, raw *httpbody.Buf, 
 	}
 	if err := r.gate.Limit(cn.claims, len(b.Records), d.payload); err != nil {
 		release()
+		pr.settle(err, true)
 		pr.failAll(err)
 		if req.Acks != 0 {
 			cn.answerNow(corr, resp)
@@ -241,7 +254,9 @@ func (cn *conn) handOn(req *kmsg.ProduceRequest, corr int32, raw *httpbody.Buf, 
 	r.m.Items("records", nrec)
 	if req.Acks == 0 {
 		r.m.NoWait(nrec)
-		if err := r.sub.SubmitAsync(cn.ctx, b, raw, out, func(error) {}); err != nil {
+		b.OnFailure, b.OnAcked = pr.onFailure, pr.onAcked
+		if err := r.sub.SubmitAsync(cn.ctx, b, raw, out, func(err error) { pr.settle(err, false) }); err != nil {
+			pr.settle(err, true)
 			r.m.Error(consumer.Reason(err))
 			r.logWarn(consumer.Reason(err), "acks=0 produce request dropped: "+err.Error(), "records", nrec)
 		}
@@ -257,8 +272,9 @@ func (cn *conn) handOn(req *kmsg.ProduceRequest, corr int32, raw *httpbody.Buf, 
 		pr.answer(submit.AckTimeout(r.cfg.AckTimeout, nrec), true)
 	}
 	cn.mu.Unlock()
-	if err := r.sub.SubmitAsync(cn.ctx, b, raw, out, func(err error) { pr.answer(err, false) }); err != nil {
+	if err := r.sub.SubmitAsync(cn.ctx, b, raw, out, func(err error) { pr.settle(err, false); pr.answer(err, false) }); err != nil {
 		r.m.Error(consumer.Reason(err))
+		pr.settle(err, true)
 		pr.answer(err, true)
 	}
 }
@@ -281,6 +297,13 @@ func (d *decoder) all(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, info
 			if err == nil && (part.Partition < 0 || part.Partition >= infos[t].Partitions) {
 				err = errUnknownTopic
 			}
+			var claim *seqClaim
+			if err == nil {
+				var dup bool
+				if claim, dup, err = d.claim(topic, part.Partition, part.Records, rp); dup {
+					continue
+				}
+			}
 			first, payload, perRecord := len(b.Records), d.payload, d.perRecord
 			if err == nil {
 				err = d.partition(topic, part.Partition, part.Records)
@@ -288,9 +311,18 @@ func (d *decoder) all(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, info
 			if errors.Is(err, errNeedMore) {
 				clear(b.Records)
 				b.Records = b.Records[:0]
+				for _, c := range append(d.claims, claim) {
+					if c != nil {
+						r.seqs.settle(c.key, c.first, c.last, false, 0)
+					}
+				}
+				d.claims = nil
 				return false
 			}
 			if err != nil {
+				if claim != nil {
+					r.seqs.settle(claim.key, claim.first, claim.last, false, 0)
+				}
 				clear(b.Records[first:])
 				b.Records = b.Records[:first]
 				d.payload, d.perRecord = payload, perRecord
@@ -298,8 +330,11 @@ func (d *decoder) all(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, info
 				setError(rp, err)
 				continue
 			}
+			if claim != nil {
+				d.claims = append(d.claims, claim)
+			}
 			if n := len(b.Records) - first; n > 0 {
-				pr.parts = append(pr.parts, partResult{t: t, p: p, first: first, n: n, base: -1})
+				pr.parts = append(pr.parts, partResult{t: t, p: p, first: first, n: n, base: -1, seq: claim})
 			}
 		}
 	}
@@ -311,6 +346,31 @@ func (d *decoder) all(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, info
 		r.m.Received(r.set.Topics.Get(req.Topics[p.t].Topic), n, bytes)
 	}
 	return true
+}
+
+// claim looks up an idempotent producer's batch (one batch for the
+// partition, as every client sends) in the sequence table: a duplicate of
+// an acknowledged batch is answered in rp with its offset, one still in
+// flight is answered retriable (dup true for both: nothing to decode);
+// otherwise the batch is claimed in flight.
+func (d *decoder) claim(topic string, part int32, recs []byte, rp *kmsg.ProduceResponseTopicPartition) (*seqClaim, bool, error) {
+	bt, rest, err := nextBatch(recs)
+	if err != nil || bt.producerID < 0 || len(rest) != 0 || bt.count == 0 {
+		return nil, false, nil
+	}
+	c := &seqClaim{key: seqKey{pid: bt.producerID, topic: topic, part: part}, first: bt.baseSeq, last: bt.baseSeq + bt.count - 1}
+	dup, inflight, offset := d.cn.r.seqs.claim(c.key, c.first, c.last, d.now)
+	switch {
+	case !dup:
+		return c, false, nil
+	case inflight:
+		d.cn.r.m.Error(errDuplicateInFlight.Reason)
+		setError(rp, errDuplicateInFlight)
+	default:
+		d.cn.r.m.Error("duplicate_batch")
+		rp.BaseOffset = offset
+	}
+	return nil, true, nil
 }
 
 // errNeedMore: decompression needs more than the first reservation.
@@ -356,6 +416,23 @@ func (pr *produceReq) setThrottle(err error) {
 	}
 }
 
+// settle tells the sequence table how each idempotent batch ended, when
+// the records really have (after an ack-timeout answer too): delivered
+// batches are remembered with their offsets, the others forgotten so the
+// client's retry is delivered. whole: err applies to every partition.
+func (pr *produceReq) settle(err error, whole bool) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	allFailed := whole || err != nil && pr.failures == 0
+	for _, p := range pr.parts {
+		if p.seq == nil {
+			continue
+		}
+		ok := !allFailed && p.err == nil
+		pr.cn.r.seqs.settle(p.seq.key, p.seq.first, p.seq.last, ok, p.base)
+	}
+}
+
 // answer sends the response once: from the batch's completion, the ack
 // timer or a refusal (whole: err applies to every partition handed on).
 func (pr *produceReq) answer(err error, whole bool) {
@@ -395,6 +472,7 @@ type decoder struct {
 	dec        []byte        // out.B's bytes so far, capped at outCap
 	now        time.Time
 	outCap     int
+	claims     []*seqClaim
 	maxRecords int
 	payload    int
 	perRecord  int

@@ -33,12 +33,12 @@
 // Other requests are capped at 64 KiB. A request that does not parse, or
 // breaks the protocol, closes the connection and is counted.
 //
+// Idempotent producers' retries are recognised (sequence.go): a batch
+// sent again after ferry delivered it is answered with its offset, not
+// delivered twice.
+//
 // Not served: transactions (a transactional producer is refused at
-// InitProducerId), consumers (Fetch, groups), admin APIs. Idempotent
-// producers' sequence numbers are not checked on the client's leg: a
-// client that retries a request ferry answered REQUEST_TIMED_OUT may
-// duplicate it, as with ferry's other protocols; ferry's own leg to Kafka
-// is idempotent.
+// InitProducerId), consumers (Fetch, groups), admin APIs.
 package kafkafront
 
 import (
@@ -91,6 +91,9 @@ type Receiver struct {
 	// decoding admits a few non-produce requests to kmsg at once.
 	decoding chan struct{}
 
+	// seqs recognises idempotent producers' retried batches.
+	seqs *seqTable
+
 	// producer ids handed out by InitProducerId.
 	pidMu   sync.Mutex
 	nextPID int64
@@ -104,7 +107,7 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, cluster Clu
 	}
 	r := &Receiver{cfg: cfg, set: set, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)), gate: pre.Gate(cfg.Auth),
 		topics: newTopicCache(cluster, cfg.MetadataMaxAge), refusing: make(chan struct{}, 1),
-		decoding: make(chan struct{}, 2*runtime.GOMAXPROCS(0))}
+		decoding: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), seqs: newSeqTable(50000)}
 	r.log = telemetry.NewLimited(set.Logger.With("component", "receiver/kafka"), 10*time.Second)
 	r.m = receivermetrics.New(set.Registry, "kafka")
 	r.allow, _ = routing.NewAllow(cfg.Topics) // checked by Validate
