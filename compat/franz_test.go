@@ -3,14 +3,9 @@ package compat
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/agenttest"
@@ -22,72 +17,6 @@ func front(t *testing.T, broker string, sets ...string) *agenttest.Agent {
 	t.Helper()
 	return agenttest.Start(t, ferryBin, "", append([]string{"exporter.kafka.brokers=[" + broker + "]",
 		"receivers.kafka.enabled=true", "exporter.kafka.linger=1ms"}, sets...)...)
-}
-
-// newTopic creates a topic with n partitions on the real broker.
-func newTopic(t *testing.T, broker string, n int32) string {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	name := fmt.Sprintf("compat-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := kadm.NewClient(cl).CreateTopic(ctx, n, 1, nil, name); err != nil {
-		t.Fatal(err)
-	}
-	waitLeaders(t, cl, name)
-	return name
-}
-
-// waitLeaders waits until every partition of a new topic has a leader: a
-// producer that asks before that retries only after its metadata min age
-// (5 s in franz-go), which would make the test slow, not wrong.
-func waitLeaders(t *testing.T, cl *kgo.Client, topic string) {
-	t.Helper()
-	adm := kadm.NewClient(cl)
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		td, err := adm.ListTopics(context.Background(), topic)
-		if err != nil || td[topic].Err != nil || len(td[topic].Partitions) == 0 {
-			continue
-		}
-		ok := true
-		for _, p := range td[topic].Partitions {
-			ok = ok && p.Leader >= 0 && p.Err == nil
-		}
-		if ok {
-			return
-		}
-	}
-	t.Fatalf("topic %s has no leaders after 30 s", topic)
-}
-
-// readAll reads topic from the real broker until want records arrived.
-func readAll(t *testing.T, broker, topic string, want int) []*kgo.Record {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var out []*kgo.Record
-	var fetchErr error
-	for len(out) < want {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			// Say what the broker holds, to tell a record that never
-			// arrived from a consumer that could not read it.
-			ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topic)
-			t.Fatalf("read %d of %d records from %s (last fetch error %v); end offsets %v (%v)", len(out), want, topic, fetchErr, ends, err)
-		}
-		fs.EachError(func(_ string, _ int32, err error) { fetchErr = err })
-		out = append(out, fs.Records()...)
-	}
-	return out
 }
 
 // TestFranzGo: an unmodified franz-go producer (idempotent, acks=all, each
@@ -103,7 +32,7 @@ func TestFranzGo(t *testing.T) {
 	}{{"none", kgo.NoCompression()}, {"gzip", kgo.GzipCompression()}, {"snappy", kgo.SnappyCompression()},
 		{"lz4", kgo.Lz4Compression()}, {"zstd", kgo.ZstdCompression()}} {
 		t.Run(codec.name, func(t *testing.T) {
-			topic := newTopic(t, broker, 6)
+			topic := kafkatest.NewTopic(t, broker, "compat", 6)
 			via, err := kgo.NewClient(kgo.SeedBrokers(a.KafkaFront), kgo.DefaultProduceTopic(topic),
 				kgo.ProducerBatchCompression(codec.c), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
 			if err != nil {
@@ -142,7 +71,7 @@ func TestFranzGo(t *testing.T) {
 				offsets[[2]int64{int64(r.Partition), r.Offset}] = true
 			}
 			// Where the same client puts each key when producing directly.
-			newTopicNamed(t, broker, topic+"-direct", 6)
+			kafkatest.CreateTopic(t, broker, topic+"-direct", 6)
 			direct, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.DefaultProduceTopic(topic+"-direct"),
 				kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
 			if err != nil {
@@ -158,7 +87,7 @@ func TestFranzGo(t *testing.T) {
 				want[string(r.Key)] = r.Partition
 			}
 			t.Logf("produced directly by %v", time.Since(t0))
-			got := readAll(t, broker, topic, n)
+			got := kafkatest.Consume(t, broker, topic, n, time.Minute)
 			t.Logf("read back by %v", time.Since(t0))
 			if len(got) != n {
 				t.Fatalf("%d records in Kafka, want %d", len(got), n)
@@ -189,43 +118,9 @@ func TestFranzGo(t *testing.T) {
 			}
 		})
 	}
-	if v := frontRecords(a); v != 3000 {
+	if v := a.Metric(`ferry_receiver_received_records_total{receiver="kafka"}`); v != 3000 {
 		t.Fatalf("ferry counted %v records received on the Kafka front, want 3000", v)
 	}
-}
-
-func newTopicNamed(t *testing.T, broker, name string, n int32) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := kadm.NewClient(cl).CreateTopic(ctx, n, 1, nil, name); err != nil {
-		t.Fatal(err)
-	}
-	waitLeaders(t, cl, name)
-}
-
-// frontRecords is what ferry counted received on the Kafka front.
-func frontRecords(a *agenttest.Agent) float64 {
-	res, err := http.Get("http://" + a.Admin + "/metrics")
-	if err != nil {
-		return -1
-	}
-	defer res.Body.Close()
-	body, _ := io.ReadAll(res.Body)
-	var sum float64
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, `ferry_receiver_received_records_total{receiver="kafka"`) {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			sum += v
-		}
-	}
-	return sum
 }
 
 // TestFranzGoDeliveryModes: acks=0 is fire-and-forget (counted as such,
@@ -245,7 +140,7 @@ func TestFranzGoDeliveryModes(t *testing.T) {
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			a := front(t, broker, mode.sets...)
-			topic := newTopic(t, broker, 4)
+			topic := kafkatest.NewTopic(t, broker, "compat", 4)
 			via, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(a.KafkaFront), kgo.DefaultProduceTopic(topic),
 				kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil))}, mode.opts...)...)
 			if err != nil {
@@ -266,7 +161,7 @@ func TestFranzGoDeliveryModes(t *testing.T) {
 			for _, r := range recs {
 				chosen[string(r.Key)] = r.Partition
 			}
-			got := readAll(t, broker, topic, n)
+			got := kafkatest.Consume(t, broker, topic, n, time.Minute)
 			if len(got) != n {
 				t.Fatalf("%d records in Kafka, want %d", len(got), n)
 			}

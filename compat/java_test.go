@@ -58,7 +58,7 @@ func tail(s string, n int) string {
 func TestJavaConsoleProducer(t *testing.T) {
 	broker := kafkatest.Shared(t)
 	a := front(t, broker)
-	topic := newTopic(t, broker, 5)
+	topic := kafkatest.NewTopic(t, broker, "compat", 5)
 	const n = 300
 	var in strings.Builder
 	for i := range n {
@@ -69,7 +69,7 @@ func TestJavaConsoleProducer(t *testing.T) {
 		"--property", "parse.key=true", "--property", "parse.headers=true",
 		"--command-property", "acks=all", "--command-property", "linger.ms=5")
 	want := directPartitions(t, broker, 5, "key-%d", 23)
-	got := readAll(t, broker, topic, n)
+	got := kafkatest.Consume(t, broker, topic, n, time.Minute)
 	if len(got) != n {
 		t.Fatalf("%d records in Kafka, want %d", len(got), n)
 	}
@@ -87,16 +87,16 @@ func TestJavaConsoleProducer(t *testing.T) {
 			t.Fatalf("record %q headers %v", r.Value, r.Headers)
 		}
 	}
-	if v := frontRecords(a); v != n {
+	if v := a.Metric(`ferry_receiver_received_records_total{receiver="kafka"}`); v != n {
 		t.Fatalf("ferry counted %v records on the front, want %d", v, n)
 	}
 }
 
 // directPartitions is where franz-go's Java-compatible partitioner puts
 // each of keys format%d (i < keys) in a topic of n partitions.
-func directPartitions(t *testing.T, broker string, n int32, format string, keys int) map[string]int32 {
+func directPartitions(t *testing.T, broker string, n int, format string, keys int) map[string]int32 {
 	t.Helper()
-	topic := newTopic(t, broker, n)
+	topic := kafkatest.NewTopic(t, broker, "compat", n)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ var perfLine = regexp.MustCompile(`(\d+) records sent, ([\d.]+) records/sec`)
 func TestJavaProducerPerformance(t *testing.T) {
 	broker := kafkatest.Shared(t)
 	a := front(t, broker)
-	topic := newTopic(t, broker, 3)
+	topic := kafkatest.NewTopic(t, broker, "compat", 3)
 	const n = 20000
 	out := java(t, 3*time.Minute, "", "org.apache.kafka.tools.ProducerPerformance",
 		"--topic", topic, "--num-records", fmt.Sprint(n), "--record-size", "200", "--throughput", "-1",
@@ -132,10 +132,10 @@ func TestJavaProducerPerformance(t *testing.T) {
 	if len(m) == 0 || m[len(m)-1][1] != fmt.Sprint(n) {
 		t.Fatalf("ProducerPerformance did not report %d records sent:\n%s", n, tail(out, 3000))
 	}
-	if got := readAll(t, broker, topic, n); len(got) != n {
+	if got := kafkatest.Consume(t, broker, topic, n, time.Minute); len(got) != n {
 		t.Fatalf("%d records in Kafka, want %d", len(got), n)
 	}
-	if v := frontRecords(a); v != n {
+	if v := a.Metric(`ferry_receiver_received_records_total{receiver="kafka"}`); v != n {
 		t.Fatalf("ferry counted %v records on the front, want %d", v, n)
 	}
 }

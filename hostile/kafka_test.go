@@ -307,7 +307,7 @@ func TestKafkaFrontAttacks(t *testing.T) {
 		t.Fatal("the well-behaved franz-go producer got nothing acknowledged")
 	}
 	got := map[string]bool{}
-	for _, r := range readTopic(t, brokers, goodTopic, len(acked)) {
+	for _, r := range kafkatest.Consume(t, brokers, goodTopic, len(acked), 30*time.Second) {
 		got[string(r.Value)] = true
 	}
 	lost := 0
@@ -319,30 +319,9 @@ func TestKafkaFrontAttacks(t *testing.T) {
 	if lost > 0 {
 		t.Fatalf("%d of %d acknowledged records of the well-behaved producer are not in Kafka", lost, len(acked))
 	}
-	if n := len(readTopic(t, brokers, target, 0)); n != 0 {
+	if n := len(kafkatest.ConsumeAll(t, brokers, target, 2*time.Second)); n != 0 {
 		t.Fatalf("%d records of the attacks reached Kafka", n)
 	}
-}
-
-// readTopic reads a topic until want records (0: whatever arrives in 2 s).
-func readTopic(t *testing.T, brokers, topic string, want int) []*kgo.Record {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	wait := 30 * time.Second
-	if want == 0 {
-		wait = 2 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	var out []*kgo.Record
-	for (want == 0 || len(out) < want) && ctx.Err() == nil {
-		out = append(out, cl.PollFetches(ctx).Records()...)
-	}
-	return out
 }
 
 // TestKafkaFrontSASL: with auth required, the application token is the
@@ -388,7 +367,7 @@ func TestKafkaFrontSASL(t *testing.T) {
 	if refused() <= before {
 		t.Fatal("a client without SASL was not counted unauthenticated")
 	}
-	recs := readTopic(t, brokers, topic, 1)
+	recs := kafkatest.Consume(t, brokers, topic, 1, 30*time.Second)
 	if len(recs) != 1 {
 		t.Fatalf("%d records in Kafka, want the one with a valid token", len(recs))
 	}

@@ -198,7 +198,8 @@ func (a *Agent) Peak() int64 {
 	return -1
 }
 
-// Metric sums every series of a metric from /metrics.
+// Metric sums every series of a metric from /metrics; name{a="x",b="y"}
+// sums only the series that carry those labels (others may be present).
 func (a *Agent) Metric(name string) float64 {
 	res, err := http.Get("http://" + a.Admin + "/metrics")
 	if err != nil {
@@ -206,9 +207,19 @@ func (a *Agent) Metric(name string) float64 {
 	}
 	defer res.Body.Close()
 	body, _ := io.ReadAll(res.Body)
+	name, labels, _ := strings.Cut(name, "{")
+	want := strings.Split(strings.TrimSuffix(labels, "}"), ",")
 	var sum float64
 	for _, line := range strings.Split(string(body), "\n") {
 		if !strings.HasPrefix(line, name) || len(line) == len(name) || (line[len(name)] != ' ' && line[len(name)] != '{') {
+			continue
+		}
+		series, _, _ := strings.Cut(line[len(name):], " ")
+		match := true
+		for _, l := range want {
+			match = match && (l == "" || strings.Contains(series, l))
+		}
+		if !match {
 			continue
 		}
 		f := strings.Fields(line)

@@ -369,6 +369,29 @@ func createTopic(t testing.TB, brokers, topic string, partitions int, mayExist b
 	if err != nil && !(mayExist && errors.Is(err, kerr.TopicAlreadyExists)) {
 		t.Fatalf("create topic %s: %v", topic, err)
 	}
+	waitLeaders(t, cl, topic)
+}
+
+// waitLeaders waits until every partition of a new topic has a leader: a
+// producer that asks before that retries only after its metadata min age
+// (5 s in franz-go), which makes a test slow, not wrong.
+func waitLeaders(t testing.TB, cl *kgo.Client, topic string) {
+	t.Helper()
+	adm := kadm.NewClient(cl)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		td, err := adm.ListTopics(context.Background(), topic)
+		if err != nil || td[topic].Err != nil || len(td[topic].Partitions) == 0 {
+			continue
+		}
+		ok := true
+		for _, p := range td[topic].Partitions {
+			ok = ok && p.Leader >= 0 && p.Err == nil
+		}
+		if ok {
+			return
+		}
+	}
+	t.Fatalf("topic %s has no leaders after 30 s", topic)
 }
 
 // Consume reads topic from the start until want records arrived or timeout
