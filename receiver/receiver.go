@@ -7,10 +7,15 @@
 package receiver
 
 import (
+	"fmt"
+
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/ratelimit"
+	"github.com/ferryhq/ferry/auth/token"
+	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
+	"github.com/ferryhq/ferry/routing"
 )
 
 // Prechecks are the shared stages every receiver runs on a request before
@@ -31,4 +36,24 @@ func (p *Prechecks) Gate(c auth.ReceiverConfig) *auth.Gate {
 		return auth.NewGate(c, nil, nil)
 	}
 	return auth.NewGate(c, p.Checker, p.Limiter)
+}
+
+// CheckTopic refuses a record, from a client that names its topics (the
+// local protocol, the Kafka front), whose topic is not a valid Kafka name
+// (wrapping routing.ErrInvalidTopic) or not one this client may write to:
+// a token bound to one messages topic, the receiver's topic patterns, the
+// token's topic pattern.
+func CheckTopic(allow *routing.Allow, claims *token.Claims, topic string) error {
+	if !routing.ValidTopic(topic) {
+		return &consumer.PermanentError{Reason: "invalid_topic", Kind: consumer.KindInvalid, Err: routing.ErrInvalidTopic,
+			Msg: fmt.Sprintf("invalid topic name %q: use 1 to 249 of a-z A-Z 0-9 . _ -", topic)}
+	}
+	if claims != nil && claims.Topics[token.Messages] != "" && claims.Topics[token.Messages] != topic {
+		return &consumer.PermanentError{Reason: "topic_not_allowed", Kind: consumer.KindForbidden,
+			Msg: fmt.Sprintf("this token may write to topic %q only", claims.Topics[token.Messages])}
+	}
+	if err := allow.Check(topic, claims); err != nil {
+		return &consumer.PermanentError{Reason: "topic_not_allowed", Kind: consumer.KindForbidden, Msg: err.Error(), Err: err}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"errors"
 	"fmt"
 	"path"
 
@@ -67,6 +68,9 @@ func matchAny(patterns []string, topic string) bool {
 	}
 	return false
 }
+
+// ErrInvalidTopic: a name ValidTopic refuses.
+var ErrInvalidTopic = errors.New("invalid topic name")
 
 // ValidTopic applies Kafka's rule: 1..249 of [a-zA-Z0-9._-], not "." or "..".
 func ValidTopic(t string) bool {

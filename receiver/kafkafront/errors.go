@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/routing"
 )
 
 var (
@@ -45,7 +46,7 @@ func codeFor(err error) *kerr.Error {
 		return kerr.UnknownTopicOrPartition
 	case errors.Is(err, errUnreachable):
 		return kerr.LeaderNotAvailable
-	case errors.Is(err, kerr.InvalidTopicException):
+	case errors.Is(err, routing.ErrInvalidTopic):
 		return kerr.InvalidTopicException
 	}
 	// Kafka's own refusal (too large, authorization) is passed on as is.

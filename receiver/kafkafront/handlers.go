@@ -3,15 +3,12 @@ package kafkafront
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/ferryhq/ferry/auth/token"
-	"github.com/ferryhq/ferry/consumer"
-	"github.com/ferryhq/ferry/routing"
+	"github.com/ferryhq/ferry/receiver"
 )
 
 // maxMetadataTopics bounds the topics one Metadata request may name (a
@@ -83,19 +80,5 @@ func (cn *conn) metadata(req *kmsg.MetadataRequest, corr int32) *connErr {
 	return nil
 }
 
-// check refuses a topic that is not a valid Kafka name or not one this
-// connection may write to.
-func (cn *conn) check(topic string) error {
-	if !routing.ValidTopic(topic) {
-		return &consumer.PermanentError{Reason: "invalid_topic", Kind: consumer.KindInvalid,
-			Msg: fmt.Sprintf("invalid topic name %q", topic), Err: kerr.InvalidTopicException}
-	}
-	if c := cn.claims; c != nil && c.Topics[token.Messages] != "" && c.Topics[token.Messages] != topic {
-		return &consumer.PermanentError{Reason: "topic_not_allowed", Kind: consumer.KindForbidden,
-			Msg: fmt.Sprintf("this token may write to topic %q only", c.Topics[token.Messages])}
-	}
-	if err := cn.r.allow.Check(topic, cn.claims); err != nil {
-		return &consumer.PermanentError{Reason: "topic_not_allowed", Kind: consumer.KindForbidden, Msg: err.Error(), Err: err}
-	}
-	return nil
-}
+// check refuses a topic this connection may not write to.
+func (cn *conn) check(topic string) error { return receiver.CheckTopic(cn.r.allow, cn.claims, topic) }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -14,10 +13,12 @@ import (
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/protocol"
+	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/submit"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/routing"
+	"github.com/ferryhq/ferry/server"
 )
 
 // conn is one binary connection.
@@ -28,13 +29,8 @@ type conn struct {
 	claims *token.Claims
 	feats  uint64
 
-	// The writer's queue of encoded frames; closed is set when the
-	// connection ends (nothing more is queued).
-	wmu    sync.Mutex
-	wq     []byte
-	wkick  chan struct{}
-	wdone  chan struct{}
-	closed bool
+	// The answers' writer.
+	w *server.Writer
 
 	// Flow control and the frames not yet answered.
 	fmu      sync.Mutex
@@ -44,7 +40,7 @@ type conn struct {
 }
 
 func newConn(r *Receiver, ctx context.Context, c net.Conn) *conn {
-	cn := &conn{r: r, ctx: ctx, c: c, wkick: make(chan struct{}, 1), wdone: make(chan struct{}), pending: map[uint32]*frame{}}
+	cn := &conn{r: r, ctx: ctx, c: c, pending: map[uint32]*frame{}}
 	cn.fcond = sync.NewCond(&cn.fmu)
 	return cn
 }
@@ -54,7 +50,7 @@ func readFull(c net.Conn, b []byte) (int, error) { return io.ReadFull(c, b) }
 // run serves the connection until the client leaves, breaks the protocol,
 // or the agent stops; frames in flight are answered before it returns.
 func (cn *conn) run() {
-	go cn.writer()
+	cn.w = server.NewWriter(cn.c, nil, func() { cn.r.m.Error("write_timeout") })
 	stopTimer := cn.ackTimer()
 	err := cn.read()
 	// Nothing more is read: wait for the answers of what is in flight
@@ -68,11 +64,7 @@ func (cn *conn) run() {
 	if err != nil {
 		cn.send(func(b []byte) []byte { return protocol.AppendError(b, err.id, err.reason, err.msg) })
 	}
-	cn.wmu.Lock()
-	cn.closed = true
-	cn.wmu.Unlock()
-	kickCh(cn.wkick)
-	<-cn.wdone
+	cn.w.Close()
 }
 
 // connErr ends a connection with an Error frame.
@@ -315,22 +307,8 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 	return nil
 }
 
-// check refuses a record whose topic is not a valid Kafka name or not one
-// this connection may write to.
-func (cn *conn) check(topic string) error {
-	if !routing.ValidTopic(topic) {
-		return &consumer.PermanentError{Reason: "invalid_topic", Kind: consumer.KindInvalid,
-			Msg: fmt.Sprintf("invalid topic name %q: use 1 to 249 of a-z A-Z 0-9 . _ -", topic)}
-	}
-	if c := cn.claims; c != nil && c.Topics[token.Messages] != "" && c.Topics[token.Messages] != topic {
-		return &consumer.PermanentError{Reason: "topic_not_allowed", Kind: consumer.KindForbidden,
-			Msg: fmt.Sprintf("this token may write to topic %q only", c.Topics[token.Messages])}
-	}
-	if err := cn.r.allow.Check(topic, cn.claims); err != nil {
-		return &consumer.PermanentError{Reason: "topic_not_allowed", Kind: consumer.KindForbidden, Msg: err.Error(), Err: err}
-	}
-	return nil
-}
+// check refuses a record whose topic this connection may not write to.
+func (cn *conn) check(topic string) error { return receiver.CheckTopic(cn.r.allow, cn.claims, topic) }
 
 // answerWhole answers a frame refused before it was decoded.
 func (cn *conn) answerWhole(id uint32, err error) {
@@ -361,49 +339,7 @@ func (cn *conn) answer(ranges []protocol.Range, fr *frame) {
 
 // send queues a frame for the writer. It never blocks: completions call it
 // from the Kafka client's goroutine.
-func (cn *conn) send(enc func([]byte) []byte) {
-	cn.wmu.Lock()
-	if !cn.closed {
-		cn.wq = enc(cn.wq)
-	}
-	cn.wmu.Unlock()
-	kickCh(cn.wkick)
-}
-
-// writer writes queued frames, as many as are queued in one write.
-func (cn *conn) writer() {
-	defer close(cn.wdone)
-	var buf []byte
-	for {
-		<-cn.wkick
-		for {
-			cn.wmu.Lock()
-			buf, cn.wq = cn.wq, buf[:0]
-			closed := cn.closed
-			cn.wmu.Unlock()
-			if len(buf) == 0 {
-				if closed {
-					return
-				}
-				break
-			}
-			_ = cn.c.SetWriteDeadline(time.Now().Add(30 * time.Second))
-			if _, err := cn.c.Write(buf); err != nil {
-				// The client is gone: stop reading too; answers have
-				// nowhere to go, records stay delivered or counted.
-				_ = cn.c.SetReadDeadline(time.Now())
-				cn.wmu.Lock()
-				cn.closed = true
-				cn.wq = cn.wq[:0]
-				cn.wmu.Unlock()
-				if errors.Is(err, os.ErrDeadlineExceeded) {
-					cn.r.m.Error("write_timeout")
-				}
-				return
-			}
-		}
-	}
-}
+func (cn *conn) send(enc func([]byte) []byte) { cn.w.Queue(enc) }
 
 // ackTimer answers frames Kafka has not answered for within ack_timeout.
 func (cn *conn) ackTimer() (stop func()) {
@@ -441,11 +377,4 @@ func (cn *conn) ackTimer() (stop func()) {
 		}
 	}()
 	return func() { t.Stop(); close(done) }
-}
-
-func kickCh(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
-	}
 }
