@@ -3,11 +3,9 @@ package kafkafront
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"reflect"
 	"sync"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferryhq/ferry/auth/token"
+	"github.com/ferryhq/ferry/server"
 )
 
 // The APIs served and their versions. Produce stops at 12: v13 names
@@ -64,10 +63,7 @@ type conn struct {
 	cond     *sync.Cond
 	owed     []*slot // answers owed, in request order
 	inflight int64   // produce request bytes not yet answered
-	wq       []byte
-	closed   bool
-	wkick    chan struct{}
-	wdone    chan struct{}
+	w        *server.Writer
 }
 
 // slot is one answer owed.
@@ -81,8 +77,11 @@ type slot struct {
 }
 
 func newConn(r *Receiver, ctx context.Context, c net.Conn) *conn {
-	cn := &conn{r: r, ctx: ctx, c: c, wkick: make(chan struct{}, 1), wdone: make(chan struct{})}
+	cn := &conn{r: r, ctx: ctx, c: c}
 	cn.cond = sync.NewCond(&cn.mu)
+	// A reader waiting for unread answers to drain is woken by the writer.
+	wake := func() { cn.mu.Lock(); cn.cond.Broadcast(); cn.mu.Unlock() }
+	cn.w = server.NewWriter(c, wake, func() { r.m.Error("write_timeout") })
 	return cn
 }
 
@@ -99,7 +98,6 @@ func (cn *conn) fail(reason, format string, args ...any) *connErr {
 // run serves the connection until the client leaves, breaks the protocol,
 // or the agent stops; answers owed are sent before it returns.
 func (cn *conn) run() {
-	go cn.writer()
 	stop := cn.ackTimer()
 	cn.read()
 	cn.mu.Lock()
@@ -108,11 +106,7 @@ func (cn *conn) run() {
 	}
 	cn.mu.Unlock()
 	stop()
-	cn.mu.Lock()
-	cn.closed = true
-	cn.mu.Unlock()
-	kick(cn.wkick)
-	<-cn.wdone
+	cn.w.Close()
 }
 
 // read handles requests until the connection ends.
@@ -121,10 +115,10 @@ func (cn *conn) read() *connErr {
 	var fixed [12]byte // size, api key, version, correlation id
 	for {
 		cn.mu.Lock()
-		for (len(cn.owed) >= maxOwed || len(cn.wq) > maxQueuedAnswers) && !cn.closed && cn.ctx.Err() == nil {
+		for (len(cn.owed) >= maxOwed || cn.w.Queued() > maxQueuedAnswers) && !cn.w.Closed() && cn.ctx.Err() == nil {
 			cn.cond.Wait()
 		}
-		idle, closed := len(cn.owed) == 0, cn.closed
+		idle, closed := len(cn.owed) == 0, cn.w.Closed()
 		cn.mu.Unlock()
 		if cn.ctx.Err() != nil || closed {
 			return nil
@@ -451,17 +445,17 @@ func encode(dst []byte, corr int32, resp kmsg.Response) []byte {
 	return dst
 }
 
-// complete fills a slot and sends every answer now ready in order. It
-// never blocks: completions call it from the Kafka client's goroutines.
+// complete fills a slot and queues every answer now ready, in order (under
+// cn.mu, so two completions cannot interleave their answers). It never
+// blocks: completions call it from the Kafka client's goroutines.
 func (cn *conn) complete(s *slot, out []byte) {
 	cn.mu.Lock()
+	defer cn.mu.Unlock()
 	s.ready, s.out = true, out
 	n := 0
 	for n < len(cn.owed) && cn.owed[n].ready {
 		o := cn.owed[n]
-		if !cn.closed {
-			cn.wq = append(cn.wq, o.out...)
-		}
+		cn.w.Append(o.out)
 		cn.inflight -= o.size
 		n++
 	}
@@ -470,47 +464,6 @@ func (cn *conn) complete(s *slot, out []byte) {
 		clear(cn.owed[len(cn.owed)-n:])
 		cn.owed = cn.owed[:len(cn.owed)-n]
 		cn.cond.Broadcast()
-	}
-	cn.mu.Unlock()
-	if n > 0 {
-		kick(cn.wkick)
-	}
-}
-
-// writer writes queued answers, as many as are queued in one write.
-func (cn *conn) writer() {
-	defer close(cn.wdone)
-	var buf []byte
-	for {
-		<-cn.wkick
-		for {
-			cn.mu.Lock()
-			buf, cn.wq = cn.wq, buf[:0]
-			closed := cn.closed
-			cn.cond.Broadcast() // a reader waiting for the queue to drain
-			cn.mu.Unlock()
-			if len(buf) == 0 {
-				if closed {
-					return
-				}
-				break
-			}
-			_ = cn.c.SetWriteDeadline(time.Now().Add(30 * time.Second))
-			if _, err := cn.c.Write(buf); err != nil {
-				// The client is gone: stop reading too; answers have
-				// nowhere to go, records stay delivered or counted.
-				_ = cn.c.SetReadDeadline(time.Now())
-				cn.mu.Lock()
-				cn.closed = true
-				cn.wq = cn.wq[:0]
-				cn.cond.Broadcast()
-				cn.mu.Unlock()
-				if errors.Is(err, os.ErrDeadlineExceeded) {
-					cn.r.m.Error("write_timeout")
-				}
-				return
-			}
-		}
 	}
 }
 
@@ -547,11 +500,4 @@ func (cn *conn) ackTimer() (stop func()) {
 		}
 	}()
 	return func() { t.Stop(); close(done) }
-}
-
-func kick(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
-	}
 }
