@@ -326,7 +326,7 @@ func (d *decoder) all(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, info
 				clear(b.Records[first:])
 				b.Records = b.Records[:first]
 				d.payload, d.perRecord = payload, perRecord
-				r.m.Error(reasonOf(err))
+				d.refused = append(d.refused, reasonOf(err))
 				setError(rp, err)
 				continue
 			}
@@ -337,6 +337,11 @@ func (d *decoder) all(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, info
 				pr.parts = append(pr.parts, partResult{t: t, p: p, first: first, n: n, base: -1, seq: claim})
 			}
 		}
+	}
+	// Counted once the pass stands (a pass redone with more room for
+	// decompression would otherwise count them twice).
+	for _, reason := range d.refused {
+		r.m.Error(reason)
 	}
 	for _, p := range pr.parts {
 		n, bytes := p.n, 0
@@ -364,10 +369,10 @@ func (d *decoder) claim(topic string, part int32, recs []byte, rp *kmsg.ProduceR
 	case !dup:
 		return c, false, nil
 	case inflight:
-		d.cn.r.m.Error(errDuplicateInFlight.Reason)
+		d.refused = append(d.refused, errDuplicateInFlight.Reason)
 		setError(rp, errDuplicateInFlight)
 	default:
-		d.cn.r.m.Error("duplicate_batch")
+		d.refused = append(d.refused, "duplicate_batch")
 		rp.BaseOffset = offset
 	}
 	return nil, true, nil
@@ -473,6 +478,7 @@ type decoder struct {
 	now        time.Time
 	outCap     int
 	claims     []*seqClaim
+	refused    []string // reasons to count when the pass stands
 	maxRecords int
 	payload    int
 	perRecord  int
