@@ -86,7 +86,10 @@ func (s *SyncBuffer) String() string {
 }
 
 // FreeAddr is a loopback address nothing listens on.
-func FreeAddr(t *testing.T) string {
+func FreeAddr(t *testing.T) string { return freeAddr(t) }
+
+// freeAddr is a variable so that a test can hand Start a port that is taken.
+var freeAddr = func(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -98,10 +101,46 @@ func FreeAddr(t *testing.T) string {
 // Start runs the ferry binary bin with config file yaml (may be "") and
 // --set overrides, on free ports, and waits until it serves (not until it
 // is ready: Kafka may be down on purpose).
+//
+// A port found free can be taken before the agent binds it: test packages
+// run in parallel and every outgoing connection (to Kafka, to the agent)
+// takes an ephemeral port from the same range. An agent that exits at start
+// because one of its own listen addresses is in use is started again on new
+// ports; any other exit fails the test.
 func Start(t *testing.T, bin, yaml string, sets ...string) *Agent {
 	t.Helper()
-	a := &Agent{t: t, HTTP: FreeAddr(t), Admin: FreeAddr(t), OTLP: FreeAddr(t), GRPC: FreeAddr(t), Local: FreeAddr(t),
-		KafkaFront: FreeAddr(t), Logs: &SyncBuffer{}, exited: make(chan error, 1)}
+	const attempts = 5
+	for i := 1; ; i++ {
+		a, err := start(t, bin, yaml, sets)
+		if err == nil {
+			return a
+		}
+		if i == attempts || !a.portTaken() {
+			t.Fatalf("%v\n%s", err, a.Logs.String())
+		}
+		t.Logf("agent start %d: a listen port was taken meanwhile; again on new ports", i)
+	}
+}
+
+// portTaken says whether the agent's log shows it lost one of the ports
+// Start chose (and not one the test chose in its own overrides).
+func (a *Agent) portTaken() bool {
+	logs := a.Logs.String()
+	if !strings.Contains(logs, "address already in use") {
+		return false
+	}
+	for _, addr := range []string{a.HTTP, a.Admin, a.OTLP, a.GRPC, a.Local, a.KafkaFront} {
+		if strings.Contains(logs, addr+": bind: address already in use") {
+			return true
+		}
+	}
+	return false
+}
+
+func start(t *testing.T, bin, yaml string, sets []string) (*Agent, error) {
+	t.Helper()
+	a := &Agent{t: t, HTTP: freeAddr(t), Admin: freeAddr(t), OTLP: freeAddr(t), GRPC: freeAddr(t), Local: freeAddr(t),
+		KafkaFront: freeAddr(t), Logs: &SyncBuffer{}, exited: make(chan error, 1)}
 	// A Unix socket's path must stay under 108 bytes: a short directory.
 	sockDir, err := os.MkdirTemp("", "fy")
 	if err != nil {
@@ -151,16 +190,17 @@ func Start(t *testing.T, bin, yaml string, sets ...string) *Agent {
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == 200 {
-				return a
+				return a, nil
 			}
 		}
 		select {
 		case err := <-a.exited:
-			t.Fatalf("agent exited at start: %v\n%s", err, a.Logs.String())
+			return a, fmt.Errorf("agent exited at start: %v", err)
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("agent not serving after 30 s:\n%s", a.Logs.String())
+			_ = a.Cmd.Process.Kill()
+			return a, fmt.Errorf("agent not serving after 30 s")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
