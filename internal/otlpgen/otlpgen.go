@@ -5,6 +5,13 @@
 // in its own scope; four string attributes on each item; random ids and
 // names. Values come from a seeded generator: the same call gives the same
 // payload.
+//
+// Log bodies come in two kinds. Random letters and digits (the seeds'
+// shape) are the worst case for the exporter's compression: nothing
+// repeats, so lz4 searches every position and saves nothing. Text is what
+// applications log: lines of an application log with timestamps, levels,
+// a small vocabulary and varying numbers and ids, which compresses about
+// as well as real logs do.
 package otlpgen
 
 import (
@@ -39,6 +46,55 @@ func (g *Gen) String(n int) string {
 		b[i] = letters[g.rng.IntN(len(letters))]
 	}
 	return string(b)
+}
+
+// lines are an application's log messages; %d is a number, %s an id.
+var lines = []string{
+	"GET /api/v1/orders/%d HTTP/1.1 200 %dms bytes=%d user=%s",
+	"POST /api/v1/cart/%s/items HTTP/1.1 201 %dms bytes=%d",
+	"order %d accepted for customer %s: %d items, total %d EUR",
+	"cache miss for key session:%s, loading from database",
+	"retrying request to payment-service (attempt %d of 5): connection reset by peer",
+	"user %s logged in from 10.%d.%d.%d",
+	"slow query took %dms: SELECT id, status, total FROM orders WHERE customer_id = %d",
+	"published %d events to topic orders.v1 in %dms",
+	"health check ok: db=%dms cache=%dms queue_depth=%d",
+	"worker %d finished job %s in %dms, next poll in %dms",
+}
+
+var levels = []string{"INFO", "INFO", "INFO", "DEBUG", "WARN", "ERROR"}
+
+// Text returns n bytes of application log lines.
+func (g *Gen) Text(n int) string {
+	b := make([]byte, 0, n+160)
+	for len(b) < n {
+		ms := g.rng.IntN(1000)
+		b = g.Now.Add(time.Duration(g.rng.IntN(3600_000))*time.Millisecond).UTC().AppendFormat(b, "2006-01-02T15:04:05")
+		b = append(b, '.')
+		b = append(b, byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10))
+		b = append(b, "Z "...)
+		b = append(b, levels[g.rng.IntN(len(levels))]...)
+		b = append(b, " [http-nio-8080-exec-"...)
+		b = strconv.AppendInt(b, int64(g.rng.IntN(64)), 10)
+		b = append(b, "] com.example.shop.OrderService - "...)
+		line := lines[g.rng.IntN(len(lines))]
+		for i := 0; i < len(line); i++ {
+			if line[i] == '%' && i+1 < len(line) {
+				i++
+				if line[i] == 'd' {
+					b = strconv.AppendInt(b, int64(g.rng.IntN(100_000)), 10)
+				} else {
+					for j := 0; j < 8; j++ {
+						b = append(b, "0123456789abcdef"[g.rng.IntN(16)])
+					}
+				}
+				continue
+			}
+			b = append(b, line[i])
+		}
+		b = append(b, '\n')
+	}
+	return string(b[:n])
 }
 
 // TraceID returns a random non-zero trace id.
@@ -90,8 +146,26 @@ func (g *Gen) Traces(n int) ptrace.Traces {
 	return td
 }
 
-// Logs returns n log records of size bytes of body each, of one resource.
-func (g *Gen) Logs(n, size int) plog.Logs {
+// Body kinds of log records.
+const (
+	BodyRandom = "random"
+	BodyText   = "text"
+)
+
+// Bodies lists the body kinds Logs accepts.
+var Bodies = []string{BodyRandom, BodyText}
+
+// Logs returns n log records of size bytes of random body each, of one
+// resource.
+func (g *Gen) Logs(n, size int) plog.Logs { return g.LogsOf(n, size, BodyRandom) }
+
+// LogsOf returns n log records of size bytes of body each, of one
+// resource; body is BodyRandom or BodyText.
+func (g *Gen) LogsOf(n, size int, body string) plog.Logs {
+	str := g.String
+	if body == BodyText {
+		str = g.Text
+	}
 	ld := plog.NewLogs()
 	rl := ld.ResourceLogs().AppendEmpty()
 	g.resource(rl.Resource().Attributes())
@@ -102,7 +176,7 @@ func (g *Gen) Logs(n, size int) plog.Logs {
 		lr.SetTimestamp(pcommon.NewTimestampFromTime(g.Now))
 		lr.SetSeverityNumber(plog.SeverityNumberInfo)
 		lr.SetSeverityText("INFO")
-		lr.Body().SetStr(g.String(size))
+		lr.Body().SetStr(str(size))
 		g.attrs(lr.Attributes())
 	}
 	return ld

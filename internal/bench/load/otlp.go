@@ -11,6 +11,7 @@ import (
 	neturl "net/url"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,6 +42,7 @@ func OTLPCmd(args []string) error {
 	signal := fs.String("signal", "logs", "logs, traces or metrics")
 	count := fs.Int("count", 10, "items per request (logs, spans; metrics: data points of each of gauge, counter, histogram)")
 	length := fs.Int("length", 1024, "logs: bytes of body per log record")
+	body := fs.String("body", otlpgen.BodyRandom, "logs: what a body holds: random (letters and digits, which lz4 cannot compress) or text (application log lines, compressing about as real logs do)")
 	requests := fs.Int("requests", 10000, "requests to send (with --duration: at most)")
 	duration := fs.Duration("duration", 0, "stop sending after this long, even if --requests are not all sent")
 	concurrency := fs.Int("concurrency", 16, "requests in flight (workers, each waiting for its answer)")
@@ -64,6 +66,9 @@ func OTLPCmd(args []string) error {
 	if *rate < 0 {
 		return fmt.Errorf("--rate must not be negative")
 	}
+	if !slices.Contains(otlpgen.Bodies, *body) {
+		return fmt.Errorf("--body %q: want one of %v", *body, otlpgen.Bodies)
+	}
 	if *protocol == "grpc" && *asJSON {
 		return fmt.Errorf("--json is for --protocol http")
 	}
@@ -77,7 +82,7 @@ func OTLPCmd(args []string) error {
 		var err error
 		switch *signal {
 		case "logs":
-			req := plogotlp.NewExportRequestFromLogs(g.Logs(*count, *length))
+			req := plogotlp.NewExportRequestFromLogs(g.LogsOf(*count, *length, *body))
 			b, err = marshal(req.MarshalProto, req.MarshalJSON, *asJSON)
 		case "traces":
 			req := ptraceotlp.NewExportRequestFromTraces(g.Traces(*count))
@@ -186,6 +191,9 @@ func OTLPCmd(args []string) error {
 	shape := fmt.Sprintf("%d", *length)
 	if *length >= 1024 && *length%1024 == 0 {
 		shape = fmt.Sprintf("%dKB", *length/1024)
+	}
+	if *body != otlpgen.BodyRandom {
+		shape += " " + *body
 	}
 	if *signal != "logs" {
 		shape = "-"
