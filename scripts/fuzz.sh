@@ -39,7 +39,8 @@ for target in \
   "FuzzFrames ./buffer/spool" \
   "FuzzResync ./buffer/spool" \
   "FuzzDecode ./protocol" \
-  "FuzzProduce ./receiver/kafkafront"; do
+  "FuzzProduce ./receiver/kafkafront" \
+  "FuzzLZ4 ./exporter/kafkaexporter"; do
   set -- $target
   echo "-- $1 ($2) for $t"
   if ! go test -run='^$' -fuzz="^$1\$" -fuzztime="$t" -fuzzminimizetime="$minimize" "$2" >"$log" 2>&1; then
