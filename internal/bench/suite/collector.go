@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/bench/report"
+	"github.com/ferryhq/ferry/internal/otlpgen"
 )
 
 // The OpenTelemetry Collector beside ferry (issue 15): the same OTLP load,
@@ -32,15 +33,23 @@ const (
 
 type colRow struct {
 	signal, protocol, system string
+	body                     string // logs: random or text (otlpgen's body kinds); "" for spans
 	count                    int
 	rate                     int // items/s offered; 0: closed loop, as fast as answers come
 	accepted, delivered      int64
 	failed                   int64
 	failures                 string
+	logBytes                 int64   // the topic's log segments on the broker: what the agent's batches take in Kafka
 	seconds                  float64 // from the first request until the last item was in Kafka
 	cpuSec                   float64
 	rssMiB                   float64
 	p50, p99                 float64
+}
+
+// kafkaBytesPerItem is what an item takes in Kafka: the agent's encoding
+// and compression together.
+func (r colRow) kafkaBytesPerItem() float64 {
+	return float64(r.logBytes) / max(float64(r.delivered), 1)
 }
 
 func (r colRow) itemsPerSec() float64 { return float64(r.delivered) / max(r.seconds, 1e-9) }
@@ -52,6 +61,14 @@ func (r colRow) load() string {
 	return "fixed " + report.Commas(int64(r.rate)) + " items/s"
 }
 func (r colRow) lost() int64 { return max(0, r.accepted-r.delivered) }
+
+// what is the row's signal, with the kind of body for logs.
+func (r colRow) what() string {
+	if r.body == "" {
+		return r.signal
+	}
+	return r.signal + " (" + r.body + ")"
+}
 
 // collectorConfig is the Collector's whole configuration: the pipeline a
 // user builds for OTLP into Kafka (otlp → memory_limiter → batch → kafka
@@ -134,6 +151,19 @@ func portOpen(addr string) bool {
 	return err == nil
 }
 
+// logBytes is the size of the topic's log segments on the brokers.
+func logBytes(adm *kadm.Client, topic string) int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	dirs, err := adm.DescribeAllLogDirs(ctx, kadm.TopicsSet{topic: nil})
+	if err != nil {
+		return 0
+	}
+	var n int64
+	dirs.Each(func(d kadm.DescribedLogDir) { n += d.Topics.Size() })
+	return n
+}
+
 // endOffsets sums the topic's end offsets (records written so far).
 func endOffsets(adm *kadm.Client, topic string) int64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -185,17 +215,25 @@ func (s *suite) otlpVsCollector() ([]colRow, error) {
 	var rows []colRow
 	for _, rate := range []bool{false, true} {
 		for _, signal := range []string{"logs", "traces"} {
-			for _, protocol := range []string{"grpc", "http"} {
-				for _, sys := range systems {
-					c := colRow{signal: signal, protocol: protocol, system: sys.name, count: 100}
-					if rate {
-						c.rate = fixed[signal]
+			// Random log bodies are the seeds' shape and lz4's worst case;
+			// text bodies are what applications log.
+			bodies := []string{""}
+			if signal == "logs" {
+				bodies = otlpgen.Bodies
+			}
+			for _, body := range bodies {
+				for _, protocol := range []string{"grpc", "http"} {
+					for _, sys := range systems {
+						c := colRow{signal: signal, body: body, protocol: protocol, system: sys.name, count: 100}
+						if rate {
+							c.rate = fixed[signal]
+						}
+						r, err := s.collectorRow(adm, bin, c, sys.sets, d, false)
+						if err != nil {
+							return nil, err
+						}
+						rows = append(rows, r)
 					}
-					r, err := s.collectorRow(adm, bin, c, sys.sets, d, false)
-					if err != nil {
-						return nil, err
-					}
-					rows = append(rows, r)
 				}
 			}
 		}
@@ -203,7 +241,7 @@ func (s *suite) otlpVsCollector() ([]colRow, error) {
 	// A batch above the broker's message.max.bytes: requests of 1,000 logs
 	// of 1 KB (1.2 MB, one resource each).
 	for _, sys := range systems[:2] {
-		r, err := s.collectorRow(adm, bin, colRow{signal: "logs", protocol: "http", system: sys.name, count: 1000}, sys.sets, d/2, true)
+		r, err := s.collectorRow(adm, bin, colRow{signal: "logs", body: otlpgen.BodyRandom, protocol: "http", system: sys.name, count: 1000}, sys.sets, d/2, true)
 		if err != nil {
 			return nil, err
 		}
@@ -237,11 +275,15 @@ func (s *suite) collectorRow(adm *kadm.Client, bin string, row colRow, sets []st
 	if row.protocol == "grpc" {
 		target = colGRPC
 	}
+	args := []string{"--protocol", row.protocol, "--target", target, "--signal", signal, "--count", strconv.Itoa(row.count),
+		"--length", "1024", "--requests", "1000000000", "--duration", d.String(), "--concurrency", "64",
+		"--rate", strconv.FormatFloat(float64(row.rate)/float64(row.count), 'f', -1, 64), "--exporter", row.system, "--fail-on-error=false"}
+	if row.body != "" {
+		args = append(args, "--body", row.body)
+	}
 	a.rssPeak.Store(0)
 	t0, c0 := time.Now(), a.cpuTicks()
-	res, err := s.otlpLoad("--protocol", row.protocol, "--target", target, "--signal", signal, "--count", strconv.Itoa(row.count),
-		"--length", "1024", "--requests", "1000000000", "--duration", d.String(), "--concurrency", "64",
-		"--rate", strconv.FormatFloat(float64(row.rate)/float64(row.count), 'f', -1, 64), "--exporter", row.system, "--fail-on-error=false")
+	res, err := s.otlpLoad(args...)
 	if err != nil {
 		return row, err
 	}
@@ -260,6 +302,7 @@ func (s *suite) collectorRow(adm *kadm.Client, bin string, row colRow, sets []st
 		}
 	}
 	row.seconds = lastAt.Sub(t0).Seconds()
+	row.logBytes = logBytes(adm, topic)
 	row.cpuSec = float64(lastTicks-c0) / clkTck()
 	row.rssMiB = float64(a.rssPeak.Load()) / (1 << 20)
 	row.accepted, row.failed, row.failures = int64(res.Items), int64(res.Failed), res.Failures
@@ -270,7 +313,7 @@ func (s *suite) collectorRow(adm *kadm.Client, bin string, row colRow, sets []st
 		}
 	}
 	s.logf("%s %s %s, %s: %s items acknowledged, %s in Kafka (%s/s), %.2f µs CPU per item, %.0f MiB peak, p99 %.1f ms, %d requests failed %s",
-		signal, row.protocol, row.system, row.load(), report.Commas(row.accepted), report.Commas(row.delivered), report.F0(row.itemsPerSec()), row.usPerItem(),
+		row.what(), row.protocol, row.system, row.load(), report.Commas(row.accepted), report.Commas(row.delivered), report.F0(row.itemsPerSec()), row.usPerItem(),
 		row.rssMiB, row.p99, row.failed, row.failures)
 	return row, nil
 }

@@ -340,7 +340,7 @@ func (s *suite) writeJava(rows []javaRow) {
 // size and load.
 func collectorBase(rows []colRow, r colRow) (colRow, bool) {
 	for _, b := range rows {
-		if b.signal == r.signal && b.protocol == r.protocol && b.count == r.count && b.rate == r.rate && strings.HasPrefix(b.system, "OpenTelemetry Collector") {
+		if b.signal == r.signal && b.body == r.body && b.protocol == r.protocol && b.count == r.count && b.rate == r.rate && strings.HasPrefix(b.system, "OpenTelemetry Collector") {
 			return b, true
 		}
 	}
@@ -362,6 +362,11 @@ func (s *suite) writeCollector(rows []colRow) {
 	s.doc.P("sending queue is full the batch processor, having answered OK, drops the batch (\"Exporting failed. Rejecting data.\" \"sending queue")
 	s.doc.P("is full\" in its log, which samples repeated lines): that is its lost column. And a **fixed rate** both agents sustain (`--rate`),")
 	s.doc.P("where CPU per item compares the agents' own cost, not overload.")
+	s.doc.P("Log bodies come in two kinds (`--body`): **random** letters and digits, the seeds' shape and lz4's worst case (nothing to")
+	s.doc.P("compress, every position searched), and **text**, lines of an application log that compress about as real logs do.")
+	s.doc.P("Both agents compress with lz4: the Collector with franz-go's default (pierrec/lz4), ferry with its own compressor (Snappy's")
+	s.doc.P("match search in assembly, written as standard LZ4 frames; `exporter/kafkaexporter/lz4.go`). **Bytes in Kafka per item** is the")
+	s.doc.P("topic's size on the broker over the items in it, so what the agents' encodings and compressors write is compared too.")
 	s.doc.P("")
 	var out [][]string
 	for _, r := range rows {
@@ -372,11 +377,11 @@ func (s *suite) writeCollector(rows []colRow) {
 		if b, ok := collectorBase(rows, r); ok && b.system != r.system {
 			vs = report.Ratio(r.usPerItem(), b.usPerItem()) + " CPU, " + report.Ratio(r.itemsPerSec(), b.itemsPerSec()) + " items/s"
 		}
-		out = append(out, []string{r.load(), r.signal, r.protocol, r.system, report.F0(r.itemsPerSec()), fmt.Sprintf("%.0f%%", r.cpuSec/max(r.seconds, 1e-9)*100),
-			usPerItem(r), vs, fmt.Sprintf("%.0f MiB", r.rssMiB), report.F1(r.p50), report.F1(r.p99),
+		out = append(out, []string{r.load(), r.what(), r.protocol, r.system, report.F0(r.itemsPerSec()), fmt.Sprintf("%.0f%%", r.cpuSec/max(r.seconds, 1e-9)*100),
+			usPerItem(r), vs, report.F0(r.kafkaBytesPerItem()), fmt.Sprintf("%.0f MiB", r.rssMiB), report.F1(r.p50), report.F1(r.p99),
 			report.Commas(r.accepted), report.Commas(r.delivered), report.Commas(r.lost())})
 	}
-	s.doc.Table([]string{"load", "signal", "protocol", "agent", "items/s into Kafka", "agent CPU", "CPU µs per item", "vs Collector", "peak RSS",
+	s.doc.Table([]string{"load", "signal", "protocol", "agent", "items/s into Kafka", "agent CPU", "CPU µs per item", "vs Collector", "bytes in Kafka per item", "peak RSS",
 		"p50 ms", "p99 ms", "items acknowledged", "items in Kafka", "lost"}, out)
 	s.doc.P("")
 	s.doc.P("**A batch above the broker's message.max.bytes.** Requests of 1,000 logs of 1 KB (1.2 MB, one resource each) over HTTP. The")
@@ -399,7 +404,7 @@ func (s *suite) writeCollector(rows []colRow) {
 	s.doc.Table([]string{"agent", "answers", "items in Kafka", "lost (answered OK, not in Kafka)", "items/s into Kafka"}, out)
 	s.doc.P("")
 	s.doc.P("Reproduce one row: `scripts/otelcol-local build` prints the Collector's path; `bin/ferry-bench otlp --protocol grpc --target 127.0.0.1:4317")
-	s.doc.P("--signal logs --count 100 --duration 10s --requests 1000000000 --concurrency 64 [--rate 500]` against it or ferry; `bin/ferry-bench consume --topic otlp_logs")
+	s.doc.P("--signal logs --body text --count 100 --duration 10s --requests 1000000000 --concurrency 64 [--rate 500]` against it or ferry; `bin/ferry-bench consume --topic otlp_logs")
 	s.doc.P("--otlp-items` counts what reached Kafka.")
 }
 
@@ -423,7 +428,7 @@ func collectorSummary(rows []colRow) [][]string {
 		if !okb || !okr {
 			continue
 		}
-		what := map[string]string{"logs": "1 KB logs", "traces": "spans"}[r.signal]
+		what := map[string]string{"logs": "1 KB logs (" + r.body + " bodies)", "traces": "spans"}[r.signal]
 		out = append(out, []string{fmt.Sprintf("OpenTelemetry Collector, OTLP/%s %s into Kafka (goal ≤ 0.5× CPU per item, ≥ its items/s)", strings.ToUpper(r.protocol), what),
 			fmt.Sprintf("%.2f µs CPU per item at %s items/s; %s items/s at most (here)", b.usPerItem(), report.Commas(int64(r.rate)), report.F0(cb.itemsPerSec())),
 			fmt.Sprintf("%.2f µs; %s items/s at most, answered after Kafka's ack", r.usPerItem(), report.F0(cr.itemsPerSec())),
@@ -435,7 +440,7 @@ func collectorSummary(rows []colRow) [][]string {
 // closedRow is the closed-loop row of r's agent, signal and protocol.
 func closedRow(rows []colRow, r colRow) (colRow, bool) {
 	for _, c := range rows {
-		if c.rate == 0 && c.count == r.count && c.signal == r.signal && c.protocol == r.protocol && c.system == r.system {
+		if c.rate == 0 && c.count == r.count && c.signal == r.signal && c.body == r.body && c.protocol == r.protocol && c.system == r.system {
 			return c, true
 		}
 	}
