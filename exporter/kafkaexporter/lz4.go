@@ -84,21 +84,29 @@ func appendLZ4Frame(out, src []byte) []byte {
 // appendLZ4Block appends the LZ4 block of src, whose Snappy block is snap,
 // to out; ok is false (and out is to be cut back) if snap is not what the
 // converter expects or the block would reach limit, the length at which a
-// stored block is no larger.
+// stored block is no larger. Sequences are written in place below limit
+// (the stored block's room), so no write needs to grow out.
 func appendLZ4Block(out, src, snap []byte, limit int) (_ []byte, ok bool) {
 	n, k := binary.Uvarint(snap)
 	if k <= 0 || n != uint64(len(src)) {
 		return out, false
 	}
+	if cap(out) < limit {
+		out = append(out[:len(out):len(out)], make([]byte, limit-len(out))...)[:len(out)]
+	}
+	buf, o := out[:limit], len(out)
 	snap = snap[k:]
+	// LZ4's rules for a block's end: the last match starts at least 12
+	// bytes before it and ends at least 5 bytes before it.
+	lastStart, lastEnd := len(src)-lz4MatchLimit, len(src)-lz4LastLiterals
 	// d is the position in src the tags have reached; lit the start of the
 	// literals not yet written (Snappy's literals are src's bytes, so only
 	// their length is read); a pending match (mOff, mAt, mLen) is held so
 	// that Snappy's copies of at most 64 bytes, which it writes one after
 	// another for a long match, become one LZ4 match.
 	var d, lit, mOff, mAt, mLen int
-	for len(snap) > 0 {
-		tag := snap[0]
+	for i := 0; i < len(snap); {
+		tag := snap[i]
 		var length, offset int
 		switch tag & 3 {
 		case 0: // literal
@@ -106,52 +114,56 @@ func appendLZ4Block(out, src, snap []byte, limit int) (_ []byte, ok bool) {
 			h := 1
 			if m >= 60 {
 				h += m - 59
-				if len(snap) < h {
+				if i+h > len(snap) {
 					return out, false
 				}
 				m = 0
-				for i := h - 1; i >= 1; i-- {
-					m = m<<8 | int(snap[i])
+				for j := i + h - 1; j > i; j-- {
+					m = m<<8 | int(snap[j])
 				}
 			}
 			length = m + 1
-			if len(snap) < h+length || d+length > len(src) {
+			i += h + length
+			d += length
+			if i > len(snap) || d > len(src) {
 				return out, false
 			}
-			snap = snap[h+length:]
-			d += length
 			continue
 		case 1:
-			if len(snap) < 2 {
+			if i+2 > len(snap) {
 				return out, false
 			}
-			length, offset = 4+int(tag>>2&7), int(tag&0xe0)<<3|int(snap[1])
-			snap = snap[2:]
+			length, offset = 4+int(tag>>2&7), int(tag&0xe0)<<3|int(snap[i+1])
+			i += 2
 		case 2:
-			if len(snap) < 3 {
+			if i+3 > len(snap) {
 				return out, false
 			}
-			length, offset = 1+int(tag>>2), int(binary.LittleEndian.Uint16(snap[1:]))
-			snap = snap[3:]
+			length, offset = 1+int(tag>>2), int(snap[i+1])|int(snap[i+2])<<8
+			i += 3
 		default:
-			if len(snap) < 5 {
+			if i+5 > len(snap) {
 				return out, false
 			}
-			length, offset = 1+int(tag>>2), int(binary.LittleEndian.Uint32(snap[1:]))
-			snap = snap[5:]
+			length, offset = 1+int(tag>>2), int(binary.LittleEndian.Uint32(snap[i+1:]))
+			i += 5
 		}
 		if offset == 0 || offset > d || offset > 0xffff || d+length > len(src) {
 			return out, false
 		}
-		if mLen > 0 && offset == mOff && d == mAt+mLen {
+		if offset == mOff && d == mAt+mLen && mLen > 0 {
 			mLen += length // Snappy's next piece of one long match
 			d += length
 			continue
 		}
-		if mLen > 0 {
-			out, lit = appendLZ4Match(out, src, lit, mOff, mAt, mLen)
-			if len(out) >= limit {
-				return out, false
+		// The pending match is written, shortened or left to the literals
+		// if too close to the end, and left to them if under 4 bytes.
+		if mAt <= lastStart {
+			if ml := min(mLen, lastEnd-mAt); ml >= 4 {
+				if o = putLZ4Sequence(buf, o, src[lit:mAt], mOff, ml); o < 0 {
+					return out, false
+				}
+				lit = mAt + ml
 			}
 		}
 		mOff, mAt, mLen = offset, d, length
@@ -160,61 +172,61 @@ func appendLZ4Block(out, src, snap []byte, limit int) (_ []byte, ok bool) {
 	if d != len(src) {
 		return out, false
 	}
-	if mLen > 0 {
-		out, lit = appendLZ4Match(out, src, lit, mOff, mAt, mLen)
+	if mAt <= lastStart {
+		if ml := min(mLen, lastEnd-mAt); ml >= 4 {
+			if o = putLZ4Sequence(buf, o, src[lit:mAt], mOff, ml); o < 0 {
+				return out, false
+			}
+			lit = mAt + ml
+		}
 	}
-	out = appendLZ4Sequence(out, src[lit:], 0, 0)
-	return out, len(out) < limit
+	if o = putLZ4Sequence(buf, o, src[lit:], 0, 0); o < 0 || o >= limit {
+		return out, false
+	}
+	return buf[:o], true
 }
 
-// appendLZ4Match appends the sequence of the literals from lit and the
-// match of mLen bytes at mAt, and returns where the literals now start. A
-// match too close to the block's end is shortened, or left to the
-// literals; so is one shorter than LZ4's minimum of 4 bytes.
-func appendLZ4Match(out, src []byte, lit, mOff, mAt, mLen int) ([]byte, int) {
-	if mAt > len(src)-lz4MatchLimit {
-		return out, lit
+// putLZ4Sequence writes one LZ4 sequence at buf[o:]: literals, then a
+// match of mLen bytes at offset back; mLen 0 is the block's last sequence,
+// literals only. It returns where the next one goes, or -1 if buf has no
+// room for this one.
+func putLZ4Sequence(buf []byte, o int, literals []byte, offset, mLen int) int {
+	ll, ml := len(literals), mLen-4
+	// The token, the lengths' extra bytes, the literals and the offset.
+	if o+1+ll/255+1+ll+2+ml/255+1 > len(buf) {
+		return -1
 	}
-	mLen = min(mLen, len(src)-lz4LastLiterals-mAt)
-	if mLen < 4 {
-		return out, lit
-	}
-	return appendLZ4Sequence(out, src[lit:mAt], mOff, mLen), mAt + mLen
-}
-
-// appendLZ4Sequence appends one LZ4 sequence: literals, then a match of
-// mLen bytes at offset back; mLen 0 is the block's last sequence, literals
-// only.
-func appendLZ4Sequence(out, literals []byte, offset, mLen int) []byte {
-	ll := len(literals)
-	ml := mLen - 4
 	if ll < 15 && ml >= 0 && ml < 15 {
-		out = append(out, byte(ll<<4|ml))
-		out = append(out, literals...)
-		return append(out, byte(offset), byte(offset>>8))
+		buf[o] = byte(ll<<4 | ml)
+		o += 1 + copy(buf[o+1:], literals)
+		buf[o], buf[o+1] = byte(offset), byte(offset>>8)
+		return o + 2
 	}
 	if mLen == 0 {
 		ml = 0
 	}
-	out = append(out, byte(min(ll, 15)<<4|min(ml, 15)))
+	buf[o] = byte(min(ll, 15)<<4 | min(ml, 15))
+	o++
 	if ll >= 15 {
-		out = appendLZ4Length(out, ll-15)
+		o = putLZ4Length(buf, o, ll-15)
 	}
-	out = append(out, literals...)
+	o += copy(buf[o:], literals)
 	if mLen == 0 {
-		return out
+		return o
 	}
-	out = append(out, byte(offset), byte(offset>>8))
+	buf[o], buf[o+1] = byte(offset), byte(offset>>8)
+	o += 2
 	if ml >= 15 {
-		out = appendLZ4Length(out, ml-15)
+		o = putLZ4Length(buf, o, ml-15)
 	}
-	return out
+	return o
 }
 
-func appendLZ4Length(out []byte, n int) []byte {
-	for n >= 255 {
-		out = append(out, 255)
-		n -= 255
+func putLZ4Length(buf []byte, o, n int) int {
+	for ; n >= 255; n -= 255 {
+		buf[o] = 255
+		o++
 	}
-	return append(out, byte(n))
+	buf[o] = byte(n)
+	return o + 1
 }

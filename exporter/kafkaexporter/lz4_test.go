@@ -11,6 +11,8 @@ import (
 	"github.com/pierrec/lz4/v4"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+
 	"github.com/ferryhq/ferry/internal/otlpgen"
 )
 
@@ -76,16 +78,26 @@ func lz4Inputs() map[string][]byte {
 		mix = append(mix, "\x00\x02\x14resource.service.name\x12generator.service"...)
 		mix = append(mix, g.String(1024)...)
 	}
+	// What ferry's OTLP records hold: export requests of 100 logs.
+	var otlpText, otlpRandom []byte
+	for i := 0; len(otlpText) < 1<<20; i++ {
+		b, _ := plogotlp.NewExportRequestFromLogs(g.LogsOf(100, 1024, otlpgen.BodyText)).MarshalProto()
+		otlpText = append(otlpText, b...)
+		b, _ = plogotlp.NewExportRequestFromLogs(g.LogsOf(100, 1024, otlpgen.BodyRandom)).MarshalProto()
+		otlpRandom = append(otlpRandom, b...)
+	}
 	in := map[string][]byte{
-		"empty":       {},
-		"one byte":    {'a'},
-		"short":       []byte("hello hello hello hello"),
-		"zeros 64K":   make([]byte, lz4BlockSize),
-		"zeros 64K+1": make([]byte, lz4BlockSize+1),
-		"zeros 1M":    make([]byte, 1<<20),
-		"random 200K": random(200 << 10),
-		"text":        text,
-		"kafka-like":  mix,
+		"otlp logs, text":   otlpText,
+		"otlp logs, random": otlpRandom,
+		"empty":             {},
+		"one byte":          {'a'},
+		"short":             []byte("hello hello hello hello"),
+		"zeros 64K":         make([]byte, lz4BlockSize),
+		"zeros 64K+1":       make([]byte, lz4BlockSize+1),
+		"zeros 1M":          make([]byte, 1<<20),
+		"random 200K":       random(200 << 10),
+		"text":              text,
+		"kafka-like":        mix,
 	}
 	// Matches that end at every distance from a block's end.
 	for tail := 0; tail < 20; tail++ {
@@ -179,7 +191,7 @@ func BenchmarkLZ4(b *testing.B) {
 		b.Fatal(err)
 	}
 	in := lz4Inputs()
-	for _, name := range []string{"text", "kafka-like", "random 200K"} {
+	for _, name := range []string{"text", "kafka-like", "random 200K", "otlp logs, text", "otlp logs, random"} {
 		src := in[name]
 		for _, c := range []struct {
 			name string
