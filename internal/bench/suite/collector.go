@@ -155,7 +155,14 @@ func portOpen(addr string) bool {
 func logBytes(adm *kadm.Client, topic string) int64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	dirs, err := adm.DescribeAllLogDirs(ctx, kadm.TopicsSet{topic: nil})
+	offs, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return 0
+	}
+	// Log dirs are described per partition named.
+	set := kadm.TopicsSet{}
+	offs.Each(func(o kadm.ListedOffset) { set.Add(topic, o.Partition) })
+	dirs, err := adm.DescribeAllLogDirs(ctx, set)
 	if err != nil {
 		return 0
 	}
