@@ -65,15 +65,16 @@ func TestDefaultYAMLIsComplete(t *testing.T) {
 
 func TestErrorsNameTheKey(t *testing.T) {
 	cases := map[string]string{
-		"exporter:\n  kafka:\n    compresion: lz4\n":         "unknown key exporter.kafka.compresion",
-		"queue:\n  memory_limit: lots\n":                     "queue.memory_limit",
-		"exporter:\n  kafka:\n    linger: 5\n":               "exporter.kafka.linger",
-		"exporter:\n  kafka:\n    acks: some\n":              "exporter.kafka.acks",
-		"exporter:\n  kafka:\n    brokers: []\n":             "exporter.kafka.brokers",
-		"exporter:\n  kafka:\n    acks: leader\n":            "exporter.kafka.idempotent",
-		"receivers:\n  http:\n    max_request_bytes: 1GiB\n": "max_request_bytes",
-		"exporter:\n  type: nats\n":                          "exporter.type",
-		"telemetry:\n  log:\n    level: loud\n":              "telemetry.log.level",
+		"exporter:\n  kafka:\n    compresion: lz4\n":           "unknown key exporter.kafka.compresion",
+		"queue:\n  memory_limit: lots\n":                       "queue.memory_limit",
+		"exporter:\n  kafka:\n    linger: 5\n":                 "exporter.kafka.linger",
+		"exporter:\n  kafka:\n    acks: some\n":                "exporter.kafka.acks",
+		"exporter:\n  kafka:\n    brokers: []\n":               "exporter.kafka.brokers",
+		"exporter:\n  kafka:\n    acks: leader\n":              "exporter.kafka.idempotent",
+		"receivers:\n  http:\n    max_request_bytes: 1GiB\n":   "max_request_bytes",
+		"exporter:\n  type: nats\n":                            "exporter.type",
+		"telemetry:\n  log:\n    level: loud\n":                "telemetry.log.level",
+		"delivery:\n  mode: spool\n  spool:\n    linger: 2m\n": "delivery.spool.linger",
 	}
 	for src, want := range cases {
 		_, err := Parse([]byte(src), nil)

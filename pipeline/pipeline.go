@@ -80,6 +80,17 @@ type Exporter interface {
 	Up() bool
 }
 
+// exporterConfig is the Kafka exporter's configuration for the delivery
+// mode: in mode spool no client waits for Kafka's ack, so batches linger
+// for delivery.spool.linger.
+func exporterConfig(cfg *config.Config) kafkaexporter.Config {
+	k := cfg.Exporter.Kafka
+	if cfg.Delivery.Mode == "spool" {
+		k.Linger = cfg.Delivery.Spool.Linger
+	}
+	return k
+}
+
 // New builds every component; nothing listens or connects yet. If a step
 // fails, what the earlier ones built is released.
 func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
@@ -93,7 +104,7 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 	case "blackhole":
 		p.Exporter = blackholeexporter.New(set)
 	default:
-		if p.Exporter, err = kafkaexporter.New(cfg.Exporter.Kafka, set, int64(cfg.Queue.MemoryLimit)); err != nil {
+		if p.Exporter, err = kafkaexporter.New(exporterConfig(cfg), set, int64(cfg.Queue.MemoryLimit)); err != nil {
 			return nil, fmt.Errorf("exporter.kafka: %w", err)
 		}
 	}

@@ -1,0 +1,29 @@
+package pipeline
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ferryhq/ferry/config"
+)
+
+// In mode spool nobody waits for Kafka's ack, so the exporter's batches
+// linger for delivery.spool.linger; in modes kafka and spill clients wait
+// on the memory path, so exporter.kafka.linger stays.
+func TestSpoolModeLingers(t *testing.T) {
+	for _, c := range []struct {
+		mode string
+		want time.Duration
+	}{{"kafka", 7 * time.Millisecond}, {"spill", 7 * time.Millisecond}, {"spool", 40 * time.Millisecond}} {
+		cfg, err := config.Parse(nil, []string{"delivery.mode=" + c.mode, "exporter.kafka.linger=7ms", "delivery.spool.linger=40ms"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := exporterConfig(cfg).Linger; got != c.want {
+			t.Errorf("mode %s: exporter linger %v, want %v", c.mode, got, c.want)
+		}
+	}
+	if d := config.Default().Delivery.Spool.Linger; d != 50*time.Millisecond {
+		t.Errorf("delivery.spool.linger defaults to %v; the docs say 50ms", d)
+	}
+}
