@@ -237,7 +237,7 @@ func (s *suite) writeLingers(rows []lingerRow) {
 	s.doc.Table([]string{"exporter.kafka.linger", "requests/s", "vs 5 ms", "p50 ms", "p99 ms", "produce requests/s", "ferry CPU", "ferry CPU µs per request"}, out)
 	s.doc.P("")
 	s.doc.P("Below 5 ms the agent's CPU per request stays the same while the linger wait goes; at 1 ms and below the two cores are full")
-	s.doc.P("(ferry, the broker and the load generator), so the rest is CPU, a third of ferry's in lz4. The cost of a shorter linger is more")
+	s.doc.P("(ferry, the broker and the load generator), so the rest is CPU. The cost of a shorter linger is more")
 	s.doc.P("produce requests per agent, which matters only across a fleet: thousands of hosts want a long linger (docs/scaling.md).")
 }
 
