@@ -9,10 +9,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// lz4Compressor writes the lz4 record batches ferry sends to Kafka, at
-// about twice the speed of the pure-Go lz4 block search franz-go uses by
-// default, with the same ratio: on an agent forwarding logs, compression is
-// the largest single cost per record (about half of it on 1 KB logs).
+// lz4Compressor writes the lz4 record batches ferry sends to Kafka faster
+// than the pure-Go lz4 block search franz-go uses by default: 1.2-1.5x on
+// text logs (output up to 7% larger), 4-7x on batches of incompressible
+// bodies (same size), BenchmarkLZ4. On an agent forwarding logs,
+// compression is the largest single cost per record (half of it on 1 KB
+// logs with franz-go's).
 //
 // The match search is Snappy's, from klauspost/compress's s2 encoder, which
 // has an assembly version; each block's Snappy matches are then written as
