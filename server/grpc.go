@@ -20,15 +20,18 @@ type GRPC struct {
 	tls      TLSConfig
 	log      *slog.Logger
 	reg      prometheus.Registerer
-	srv      *grpc.Server
+	build    func() *grpc.Server
+	srv      *grpc.Server // built at Start
 	ln       net.Listener
 }
 
-// NewGRPC serves srv on listen with at most maxConns connections open (0:
-// unbounded), over TLS when tlsc is on; name labels its log lines and
-// connection metrics. Nothing is bound until Start.
-func NewGRPC(name, listen string, maxConns int, tlsc TLSConfig, srv *grpc.Server, log *slog.Logger, reg prometheus.Registerer) *GRPC {
-	return &GRPC{name: name, listen: listen, maxConns: maxConns, tls: tlsc, log: log, reg: reg, srv: srv}
+// NewGRPC serves the server build returns on listen with at most maxConns
+// connections open (0: unbounded), over TLS when tlsc is on; name labels
+// its log lines and connection metrics. Nothing is bound or built until
+// Start: gRPC starts goroutines (its stream workers) as soon as a server is
+// built, and an agent that fails to start must leave none behind.
+func NewGRPC(name, listen string, maxConns int, tlsc TLSConfig, build func() *grpc.Server, log *slog.Logger, reg prometheus.Registerer) *GRPC {
+	return &GRPC{name: name, listen: listen, maxConns: maxConns, tls: tlsc, log: log, reg: reg, build: build}
 }
 
 // Start binds the listener and serves in the background.
@@ -39,7 +42,7 @@ func (g *GRPC) Start(context.Context) error {
 	}
 	// HTTP/2 has no answer before its preface: a refused connection is
 	// closed, and gRPC clients back off and reconnect.
-	g.ln = limit(ln, g.maxConns, g.name, g.reg, nil)
+	var l net.Listener = limit(ln, g.maxConns, g.name, g.reg, nil)
 	if g.tls.On() {
 		// TLS ends at the listener and gRPC speaks HTTP/2 on what it
 		// accepts; "h2" is negotiated, as gRPC clients require.
@@ -48,8 +51,9 @@ func (g *GRPC) Start(context.Context) error {
 			ln.Close()
 			return err
 		}
-		g.ln = tls.NewListener(g.ln, conf)
+		l = tls.NewListener(l, conf)
 	}
+	g.srv, g.ln = g.build(), l
 	go func() {
 		if err := g.srv.Serve(g.ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			g.log.Error("server stopped", "server", g.name, "err", err)

@@ -91,6 +91,15 @@ const grpcStreamWorkers = 32
 
 func newGRPCServer(r *Receiver) *grpcServer {
 	g := &grpcServer{r: r}
+	g.srv = server.NewGRPC("otlp_grpc", r.cfg.GRPC.Listen, r.cfg.GRPC.MaxConnections, r.cfg.GRPC.TLS, g.build, r.set.Logger, r.set.Registry)
+	return g
+}
+
+// build is the gRPC server, built when the listener starts (its stream
+// workers are goroutines that must not outlive an agent that failed to
+// start).
+func (g *grpcServer) build() *grpc.Server {
+	r := g.r
 	gs := grpc.NewServer(
 		grpc.ForceServerCodecV2(rawCodec{}),
 		// Enforced on the decompressed size too, so a gzip bomb stops here.
@@ -142,8 +151,7 @@ func newGRPCServer(r *Receiver) *grpcServer {
 			}},
 		}, struct{}{})
 	}
-	g.srv = server.NewGRPC("otlp_grpc", r.cfg.GRPC.Listen, r.cfg.GRPC.MaxConnections, r.cfg.GRPC.TLS, gs, r.set.Logger, r.set.Registry)
-	return g
+	return gs
 }
 
 // lease is a request's reservation taken before its message was read.
