@@ -128,3 +128,18 @@ func shortDir(t *testing.T) string {
 	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
 }
+
+// TestExporterFailingInNew: a Kafka exporter that cannot be built (here a
+// CA file that holds no certificate) fails New with an error naming it,
+// and New's clean-up must not touch the exporter that was never built.
+func TestExporterFailingInNew(t *testing.T) {
+	ca := t.TempDir() + "/ca.pem"
+	if err := os.WriteFile(ca, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	p, err := New(lifeConfig(t, "exporter.kafka.tls.enabled=true", "exporter.kafka.tls.ca_file="+ca), telemetry.TestSettings())
+	if err == nil || !strings.HasPrefix(err.Error(), "exporter.kafka:") {
+		t.Fatalf("New: %v, %v; want an error naming exporter.kafka", p, err)
+	}
+}

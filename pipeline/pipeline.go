@@ -104,9 +104,13 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 	case "blackhole":
 		p.Exporter = blackholeexporter.New(set)
 	default:
-		if p.Exporter, err = kafkaexporter.New(exporterConfig(cfg), set, int64(cfg.Queue.MemoryLimit)); err != nil {
-			return nil, fmt.Errorf("exporter.kafka: %w", err)
+		// Through a local: a nil *Exporter stored in the interface would not
+		// be nil there, and abandon would shut it down.
+		k, kerr := kafkaexporter.New(exporterConfig(cfg), set, int64(cfg.Queue.MemoryLimit))
+		if kerr != nil {
+			return nil, fmt.Errorf("exporter.kafka: %w", kerr)
 		}
+		p.Exporter = k
 	}
 	// What the receivers hand their batches to, by delivery mode:
 	//   kafka: queue → exporter

@@ -170,6 +170,17 @@ func TestCommands(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "exporter.kafka.linger") {
 		t.Fatalf("bad value: %v\n%s", err, out)
 	}
+	// A component that cannot be built is a clear error and exit 1, not a
+	// crash (the Kafka exporter once panicked in New's clean-up).
+	notCA := filepath.Join(t.TempDir(), "ca.pem")
+	_ = os.WriteFile(notCA, []byte("not a certificate\n"), 0o600)
+	run := exec.Command(bin, "run", "--set", "exporter.kafka.tls.enabled=true", "--set", "exporter.kafka.tls.ca_file="+notCA,
+		"--set", "telemetry.admin.listen=127.0.0.1:0", "--set", "receivers.http.listen=127.0.0.1:0")
+	run.Dir = t.TempDir()
+	out, err = run.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "tls.ca_file") || strings.Contains(string(out), "panic") {
+		t.Fatalf("run with a file that is no CA: %v\n%s", err, out)
+	}
 	if out, err := exec.Command(bin, "version").Output(); err != nil || !strings.HasPrefix(string(out), "ferry ") {
 		t.Fatalf("version: %v %s", err, out)
 	}
