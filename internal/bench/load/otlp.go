@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	neturl "net/url"
 	"os"
@@ -16,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
@@ -51,7 +54,7 @@ func OTLPCmd(args []string) error {
 	header := fs.Bool("header", true, "print the table header")
 	clientKind := fs.String("client", "raw", "http: raw (pre-serialized HTTP/1.1, cheap like wrk) or std (net/http)")
 	report := fs.String("report-json", "", "also write the result as JSON to this file")
-	retry := fs.Bool("retry", true, "retry a request answered 429/503 (gRPC RESOURCE_EXHAUSTED/UNAVAILABLE: an agent's backpressure) after 20 ms, as OTLP exporters retry; QPS counts accepted requests")
+	retry := fs.Bool("retry", true, "retry a request answered 429/503 (gRPC RESOURCE_EXHAUSTED/UNAVAILABLE: an agent's backpressure) or whose connection failed, after 20 ms, as OTLP exporters retry, until --duration ends and for at most 1 min; QPS counts accepted requests")
 	failOnError := fs.Bool("fail-on-error", true, "exit non-zero when a request failed (the report is written either way)")
 	rate := fs.Float64("rate", 0, "requests per second (0 = as fast as answers come): request i is due at start + i/rate and sent then, by one of --concurrency workers; latency counts from when it was due, so a slow agent is not excused by the wait it caused")
 	if err := fs.Parse(args); err != nil {
@@ -163,15 +166,15 @@ func OTLPCmd(args []string) error {
 					time.Sleep(time.Until(due))
 					t0 = due
 				}
-				for {
+				for first := time.Now(); ; {
 					res, code := send(int(i % poolSize))
 					switch {
 					case res == answerOK:
 						ok.Add(1)
 						lat.add(time.Since(t0), 1)
-					case res == answerBusy && *retry:
+					case res == answerBusy && *retry && retryAllowed(first, deadline):
 						retried.Add(1)
-						time.Sleep(20 * time.Millisecond)
+						time.Sleep(retryPause)
 						continue
 					default:
 						failed.Add(1)
@@ -219,7 +222,7 @@ func OTLPCmd(args []string) error {
 		}
 	}
 	if r := retried.Load(); r > 0 {
-		fmt.Fprintf(os.Stderr, "%d requests were retried after backpressure (429/503, RESOURCE_EXHAUSTED/UNAVAILABLE)\n", r)
+		fmt.Fprintf(os.Stderr, "%d requests were retried after backpressure (429/503, RESOURCE_EXHAUSTED/UNAVAILABLE) or a failed connection\n", r)
 	}
 	if f := failed.Load(); f > 0 {
 		err := fmt.Errorf("%d requests failed (%s)", f, strings.Join(failures, ", "))
@@ -229,6 +232,37 @@ func OTLPCmd(args []string) error {
 		fmt.Fprintln(os.Stderr, err)
 	}
 	return nil
+}
+
+// A request the agent pushed back on, or could not be reached for, is sent
+// again after retryPause, as OTLP exporters do, but not past the end of
+// --duration (a run ends on time even when the agent is down) nor for
+// longer than maxRetry; then it counts as failed, with the last cause.
+const (
+	retryPause = 20 * time.Millisecond
+	maxRetry   = time.Minute
+)
+
+func retryAllowed(first, deadline time.Time) bool {
+	now := time.Now()
+	return now.Sub(first) < maxRetry && (deadline.IsZero() || now.Add(retryPause).Before(deadline))
+}
+
+// connCause names why a connection failed in words that group in the
+// report (the full error carries ports and addresses).
+func connCause(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
+		return "connection reset"
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	}
+	return "connection error"
 }
 
 // answer is what became of one request.
@@ -278,7 +312,9 @@ func otlpSenders(protocol, clientKind, target, signal string, asJSON bool, concu
 				case codes.OK:
 					return answerOK, ""
 				case codes.Unavailable:
-					return answerBusy, c.String()
+					// The message says whether the agent refused the
+					// connection or is shedding load.
+					return answerBusy, c.String() + " " + strconv.Quote(cut(status.Convert(err).Message(), 160))
 				case codes.ResourceExhausted:
 					// OTLP's rule: RESOURCE_EXHAUSTED is retried only with
 					// RetryInfo (backpressure); without, it is "too large".
@@ -291,11 +327,7 @@ func otlpSenders(protocol, clientKind, target, signal string, asJSON bool, concu
 				default:
 					// The message names the cause; long ones are cut so
 					// failures still group.
-					msg := status.Convert(err).Message()
-					if len(msg) > 100 {
-						msg = msg[:100]
-					}
-					return answerFailed, c.String() + " " + strconv.Quote(msg)
+					return answerFailed, c.String() + " " + strconv.Quote(cut(status.Convert(err).Message(), 100))
 				}
 			}
 		}, closeAll, nil
@@ -347,7 +379,9 @@ func otlpSenders(protocol, clientKind, target, signal string, asJSON bool, concu
 			}
 			switch {
 			case err != nil:
-				return answerFailed, "conn_error"
+				// Retried like a 503: an exporter retries a connection
+				// the agent did not take.
+				return answerBusy, connCause(err)
 			case code == http.StatusOK:
 				return answerOK, ""
 			case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
@@ -356,6 +390,13 @@ func otlpSenders(protocol, clientKind, target, signal string, asJSON bool, concu
 			return answerFailed, strconv.Itoa(code)
 		}
 	}, closeAll, nil
+}
+
+func cut(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 func marshal(proto, js func() ([]byte, error), asJSON bool) ([]byte, error) {

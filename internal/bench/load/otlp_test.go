@@ -3,10 +3,13 @@ package load
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferryhq/ferry/config"
 	"github.com/ferryhq/ferry/consumer/consumertest"
@@ -87,4 +90,52 @@ func TestOTLPLoadRateIsAnUpperBound(t *testing.T) {
 		t.Fatalf("%d requests in 500 ms at --rate 100; want at most 51 (and more than a few)", n)
 	}
 	t.Log("requests sent: " + strconv.Itoa(n))
+}
+
+// An agent that is down answers UNAVAILABLE (or 503) to every attempt,
+// which the load retries as OTLP exporters do, but never past --duration:
+// the run ends on time and counts what it could not deliver as failed,
+// naming the cause.
+func TestOTLPLoadEndsOnTimeWhenTheAgentIsDown(t *testing.T) {
+	for _, c := range []struct{ protocol, scheme string }{{"grpc", ""}, {"http", "http://"}} {
+		t.Run(c.protocol, func(t *testing.T) {
+			done := make(chan map[string]any, 1)
+			go func() {
+				rep := filepath.Join(t.TempDir(), "report.json")
+				err := OTLPCmd([]string{"--protocol", c.protocol, "--target", c.scheme + closedAddr(t), "--count", "1", "--length", "10",
+					"--requests", "1000000", "--concurrency", "4", "--duration", "500ms", "--header=false", "--fail-on-error=false",
+					"--report-json", rep})
+				var res map[string]any
+				if b, rerr := os.ReadFile(rep); err == nil && rerr == nil {
+					_ = json.Unmarshal(b, &res)
+				}
+				done <- res
+			}()
+			select {
+			case res := <-done:
+				if res == nil {
+					t.Fatal("no report")
+				}
+				if res["requests"].(float64) != 0 || res["failed"].(float64) < 4 {
+					t.Fatalf("requests %v, failed %v; want 0 and at least one per worker", res["requests"], res["failed"])
+				}
+				if f := res["failures"].(string); !strings.Contains(f, "refused") {
+					t.Fatalf("failures %q do not name the refused connection", f)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("a run of --duration 500ms against a closed port still runs after 10 s")
+			}
+		})
+	}
+}
+
+// closedAddr is a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
 }
