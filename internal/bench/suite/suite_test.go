@@ -2,6 +2,7 @@ package suite
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/ferryhq/ferry/internal/bench/load"
@@ -32,5 +33,33 @@ func TestParseCP(t *testing.T) {
 	l, err := parseCP(out)
 	if err != nil || l.NMsg != 50e6 || l.FetchMS != 10370 || math.Abs(l.MBSec-147.0167) > 1e-9 {
 		t.Fatalf("%+v %v", l, err)
+	}
+}
+
+// A fixed-rate row is its agent's median run by CPU per item, shows the
+// range of all runs, and does not hide an item another run lost.
+func TestMedianRun(t *testing.T) {
+	run := func(cpu float64, acked, delivered int64) colRow {
+		return colRow{cpuSec: cpu, accepted: acked, delivered: delivered}
+	}
+	m := medianRun([]colRow{run(3, 1e6, 1e6), run(1, 1e6, 1e6), run(2, 1e6, 1e6-5)})
+	if m.cpuSec != 2 {
+		t.Fatalf("median run has %v CPU s, want the middle one (2)", m.cpuSec)
+	}
+	if len(m.runs) != 3 || slices.Min(m.runs) != 1 || slices.Max(m.runs) != 3 {
+		t.Fatalf("runs %v, want the three runs' µs per item", m.runs)
+	}
+	if m.lost() != 5 || m.lostElsewhere != 0 || lostCell(m) != "5" {
+		t.Fatalf("lost %d, elsewhere %d, cell %q", m.lost(), m.lostElsewhere, lostCell(m))
+	}
+	m = medianRun([]colRow{run(2, 1e6, 1e6), run(1, 1e6, 1e6-7), run(3, 1e6, 1e6)})
+	if m.lost() != 0 || m.lostElsewhere != 7 || lostCell(m) != "0 (7 in its other runs)" {
+		t.Fatalf("lost %d, elsewhere %d, cell %q; want another run's 7 shown", m.lost(), m.lostElsewhere, lostCell(m))
+	}
+	if got := usPerItem(m); got != "2.00 (1.00–3.00)" {
+		t.Fatalf("cell %q", got)
+	}
+	if one := medianRun([]colRow{run(1, 10, 10)}); one.runs != nil {
+		t.Fatal("a single run is shown as it is")
 	}
 }
