@@ -107,9 +107,10 @@ func OTLPCmd(args []string) error {
 	}
 	defer closeAll()
 
-	var next, ok, failed, retried atomic.Int64
+	var next, ok, failed, retried, abandoned atomic.Int64
 	var lat hist
-	byCause := sync.Map{} // failed requests by status code or cause
+	byCause := sync.Map{}     // failed requests by status code or cause
+	abandonedBy := sync.Map{} // requests the agent still pushed back when the run ended, by cause
 	start := time.Now()
 	var deadline time.Time
 	if *duration > 0 {
@@ -176,6 +177,12 @@ func OTLPCmd(args []string) error {
 						retried.Add(1)
 						time.Sleep(retryPause)
 						continue
+					case res == answerBusy && *retry && time.Since(first) < maxRetry:
+						// The run ended while the agent pushed this one back:
+						// not sent, which is not the agent failing it.
+						abandoned.Add(1)
+						v, _ := abandonedBy.LoadOrStore(code, new(atomic.Int64))
+						v.(*atomic.Int64).Add(1)
 					default:
 						failed.Add(1)
 						v, _ := byCause.LoadOrStore(code, new(atomic.Int64))
@@ -207,16 +214,22 @@ func OTLPCmd(args []string) error {
 	}
 	fmt.Printf("| %d | %s | %s | %d | %s | %d | %.0f | %.0f | %s | %.1f | %.1f | %s |\n", runtime.NumCPU(), *protocol, *signal, *count, shape,
 		ok.Load(), qps, float64(items)/elapsed.Seconds(), elapsed.Round(time.Millisecond), ms(lat.quantile(0.5)), ms(lat.quantile(0.99)), *exporter)
-	var failures []string
-	byCause.Range(func(k, v any) bool {
-		failures = append(failures, fmt.Sprintf("%v: %d", k, v.(*atomic.Int64).Load()))
-		return true
-	})
+	causes := func(m *sync.Map) []string {
+		var out []string
+		m.Range(func(k, v any) bool {
+			out = append(out, fmt.Sprintf("%v: %d", k, v.(*atomic.Int64).Load()))
+			return true
+		})
+		slices.Sort(out)
+		return out
+	}
+	failures, pushedBack := causes(&byCause), causes(&abandonedBy)
 	if *report != "" {
 		b, _ := json.MarshalIndent(map[string]any{"protocol": *protocol, "signal": *signal, "count": *count, "length": *length, "requests": ok.Load(),
 			"items": items, "items_per_sec": float64(items) / elapsed.Seconds(),
 			"qps": qps, "seconds": elapsed.Seconds(), "p50_ms": ms(lat.quantile(0.5)), "p99_ms": ms(lat.quantile(0.99)),
-			"failed": failed.Load(), "failures": strings.Join(failures, ", "), "retried": retried.Load(), "exporter": *exporter}, "", "  ")
+			"failed": failed.Load(), "failures": strings.Join(failures, ", "), "retried": retried.Load(),
+			"abandoned": abandoned.Load(), "abandoned_causes": strings.Join(pushedBack, ", "), "exporter": *exporter}, "", "  ")
 		if err := os.WriteFile(*report, append(b, '\n'), 0o644); err != nil {
 			return err
 		}
@@ -224,20 +237,30 @@ func OTLPCmd(args []string) error {
 	if r := retried.Load(); r > 0 {
 		fmt.Fprintf(os.Stderr, "%d requests were retried after backpressure (429/503, RESOURCE_EXHAUSTED/UNAVAILABLE) or a failed connection\n", r)
 	}
-	if f := failed.Load(); f > 0 {
-		err := fmt.Errorf("%d requests failed (%s)", f, strings.Join(failures, ", "))
+	if a := abandoned.Load(); a > 0 {
+		fmt.Fprintf(os.Stderr, "%d requests were still pushed back when the run ended, and not sent (%s)\n", a, strings.Join(pushedBack, ", "))
+	}
+	var runErr error
+	switch {
+	case failed.Load() > 0:
+		runErr = fmt.Errorf("%d requests failed (%s)", failed.Load(), strings.Join(failures, ", "))
+	case ok.Load() == 0 && abandoned.Load() > 0:
+		runErr = fmt.Errorf("no request was accepted: the agent pushed back or could not be reached for the whole run (%s)", strings.Join(pushedBack, ", "))
+	}
+	if runErr != nil {
 		if *failOnError {
-			return err
+			return runErr
 		}
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(os.Stderr, runErr)
 	}
 	return nil
 }
 
 // A request the agent pushed back on, or could not be reached for, is sent
 // again after retryPause, as OTLP exporters do, but not past the end of
-// --duration (a run ends on time even when the agent is down) nor for
-// longer than maxRetry; then it counts as failed, with the last cause.
+// --duration (a run ends on time even when the agent is down): then it is
+// reported as not sent, with its last cause; nor for longer than maxRetry,
+// after which it counts as failed.
 const (
 	retryPause = 20 * time.Millisecond
 	maxRetry   = time.Minute

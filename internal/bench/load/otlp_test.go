@@ -116,16 +116,25 @@ func TestOTLPLoadEndsOnTimeWhenTheAgentIsDown(t *testing.T) {
 				if res == nil {
 					t.Fatal("no report")
 				}
-				if res["requests"].(float64) != 0 || res["failed"].(float64) < 4 {
-					t.Fatalf("requests %v, failed %v; want 0 and at least one per worker", res["requests"], res["failed"])
+				if res["requests"].(float64) != 0 || res["abandoned"].(float64) < 4 || res["failed"].(float64) != 0 {
+					t.Fatalf("requests %v, not sent %v, failed %v; want 0, at least one per worker, 0", res["requests"], res["abandoned"], res["failed"])
 				}
-				if f := res["failures"].(string); !strings.Contains(f, "refused") {
-					t.Fatalf("failures %q do not name the refused connection", f)
+				if f := res["abandoned_causes"].(string); !strings.Contains(f, "refused") {
+					t.Fatalf("causes %q do not name the refused connection", f)
 				}
 			case <-time.After(10 * time.Second):
 				t.Fatal("a run of --duration 500ms against a closed port still runs after 10 s")
 			}
 		})
+	}
+}
+
+// A whole run in which no request was accepted is an error.
+func TestOTLPLoadFailsWhenNothingWasAccepted(t *testing.T) {
+	err := OTLPCmd([]string{"--protocol", "http", "--target", "http://" + closedAddr(t), "--count", "1", "--requests", "1000000",
+		"--concurrency", "2", "--duration", "300ms", "--header=false"})
+	if err == nil || !strings.Contains(err.Error(), "no request was accepted") {
+		t.Fatalf("err %v; want no request was accepted", err)
 	}
 }
 
