@@ -45,6 +45,17 @@ func (c *TLSConfig) Validate() error {
 	return nil
 }
 
+// CheckFiles reads the listener's certificate, key and client CA as
+// start-up does, so `ferry validate` finds a file that is missing or holds
+// no certificate before `ferry run` does.
+func (c *TLSConfig) CheckFiles() error {
+	if !c.On() {
+		return nil
+	}
+	_, err := tlsfiles.New(tlsfiles.Files{CA: c.ClientCAFile, CAKey: "client_ca_file", Cert: c.CertFile, Key: c.KeyFile, Prefix: "tls."})
+	return err
+}
+
 // serverTLS is the tls.Config a listener serves protos (ALPN) with, its
 // files read now (an error fails start-up) and again when they change.
 func serverTLS(c TLSConfig, protos []string, name string, log *slog.Logger) (*tls.Config, error) {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/ferryhq/ferry/config"
 	"github.com/ferryhq/ferry/pipeline"
+	"github.com/ferryhq/ferry/server"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -31,7 +32,7 @@ const usage = `ferry — a local telemetry agent that forwards to Apache Kafka
 
 Usage:
   ferry run [-c FILE] [--set key.path=value ...]   run the agent (built-in defaults without -c)
-  ferry validate [-c FILE] [--set ...]              check a configuration and exit
+  ferry validate [-c FILE] [--set ...]              check a configuration and the files it names
   ferry config default                              print the complete default configuration
   ferry token keygen|issue|inspect                  application tokens (ferry token for help)
   ferry version                                     print the version
@@ -77,6 +78,10 @@ func run(args []string) int {
 			return 1
 		}
 		if args[0] == "validate" {
+			if err := checkFiles(cfg); err != nil {
+				fmt.Fprintln(os.Stderr, "ferry:", err)
+				return 1
+			}
 			fmt.Println("configuration is valid")
 			return 0
 		}
@@ -211,4 +216,32 @@ func versionLine() string {
 		}
 	}
 	return fmt.Sprintf("ferry %s (commit %s%s, %s %s/%s)", pipeline.Version, commit, modified, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// checkFiles reads the files the configuration names (TLS certificates,
+// keys and CAs, SASL secrets) as start-up would, without binding or
+// creating anything, so a configuration that validates also starts.
+func checkFiles(cfg *config.Config) error {
+	r := &cfg.Receivers
+	for _, l := range []struct {
+		name string
+		on   bool
+		tls  *server.TLSConfig
+	}{
+		{"receivers.otlp.grpc", r.OTLP.Enabled && r.OTLP.GRPC.Enabled, &r.OTLP.GRPC.TLS},
+		{"receivers.local", r.Local.Enabled, &r.Local.TLS},
+		{"receivers.kafka", r.Kafka.Enabled, &r.Kafka.TLS},
+	} {
+		if l.on {
+			if err := l.tls.CheckFiles(); err != nil {
+				return fmt.Errorf("%s: %w", l.name, err)
+			}
+		}
+	}
+	if cfg.Exporter.Type == "kafka" {
+		if err := cfg.Exporter.Kafka.CheckFiles(); err != nil {
+			return fmt.Errorf("exporter.kafka: %w", err)
+		}
+	}
+	return nil
 }

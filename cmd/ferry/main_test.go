@@ -170,6 +170,25 @@ func TestCommands(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "exporter.kafka.linger") {
 		t.Fatalf("bad value: %v\n%s", err, out)
 	}
+	// validate reads the files a configuration names, as start-up does: a
+	// configuration that validates also starts.
+	for _, set := range [][]string{
+		{"exporter.kafka.tls.enabled=true", "exporter.kafka.tls.ca_file=NOTCA"},
+		{"receivers.otlp.grpc.tls.cert_file=NOTCA", "receivers.otlp.grpc.tls.key_file=NOTCA"},
+		{"receivers.local.tls.cert_file=" + filepath.Join(t.TempDir(), "missing.pem"), "receivers.local.tls.key_file=NOTCA"},
+	} {
+		notCA := filepath.Join(t.TempDir(), "ca.pem")
+		_ = os.WriteFile(notCA, []byte("not a certificate\n"), 0o600)
+		args := []string{"validate"}
+		for _, s := range set {
+			args = append(args, "--set", strings.ReplaceAll(s, "NOTCA", notCA))
+		}
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "tls.") {
+			t.Fatalf("validate %v: %v\n%s; want exit 1 naming the file", set, err, out)
+		}
+	}
+
 	// A component that cannot be built is a clear error and exit 1, not a
 	// crash (the Kafka exporter once panicked in New's clean-up).
 	notCA := filepath.Join(t.TempDir(), "ca.pem")

@@ -130,6 +130,14 @@ type secState struct {
 	files *tlsfiles.Loader // nil without TLS
 }
 
+// CheckFiles reads the TLS and SASL files as New does, so `ferry
+// validate` finds a file that is missing or unreadable before `ferry run`
+// does.
+func (c *Config) CheckFiles() error {
+	_, err := newSecurity(c.TLS, c.SASL, c.DialTimeout)
+	return err
+}
+
 func newSecurity(t TLSConfig, s SASLConfig, dialTimeout time.Duration) (*security, error) {
 	sec := &security{dialTimeout: dialTimeout}
 	if err := sec.set(t, s); err != nil {
