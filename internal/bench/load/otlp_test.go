@@ -94,8 +94,8 @@ func TestOTLPLoadRateIsAnUpperBound(t *testing.T) {
 
 // An agent that is down answers UNAVAILABLE (or 503) to every attempt,
 // which the load retries as OTLP exporters do, but never past --duration:
-// the run ends on time and counts what it could not deliver as failed,
-// naming the cause.
+// the run ends on time and reports what it could not send as abandoned
+// (not failed: the agent failed nothing), naming the cause.
 func TestOTLPLoadEndsOnTimeWhenTheAgentIsDown(t *testing.T) {
 	for _, c := range []struct{ protocol, scheme string }{{"grpc", ""}, {"http", "http://"}} {
 		t.Run(c.protocol, func(t *testing.T) {
@@ -138,7 +138,8 @@ func TestOTLPLoadFailsWhenNothingWasAccepted(t *testing.T) {
 	}
 }
 
-// closedAddr is a loopback address nothing listens on.
+// closedAddr is a loopback address nothing listens on (agenttest's
+// FreeAddr does the same, but agenttest imports this package).
 func closedAddr(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
