@@ -332,9 +332,13 @@ func (cn *conn) answer(ranges []protocol.Range, fr *frame) {
 		delete(cn.pending, fr.id)
 		cn.inflight -= fr.size
 	}
+	// Queued before the lock is let go: run, woken by the Broadcast, queues
+	// a connection's closing Error frame once nothing is pending, and that
+	// frame must come after every answer (send only takes the writer's own
+	// lock and never blocks).
+	cn.send(func(b []byte) []byte { return protocol.AppendResult(b, fr.id, ranges) })
 	cn.fcond.Broadcast()
 	cn.fmu.Unlock()
-	cn.send(func(b []byte) []byte { return protocol.AppendResult(b, fr.id, ranges) })
 }
 
 // send queues a frame for the writer. It never blocks: completions call it
