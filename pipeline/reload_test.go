@@ -22,6 +22,8 @@ func reloadConfig(t *testing.T, key string, id int, extra ...string) *config.Con
 	sets := append([]string{
 		"exporter.type=blackhole", "receivers.otlp.enabled=false",
 		"receivers.http.listen=127.0.0.1:0", "telemetry.admin.listen=127.0.0.1:0",
+		// The default socket would create ferry-data/ in the package's folder.
+		"receivers.local.enabled=false",
 		"receivers.http.auth.mode=required", "receivers.http.auth.sources=[header]",
 		"auth.keys=[{id: " + string(rune('0'+id)) + ", secret: " + key + ", issue: true}]",
 	}, extra...)
