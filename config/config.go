@@ -35,6 +35,16 @@ type Config struct {
 	// ShutdownTimeout bounds a graceful stop: waiting requests, then
 	// flushing Kafka. What is not acknowledged by then is counted and logged.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	Runtime         Runtime       `yaml:"runtime"`
+}
+
+// Runtime tunes the Go runtime under the agent; it is applied when ferry
+// run starts (cmd/ferry), so a change needs a restart.
+type Runtime struct {
+	// MonitorDeepSleep false: ferry run starts itself again with the Go
+	// setting that keeps the runtime's monitor thread on its steady tick
+	// (see default.yaml for what that saves and costs). true: Go's default.
+	MonitorDeepSleep bool `yaml:"monitor_deep_sleep"`
 }
 
 // Receivers holds every receiver's section.

@@ -401,6 +401,7 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 		{"receivers.otlp", old.Receivers.OTLP, next.Receivers.OTLP}, {"receivers.local", old.Receivers.Local, next.Receivers.Local},
 		{"receivers.kafka", old.Receivers.Kafka, next.Receivers.Kafka}, {"queue", old.Queue, next.Queue}, {"delivery", old.Delivery, next.Delivery},
 		{"exporter", old.Exporter, next.Exporter}, {"shutdown_timeout", old.ShutdownTimeout, next.ShutdownTimeout},
+		{"runtime", old.Runtime, next.Runtime},
 	} {
 		if !reflect.DeepEqual(d.a, d.b) {
 			restart = append(restart, d.name)

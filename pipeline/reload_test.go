@@ -106,5 +106,10 @@ func TestReloadRotatesKeysWithoutRestart(t *testing.T) {
 	if c := status(""); c != 200 {
 		t.Fatalf("no token after switching to optional: %d", c)
 	}
+	// The Go runtime's settings are applied when ferry run starts.
+	rt := reloadConfig(t, reloadKey2, 2, "receivers.http.auth.mode=optional", "queue.memory_limit=64MiB", "runtime.monitor_deep_sleep=true")
+	if warn, err := p.Reload(rt); err != nil || !strings.Contains(warn, "runtime") {
+		t.Fatalf("reload: %v, warning %q", err, warn)
+	}
 	_ = time.Second
 }

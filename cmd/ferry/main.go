@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/ferryhq/ferry/config"
@@ -85,7 +86,12 @@ func run(args []string) int {
 			fmt.Println("configuration is valid")
 			return 0
 		}
-		return serve(cfg, func() (*config.Config, error) { return config.Load(*file, s) })
+		var restartErr error
+		if !cfg.Runtime.MonitorDeepSleep {
+			// Returns only if it could not start again.
+			restartErr = steadyMonitor()
+		}
+		return serve(cfg, restartErr, func() (*config.Config, error) { return config.Load(*file, s) })
 	case "token":
 		return tokenCmd(args[1:])
 	case "help", "-h", "--help":
@@ -99,8 +105,11 @@ func run(args []string) int {
 // serve runs the agent until SIGTERM/SIGINT. SIGHUP and POST /-/reload on
 // the admin listener re-read the configuration with load and apply what can
 // change while running.
-func serve(cfg *config.Config, load func() (*config.Config, error)) int {
+func serve(cfg *config.Config, restartErr error, load func() (*config.Config, error)) int {
 	set := telemetry.NewSettings(cfg.Telemetry, os.Stderr)
+	if restartErr != nil {
+		set.Logger.Warn("runtime.monitor_deep_sleep: false could not be applied; running with Go's default monitor", "err", restartErr)
+	}
 	if os.Getenv("GOMEMLIMIT") == "" {
 		// The data ferry holds is bounded by memory_limit, but Go's collector
 		// by default lets the heap grow to twice what is live before it
@@ -244,4 +253,46 @@ func checkFiles(cfg *config.Config) error {
 		}
 	}
 	return nil
+}
+
+// steadyMonitorGODEBUG keeps Go's monitor thread (sysmon) out of its deep
+// sleep. Go reads it only when a process starts; a schedtrace period of
+// 2^31-1 ms prints a line only every 24.8 days of uptime.
+const steadyMonitorGODEBUG = "schedtrace=2147483647"
+
+// steadyMonitor starts ferry again, in this process (same PID, same
+// arguments), with steadyMonitorGODEBUG added to GODEBUG, unless GODEBUG
+// already sets schedtrace (this is the second start, or the user chose).
+// Why (runtime.monitor_deep_sleep in default.yaml): after every idle spell
+// Go's monitor polls every 20 µs, and an agent under a trickle of requests
+// is idle hundreds of times a second, so it polls almost always; each
+// timed sleep costs tens of µs of CPU on a virtual machine.
+// It returns only when the new start failed, with the reason.
+func steadyMonitor() error {
+	env := os.Environ()
+	godebug, at := "", -1
+	for i, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
+			godebug, at = v, i
+		}
+	}
+	for _, f := range strings.Split(godebug, ",") {
+		if strings.HasPrefix(strings.TrimSpace(f), "schedtrace=") {
+			return nil
+		}
+	}
+	if godebug != "" {
+		godebug += ","
+	}
+	godebug = "GODEBUG=" + godebug + steadyMonitorGODEBUG
+	if at >= 0 {
+		env[at] = godebug
+	} else {
+		env = append(env, godebug)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	return syscall.Exec(exe, os.Args, env)
 }

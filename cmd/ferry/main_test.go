@@ -13,12 +13,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ferryhq/ferry/internal/agenttest"
 	"github.com/ferryhq/ferry/internal/kafkatest"
 )
 
@@ -402,5 +404,78 @@ func TestRelease(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, "SHA256SUMS")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSteadyMonitor: ferry run starts itself again in the same process
+// with GODEBUG keeping Go's monitor thread on its steady tick, adds it to a
+// GODEBUG the user set, leaves a user's own schedtrace alone, and does
+// nothing with runtime.monitor_deep_sleep: true. The agent serves in every
+// case, and the running process's environment is what the kernel shows.
+func TestSteadyMonitor(t *testing.T) {
+	bin := buildFerry(t)
+	for _, c := range []struct {
+		name, userGODEBUG string
+		sets              []string
+		want              string // GODEBUG of the running agent; "" = unset
+	}{
+		{"default", "", nil, "schedtrace=2147483647"},
+		{"user's GODEBUG kept", "gctrace=0", nil, "gctrace=0,schedtrace=2147483647"},
+		{"user's schedtrace wins", "schedtrace=0", nil, "schedtrace=0"},
+		{"Go's default", "", []string{"runtime.monitor_deep_sleep=true"}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			admin := freeAddr(t)
+			args := []string{"run", "--set", "exporter.type=blackhole", "--set", "receivers.otlp.enabled=false",
+				"--set", "receivers.local.enabled=false", "--set", "receivers.http.listen=" + freeAddr(t),
+				"--set", "telemetry.admin.listen=" + admin}
+			for _, s := range c.sets {
+				args = append(args, "--set", s)
+			}
+			cmd := exec.Command(bin, args...)
+			cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GODEBUG=") })
+			if c.userGODEBUG != "" {
+				cmd.Env = append(cmd.Env, "GODEBUG="+c.userGODEBUG)
+			}
+			var logs agenttest.SyncBuffer
+			cmd.Stderr = &logs
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				cmd.Process.Signal(syscall.SIGTERM)
+				cmd.Wait()
+			}()
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				res, err := http.Get("http://" + admin + "/readyz")
+				if err == nil {
+					res.Body.Close()
+					if res.StatusCode == 200 {
+						break
+					}
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("not ready: %v\n%s", err, logs.String())
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", cmd.Process.Pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ""
+			for _, kv := range strings.Split(string(environ), "\x00") {
+				if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
+					got = v
+				}
+			}
+			if got != c.want {
+				t.Fatalf("running agent's GODEBUG %q, want %q", got, c.want)
+			}
+			if strings.Contains(logs.String(), "could not be applied") {
+				t.Fatalf("start again failed:\n%s", logs.String())
+			}
+		})
 	}
 }
