@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/bench/proc"
 	"github.com/ferryhq/ferry/internal/bench/report"
 	"github.com/ferryhq/ferry/internal/otlpgen"
 )
@@ -30,6 +31,23 @@ import (
 
 // colLinger20 is ferry answering after Kafka's ack with a 20 ms linger.
 const colLinger20 = "ferry, linger 20 ms (answered after Kafka's ack)"
+
+// colCollector is the Collector as shipped, the base of every ratio.
+const colCollector = "OpenTelemetry Collector v0.155.0"
+
+// The two rows of the table on Go's monitor thread that are not in the
+// main table.
+const (
+	colCollectorSteady = "OpenTelemetry Collector v0.155.0 with GODEBUG=schedtrace=2147483647 (ferry's setting)"
+	colFerryDeepSleep  = "ferry, runtime.monitor_deep_sleep: true (Go's default)"
+)
+
+// colSystem is one agent setup of the comparison.
+type colSystem struct {
+	name string
+	sets []string // ferry's overrides; nil: the Collector
+	env  []string // added to the Collector's environment
+}
 
 const (
 	colGRPC = "127.0.0.1:14317"
@@ -54,6 +72,18 @@ type colRow struct {
 	// repetitions lost, so a loss is never hidden by the median.
 	runs          []float64
 	lostElsewhere int64
+	// switches: the agent's thread switches over the same span as cpuSec
+	// (proc.Switches): each is a thread going to sleep and woken again,
+	// which on a virtual machine costs tens of µs of CPU.
+	switches int64
+	// monitor: a row of the table on Go's monitor thread (the
+	// runtime.monitor_deep_sleep setting), not of the main table.
+	monitor bool
+}
+
+// switchesPerRequest is the agent's thread switches per request delivered.
+func (r colRow) switchesPerRequest() float64 {
+	return float64(r.switches) * float64(r.count) / max(float64(r.delivered), 1)
 }
 
 // kafkaBytesPerItem is what an item takes in Kafka: the agent's encoding
@@ -125,7 +155,7 @@ service:
 
 // startCollector runs the Collector with a config for topic and waits
 // until both OTLP ports accept connections.
-func (s *suite) startCollector(bin, topic, signal string, oversize bool) (*benchAgent, error) {
+func (s *suite) startCollector(bin, topic, signal string, oversize bool, env []string) (*benchAgent, error) {
 	cfg := filepath.Join(s.work, "otelcol.yaml")
 	if err := os.WriteFile(cfg, []byte(collectorConfig(s.brokers, topic, signal, oversize)), 0o644); err != nil {
 		return nil, err
@@ -136,6 +166,7 @@ func (s *suite) startCollector(bin, topic, signal string, oversize bool) (*bench
 	}
 	a := &benchAgent{s: s, done: make(chan struct{})}
 	a.cmd = exec.Command(bin, "--config", cfg)
+	a.cmd.Env = append(os.Environ(), env...)
 	a.cmd.Stdout, a.cmd.Stderr = logf, logf
 	if err := a.cmd.Start(); err != nil {
 		return nil, err
@@ -215,16 +246,13 @@ func (s *suite) otlpVsCollector() ([]colRow, error) {
 	if s.quick {
 		d = 2 * time.Second
 	}
-	systems := []struct {
-		name string
-		sets []string // nil: the Collector
-	}{
-		{"OpenTelemetry Collector v0.155.0", nil},
-		{"ferry (answered after Kafka's ack)", []string{}},
-		{"ferry spool, fsync interval (answered from disk)", []string{"delivery.mode=spool", "delivery.spool.fsync=interval"}},
+	systems := []colSystem{
+		{colCollector, nil, nil},
+		{"ferry (answered after Kafka's ack)", []string{}, nil},
+		{"ferry spool, fsync interval (answered from disk)", []string{"delivery.mode=spool", "delivery.spool.fsync=interval"}, nil},
 		// At a fixed rate only: the price of the default 2 ms linger, which
 		// keeps clients that wait for Kafka's ack fast, in CPU per item.
-		{colLinger20, []string{"exporter.kafka.linger=20ms"}},
+		{colLinger20, []string{"exporter.kafka.linger=20ms"}, nil},
 	}
 	// The rate both agents sustain here (items/s), for CPU per item away
 	// from overload: about two thirds of the Collector's closed-loop rate.
@@ -265,7 +293,7 @@ func (s *suite) otlpVsCollector() ([]colRow, error) {
 							if rate {
 								c.rate = fixed[signal]
 							}
-							r, err := s.collectorRow(adm, bin, c, sys.sets, d, false)
+							r, err := s.collectorRow(adm, bin, c, sys, d, false)
 							if err != nil {
 								return nil, err
 							}
@@ -281,10 +309,34 @@ func (s *suite) otlpVsCollector() ([]colRow, error) {
 			}
 		}
 	}
+	// Go's monitor thread: ferry with Go's default (deep sleep) beside its
+	// own default, and the Collector given ferry's setting beside the
+	// Collector as shipped, at the fixed rate of text logs over gRPC, so
+	// what the setting buys each agent is measured rather than assumed.
+	monitor := []colSystem{
+		systems[0],
+		{colCollectorSteady, nil, []string{"GODEBUG=schedtrace=2147483647"}},
+		systems[1],
+		{colFerryDeepSleep, []string{"runtime.monitor_deep_sleep=true"}, nil},
+	}
+	runs := make([][]colRow, len(monitor))
+	for rep := 0; rep < reps; rep++ {
+		for i, sys := range monitor {
+			c := colRow{signal: "logs", body: otlpgen.BodyText, protocol: "grpc", system: sys.name, count: 100, rate: fixed["logs"], monitor: true}
+			r, err := s.collectorRow(adm, bin, c, sys, d, false)
+			if err != nil {
+				return nil, err
+			}
+			runs[i] = append(runs[i], r)
+		}
+	}
+	for _, rs := range runs {
+		rows = append(rows, medianRun(rs))
+	}
 	// A batch above the broker's message.max.bytes: requests of 1,000 logs
 	// of 1 KB (1.2 MB, one resource each).
 	for _, sys := range systems[:2] { // the Collector and ferry's default
-		r, err := s.collectorRow(adm, bin, colRow{signal: "logs", body: otlpgen.BodyRandom, protocol: "http", system: sys.name, count: 1000}, sys.sets, d/2, true)
+		r, err := s.collectorRow(adm, bin, colRow{signal: "logs", body: otlpgen.BodyRandom, protocol: "http", system: sys.name, count: 1000}, sys, d/2, true)
 		if err != nil {
 			return nil, err
 		}
@@ -314,7 +366,8 @@ func medianRun(rs []colRow) colRow {
 // collectorRow measures one case: row's signal, protocol, system, count and
 // rate (0: closed loop) say what to run; sets are ferry's (nil: the
 // Collector).
-func (s *suite) collectorRow(adm *kadm.Client, bin string, row colRow, sets []string, d time.Duration, oversize bool) (colRow, error) {
+func (s *suite) collectorRow(adm *kadm.Client, bin string, row colRow, sys colSystem, d time.Duration, oversize bool) (colRow, error) {
+	sets := sys.sets
 	signal := row.signal
 	topic, err := s.topic("otlp-"+signal, 3)
 	if err != nil {
@@ -323,7 +376,7 @@ func (s *suite) collectorRow(adm *kadm.Client, bin string, row colRow, sets []st
 	defer s.deleteTopic(topic)
 	var a *benchAgent
 	if sets == nil {
-		a, err = s.startCollector(bin, topic, signal, oversize)
+		a, err = s.startCollector(bin, topic, signal, oversize, sys.env)
 	} else {
 		a, err = s.agent(append([]string{"receivers.otlp.grpc.listen=" + colGRPC, "receivers.otlp.http.listen=" + colHTTP,
 			"receivers.otlp." + signal + ".topic=" + topic}, sets...)...)
@@ -343,7 +396,7 @@ func (s *suite) collectorRow(adm *kadm.Client, bin string, row colRow, sets []st
 		args = append(args, "--body", row.body)
 	}
 	a.rssPeak.Store(0)
-	t0, c0 := time.Now(), a.cpuTicks()
+	t0, c0, sw0 := time.Now(), a.cpuTicks(), proc.Switches(a.cmd.Process.Pid)
 	res, err := s.otlpLoad(args...)
 	if err != nil {
 		return row, err
@@ -355,13 +408,14 @@ func (s *suite) collectorRow(adm *kadm.Client, bin string, row colRow, sets []st
 	if s.quick {
 		settle = time.Second
 	}
-	last, lastAt, lastTicks := endOffsets(adm, topic), time.Now(), a.cpuTicks()
+	last, lastAt, lastTicks, lastSw := endOffsets(adm, topic), time.Now(), a.cpuTicks(), proc.Switches(a.cmd.Process.Pid)
 	for quiet := time.Now(); time.Since(quiet) < settle && time.Since(t0) < 5*time.Minute; {
 		time.Sleep(250 * time.Millisecond)
 		if n := endOffsets(adm, topic); n != last {
-			last, lastAt, lastTicks, quiet = n, time.Now(), a.cpuTicks(), time.Now()
+			last, lastAt, lastTicks, lastSw, quiet = n, time.Now(), a.cpuTicks(), proc.Switches(a.cmd.Process.Pid), time.Now()
 		}
 	}
+	row.switches = lastSw - sw0
 	row.seconds = lastAt.Sub(t0).Seconds()
 	row.logBytes = logBytes(adm, topic)
 	row.cpuSec = float64(lastTicks-c0) / clkTck()

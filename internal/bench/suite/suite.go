@@ -61,18 +61,21 @@ func Cmd(args []string) error {
 }
 
 type suite struct {
-	quick   bool
-	doc     report.Doc
-	port    int
-	ferry   string
-	self    string
-	work    string
-	brokers string
-	cp      string
-	started time.Time
-	step    int
-	total   int
-	topics  int
+	quick bool
+	doc   report.Doc
+	// What a thread switch and a 20 µs timed sleep cost in CPU here
+	// (proc.SwitchCost, proc.SleepCost), for the Machine table.
+	switchCost, sleepCost string
+	port                  int
+	ferry                 string
+	self                  string
+	work                  string
+	brokers               string
+	cp                    string
+	started               time.Time
+	step                  int
+	total                 int
+	topics                int
 	// the 100 B topic the producers leave for the consumers
 	consumeTopic string
 	consumeN     int64

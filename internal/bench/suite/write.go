@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferryhq/ferry/internal/bench/proc"
 	"github.com/ferryhq/ferry/internal/bench/report"
 )
 
@@ -28,7 +29,10 @@ func (s *suite) write(prod []prodRow, front []frontRow, pan []panResult, cons *c
 	s.doc.P("generators, so every end-to-end figure shares the CPU three ways; the broker is usually the ceiling.")
 	s.doc.P("All producers use the same settings: %s, 3 partitions.", "`"+strings.Join(ppProps, " ")+"`")
 	s.doc.H("Machine")
-	s.doc.Table([]string{"", ""}, report.Machine())
+	s.measureWakeups()
+	s.doc.Table([]string{"", ""}, append(report.Machine(),
+		[]string{"thread switch (two threads over pipes, `proc.SwitchCost`)", s.switchCost + " CPU each"},
+		[]string{"timed 20 µs sleep (`proc.SleepCost`)", s.sleepCost + " CPU each"}))
 
 	s.summarise(prod, front, pan, cons, otlp, col, modes, micro, java)
 	s.writeProducers(prod)
@@ -43,7 +47,7 @@ func (s *suite) write(prod []prodRow, front []frontRow, pan []panResult, cons *c
 	s.writeFront(front)
 	s.doc.H("Reproduce")
 	s.doc.P("```sh")
-	s.doc.P("make bench            # this whole file, about 12 minutes on 2 cores")
+	s.doc.P("make bench            # this whole file, about 35 minutes on 2 cores")
 	s.doc.P("make bench-quick      # every step with tiny inputs (≤ 4 minutes), as CI runs it")
 	s.doc.P("scripts/kafka-local start && make build && bin/ferry run &    # then any single command shown above")
 	s.doc.P("```")
@@ -341,7 +345,7 @@ func (s *suite) writeJava(rows []javaRow) {
 // size and load.
 func collectorBase(rows []colRow, r colRow) (colRow, bool) {
 	for _, b := range rows {
-		if b.signal == r.signal && b.body == r.body && b.protocol == r.protocol && b.count == r.count && b.rate == r.rate && strings.HasPrefix(b.system, "OpenTelemetry Collector") {
+		if b.signal == r.signal && b.body == r.body && b.protocol == r.protocol && b.count == r.count && b.rate == r.rate && b.monitor == r.monitor && b.system == colCollector {
 			return b, true
 		}
 	}
@@ -376,7 +380,7 @@ func (s *suite) writeCollector(rows []colRow) {
 	s.doc.P("")
 	var out [][]string
 	for _, r := range rows {
-		if r.count != 100 {
+		if r.count != 100 || r.monitor {
 			continue
 		}
 		vs := "–"
@@ -384,12 +388,13 @@ func (s *suite) writeCollector(rows []colRow) {
 			vs = report.Ratio(r.usPerItem(), b.usPerItem()) + " CPU, " + report.Ratio(r.itemsPerSec(), b.itemsPerSec()) + " items/s"
 		}
 		out = append(out, []string{r.load(), r.what(), r.protocol, r.system, report.F0(r.itemsPerSec()), fmt.Sprintf("%.0f%%", r.cpuSec/max(r.seconds, 1e-9)*100),
-			usPerItem(r), vs, report.F0(r.kafkaBytesPerItem()), fmt.Sprintf("%.0f MiB", r.rssMiB), report.F1(r.p50), report.F1(r.p99),
+			usPerItem(r), vs, report.F0(r.switchesPerRequest()), report.F0(r.kafkaBytesPerItem()), fmt.Sprintf("%.0f MiB", r.rssMiB), report.F1(r.p50), report.F1(r.p99),
 			report.Commas(r.accepted), report.Commas(r.delivered), lostCell(r)})
 	}
-	s.doc.Table([]string{"load", "signal", "protocol", "agent", "items/s into Kafka", "agent CPU", "CPU µs per item (fixed rate: median; range)", "vs Collector", "bytes in Kafka per item", "peak RSS",
-		"p50 ms", "p99 ms", "items acknowledged", "items in Kafka", "lost"}, out)
+	s.doc.Table([]string{"load", "signal", "protocol", "agent", "items/s into Kafka", "agent CPU", "CPU µs per item (fixed rate: median; range)", "vs Collector",
+		"thread switches per request", "bytes in Kafka per item", "peak RSS", "p50 ms", "p99 ms", "items acknowledged", "items in Kafka", "lost"}, out)
 	s.doc.P("")
+	s.writeMonitor(rows)
 	s.doc.P("**A batch above the broker's message.max.bytes.** Requests of 1,000 logs of 1 KB (1.2 MB, one resource each) over HTTP. The")
 	s.doc.P("Collector's batch processor at its default (8,192 items, no cap) and `producer.max_message_bytes` raised to 10 MB, as a user does")
 	s.doc.P("when the exporter refuses large batches: the broker refuses the messages, and the Collector, having answered OK, drops them")
@@ -420,7 +425,7 @@ func (s *suite) writeCollector(rows []colRow) {
 func collectorSummary(rows []colRow) [][]string {
 	var out [][]string
 	for _, r := range rows {
-		if r.count != 100 || r.rate == 0 || !strings.HasPrefix(r.system, "ferry (") {
+		if r.count != 100 || r.rate == 0 || r.monitor || !strings.HasPrefix(r.system, "ferry (") {
 			continue
 		}
 		b, ok := collectorBase(rows, r)
@@ -469,4 +474,56 @@ func lostCell(r colRow) string {
 		return report.Commas(r.lost()) + fmt.Sprintf(" (%s in its other runs)", report.Commas(r.lostElsewhere))
 	}
 	return report.Commas(r.lost())
+}
+
+// writeMonitor is the table on Go's monitor thread: what ferry's
+// runtime.monitor_deep_sleep setting buys ferry, and what the same setting
+// buys the Collector, so neither the ratio nor the setting is taken on
+// trust.
+func (s *suite) writeMonitor(rows []colRow) {
+	var mon []colRow
+	for _, r := range rows {
+		if r.monitor {
+			mon = append(mon, r)
+		}
+	}
+	if len(mon) == 0 {
+		return
+	}
+	s.doc.P("**Go's monitor thread.** Every Go program has one (sysmon). While all its goroutines wait, it sleeps deeply; when work")
+	s.doc.P("comes back it polls every 20 µs until things have been quiet for a while. An agent at a steady rate goes idle and wakes up")
+	s.doc.P("hundreds of times a second, so the monitor polls nearly all the time, and on this machine (a virtual one) each short timed")
+	s.doc.P("sleep costs %s of CPU, a thread switch %s (both measured when this file was written; Machine above). ferry therefore", s.sleepCost, s.switchCost)
+	s.doc.P("starts itself with the Go setting that keeps the monitor on its steady tick (`runtime.monitor_deep_sleep: false`, the")
+	s.doc.P("default; see config/default.yaml). The same setting can be given to the Collector, so both are measured with and without it,")
+	s.doc.P("text logs over gRPC at the fixed rate, three runs each, medians. The main table's ratios are against the Collector as shipped.")
+	s.doc.P("")
+	var out [][]string
+	for _, r := range mon {
+		vs := "–"
+		if b, ok := collectorBase(rows, r); ok && b.system != r.system {
+			vs = report.Ratio(r.usPerItem(), b.usPerItem())
+		}
+		out = append(out, []string{r.system, usPerItem(r), vs, report.F0(r.switchesPerRequest()), report.F1(r.p50), report.F1(r.p99), lostCell(r)})
+	}
+	s.doc.Table([]string{"agent (" + mon[0].load() + ", logs (text), grpc)", "CPU µs per item (median; range)", "vs the Collector as shipped", "thread switches per request", "p50 ms", "p99 ms", "lost"}, out)
+	s.doc.P("")
+}
+
+// measureWakeups prices a thread switch and a short timed sleep on this
+// machine, the two costs behind an agent's CPU at moderate rates.
+func (s *suite) measureWakeups() {
+	s.switchCost, s.sleepCost = "not measured", "not measured"
+	if c, n, err := proc.SwitchCost(500 * time.Millisecond); err == nil {
+		s.switchCost = fmt.Sprintf("%.1f µs", float64(c.Nanoseconds())/1e3)
+		s.logf("thread switch: %s CPU (%d switches)", s.switchCost, n)
+	} else {
+		s.logf("thread switch: %v", err)
+	}
+	if c, n, err := proc.SleepCost(500 * time.Millisecond); err == nil {
+		s.sleepCost = fmt.Sprintf("%.1f µs", float64(c.Nanoseconds())/1e3)
+		s.logf("20 µs sleep: %s CPU (%d sleeps)", s.sleepCost, n)
+	} else {
+		s.logf("20 µs sleep: %v", err)
+	}
 }
