@@ -272,8 +272,10 @@ func steadyMonitor() error {
 	env := os.Environ()
 	godebug, at := "", -1
 	for i, kv := range env {
+		// The first GODEBUG is the one Go reads.
 		if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
 			godebug, at = v, i
+			break
 		}
 	}
 	for _, f := range strings.Split(godebug, ",") {
