@@ -38,8 +38,8 @@ const colCollector = "OpenTelemetry Collector v0.155.0"
 // The two rows of the table on Go's monitor thread that are not in the
 // main table.
 const (
-	colCollectorSteady = "OpenTelemetry Collector v0.155.0 with GODEBUG=schedtrace=2147483647 (ferry's setting)"
-	colFerryDeepSleep  = "ferry, runtime.monitor_deep_sleep: true (Go's default)"
+	colCollectorSteady = "OpenTelemetry Collector v0.155.0 with GODEBUG=schedtrace=2147483647 (the same setting)"
+	colFerrySteady     = "ferry, runtime.monitor_deep_sleep: false (steady monitor)"
 )
 
 // colSystem is one agent setup of the comparison.
@@ -309,15 +309,15 @@ func (s *suite) otlpVsCollector() ([]colRow, error) {
 			}
 		}
 	}
-	// Go's monitor thread: ferry with Go's default (deep sleep) beside its
-	// own default, and the Collector given ferry's setting beside the
-	// Collector as shipped, at the fixed rate of text logs over gRPC, so
-	// what the setting buys each agent is measured rather than assumed.
+	// Go's monitor thread: ferry with runtime.monitor_deep_sleep: false
+	// beside its default (Go's), and the Collector given the same setting
+	// beside the Collector as shipped, at the fixed rate of text logs over
+	// gRPC, so what the setting buys each agent is measured.
 	monitor := []colSystem{
 		systems[0],
 		{colCollectorSteady, nil, []string{"GODEBUG=schedtrace=2147483647"}},
 		systems[1],
-		{colFerryDeepSleep, []string{"runtime.monitor_deep_sleep=true"}, nil},
+		{colFerrySteady, []string{"runtime.monitor_deep_sleep=false"}, nil},
 	}
 	runs := make([][]colRow, len(monitor))
 	for rep := 0; rep < reps; rep++ {

@@ -493,10 +493,11 @@ func (s *suite) writeMonitor(rows []colRow) {
 	s.doc.P("**Go's monitor thread.** Every Go program has one (sysmon). While all its goroutines wait, it sleeps deeply; when work")
 	s.doc.P("comes back it polls every 20 µs until things have been quiet for a while. An agent at a steady rate goes idle and wakes up")
 	s.doc.P("hundreds of times a second, so the monitor polls nearly all the time, and on this machine (a virtual one) each short timed")
-	s.doc.P("sleep costs %s of CPU, a thread switch %s (both measured when this file was written; Machine above). ferry therefore", s.sleepCost, s.switchCost)
-	s.doc.P("starts itself with the Go setting that keeps the monitor on its steady tick (`runtime.monitor_deep_sleep: false`, the")
-	s.doc.P("default; see config/default.yaml). The same setting can be given to the Collector, so both are measured with and without it,")
-	s.doc.P("text logs over gRPC at the fixed rate, three runs each, medians. The main table's ratios are against the Collector as shipped.")
+	s.doc.P("sleep costs %s of CPU, a thread switch %s (both measured when this file was written; Machine above).", s.sleepCost, s.switchCost)
+	s.doc.P("`runtime.monitor_deep_sleep: false` makes `ferry run` start itself with the Go setting that keeps the monitor on its steady")
+	s.doc.P("tick; it is not the default, because the monitor is then slower to move work off a thread blocked in a system call and")
+	s.doc.P("latency tails can grow (config/default.yaml). The same setting can be given to the Collector, so both are measured with and")
+	s.doc.P("without it, text logs over gRPC at the fixed rate, three runs each, medians. The main table runs both agents as shipped.")
 	s.doc.P("")
 	var steady colRow
 	for _, r := range mon {
