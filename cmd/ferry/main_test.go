@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/internal/agenttest"
+	"github.com/ferryhq/ferry/internal/bench/proc"
 	"github.com/ferryhq/ferry/internal/kafkatest"
 )
 
@@ -65,19 +66,8 @@ func TestSIGTERMKeepsAcknowledgedRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		res, err := http.Get("http://" + adminAddr + "/readyz")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agent not ready:\n%s", logs.String())
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !proc.WaitReady(adminAddr, 20*time.Second) {
+		t.Fatalf("agent not ready:\n%s", logs.String())
 	}
 
 	var mu sync.Mutex
@@ -447,19 +437,8 @@ func TestSteadyMonitor(t *testing.T) {
 				cmd.Process.Signal(syscall.SIGTERM)
 				cmd.Wait()
 			}()
-			deadline := time.Now().Add(15 * time.Second)
-			for {
-				res, err := http.Get("http://" + admin + "/readyz")
-				if err == nil {
-					res.Body.Close()
-					if res.StatusCode == 200 {
-						break
-					}
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("not ready: %v\n%s", err, logs.String())
-				}
-				time.Sleep(50 * time.Millisecond)
+			if !proc.WaitReady(admin, 15*time.Second) {
+				t.Fatalf("not ready:\n%s", logs.String())
 			}
 			environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", cmd.Process.Pid))
 			if err != nil {
