@@ -41,9 +41,10 @@ type Config struct {
 // Runtime tunes the Go runtime under the agent; it is applied when ferry
 // run starts (cmd/ferry), so a change needs a restart.
 type Runtime struct {
-	// MonitorDeepSleep true: Go's default. false: ferry run starts itself
-	// again with the Go setting that keeps the runtime's monitor thread on
-	// its steady tick (default.yaml says what that saves and costs).
+	// MonitorDeepSleep true: Go's own behaviour. false (the default): ferry
+	// run starts itself again with the Go setting that keeps the runtime's
+	// monitor thread on its steady tick (default.yaml says what that saves
+	// and costs).
 	MonitorDeepSleep bool `yaml:"monitor_deep_sleep"`
 }
 

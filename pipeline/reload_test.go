@@ -107,7 +107,7 @@ func TestReloadRotatesKeysWithoutRestart(t *testing.T) {
 		t.Fatalf("no token after switching to optional: %d", c)
 	}
 	// The Go runtime's settings are applied when ferry run starts.
-	rt := reloadConfig(t, reloadKey2, 2, "receivers.http.auth.mode=optional", "queue.memory_limit=64MiB", "runtime.monitor_deep_sleep=false")
+	rt := reloadConfig(t, reloadKey2, 2, "receivers.http.auth.mode=optional", "queue.memory_limit=64MiB", "runtime.monitor_deep_sleep=true")
 	if warn, err := p.Reload(rt); err != nil || !strings.Contains(warn, "runtime") {
 		t.Fatalf("reload: %v, warning %q", err, warn)
 	}

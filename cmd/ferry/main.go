@@ -108,7 +108,7 @@ func run(args []string) int {
 func serve(cfg *config.Config, restartErr error, load func() (*config.Config, error)) int {
 	set := telemetry.NewSettings(cfg.Telemetry, os.Stderr)
 	if restartErr != nil {
-		set.Logger.Warn("runtime.monitor_deep_sleep: false could not be applied; running with Go's default monitor", "err", restartErr)
+		set.Logger.Warn("runtime.monitor_deep_sleep: false (the default) could not be applied; running with Go's own monitor behaviour", "err", restartErr)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
 		// The data ferry holds is bounded by memory_limit, but Go's collector

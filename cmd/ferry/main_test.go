@@ -397,10 +397,10 @@ func TestRelease(t *testing.T) {
 	}
 }
 
-// TestSteadyMonitor: with runtime.monitor_deep_sleep: false, ferry run
-// starts itself again in the same process with GODEBUG keeping Go's monitor
-// thread on its steady tick, adds it to a GODEBUG the user set, and leaves
-// a user's own schedtrace alone; by default it does nothing. The agent serves in every
+// TestSteadyMonitor: by default (runtime.monitor_deep_sleep: false) ferry
+// run starts itself again in the same process with GODEBUG keeping Go's
+// monitor thread on its steady tick, adds it to a GODEBUG the user set, and
+// leaves a user's own schedtrace alone; with true it does nothing. The agent serves in every
 // case, and the running process's environment is what the kernel shows.
 func TestSteadyMonitor(t *testing.T) {
 	bin := buildFerry(t)
@@ -409,11 +409,12 @@ func TestSteadyMonitor(t *testing.T) {
 		sets              []string
 		want              string // GODEBUG of the running agent; "" = unset
 	}{
-		{"steady", "", []string{"runtime.monitor_deep_sleep=false"}, "schedtrace=2147483647"},
-		{"user's GODEBUG kept", "gctrace=0", []string{"runtime.monitor_deep_sleep=false"}, "gctrace=0,schedtrace=2147483647"},
-		{"user's schedtrace wins", "schedtrace=0", []string{"runtime.monitor_deep_sleep=false"}, "schedtrace=0"},
-		{"default: Go's", "", nil, ""},
-		{"default: a user's GODEBUG as it is", "gctrace=0", nil, "gctrace=0"},
+		{"default: steady", "", nil, "schedtrace=2147483647"},
+		{"user's GODEBUG kept", "gctrace=0", nil, "gctrace=0,schedtrace=2147483647"},
+		{"user's schedtrace wins", "schedtrace=0", nil, "schedtrace=0"},
+		{"explicit false", "", []string{"runtime.monitor_deep_sleep=false"}, "schedtrace=2147483647"},
+		{"true: Go's", "", []string{"runtime.monitor_deep_sleep=true"}, ""},
+		{"true: a user's GODEBUG as it is", "gctrace=0", []string{"runtime.monitor_deep_sleep=true"}, "gctrace=0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			admin := freeAddr(t)

@@ -2,6 +2,7 @@ package suite
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -16,13 +17,23 @@ type frontRow struct {
 	n             int64
 	direct, front load.Result
 	use           agentUsage
-	// rate > 0: a second pair at this fixed rate (records/s), where
-	// neither path is saturated, so the latencies compare the paths and not
-	// the producer's queue (at full speed a record waits in the producer's
-	// buffer behind whatever the slower path has not taken yet).
-	rate                  int64
-	directRate, frontRate load.Result
+	// rate > 0: runs at this fixed rate (records/s), where neither path is
+	// saturated, so the latencies compare the paths and not the producer's
+	// queue (at full speed a record waits in the producer's buffer behind
+	// whatever the slower path has not taken yet): direct, through ferry
+	// as shipped, and through ferry with Go's own monitor behaviour
+	// (runtime.monitor_deep_sleep: true), taking turns, fixedReps times
+	// each, so the default's effect on tails is measured, not assumed.
+	rate                             int64
+	directRate, frontRate, goMonRate []load.Result
 }
+
+// fixedReps is how many times each path runs at the fixed rate: tails on
+// a shared machine move by several times from one run to the next.
+const fixedReps = 3
+
+// frontGoMonitor is the setting of the front's third fixed-rate path.
+const frontGoMonitor = "runtime.monitor_deep_sleep=true"
 
 // frontAddr is the Kafka front's listener in the bench agent.
 const frontAddr = "127.0.0.1:19192"
@@ -32,11 +43,17 @@ const frontAddr = "127.0.0.1:19192"
 func (s *suite) kafkaFront() ([]frontRow, error) {
 	sizes := []int{100, 1000}
 	s.stepf("the Kafka front: ProducerPerformance → Kafka, and ProducerPerformance → ferry's front → Kafka, at %v B", sizes)
-	a, err := s.agent("receivers.kafka.enabled=true", "receivers.kafka.listen="+frontAddr)
+	frontSets := []string{"receivers.kafka.enabled=true", "receivers.kafka.listen=" + frontAddr}
+	a, err := s.agent(frontSets...)
 	if err != nil {
 		return nil, err
 	}
-	defer a.stop()
+	stopped := false
+	defer func() {
+		if !stopped {
+			a.stop()
+		}
+	}()
 	pp := func(topic, bootstrap string, size int, n, rate int64) (load.Result, error) {
 		out, err := s.java("org.apache.kafka.tools.ProducerPerformance", append([]string{"--topic", topic, "--num-records", strconv.FormatInt(n, 10),
 			"--record-size", strconv.Itoa(size), "--throughput", strconv.FormatInt(rate, 10), "--producer-props", "bootstrap.servers=" + bootstrap}, ppProps...)...)
@@ -46,6 +63,7 @@ func (s *suite) kafkaFront() ([]frontRow, error) {
 		return parsePP(out)
 	}
 	var rows []frontRow
+	var fixedTopics [2]string // direct, via: the 1 KB topics, kept for the fixed-rate runs
 	for _, size := range sizes {
 		row := frontRow{size: size, n: s.records(size) / 2}
 		s.logf("%d B × %d records: ProducerPerformance → Kafka", size, row.n)
@@ -74,25 +92,89 @@ func (s *suite) kafkaFront() ([]frontRow, error) {
 			// Half of what the direct path reached, rounded down to a
 			// thousand: both paths sustain it.
 			row.rate = max(1000, int64(row.direct.RecordsSec/2)/1000*1000)
-			n := row.rate * 8
-			if s.quick {
-				n = row.rate
-			}
-			s.logf("%d B at %s rec/s: ProducerPerformance → Kafka, then → ferry's Kafka front → Kafka", size, report.Commas(row.rate))
-			if row.directRate, err = pp(t1, s.brokers, size, n, row.rate); err != nil {
-				return nil, err
-			}
-			if row.frontRate, err = pp(t2, frontAddr, size, n, row.rate); err != nil {
-				return nil, err
-			}
-			s.logf("p50/p99 ms direct %.0f/%.0f, through the front %.0f/%.0f", row.directRate.P50MS, row.directRate.P99MS,
-				row.frontRate.P50MS, row.frontRate.P99MS)
+			fixedTopics = [2]string{t1, t2}
+		} else {
+			s.deleteTopic(t1)
+			s.deleteTopic(t2)
 		}
 		rows = append(rows, row)
-		s.deleteTopic(t1)
-		s.deleteTopic(t2)
+	}
+	stopped = true
+	a.stop()
+	for i := range rows {
+		if rows[i].rate == 0 {
+			continue
+		}
+		if err := s.frontFixedRate(&rows[i], fixedTopics, frontSets, pp); err != nil {
+			return nil, err
+		}
+	}
+	if fixedTopics[0] != "" {
+		s.deleteTopic(fixedTopics[0])
+		s.deleteTopic(fixedTopics[1])
 	}
 	return rows, nil
+}
+
+// frontFixedRate runs row's fixed rate: direct, through an agent as
+// shipped, and through one with Go's own monitor behaviour, in turn,
+// fixedReps times; each agent is started for its run alone, as the two
+// share the front's listener.
+func (s *suite) frontFixedRate(row *frontRow, topics [2]string, sets []string, pp func(topic, bootstrap string, size int, n, rate int64) (load.Result, error)) error {
+	n := row.rate * 8
+	reps := fixedReps
+	if s.quick {
+		n, reps = row.rate, 1
+	}
+	via := func(extra ...string) (load.Result, error) {
+		a, err := s.agent(append(slices.Clone(sets), extra...)...)
+		if err != nil {
+			return load.Result{}, err
+		}
+		defer a.stop()
+		return pp(topics[1], frontAddr, row.size, n, row.rate)
+	}
+	for rep := 1; rep <= reps; rep++ {
+		s.logf("%d B at %s rec/s, run %d of %d: ProducerPerformance → Kafka; → ferry's Kafka front → Kafka; the same with %s",
+			row.size, report.Commas(row.rate), rep, reps, frontGoMonitor)
+		d, err := pp(topics[0], s.brokers, row.size, n, row.rate)
+		if err != nil {
+			return err
+		}
+		f, err := via()
+		if err != nil {
+			return err
+		}
+		g, err := via(frontGoMonitor)
+		if err != nil {
+			return err
+		}
+		row.directRate, row.frontRate, row.goMonRate = append(row.directRate, d), append(row.frontRate, f), append(row.goMonRate, g)
+		s.logf("p50/p99 ms: direct %.0f/%.0f, through the front %.0f/%.0f, with Go's own monitor %.0f/%.0f",
+			d.P50MS, d.P99MS, f.P50MS, f.P99MS, g.P50MS, g.P99MS)
+	}
+	return nil
+}
+
+// latencies is a path's runs at the fixed rate as median p50, median p99
+// (with the lowest and highest) and median p99.9.
+func latencies(runs []load.Result) (p50, p99, p999 string) {
+	med := func(f func(load.Result) float64) (m, lo, hi float64) {
+		v := make([]float64, len(runs))
+		for i, r := range runs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2], v[0], v[len(v)-1]
+	}
+	m50, _, _ := med(func(r load.Result) float64 { return r.P50MS })
+	m99, lo, hi := med(func(r load.Result) float64 { return r.P99MS })
+	m999, _, _ := med(func(r load.Result) float64 { return r.P999MS })
+	p99 = fmt.Sprintf("%.0f", m99)
+	if len(runs) > 1 {
+		p99 += fmt.Sprintf(" (%.0f–%.0f)", lo, hi)
+	}
+	return fmt.Sprintf("%.0f", m50), p99, fmt.Sprintf("%.0f", m999)
 }
 
 func (s *suite) writeFront(rows []frontRow) {
@@ -107,18 +189,22 @@ func (s *suite) writeFront(rows []frontRow) {
 			fmt.Sprintf("%.0f / %.0f", r.direct.P99MS, r.front.P99MS), report.F0(r.use.cpu) + "%", report.F0(r.use.rssMiB) + " MiB"})
 	}
 	s.doc.Table([]string{"record", "records", "direct rec/s", "MB/s", "via front rec/s", "MB/s", "front/direct", "p99 ms (direct/front)", "ferry CPU", "ferry peak RSS"}, out)
-	s.doc.P("At full speed a record's latency is mostly its wait in the producer's own buffer (`buffer.memory`, 32 MiB), which fills behind the slower path; so the p99 above measures the queue, not the path. At a fixed rate both paths sustain, the same producer:")
+	s.doc.P("At full speed a record's latency is mostly its wait in the producer's own buffer (`buffer.memory`, 32 MiB), which fills behind the slower path; so the p99 above measures the queue, not the path. At a fixed rate all paths sustain, the same producer, direct, through ferry as shipped, and through ferry with Go's own monitor behaviour (`%s`; section 5 has what the default saves), taking turns; medians of the runs, with the p99 range:", frontGoMonitor)
 	s.doc.P("")
 	out = nil
 	for _, r := range rows {
-		if r.rate == 0 {
+		if r.rate == 0 || len(r.directRate) == 0 {
 			continue
 		}
-		out = append(out, []string{fmt.Sprintf("%d B", r.size), report.Commas(r.rate),
-			fmt.Sprintf("%.0f / %.0f", r.directRate.P50MS, r.frontRate.P50MS), fmt.Sprintf("%.0f / %.0f", r.directRate.P99MS, r.frontRate.P99MS),
-			fmt.Sprintf("%.0f / %.0f", r.directRate.P999MS, r.frontRate.P999MS)})
+		for _, p := range []struct {
+			name string
+			runs []load.Result
+		}{{"direct to Kafka", r.directRate}, {"through the front, ferry as shipped", r.frontRate}, {"through the front, " + frontGoMonitor, r.goMonRate}} {
+			p50, p99, p999 := latencies(p.runs)
+			out = append(out, []string{fmt.Sprintf("%d B", r.size), report.Commas(r.rate), p.name, strconv.Itoa(len(p.runs)), p50, p99, p999})
+		}
 	}
-	s.doc.Table([]string{"record", "rec/s (--throughput)", "p50 ms (direct/front)", "p99 ms (direct/front)", "p99.9 ms (direct/front)"}, out)
+	s.doc.Table([]string{"record", "rec/s (--throughput)", "path", "runs", "p50 ms", "p99 ms (range)", "p99.9 ms"}, out)
 	s.doc.P("Through the front a request also waits for ferry's own batch (`exporter.kafka.linger`, 2 ms) and a second hop.")
 	s.doc.P("")
 	s.doc.P("- `java -cp $(scripts/kafka-local classpath) org.apache.kafka.tools.ProducerPerformance --topic T --num-records N --record-size B --throughput -1 --producer-props bootstrap.servers=<broker | 127.0.0.1:9192> %s`, with `receivers.kafka.enabled: true`.", strings.Join(ppProps, " "))

@@ -494,10 +494,11 @@ func (s *suite) writeMonitor(rows []colRow) {
 	s.doc.P("comes back it polls every 20 µs until things have been quiet for a while. An agent at a steady rate goes idle and wakes up")
 	s.doc.P("hundreds of times a second, so the monitor polls nearly all the time, and on this machine (a virtual one) each short timed")
 	s.doc.P("sleep costs %s of CPU, a thread switch %s (both measured when this file was written; Machine above).", s.sleepCost, s.switchCost)
-	s.doc.P("`runtime.monitor_deep_sleep: false` makes `ferry run` start itself with the Go setting that keeps the monitor on its steady")
-	s.doc.P("tick; it is not the default, because the monitor is then slower to move work off a thread blocked in a system call and")
-	s.doc.P("latency tails can grow (config/default.yaml). The same setting can be given to the Collector, so both are measured with and")
-	s.doc.P("without it, text logs over gRPC at the fixed rate, three runs each, medians. The main table runs both agents as shipped.")
+	s.doc.P("By default (`runtime.monitor_deep_sleep: false`) `ferry run` starts itself with the Go setting that keeps the monitor on its")
+	s.doc.P("steady tick; `true` keeps Go's own behaviour. The same setting can be given to the Collector, so both agents are measured with")
+	s.doc.P("and without it, text logs over gRPC at the fixed rate, three runs each, medians. The main table runs both agents as shipped.")
+	s.doc.P("What the setting could cost is latency: after a quiet spell the monitor may take up to 10 ms, not 20 µs, to hand the work of")
+	s.doc.P("a thread blocked in a system call to another; section 9 measures the Kafka front's tails with and without it (config/default.yaml).")
 	s.doc.P("")
 	var steady colRow
 	for _, r := range mon {
