@@ -3,6 +3,7 @@ package otlpreceiver
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"sync"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/encoding/gzip" // OTLP/gRPC clients may gzip
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
@@ -85,6 +87,45 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return nil
 }
 
+// framePool is the pool gRPC reads request frames (and decompresses gzip
+// bodies) into. gRPC's own clears every buffer it hands out, though each one
+// is then filled by a read before anything looks at it, and only the bytes
+// read are ever used: at 500 requests/s of 100 KB that clearing was 1% of
+// the agent's CPU (an eighth of what gRPC costs ferry beyond OTLP/HTTP).
+// Buffers come in powers of two from 256 B to 1 MiB, as in gRPC's pool;
+// larger ones are not pooled.
+type framePool struct {
+	tiers [framePoolMaxExp - framePoolMinExp + 1]sync.Pool
+}
+
+const framePoolMinExp, framePoolMaxExp = 8, 20
+
+var _ mem.BufferPool = (*framePool)(nil)
+
+func (p *framePool) Get(n int) *[]byte {
+	e := max(bits.Len(uint(max(n, 1)-1)), framePoolMinExp)
+	if e > framePoolMaxExp {
+		b := make([]byte, n)
+		return &b
+	}
+	if b, ok := p.tiers[e-framePoolMinExp].Get().(*[]byte); ok {
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]byte, n, 1<<e)
+	return &b
+}
+
+func (p *framePool) Put(b *[]byte) {
+	// Only this pool's sizes go back: a buffer of any other capacity came
+	// from elsewhere and could be too small for its tier.
+	c := cap(*b)
+	if c < 1<<framePoolMinExp || c > 1<<framePoolMaxExp || c&(c-1) != 0 {
+		return
+	}
+	p.tiers[bits.Len(uint(c))-1-framePoolMinExp].Put(b)
+}
+
 // grpcStreamWorkers is how many requests are served on reused goroutines:
 // enough for the answers that wait on Kafka at a few thousand requests/s.
 const grpcStreamWorkers = 32
@@ -111,6 +152,7 @@ func (g *grpcServer) build() *grpc.Server {
 		// requests/s). A request that finds every worker busy (they wait for
 		// Kafka's ack) still gets a goroutine of its own.
 		grpc.NumStreamWorkers(grpcStreamWorkers),
+		experimental.BufferPool(&framePool{}),
 		// Flow-control windows of a whole request: at the default 64 KiB
 		// (grown by ping-measured estimates) a 100 KiB request costs the
 		// server two or three extra writes of window updates and pings. The
