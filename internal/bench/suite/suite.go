@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -133,6 +134,7 @@ type benchAgent struct {
 	socket  string
 	rssPeak atomic.Int64
 	done    chan struct{}
+	stopped sync.Once
 }
 
 func (s *suite) agent(sets ...string) (*benchAgent, error) {
@@ -226,9 +228,13 @@ func (a *benchAgent) metric(name string) float64 {
 	return sum
 }
 
+// stop ends the agent; calling it again does nothing, so a step may stop
+// its agent early and still defer the stop.
 func (a *benchAgent) stop() {
-	close(a.done)
-	proc.Stop(a.cmd, 40*time.Second)
+	a.stopped.Do(func() {
+		close(a.done)
+		proc.Stop(a.cmd, 40*time.Second)
+	})
 }
 
 // ---- parsing the tools' output ----
