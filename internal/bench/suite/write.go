@@ -301,7 +301,7 @@ func (s *suite) writeMicro(rows []microRow) {
 		s.doc.P("")
 		s.doc.Table([]string{"record, send", "ferry client", "allocs", "pan's client (seed)", "speed-up"}, client)
 	}
-	s.doc.P("Command: `go test -run '^$' -bench . -benchmem ./otlp/wire ./otlp/flatjson ./auth ./auth/token ./auth/ratelimit ./processor/... ./receiver/httpreceiver ./exporter/kafkaexporter ./buffer/... ./record ./client ./protocol`.")
+	s.doc.P("Command: `go test -run '^$' -bench . -benchmem %s`.", strings.Join(microPkgs, " "))
 }
 
 // clientBench reads "KafkaFor100Byte/async" as (100, "async").
