@@ -23,10 +23,11 @@ func (s *Spool) Consume(_ context.Context, b *record.Batch) error {
 		return nil
 	}
 	buf := s.getBuf()
+	wf := s.wfmt.Load()
 	for i := range b.Records {
 		r := &b.Records[i]
 		before := len(buf)
-		buf = appendFrame(buf, r, s.wfmt)
+		buf = appendFrame(buf, r, wf)
 		if len(buf)-before-frameHeader > s.maxFrame {
 			s.putBuf(buf)
 			s.m.refused.WithLabelValues("record_too_large").Add(float64(n))
@@ -41,7 +42,7 @@ func (s *Spool) Consume(_ context.Context, b *record.Batch) error {
 		return consumer.ErrFull
 	}
 	s.mu.Lock()
-	err := s.appendLocked(buf, b, size)
+	err := s.appendLocked(buf, wf, b, size)
 	s.mu.Unlock()
 	s.putBuf(buf)
 	if err != nil {
@@ -61,7 +62,9 @@ func (s *Spool) Consume(_ context.Context, b *record.Batch) error {
 	return nil
 }
 
-func (s *Spool) appendLocked(buf []byte, b *record.Batch, size int64) error {
+// appendLocked writes buf, frames sealed for wf, at the end of the active
+// segment. Called with s.mu held.
+func (s *Spool) appendLocked(buf []byte, wf *segFormat, b *record.Batch, size int64) error {
 	switch {
 	case s.closing:
 		return consumer.ErrShuttingDown
@@ -86,6 +89,9 @@ func (s *Spool) appendLocked(buf []byte, b *record.Batch, size int64) error {
 			s.log.Log(slog.LevelError, "create", "spool segment not created; the request is refused", "err", err)
 			return errWrite(err)
 		}
+	}
+	if cur := s.wfmt.Load(); cur != wf {
+		reseal(buf, cur)
 	}
 	if _, err := s.f.WriteAt(buf, s.woff); err != nil {
 		// Leave no partial frame behind: the next append starts at woff.
@@ -113,17 +119,22 @@ func (s *Spool) appendLocked(buf []byte, b *record.Batch, size int64) error {
 func (s *Spool) roll() error {
 	s.syncMu.Lock()
 	var err error
-	if s.cfg.Fsync != "never" {
+	if s.recycled {
+		// The recycled file's old bytes go before it is sealed: a sealed
+		// segment ends at its size.
+		err = s.f.Truncate(s.woff)
+	}
+	if err == nil && s.cfg.Fsync != "never" {
 		err = s.fsync(s.f)
 	}
 	s.f.Close()
-	s.f = nil
+	s.f, s.recycled = nil, false
 	s.syncMu.Unlock()
 	// Whatever the outcome, the appends waiting for an fsync of the sealed
 	// segment learn it now, not at the next append (which may never come).
 	defer kick(s.syncKick)
 	if err != nil {
-		s.failErr = fmt.Errorf("fsync of a full segment: %w", err)
+		s.failErr = fmt.Errorf("sealing a full segment: %w", err)
 		return errWrite(err)
 	}
 	s.durable = s.written
@@ -132,15 +143,28 @@ func (s *Spool) roll() error {
 	return nil
 }
 
-// create makes segment s.wseg's file, the active one. Called with s.mu held.
-// A failure leaves no file behind and may be retried by the next append.
+// create makes segment s.wseg's file, the active one, with a secret of its
+// own: over a spare if there is one (recycle.go), else a new file. Called
+// with s.mu held. A failure leaves no file behind and may be retried by the
+// next append.
 func (s *Spool) create() error {
 	id := s.wseg
+	wf, err := newSegFormat(s.maxFrame)
+	if err != nil {
+		return err
+	}
+	if f := s.recycle(id, wf); f != nil {
+		s.f, s.woff, s.recycled = f, segHeader, true
+		s.segs[id] = segHeader
+		s.disk += segHeader
+		s.wfmt.Store(wf)
+		return nil
+	}
 	f, err := os.OpenFile(s.path(segName(id)), os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err = f.WriteAt(s.wfmt.header(), 0); err == nil && s.cfg.Fsync != "never" {
+	if _, err = f.WriteAt(wf.header(), 0); err == nil && s.cfg.Fsync != "never" {
 		err = f.Sync()
 	}
 	if err != nil {
@@ -154,6 +178,7 @@ func (s *Spool) create() error {
 	s.f, s.woff = f, segHeader
 	s.segs[id] = segHeader
 	s.disk += segHeader
+	s.wfmt.Store(wf)
 	return nil
 }
 

@@ -9,8 +9,8 @@
 // readable by the agent's user only. A segment starts with a 32-byte header
 // and holds frames:
 //
-//	header:  "FRYSPL02" | u32 frame limit | u32 0 | 8-byte secret | u32 0 |
-//	         u32 CRC32C(the 28 bytes before it)
+//	header:  "FRYSPL02" | u32 frame limit | u32 flags (1: recycled) |
+//	         8-byte secret | u32 0 | u32 CRC32C(the 28 bytes before it)
 //	frame:   u32 length | u32 tag | u32 CRC32C(payload, started from the
 //	         secret) | payload (one record)
 //	payload: i64 timestamp (unix ns, 0 = none) | uvarint len, topic |
@@ -20,7 +20,7 @@
 // The frame limit is the one in force when the segment was written, so a
 // restart with a smaller max_batch_bytes still reads every record it
 // acknowledged (the exporter then decides). The secret is random per
-// process and never leaves the directory; the tag is its first four bytes.
+// segment and never leaves the directory; the tag is its first four bytes.
 // A frame is valid only with the tag and a checksum seeded by the secret,
 // so bytes a client put inside a value can never pass for a frame, not even
 // when the reader resynchronises after damage. Segments of the first format
@@ -67,9 +67,24 @@
 // watermark is the position before which every record is acknowledged; it
 // advances over completed chunks in read order. It is written to the
 // checkpoint (atomically: temp file, fsync, rename) every second and at
-// shutdown, and a segment is deleted once the watermark has passed its end,
+// shutdown, and a segment is retired once the watermark has passed its end,
 // so a segment goes only when every record in it was acknowledged by Kafka
 // (or dead-lettered, below).
+//
+// # Recycling
+//
+// A retired segment is kept as a spare (NNN.spare, at most two, and only
+// while segments, spares and one more segment fit in max_bytes; fsync
+// modes interval and always) and the next segment is written over it in
+// place rather than in a new file: writing over blocks and cached pages
+// that already exist costs the kernel about 2.5x less CPU per byte than
+// filling and later deleting a new file (BenchmarkSegmentWrite), and the
+// spool's write was its largest cost. The recycled segment gets a new
+// header and secret, fsynced before it takes its name, so its old frames
+// never check again; its old bytes past the last frame are cut off when it
+// is sealed or closed, and after a crash recovery trims them without
+// counting them as damage (the header's recycled flag). recycle.go has the
+// details.
 //
 // # Recovery
 //
@@ -136,7 +151,7 @@
 //
 // Disk: max_bytes counts every byte of every segment on disk, acknowledged
 // or not; an append that would pass it is refused with 429 (503 while Kafka
-// is unreachable). Memory: the reader's chunks come out of the shared
+// is unreachable). Spares are kept only within it (above). Memory: the reader's chunks come out of the shared
 // memory budget, and the bytes of batches being appended or waiting for their fsync
 // are bounded by write_buffer (refused with 429 beyond it).
 package spool

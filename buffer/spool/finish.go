@@ -5,8 +5,6 @@ package spool
 
 import (
 	"errors"
-	"log/slog"
-	"os"
 
 	"github.com/ferryhq/ferry/consumer"
 )
@@ -73,12 +71,10 @@ func (s *Spool) finishLoop() {
 	}
 }
 
-// removed deletes segments the watermark has passed (the finisher's side
-// of advance).
+// removed retires the segments the watermark has passed (the finisher's
+// side of advance): kept as spares or deleted.
 func (s *Spool) removed(gone []uint64) {
 	for _, id := range gone {
-		if err := os.Remove(s.path(segName(id))); err != nil && !errors.Is(err, os.ErrNotExist) {
-			s.log.Log(slog.LevelWarn, "remove", "spool: removing an acknowledged segment failed", "err", err)
-		}
+		s.retire(id)
 	}
 }

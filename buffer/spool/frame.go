@@ -31,21 +31,30 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
 // segFormat is how one segment's frames are laid out and checked. tag and
-// seed are random per process and never leave the spool directory: a frame
+// seed are random per segment and never leave the spool directory: a frame
 // is valid only if it carries the tag and its CRC32C, started from seed,
 // matches. Client bytes inside a record cannot carry either, so a reader
 // resynchronising after damage can never take a client's value for a frame
 // (a record the client never sent, to a topic it was not allowed). The tag
 // also makes a resync cheap: a 4-byte compare rejects almost every position
 // before any checksum is computed, so damage cannot be turned into a
-// quadratic scan.
+// quadratic scan. Because each segment draws its own, the frames a
+// recycled segment file still holds from its previous use never check
+// under its new header.
 type segFormat struct {
 	v1       bool
 	maxFrame int    // the largest payload when the segment was written
 	tag      uint32 // in every frame header
 	seed     uint32 // CRC32C state that every frame's checksum starts from
 	secret   [8]byte
+	// recycled: the file was an earlier segment's, overwritten in place;
+	// past its last frame it may hold that segment's old bytes (stale, not
+	// damage).
+	recycled bool
 }
+
+// segRecycled is the header's flags bit for a recycled file.
+const segRecycled = 1
 
 func (f *segFormat) hdrLen() int {
 	if f.v1 {
@@ -61,7 +70,7 @@ func (f *segFormat) dataStart() int64 {
 	return segHeader
 }
 
-// newSegFormat draws a fresh secret for the segments this process writes.
+// newSegFormat draws a fresh secret for one new segment.
 func newSegFormat(maxFrame int) (*segFormat, error) {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -73,12 +82,16 @@ func newSegFormat(maxFrame int) (*segFormat, error) {
 	return f, nil
 }
 
-// header is the segment header: magic | u32 max frame | u32 reserved |
+// header is the segment header: magic | u32 max frame | u32 flags |
 // 8-byte secret | u32 reserved | u32 CRC32C of the 28 bytes before it.
+// Readers before recycling ignore the flags.
 func (f *segFormat) header() []byte {
 	h := make([]byte, segHeader)
 	copy(h, segMagic)
 	binary.LittleEndian.PutUint32(h[8:], uint32(f.maxFrame))
+	if f.recycled {
+		binary.LittleEndian.PutUint32(h[12:], segRecycled)
+	}
 	copy(h[16:24], f.secret[:])
 	binary.LittleEndian.PutUint32(h[28:], crc32c(h[:28]))
 	return h
@@ -95,7 +108,8 @@ func parseSegHeader(h []byte) (*segFormat, error) {
 	case crc32c(h[:28]) != binary.LittleEndian.Uint32(h[28:]):
 		return nil, errors.New("segment header checksum mismatch")
 	}
-	f := &segFormat{maxFrame: int(binary.LittleEndian.Uint32(h[8:]))}
+	f := &segFormat{maxFrame: int(binary.LittleEndian.Uint32(h[8:])),
+		recycled: binary.LittleEndian.Uint32(h[12:])&segRecycled != 0}
 	copy(f.secret[:], h[16:24])
 	f.tag = binary.LittleEndian.Uint32(h[16:])
 	f.seed = crc32.Update(0, castagnoli, h[16:24])
@@ -142,6 +156,18 @@ func appendFrame(dst []byte, r *record.Record, f *segFormat) []byte {
 	binary.LittleEndian.PutUint32(dst[start+4:], f.tag)
 	binary.LittleEndian.PutUint32(dst[start+8:], crc32.Update(f.seed, castagnoli, payload))
 	return dst
+}
+
+// reseal seals again, for format f, the frames in buf (whole frames, as
+// Consume encodes them): a batch encoded for one segment is written to the
+// next when a roll comes in between.
+func reseal(buf []byte, f *segFormat) {
+	for i := 0; i+frameHeader <= len(buf); {
+		n := int(binary.LittleEndian.Uint32(buf[i:]))
+		binary.LittleEndian.PutUint32(buf[i+4:], f.tag)
+		binary.LittleEndian.PutUint32(buf[i+8:], crc32.Update(f.seed, castagnoli, buf[i+frameHeader:i+frameHeader+n]))
+		i += frameHeader + n
+	}
 }
 
 var errPayload = errors.New("spool: malformed record in a frame with a valid checksum")

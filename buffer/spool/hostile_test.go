@@ -62,7 +62,7 @@ func TestForgedFrameInValueNeverDelivered(t *testing.T) {
 	if at < 0 {
 		t.Fatal("value not found in the segment")
 	}
-	hdr := s.wfmt.hdrLen()
+	hdr := s.wfmt.Load().hdrLen()
 	flip(t, segs[0], int64(at-hdr-3), 1) // inside the frame header, before the payload's topic
 	s2 := open(t, testConfig(dir))
 	defer s2.Close()

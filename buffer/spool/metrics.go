@@ -13,6 +13,7 @@ type metrics struct {
 	corruptBytes    *prometheus.CounterVec
 	corruptRegions  prometheus.Counter
 	writeErrors     prometheus.Counter
+	recycled        prometheus.Counter
 	fsyncs          prometheus.Counter
 	fsyncSeconds    prometheus.Histogram
 	backlogAtOpen   prometheus.Gauge
@@ -39,6 +40,7 @@ func newMetrics(reg prometheus.Registerer, s *Spool) *metrics {
 			Help: "Damaged spool bytes: truncated (a torn tail cut at start) or skipped (failed checksum while reading)."}, []string{"kind"}),
 		corruptRegions: c("ferry_spool_corrupt_regions_total", "Damaged stretches found in the spool (and unreadable checkpoints)."),
 		writeErrors:    c("ferry_spool_write_errors_total", "Failed writes to the spool (the request was refused)."),
+		recycled:       c("ferry_spool_segments_recycled_total", "Segments written over a spare (an emptied segment file) instead of a new file."),
 		fsyncs:         c("ferry_spool_fsyncs_total", "fsync calls on spool segments."),
 		fsyncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_spool_fsync_duration_seconds",
 			Help: "Time per spool fsync.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
@@ -54,9 +56,12 @@ func newMetrics(reg prometheus.Registerer, s *Spool) *metrics {
 		func() float64 { return float64(s.DiskBytes()) })
 	backlog := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_spool_backlog_bytes",
 		Help: "Spool bytes not yet acknowledged by Kafka."}, func() float64 { return float64(s.Backlog()) })
+	spares := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_spool_spare_bytes",
+		Help: "Bytes of the emptied segment files kept to be overwritten by the next segments (within max_bytes)."},
+		func() float64 { return float64(s.spareBytes()) })
 	limit := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_spool_limit_bytes", Help: "The configured max_bytes."})
 	limit.Set(float64(s.cfg.MaxBytes))
 	reg.MustRegister(m.appendedRecords, m.appendedBytes, m.delivered, m.retried, m.deadLettered, m.replayed, m.refused,
-		m.corruptBytes, m.corruptRegions, m.writeErrors, m.fsyncs, m.fsyncSeconds, m.backlogAtOpen, m.replaySeconds, disk, backlog, limit)
+		m.corruptBytes, m.corruptRegions, m.writeErrors, m.fsyncs, m.fsyncSeconds, m.backlogAtOpen, m.replaySeconds, disk, spares, backlog, limit, m.recycled)
 	return m
 }

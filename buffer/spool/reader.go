@@ -46,6 +46,9 @@ func (s *Spool) read() {
 	for !s.readStop.Load() {
 		s.mu.Lock()
 		end, sealed := s.woff, false
+		// The active segment's format, taken with its end: a roll and a
+		// new segment may come before the next look.
+		sf := s.wfmt.Load()
 		if s.rpos.seg != s.wseg {
 			end, sealed = s.segs[s.rpos.seg], true
 		}
@@ -59,7 +62,6 @@ func (s *Spool) read() {
 		}
 		s.mu.Unlock()
 
-		sf := s.wfmt
 		if sealed {
 			var err error
 			if sf, err = s.openSeg(s.rpos.seg); err != nil && !errors.Is(err, errSegHeader) {

@@ -19,7 +19,12 @@ func (s *Spool) recover() error {
 		return fmt.Errorf("spool: %w", err)
 	}
 	var ids []uint64
+	var spares []string
 	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".spare") {
+			spares = append(spares, e.Name())
+			continue
+		}
 		name, ok := strings.CutSuffix(e.Name(), ".seg")
 		if !ok {
 			continue
@@ -87,6 +92,7 @@ func (s *Spool) recover() error {
 	if len(ids) == 0 {
 		cp = pos{next, segHeader}
 	}
+	s.adoptSpares(spares)
 	s.rpos, s.wm, s.ckpt = cp, cp, pos{}
 	s.replayEnd = pos{next, segHeader}
 	backlog := s.Backlog()
@@ -156,6 +162,14 @@ func (s *Spool) repairTail(id uint64, size int64) (int64, error) {
 		}
 		if err := f.Sync(); err != nil {
 			return 0, fmt.Errorf("spool: %w", err)
+		}
+		if sf.recycled {
+			// What follows the last frame of a recycled file is mostly its
+			// previous segment's bytes, which no frame of this one can
+			// match (a torn write, if any, is among them): not damage.
+			s.logger.Info("spool: recycled segment cut at its last frame", "segment", filepath.Base(name),
+				"bytes", torn, "kept_bytes", validEnd)
+			return validEnd, nil
 		}
 		s.m.corruptBytes.WithLabelValues("truncated").Add(float64(torn))
 		s.m.corruptRegions.Inc()

@@ -78,10 +78,13 @@ func (a pos) less(b pos) bool { return a.seg < b.seg || a.seg == b.seg && a.off 
 type Spool struct {
 	cfg      Config
 	maxFrame int
-	// wfmt seals the frames this process writes; maxSegFrame is the
-	// largest frame limit recorded in any segment found at Open (the reader
-	// must be able to hold one such frame, whatever the config says now).
-	wfmt        *segFormat
+	// wfmt seals the frames of the active segment (each segment draws its
+	// own secret; Consume encodes with it before taking mu, and an append
+	// that finds it changed by a roll seals its frames again). maxSegFrame
+	// is the largest frame limit recorded in any segment found at Open (the
+	// reader must be able to hold one such frame, whatever the config says
+	// now).
+	wfmt        atomic.Pointer[segFormat]
 	maxSegFrame int
 	log         *telemetry.Limited
 	logger      *slog.Logger
@@ -113,6 +116,16 @@ type appender struct {
 	// fsync is (*os.File).Sync; tests replace it to fail.
 	fsync   func(*os.File) error
 	closing bool
+	// recycled: the active file was a spare, so it may be longer than woff
+	// (its old bytes are cut off when it is sealed or closed). spares are
+	// emptied segment files kept to be overwritten rather than deleted and
+	// created again (see recycle.go); spareSlots counts them and those
+	// being renamed into place.
+	recycled   bool
+	maxSpares  int // maxSpares; 0 in the benchmark's reference run
+	spares     []spare
+	spareSlots int
+	spareSeq   uint64
 
 	appending atomic.Int64 // bytes of appends in progress (the disk bound counts them)
 	bufPool   sync.Pool
@@ -194,7 +207,7 @@ func Open(cfg Config, set telemetry.Settings, l Links) (*Spool, error) {
 		return nil, err
 	}
 	s := &Spool{cfg: cfg, links: l,
-		appender: appender{segs: map[uint64]int64{}, fsync: (*os.File).Sync},
+		appender: appender{segs: map[uint64]int64{}, fsync: (*os.File).Sync, maxSpares: maxSpares},
 		syncer:   syncer{syncKick: make(chan struct{}, 1), stopSync: make(chan struct{})},
 		reader: reader{budget: l.Budget, chunk: 1 << 20, dataKick: make(chan struct{}, 1), freeKick: make(chan struct{}, 1),
 			stopRead: make(chan struct{})},
@@ -207,7 +220,8 @@ func Open(cfg Config, set telemetry.Settings, l Links) (*Spool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
-	s.wfmt, s.maxSegFrame = wf, s.maxFrame
+	s.wfmt.Store(wf)
+	s.maxSegFrame = s.maxFrame
 	s.logger = set.Logger.With("component", "buffer/spool")
 	s.log = telemetry.NewLimited(s.logger, 30*time.Second)
 	s.m = newMetrics(set.Registry, s)
@@ -338,7 +352,10 @@ func (s *Spool) Close() error {
 			s.mu.Lock()
 			var err error
 			if s.f != nil {
-				err = s.f.Sync()
+				err = s.trimRecycled()
+				if err == nil {
+					err = s.f.Sync()
+				}
 			}
 			s.mu.Unlock()
 			s.completeWaiters(1<<62, err)
@@ -352,6 +369,7 @@ func (s *Spool) Close() error {
 		}
 		s.mu.Lock()
 		if s.f != nil {
+			_ = s.trimRecycled()
 			_ = s.f.Sync() // a graceful stop leaves nothing to the page cache
 			s.f.Close()
 		}
@@ -365,6 +383,21 @@ func (s *Spool) Close() error {
 		s.lockFile.Close()
 		s.logger.Info("spool closed", "backlog_bytes", s.Backlog())
 	})
+	return nil
+}
+
+// trimRecycled cuts a recycled active file's old bytes off at a graceful
+// stop, so the next start finds a segment that ends at its last frame.
+// Called with s.mu held.
+func (s *Spool) trimRecycled() error {
+	if !s.recycled {
+		return nil
+	}
+	if err := s.f.Truncate(s.woff); err != nil {
+		s.logger.Warn("spool: the recycled segment's old bytes were not cut off; the next start trims them", "err", err)
+		return err
+	}
+	s.recycled = false
 	return nil
 }
 

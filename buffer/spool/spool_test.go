@@ -309,7 +309,7 @@ func TestTornTailTruncated(t *testing.T) {
 	_ = s.Close()
 	segs := segments(t, dir)
 	last := segs[len(segs)-1]
-	full := appendFrame(nil, &recs(100, 1).Records[0], s.wfmt)
+	full := appendFrame(nil, &recs(100, 1).Records[0], s.wfmt.Load())
 	f, _ := os.OpenFile(last, os.O_APPEND|os.O_WRONLY, 0)
 	_, _ = f.Write(full[:len(full)-5])
 	f.Close()
