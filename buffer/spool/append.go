@@ -42,9 +42,11 @@ func (s *Spool) Consume(_ context.Context, b *record.Batch) error {
 		return consumer.ErrFull
 	}
 	s.mu.Lock()
-	err := s.appendLocked(buf, wf, b, size)
+	kept, err := s.appendLocked(buf, wf, b, size)
 	s.mu.Unlock()
-	s.putBuf(buf)
+	if !kept {
+		s.putBuf(buf)
+	}
 	if err != nil {
 		s.appending.Add(-size)
 		s.m.refused.WithLabelValues(consumer.Reason(err)).Add(float64(n))
@@ -63,31 +65,31 @@ func (s *Spool) Consume(_ context.Context, b *record.Batch) error {
 }
 
 // appendLocked writes buf, frames sealed for wf, at the end of the active
-// segment. Called with s.mu held.
-func (s *Spool) appendLocked(buf []byte, wf *segFormat, b *record.Batch, size int64) error {
+// segment; kept says the reader's tail took buf. Called with s.mu held.
+func (s *Spool) appendLocked(buf []byte, wf *segFormat, b *record.Batch, size int64) (kept bool, _ error) {
 	switch {
 	case s.closing:
-		return consumer.ErrShuttingDown
+		return false, consumer.ErrShuttingDown
 	case s.failErr != nil:
-		return &consumer.RetryableError{Reason: "spool_failed", After: 30 * time.Second,
+		return false, &consumer.RetryableError{Reason: "spool_failed", After: 30 * time.Second,
 			Msg: "ferry's disk spool failed and accepts nothing until restarted: " + osCause(s.failErr)}
 	case s.disk+size > int64(s.cfg.MaxBytes):
 		if !s.links.Up() {
-			return &consumer.RetryableError{Reason: "spool_full", After: 5 * time.Second,
+			return false, &consumer.RetryableError{Reason: "spool_full", After: 5 * time.Second,
 				Msg: "Kafka is unreachable and ferry's disk spool is full; retry later"}
 		}
-		return consumer.ErrSpoolFull
+		return false, consumer.ErrSpoolFull
 	}
 	if s.f != nil && s.woff+size > int64(s.cfg.SegmentBytes) && s.woff > segHeader {
 		if err := s.roll(); err != nil {
-			return err
+			return false, err
 		}
 	}
 	if s.f == nil {
 		if err := s.create(); err != nil {
 			s.m.writeErrors.Inc()
 			s.log.Log(slog.LevelError, "create", "spool segment not created; the request is refused", "err", err)
-			return errWrite(err)
+			return false, errWrite(err)
 		}
 	}
 	if cur := s.wfmt.Load(); cur != wf {
@@ -100,8 +102,9 @@ func (s *Spool) appendLocked(buf []byte, wf *segFormat, b *record.Batch, size in
 		if terr := s.f.Truncate(s.woff); terr != nil {
 			s.failErr = fmt.Errorf("write failed (%v) and truncating it failed: %w", err, terr)
 		}
-		return errWrite(err)
+		return false, errWrite(err)
 	}
+	at := pos{s.wseg, s.woff}
 	s.woff += size
 	s.written += size
 	s.segs[s.wseg] = s.woff
@@ -111,7 +114,7 @@ func (s *Spool) appendLocked(buf []byte, wf *segFormat, b *record.Batch, size in
 		s.waiters = append(s.waiters, waiter{end: s.written, b: b, n: size})
 		s.waitMu.Unlock()
 	}
-	return nil
+	return s.keepTail(buf, at, len(b.Records)), nil
 }
 
 // roll seals the active segment (fsynced unless fsync is never) and starts

@@ -61,7 +61,10 @@
 // batch. What it holds is reserved from the shared memory budget (capped at
 // read_ahead) and given back when Kafka has answered for every record of
 // the chunk, so reading is bounded in memory however large the backlog is:
-// the spool is streamed, never loaded.
+// the spool is streamed, never loaded. While it keeps up with the
+// appender it does not read at all: the appender keeps the buffers it just
+// wrote, and the reader sends records from them (tail.go); the disk copy is
+// for a reader that fell behind and for recovery.
 //
 // Chunks complete out of order (partitions answer independently). The
 // watermark is the position before which every record is acknowledged; it

@@ -14,6 +14,7 @@ type metrics struct {
 	corruptRegions  prometheus.Counter
 	writeErrors     prometheus.Counter
 	recycled        prometheus.Counter
+	readBytes       *prometheus.CounterVec
 	fsyncs          prometheus.Counter
 	fsyncSeconds    prometheus.Histogram
 	backlogAtOpen   prometheus.Gauge
@@ -38,6 +39,8 @@ func newMetrics(reg prometheus.Registerer, s *Spool) *metrics {
 			Help: "Records the spool refused to store, by reason."}, []string{"reason"}),
 		corruptBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_spool_corrupt_bytes_total",
 			Help: "Damaged spool bytes: truncated (a torn tail cut at start) or skipped (failed checksum while reading)."}, []string{"kind"}),
+		readBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_spool_read_bytes_total",
+			Help: "Bytes the reader sent on, by where it took them: memory (appends it had kept up with) or disk."}, []string{"from"}),
 		corruptRegions: c("ferry_spool_corrupt_regions_total", "Damaged stretches found in the spool (and unreadable checkpoints)."),
 		writeErrors:    c("ferry_spool_write_errors_total", "Failed writes to the spool (the request was refused)."),
 		recycled:       c("ferry_spool_segments_recycled_total", "Segments written over a spare (an emptied segment file) instead of a new file."),
@@ -52,6 +55,9 @@ func newMetrics(reg prometheus.Registerer, s *Spool) *metrics {
 	for _, kind := range []string{"truncated", "skipped"} {
 		m.corruptBytes.WithLabelValues(kind)
 	}
+	for _, from := range []string{"memory", "disk"} {
+		m.readBytes.WithLabelValues(from)
+	}
 	disk := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_spool_bytes", Help: "Bytes of every spool segment on disk."},
 		func() float64 { return float64(s.DiskBytes()) })
 	backlog := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_spool_backlog_bytes",
@@ -62,6 +68,6 @@ func newMetrics(reg prometheus.Registerer, s *Spool) *metrics {
 	limit := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_spool_limit_bytes", Help: "The configured max_bytes."})
 	limit.Set(float64(s.cfg.MaxBytes))
 	reg.MustRegister(m.appendedRecords, m.appendedBytes, m.delivered, m.retried, m.deadLettered, m.replayed, m.refused,
-		m.corruptBytes, m.corruptRegions, m.writeErrors, m.fsyncs, m.fsyncSeconds, m.backlogAtOpen, m.replaySeconds, disk, spares, backlog, limit, m.recycled)
+		m.corruptBytes, m.corruptRegions, m.writeErrors, m.fsyncs, m.fsyncSeconds, m.backlogAtOpen, m.replaySeconds, disk, spares, backlog, limit, m.recycled, m.readBytes)
 	return m
 }

@@ -20,8 +20,11 @@ import (
 // chunk is one read from a segment, delivered as one batch. Its buffer is
 // the memory of its records until Kafka has answered for all of them.
 type chunk struct {
-	s        *Spool
-	buf      []byte
+	s   *Spool
+	buf []byte
+	// bufs: appends taken from the tail (tail.go), sent instead of buf
+	// and given back to the appender's pool with the chunk.
+	bufs     [][]byte
 	reserved int64
 	mark     *mark
 	batch    record.Batch
@@ -49,6 +52,7 @@ func (s *Spool) read() {
 		// The active segment's format, taken with its end: a roll and a
 		// new segment may come before the next look.
 		sf := s.wfmt.Load()
+		s.armTail(s.rpos.seg != s.wseg)
 		if s.rpos.seg != s.wseg {
 			end, sealed = s.segs[s.rpos.seg], true
 		}
@@ -110,6 +114,11 @@ func (s *Spool) read() {
 			continue
 		}
 		s.lingered = false
+		if ok, stop := s.readTail(); stop {
+			return
+		} else if ok {
+			continue
+		}
 		size := min(avail, int64(max(s.chunk, s.need)))
 		start := s.rpos
 		c := s.chunks.Get().(*chunk)
@@ -195,12 +204,55 @@ func (s *Spool) read() {
 			return
 		}
 		c.reserved += extra
-		c.batch.MemBytes = c.reserved
-		c.batch.Spooled = true
-		c.mark = &mark{end: s.rpos}
-		s.push(c.mark)
-		s.send(c)
+		s.m.readBytes.WithLabelValues("disk").Add(float64(s.rpos.off - start.off))
+		s.sendChunk(c)
 	}
+}
+
+func (s *Spool) sendChunk(c *chunk) {
+	c.batch.MemBytes = c.reserved
+	c.batch.Spooled = true
+	c.mark = &mark{end: s.rpos}
+	s.push(c.mark)
+	s.send(c)
+}
+
+// readTail sends the appends kept in memory that start at the read
+// position as one chunk; ok if it did, stop if the reader is stopping.
+func (s *Spool) readTail() (ok, stop bool) {
+	c := s.chunks.Get().(*chunk)
+	var end pos
+	var n int
+	c.bufs, end, n, c.reserved = s.takeTail(c.bufs[:0], max(1, int(s.ceiling/2/record.Overhead)))
+	if len(c.bufs) == 0 {
+		s.chunks.Put(c)
+		return false, false
+	}
+	var size int64
+	for _, b := range c.bufs {
+		size += int64(len(b))
+	}
+	extra := int64(n * record.Overhead)
+	if !s.reserve(extra) {
+		s.release(c)
+		return false, true
+	}
+	c.reserved += extra
+	c.batch.Records = c.batch.Records[:0]
+	if bad, frames := s.framesOf(c); bad > 0 {
+		s.m.corruptBytes.WithLabelValues("skipped").Add(float64(bad))
+		s.m.corruptRegions.Add(float64(frames))
+		s.logger.Warn("spool: records that did not decode skipped", "segment", segName(s.rpos.seg), "offset", s.rpos.off, "bytes", bad)
+	}
+	s.rpos, s.need = end, 0
+	s.m.readBytes.WithLabelValues("memory").Add(float64(size))
+	if len(c.batch.Records) == 0 {
+		s.release(c)
+		s.push(&mark{end: s.rpos, done: true})
+		return true, false
+	}
+	s.sendChunk(c)
+	return true, false
 }
 
 var errSegHeader = errors.New("spool: damaged segment header")
@@ -429,5 +481,10 @@ func (s *Spool) release(c *chunk) {
 	c.batch.Reset()
 	c.retry = c.retry[:0]
 	c.dead, c.tries, c.dlPending, c.kafkaDone, c.settling = 0, 0, 0, false, false
+	for i, b := range c.bufs {
+		s.putBuf(b)
+		c.bufs[i] = nil
+	}
+	c.bufs = c.bufs[:0]
 	s.chunks.Put(c)
 }

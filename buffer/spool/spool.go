@@ -129,6 +129,7 @@ type appender struct {
 
 	appending atomic.Int64 // bytes of appends in progress (the disk bound counts them)
 	bufPool   sync.Pool
+	appendTail
 }
 
 // syncer makes appends durable: one fsync for every append waiting
@@ -259,6 +260,7 @@ func (s *Spool) Start(context.Context) error {
 	s.ceiling = max(int64(s.cfg.ReadAhead), int64(2*s.maxSegFrame))
 	s.ceiling = min(s.ceiling, s.budget.Limit())
 	s.chunk = int(min(1<<20, max(64<<10, s.ceiling/4)))
+	s.tailMax = min(8<<20, max(int64(s.chunk), s.ceiling/4))
 	s.started = true
 	s.startedAt = time.Now()
 	s.readWG.Add(1)
@@ -328,6 +330,7 @@ func (s *Spool) stopReader() {
 	if s.started {
 		s.stopReadOnce.Do(func() { close(s.stopRead) })
 		s.readWG.Wait()
+		s.dropTail()
 	}
 }
 

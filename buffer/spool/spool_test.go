@@ -544,7 +544,8 @@ func TestGroupCommit(t *testing.T) {
 }
 
 // TestReadAheadBounded: with Kafka holding everything, the reader never
-// takes more than read_ahead of memory however large the backlog.
+// takes more than read_ahead of memory (and a quarter more for the appends
+// it keeps) however large the backlog.
 func TestReadAheadBounded(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(dir)
@@ -560,8 +561,10 @@ func TestReadAheadBounded(t *testing.T) {
 		appendOK(t, s, bt)
 	}
 	time.Sleep(300 * time.Millisecond)
-	if u := b.Used(); u == 0 || u > int64(cfg.ReadAhead) {
-		t.Fatalf("reader holds %d bytes; bound %d", u, cfg.ReadAhead)
+	// read_ahead, plus the appends kept in memory for it (tail.go): at
+	// most a quarter of read_ahead more.
+	if u, bound := b.Used(), int64(cfg.ReadAhead)*5/4; u == 0 || u > bound {
+		t.Fatalf("reader holds %d bytes; bound %d", u, bound)
 	}
 	_ = s.Shutdown(context.Background())
 	_ = s.Close()
