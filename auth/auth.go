@@ -139,6 +139,12 @@ type Checker struct {
 }
 
 type verdict struct {
+	// ring is the keyring that gave the verdict; it answers only while
+	// that keyring is the current one, so a reload revokes every cached
+	// verdict at the instant it swaps keyrings (emptying the cache after
+	// it would leave a moment, and a check that verified with the old
+	// keyring could cache its verdict after the emptying).
+	ring    *token.Keyring
 	tok     string
 	claims  *token.Claims
 	err     *token.Error
@@ -172,7 +178,9 @@ func New(cfg Config, set telemetry.Settings) (*Checker, error) {
 	return c, nil
 }
 
-// SetKeys swaps the keyring (reload) and forgets cached verdicts.
+// SetKeys swaps the keyring (reload), which revokes every cached verdict
+// at once (each answers only for its own keyring), and empties the cache to
+// free them.
 func (c *Checker) SetKeys(cfg Config) error {
 	ring, err := cfg.Keyring()
 	if err != nil {
@@ -221,18 +229,18 @@ func (c *Checker) Shutdown(context.Context) error {
 // Check returns the claims of a valid token, or a *token.Error. Refusals are
 // counted by reason.
 func (c *Checker) Check(tok string) (*token.Claims, error) {
-	now := c.now.Load()
+	now, ring := c.now.Load(), c.ring.Load()
 	i := maphash.String(c.seed, tok) & c.mask &^ 1
 	a, b := c.slots[i].Load(), c.slots[i+1].Load()
-	if a != nil && a.tok == tok && now < a.expires {
+	if a != nil && a.tok == tok && now < a.expires && a.ring == ring {
 		return c.answer(a, now)
 	}
-	if b != nil && b.tok == tok && now < b.expires {
+	if b != nil && b.tok == tok && now < b.expires && b.ring == ring {
 		return c.answer(b, now)
 	}
 	c.misses.Inc()
-	claims, err := c.ring.Load().Verify(tok, time.Unix(0, now))
-	vd := &verdict{tok: tok, expires: now + c.ttl}
+	claims, err := ring.Verify(tok, time.Unix(0, now))
+	vd := &verdict{ring: ring, tok: tok, expires: now + c.ttl}
 	if err != nil {
 		vd.err = err.(*token.Error)
 		if vd.err.Reason == token.ReasonExpired {
@@ -249,9 +257,9 @@ func (c *Checker) Check(tok string) (*token.Claims, error) {
 	if len(tok) <= token.MaxLen && tok != "" {
 		// Replace an empty, expired or this token's slot, else the older.
 		switch {
-		case a == nil || a.tok == tok || now >= a.expires:
+		case a == nil || a.tok == tok || now >= a.expires || a.ring != ring:
 			c.slots[i].Store(vd)
-		case b == nil || b.tok == tok || now >= b.expires || b.expires < a.expires:
+		case b == nil || b.tok == tok || now >= b.expires || b.ring != ring || b.expires < a.expires:
 			c.slots[i+1].Store(vd)
 		default:
 			c.slots[i].Store(vd)

@@ -144,3 +144,30 @@ func BenchmarkAes256DecoderWithCachedParallel(b *testing.B) {
 		}
 	})
 }
+
+// TestCachedVerdictDiesWithItsKeyring: once a reload's keyring is in
+// place, no verdict from the keyring before it is answered, not even in
+// the moment before SetKeys has emptied the cache (or from a check that
+// verified with the old keyring and cached its verdict after the emptying):
+// a revoked key never works after its replacement does.
+func TestCachedVerdictDiesWithItsKeyring(t *testing.T) {
+	c, ring := newChecker(t, 100, time.Minute)
+	tok1, _ := ring.Issue(token.Claims{App: "shop"})
+	if _, err := c.Check(tok1); err != nil {
+		t.Fatal(err)
+	}
+	cfg2 := Config{Keys: []KeyConfig{{ID: 2, Secret: strings.Repeat("22", 32), Issue: true}}, CacheSize: 100, CacheTTL: time.Minute}
+	ring2, err := cfg2.Keyring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The swap as SetKeys makes it, before its loop empties the slots.
+	c.ring.Store(ring2)
+	if _, err := c.Check(tok1); err == nil {
+		t.Fatal("a token of the replaced key was accepted from the cache after the new keyring took over")
+	}
+	tok2, _ := ring2.Issue(token.Claims{App: "shop"})
+	if _, err := c.Check(tok2); err != nil {
+		t.Fatalf("new key: %v", err)
+	}
+}
