@@ -100,12 +100,7 @@ func TestSegmentsRecycled(t *testing.T) {
 // the new unacknowledged records and none of the old ones (which a shared
 // secret would make valid again), and not call the old bytes damage.
 func TestRecycledSegmentCrash(t *testing.T) {
-	dir := t.TempDir()
-	cfg := testConfig(dir)
-	cfg.Fsync = "always"
-	s := open(t, cfg)
-	c := &collector{}
-	_ = start(t, s, Links{Next: c})
+	cfg, s, c := openFsyncAlways(t)
 	n := 0
 	for ; n < 4000; n += 20 {
 		appendOK(t, s, recs(n, 20))
@@ -136,9 +131,7 @@ func TestRecycledSegmentCrash(t *testing.T) {
 	if fi.Size() <= woff+int64(frameHeader) {
 		t.Fatalf("the recycled segment is %d bytes with %d written: no old frames after the new ones to test", fi.Size(), woff)
 	}
-	// Crash: no Shutdown, no Close.
-	s.readStop.Store(true)
-	s.lockFile.Close()
+	crash(s)
 
 	s2 := open(t, cfg)
 	defer s2.Close()

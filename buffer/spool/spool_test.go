@@ -272,12 +272,7 @@ func TestRestartReplaysUnacknowledged(t *testing.T) {
 // Close (the files are simply abandoned) loses nothing it acknowledged; what
 // Kafka had acknowledged before the last checkpoint is not sent again.
 func TestCrashWithoutCloseReplaysFromCheckpoint(t *testing.T) {
-	dir := t.TempDir()
-	cfg := testConfig(dir)
-	cfg.Fsync = "always"
-	s := open(t, cfg)
-	c := &collector{}
-	_ = start(t, s, Links{Next: c})
+	cfg, s, c := openFsyncAlways(t)
 	for i := 0; i < 20; i++ {
 		appendOK(t, s, recs(i*100, 100))
 	}
@@ -287,14 +282,31 @@ func TestCrashWithoutCloseReplaysFromCheckpoint(t *testing.T) {
 	for i := 20; i < 30; i++ {
 		appendOK(t, s, recs(i*100, 100))
 	}
-	// Crash: no Shutdown, no Close. Release the lock as process death would.
-	s.readStop.Store(true)
-	s.lockFile.Close()
+	crash(s)
 
 	s2 := open(t, cfg)
 	defer s2.Close()
 	// Exactly the 1000 unacknowledged records, none of the 2000 before.
 	deliversExactly(t, s2, 2000, 3000)
+}
+
+// openFsyncAlways opens a spool in a new directory with fsync always and
+// starts it delivering to a collector.
+func openFsyncAlways(t *testing.T) (Config, *Spool, *collector) {
+	t.Helper()
+	cfg := testConfig(t.TempDir())
+	cfg.Fsync = "always"
+	s := open(t, cfg)
+	c := &collector{}
+	_ = start(t, s, Links{Next: c})
+	return cfg, s, c
+}
+
+// crash abandons s as process death would: no Shutdown, no Close; the
+// reader stops and the directory's lock is released.
+func crash(s *Spool) {
+	s.readStop.Store(true)
+	s.lockFile.Close()
 }
 
 // TestTornTailTruncated: a half-written frame at the end of the last
