@@ -52,10 +52,10 @@ func (s *Spool) read() {
 		// The active segment's format, taken with its end: a roll and a
 		// new segment may come before the next look.
 		sf := s.wfmt.Load()
-		s.armTail(s.rpos.seg != s.wseg)
 		if s.rpos.seg != s.wseg {
 			end, sealed = s.segs[s.rpos.seg], true
 		}
+		s.armTail(sealed)
 		nextSeg := s.wseg
 		if sealed {
 			for id := range s.segs {
@@ -159,20 +159,13 @@ func (s *Spool) read() {
 			if len(c.batch.Records) >= maxRecs {
 				return false
 			}
-			c.batch.Records = append(c.batch.Records, record.Record{})
-			if s.dec.decode(p, &c.batch.Records[len(c.batch.Records)-1]) != nil {
-				c.batch.Records = c.batch.Records[:len(c.batch.Records)-1]
+			if !s.decodeInto(c, p) {
 				bad += int64(len(p) + sf.hdrLen())
 				badFrames++
 			}
 			return true
 		})
-		if skipped+bad > 0 {
-			s.m.corruptBytes.WithLabelValues("skipped").Add(float64(skipped + bad))
-			s.m.corruptRegions.Add(float64(regions + badFrames))
-			s.logger.Warn("spool: damaged bytes skipped; the intact records around them are delivered",
-				"segment", segName(s.rpos.seg), "offset", s.rpos.off, "bytes", skipped+bad)
-		}
+		s.skipped(skipped+bad, regions+badFrames)
 		s.need = need
 		switch {
 		case sf.v1 && skipped > 0:
@@ -239,11 +232,7 @@ func (s *Spool) readTail() (ok, stop bool) {
 	}
 	c.reserved += extra
 	c.batch.Records = c.batch.Records[:0]
-	if bad, frames := s.framesOf(c); bad > 0 {
-		s.m.corruptBytes.WithLabelValues("skipped").Add(float64(bad))
-		s.m.corruptRegions.Add(float64(frames))
-		s.logger.Warn("spool: records that did not decode skipped", "segment", segName(s.rpos.seg), "offset", s.rpos.off, "bytes", bad)
-	}
+	s.skipped(s.framesOf(c))
 	s.rpos, s.need = end, 0
 	s.m.readBytes.WithLabelValues("memory").Add(float64(size))
 	if len(c.batch.Records) == 0 {
@@ -253,6 +242,29 @@ func (s *Spool) readTail() (ok, stop bool) {
 	}
 	s.sendChunk(c)
 	return true, false
+}
+
+// decodeInto appends the record in payload p to c's batch; false if p
+// does not decode (the caller counts it as damage).
+func (s *Spool) decodeInto(c *chunk, p []byte) bool {
+	c.batch.Records = append(c.batch.Records, record.Record{})
+	if s.dec.decode(p, &c.batch.Records[len(c.batch.Records)-1]) != nil {
+		c.batch.Records = c.batch.Records[:len(c.batch.Records)-1]
+		return false
+	}
+	return true
+}
+
+// skipped counts and logs damaged bytes the reader skipped at its
+// position, in regions stretches.
+func (s *Spool) skipped(bytes, regions int64) {
+	if bytes == 0 {
+		return
+	}
+	s.m.corruptBytes.WithLabelValues("skipped").Add(float64(bytes))
+	s.m.corruptRegions.Add(float64(regions))
+	s.logger.Warn("spool: damaged bytes skipped; the intact records around them are delivered",
+		"segment", segName(s.rpos.seg), "offset", s.rpos.off, "bytes", bytes)
 }
 
 var errSegHeader = errors.New("spool: damaged segment header")

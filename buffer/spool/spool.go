@@ -355,10 +355,8 @@ func (s *Spool) Close() error {
 			s.mu.Lock()
 			var err error
 			if s.f != nil {
-				err = s.trimRecycled()
-				if err == nil {
-					err = s.f.Sync()
-				}
+				s.trimRecycled()
+				err = s.f.Sync()
 			}
 			s.mu.Unlock()
 			s.completeWaiters(1<<62, err)
@@ -372,7 +370,7 @@ func (s *Spool) Close() error {
 		}
 		s.mu.Lock()
 		if s.f != nil {
-			_ = s.trimRecycled()
+			s.trimRecycled()
 			_ = s.f.Sync() // a graceful stop leaves nothing to the page cache
 			s.f.Close()
 		}
@@ -390,18 +388,18 @@ func (s *Spool) Close() error {
 }
 
 // trimRecycled cuts a recycled active file's old bytes off at a graceful
-// stop, so the next start finds a segment that ends at its last frame.
-// Called with s.mu held.
-func (s *Spool) trimRecycled() error {
+// stop, so the next start finds a segment that ends at its last frame. A
+// failure only leaves them for recovery to trim: it never fails the sync
+// that makes the appended records durable. Called with s.mu held.
+func (s *Spool) trimRecycled() {
 	if !s.recycled {
-		return nil
+		return
 	}
 	if err := s.f.Truncate(s.woff); err != nil {
 		s.logger.Warn("spool: the recycled segment's old bytes were not cut off; the next start trims them", "err", err)
-		return err
+		return
 	}
 	s.recycled = false
-	return nil
 }
 
 func kick(c chan struct{}) {

@@ -23,8 +23,6 @@ package spool
 import (
 	"encoding/binary"
 	"math"
-
-	"github.com/ferryhq/ferry/record"
 )
 
 type tailBuf struct {
@@ -140,14 +138,11 @@ func (s *Spool) framesOf(c *chunk) (bad, badFrames int64) {
 	for _, buf := range c.bufs {
 		for i := 0; i+frameHeader <= len(buf); {
 			n := int(binary.LittleEndian.Uint32(buf[i:]))
-			p := buf[i+frameHeader : i+frameHeader+n]
-			i += frameHeader + n
-			c.batch.Records = append(c.batch.Records, record.Record{})
-			if s.dec.decode(p, &c.batch.Records[len(c.batch.Records)-1]) != nil {
-				c.batch.Records = c.batch.Records[:len(c.batch.Records)-1]
+			if !s.decodeInto(c, buf[i+frameHeader:i+frameHeader+n]) {
 				bad += int64(frameHeader + n)
 				badFrames++
 			}
+			i += frameHeader + n
 		}
 	}
 	return bad, badFrames
