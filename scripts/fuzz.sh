@@ -40,7 +40,8 @@ for target in \
   "FuzzResync ./buffer/spool" \
   "FuzzDecode ./protocol" \
   "FuzzProduce ./receiver/kafkafront" \
-  "FuzzLZ4 ./exporter/kafkaexporter"; do
+  "FuzzLZ4 ./exporter/kafkaexporter" \
+  "FuzzLZ4Block ./exporter/kafkaexporter"; do
   set -- $target
   echo "-- $1 ($2) for $t"
   if ! go test -run='^$' -fuzz="^$1\$" -fuzztime="$t" -fuzzminimizetime="$minimize" "$2" >"$log" 2>&1; then

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/pierrec/lz4/v4"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -108,11 +109,119 @@ func lz4Inputs() map[string][]byte {
 	return in
 }
 
+// strictLZ4Frame decodes a frame as ferry writes it (header, blocks, end
+// mark) with the LZ4 block format's rules enforced that lenient readers
+// such as pierrec/lz4 let pass but a strict one may refuse: a match's
+// offset is 1 to its position, a block's last match starts at least 12
+// bytes before its end and ends at least 5 before it, and its last
+// sequence is literals only.
+func strictLZ4Frame(frame []byte) ([]byte, error) {
+	if len(frame) < 11 || !bytes.Equal(frame[:4], lz4Magic[:]) || frame[4] != lz4FLG || frame[5] != lz4BD || frame[6] != lz4HC {
+		return nil, fmt.Errorf("bad frame header % x", frame[:min(len(frame), 7)])
+	}
+	var out []byte
+	for p := 7; ; {
+		if p+4 > len(frame) {
+			return nil, fmt.Errorf("truncated at %d", p)
+		}
+		size := binary.LittleEndian.Uint32(frame[p:])
+		p += 4
+		if size == 0 {
+			if p != len(frame) {
+				return nil, fmt.Errorf("%d bytes after the end mark", len(frame)-p)
+			}
+			return out, nil
+		}
+		n := int(size &^ lz4Stored)
+		if n > len(frame)-p || n > lz4BlockSize {
+			return nil, fmt.Errorf("block of %d bytes at %d", n, p)
+		}
+		if size&lz4Stored != 0 {
+			out = append(out, frame[p:p+n]...)
+		} else {
+			var err error
+			if out, err = strictLZ4Block(out, frame[p:p+n]); err != nil {
+				return nil, err
+			}
+		}
+		p += n
+	}
+}
+
+// strictLZ4Block appends the decoded block to out.
+func strictLZ4Block(out, b []byte) ([]byte, error) {
+	base := len(out)
+	length := func(i, n int) (int, int, error) {
+		if n < 15 {
+			return n, i, nil
+		}
+		for {
+			if i >= len(b) {
+				return 0, 0, fmt.Errorf("length past the block")
+			}
+			n += int(b[i])
+			i++
+			if b[i-1] != 255 {
+				return n, i, nil
+			}
+		}
+	}
+	type match struct{ start, end int }
+	var last *match
+	for i := 0; ; {
+		if i >= len(b) {
+			return nil, fmt.Errorf("block ends without a last sequence")
+		}
+		tok := b[i]
+		ll, j, err := length(i+1, int(tok>>4))
+		if err != nil {
+			return nil, err
+		}
+		if j+ll > len(b) {
+			return nil, fmt.Errorf("literals past the block")
+		}
+		out = append(out, b[j:j+ll]...)
+		i = j + ll
+		if i == len(b) {
+			// The last sequence: literals only. Now the block's length is
+			// known, so the end rules are checked.
+			n := len(out) - base
+			if n >= 13 && tok&15 != 0 {
+				return nil, fmt.Errorf("last sequence has a match")
+			}
+			if last != nil && (last.start > n-12 || last.end > n-5) {
+				return nil, fmt.Errorf("last match %d..%d of a %d-byte block", last.start, last.end, n)
+			}
+			return out, nil
+		}
+		if i+2 > len(b) {
+			return nil, fmt.Errorf("offset past the block")
+		}
+		off := int(b[i]) | int(b[i+1])<<8
+		ml, k, err := length(i+2, int(tok&15))
+		if err != nil {
+			return nil, err
+		}
+		i = k
+		pos := len(out) - base
+		if off == 0 || off > pos {
+			return nil, fmt.Errorf("offset %d at %d", off, pos)
+		}
+		for range ml + 4 {
+			out = append(out, out[len(out)-off])
+		}
+		last = &match{pos, pos + ml + 4}
+	}
+}
+
 func TestLZ4RoundTrip(t *testing.T) {
 	for name, src := range lz4Inputs() {
 		frame := compressLZ4(src)
 		if got := decodeLZ4(t, frame); !bytes.Equal(got, src) {
 			t.Fatalf("%s: %d bytes in, %d bytes back, not the same", name, len(src), len(got))
+		}
+		if got, err := strictLZ4Frame(frame); err != nil || !bytes.Equal(got, src) {
+			t.Fatalf("%s: strict decoder: %v (%d bytes back of %d)", name, err, len(got), len(src))
 		}
 		if bound := 7 + len(src) + 4*(len(src)/lz4BlockSize+1) + 4; len(frame) > bound {
 			t.Fatalf("%s: %d bytes of frame for %d, above the bound %d", name, len(frame), len(src), bound)
@@ -177,8 +286,39 @@ func FuzzLZ4(f *testing.F) {
 		if len(src) > 0 && src[0]&1 == 1 {
 			src = bytes.Repeat(src, lz4BlockSize/len(src)+2)[:lz4BlockSize+len(src)]
 		}
-		if got := decodeLZ4(t, compressLZ4(src)); !bytes.Equal(got, src) {
+		frame := compressLZ4(src)
+		if got := decodeLZ4(t, frame); !bytes.Equal(got, src) {
 			t.Fatalf("%d bytes in, %d back, not the same", len(src), len(got))
+		}
+		if got, err := strictLZ4Frame(frame); err != nil || !bytes.Equal(got, src) {
+			t.Fatalf("strict decoder: %v (%d bytes back of %d)", err, len(got), len(src))
+		}
+	})
+}
+
+// FuzzLZ4Block feeds the converter any Snappy bytes with any input: it
+// never panics or writes past its room, and whatever it accepts is a
+// well-formed LZ4 block of exactly len(src) bytes (its content is only
+// src's if the Snappy block was src's, which is the encoder's job).
+func FuzzLZ4Block(f *testing.F) {
+	for _, src := range lz4Inputs() {
+		if len(src) < 2048 {
+			f.Add(src, s2.EncodeSnappy(nil, src))
+		}
+	}
+	f.Add(bytes.Repeat([]byte("abcdefgh"), 100), []byte{0xa0, 0x06, 0x1c, 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 0xfe, 0x08, 0x00, 0xfe, 0x08, 0x00})
+	f.Fuzz(func(t *testing.T, src, snap []byte) {
+		prefix := []byte("xyz")
+		got, ok := appendLZ4Block(prefix, src, snap, len(prefix)+len(src))
+		if !ok {
+			return
+		}
+		if !bytes.Equal(got[:3], prefix) || len(got) >= len(prefix)+len(src) {
+			t.Fatalf("accepted %d bytes for %d (prefix % x)", len(got)-3, len(src), got[:3])
+		}
+		dec, err := strictLZ4Block(nil, got[3:])
+		if err != nil || len(dec) != len(src) {
+			t.Fatalf("accepted a block the strict decoder reads as %d bytes (%v), src %d", len(dec), err, len(src))
 		}
 	})
 }
