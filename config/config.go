@@ -46,6 +46,9 @@ type Runtime struct {
 	// monitor thread on its steady tick (default.yaml says what that saves
 	// and costs).
 	MonitorDeepSleep bool `yaml:"monitor_deep_sleep"`
+	// AdaptiveProcs runs Go's scheduler on one core while the agent's load
+	// is light and on every core above it (package scheduler).
+	AdaptiveProcs bool `yaml:"adaptive_procs"`
 }
 
 // Receivers holds every receiver's section.

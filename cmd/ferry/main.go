@@ -25,6 +25,7 @@ import (
 
 	"github.com/ferryhq/ferry/config"
 	"github.com/ferryhq/ferry/pipeline"
+	"github.com/ferryhq/ferry/scheduler"
 	"github.com/ferryhq/ferry/server"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -144,6 +145,9 @@ func serve(cfg *config.Config, restartErr error, load func() (*config.Config, er
 		set.Logger.Error("cannot start", "err", err)
 		return 1
 	}
+	procs := scheduler.New(scheduler.Config{Adaptive: cfg.Runtime.AdaptiveProcs}, set.Logger, set.Registry)
+	procs.Start()
+	defer procs.Shutdown()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {

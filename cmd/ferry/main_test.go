@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"debug/elf"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -456,6 +458,100 @@ func TestSteadyMonitor(t *testing.T) {
 			}
 			if strings.Contains(logs.String(), "could not be applied") {
 				t.Fatalf("start again failed:\n%s", logs.String())
+			}
+		})
+	}
+}
+
+// TestAdaptiveProcs: the running binary goes to one P while idle, back to
+// every core while clients keep it busy, and to one P again; with
+// runtime.adaptive_procs false, or GOMAXPROCS in its environment, it keeps
+// the scheduler as it is (ferry_runtime_procs on the admin listener).
+func TestAdaptiveProcs(t *testing.T) {
+	max := runtime.NumCPU()
+	if max < 2 {
+		t.Skip("one core: nothing to adapt")
+	}
+	bin := buildFerry(t)
+	base := []string{"exporter.type=blackhole", "receivers.otlp.enabled=false", "receivers.local.enabled=false"}
+	wait := func(t *testing.T, a *agenttest.Agent, what string, want float64, d time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for a.Metric("ferry_runtime_procs") != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: ferry_runtime_procs %v after %v, want %v", what, a.Metric("ferry_runtime_procs"), d, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Run("follows the load", func(t *testing.T) {
+		t.Setenv("GOMAXPROCS", "")
+		a := agenttest.Start(t, bin, "", base...)
+		wait(t, a, "idle", 1, 10*time.Second)
+		// Clients posting gzip'd batches of 4,000 messages as fast as
+		// answered: little work for them (even under -race), much for the
+		// agent, which inflates and splits 1 MB per request.
+		var batch bytes.Buffer
+		zw := gzip.NewWriter(&batch)
+		for i := range 4000 {
+			fmt.Fprintf(zw, "{\"m\":%d,\"v\":%q}\n", i, bytes.Repeat([]byte("x"), 240))
+		}
+		zw.Close()
+		stop := make(chan struct{})
+		var clients sync.WaitGroup
+		var answered atomic.Int64
+		for range 4 {
+			clients.Add(1)
+			go func() {
+				defer clients.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					req, _ := http.NewRequest("POST", "http://"+a.HTTP+"/v1/messages/t", bytes.NewReader(batch.Bytes()))
+					req.Header.Set("Content-Type", "application/x-ndjson")
+					req.Header.Set("Content-Encoding", "gzip")
+					res, err := http.DefaultClient.Do(req)
+					if err == nil {
+						if res.StatusCode == http.StatusOK {
+							answered.Add(1)
+						}
+						io.Copy(io.Discard, res.Body)
+						res.Body.Close()
+					}
+				}
+			}()
+		}
+		wait(t, a, "busy", float64(max), 30*time.Second)
+		close(stop)
+		clients.Wait()
+		if answered.Load() == 0 {
+			t.Fatal("no batch was accepted: the load was not the agent's work")
+		}
+		wait(t, a, "idle again", 1, 10*time.Second)
+		if n := a.Metric("ferry_runtime_procs_changes_total"); n < 3 {
+			t.Fatalf("%v changes counted, want at least 3", n)
+		}
+	})
+	for _, c := range []struct {
+		name, env string
+		sets      []string
+		want      float64
+	}{
+		{"off", "", []string{"runtime.adaptive_procs=false"}, float64(max)},
+		{"GOMAXPROCS in the environment", "2", nil, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("GOMAXPROCS", c.env)
+			a := agenttest.Start(t, bin, "", append(base, c.sets...)...)
+			time.Sleep(2 * time.Second) // twice the light spell that goes to one P
+			if got := a.Metric("ferry_runtime_procs"); got != c.want {
+				t.Fatalf("ferry_runtime_procs %v, want %v", got, c.want)
+			}
+			if n := a.Metric("ferry_runtime_procs_changes_total"); n != 0 {
+				t.Fatalf("%v changes", n)
 			}
 		})
 	}

@@ -35,11 +35,13 @@ const colLinger20 = "ferry, linger 20 ms (answered after Kafka's ack)"
 // colCollector is the Collector as shipped, the base of every ratio.
 const colCollector = "OpenTelemetry Collector v0.155.0"
 
-// The two rows of the table on Go's monitor thread that are not in the
-// main table.
+// The rows of the table on Go's runtime settings that are not in the main
+// table.
 const (
 	colCollectorSteady = "OpenTelemetry Collector v0.155.0 with GODEBUG=schedtrace=2147483647 (the same setting)"
 	colFerryGoMonitor  = "ferry, runtime.monitor_deep_sleep: true (Go's own monitor behaviour)"
+	colCollectorOneP   = "OpenTelemetry Collector v0.155.0 with GOMAXPROCS=1 (one P, what ferry's adaptive_procs picks at this load)"
+	colFerryEveryCore  = "ferry, runtime.adaptive_procs: false (Go's scheduler on every core)"
 )
 
 // colSystem is one agent setup of the comparison.
@@ -309,15 +311,18 @@ func (s *suite) otlpVsCollector() ([]colRow, error) {
 			}
 		}
 	}
-	// Go's monitor thread: ferry as shipped (runtime.monitor_deep_sleep:
-	// false) beside ferry with Go's own behaviour, and the Collector given
-	// ferry's setting beside the Collector as shipped, at the fixed rate of
-	// text logs over gRPC, so what the setting buys each agent is measured.
+	// Go's runtime: ferry as shipped (runtime.monitor_deep_sleep: false,
+	// adaptive_procs: true) beside ferry with Go's own behaviour for each,
+	// and the Collector given each of ferry's settings beside the Collector
+	// as shipped, at the fixed rate of text logs over gRPC, so what each
+	// setting buys each agent is measured.
 	monitor := []colSystem{
 		systems[0],
 		{colCollectorSteady, nil, []string{"GODEBUG=schedtrace=2147483647"}},
 		systems[1],
 		{colFerryGoMonitor, []string{"runtime.monitor_deep_sleep=true"}, nil},
+		{colCollectorOneP, nil, []string{"GOMAXPROCS=1"}},
+		{colFerryEveryCore, []string{"runtime.adaptive_procs=false"}, nil},
 	}
 	runs := make([][]colRow, len(monitor))
 	for rep := 0; rep < reps; rep++ {

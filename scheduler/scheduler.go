@@ -1,0 +1,180 @@
+// Package scheduler sizes Go's scheduler to the agent's load
+// (runtime.adaptive_procs in default.yaml).
+//
+// A per-host agent spends most of its life under a light, steady trickle:
+// requests arrive, are handled in a fraction of a millisecond, and the
+// process goes idle again, hundreds of times a second. With Go's scheduler
+// running on every core (GOMAXPROCS = the CPUs), each goroutine made ready
+// while a core is idle wakes a second OS thread to look for work, which
+// mostly finds none and sleeps again: two thread switches, each costing
+// several µs of CPU on a virtual machine. At 500 OTLP requests/s that was
+// 16-22% of the agent's CPU with the same latency (BENCHMARKS.md, section
+// on the Collector), so on one P the agent does the same work for less.
+//
+// The Controller samples the process's CPU time every Interval. At one P,
+// a sample above RaiseAt cores gives the scheduler back every core at
+// once: a burst gets full capacity within one interval, and only the load
+// that saturates one core is slowed. On every core, LowerFor of samples in
+// a row below LowerAt cores go back to one P. The gap between the two
+// thresholds (one P does the same work with less CPU) keeps a load near
+// either from switching back and forth.
+//
+// "Every core" is Go's own default, restored with
+// runtime.SetDefaultGOMAXPROCS, so a container's CPU limit (which Go
+// follows) is kept. A GOMAXPROCS set in the environment is the user's
+// choice: the Controller then does nothing.
+package scheduler
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config is runtime.adaptive_procs.
+type Config struct {
+	Adaptive bool
+}
+
+// The thresholds, in cores of CPU used by the whole process.
+const (
+	Interval = 100 * time.Millisecond
+	RaiseAt  = 0.7
+	LowerAt  = 0.5
+	LowerFor = 10 // samples: a second of light load
+)
+
+// Policy is the Controller's decision rule, apart from clocks and the
+// runtime so that it can be tested on its own.
+type Policy struct {
+	Max   int // every core: Go's default GOMAXPROCS
+	Cur   int
+	quiet int
+}
+
+// Observe takes one sample, the cores of CPU used over the last interval,
+// and returns the GOMAXPROCS to run with.
+func (p *Policy) Observe(cores float64) int {
+	if p.Max <= 1 {
+		return p.Cur
+	}
+	switch {
+	case p.Cur == 1 && cores > RaiseAt:
+		p.Cur, p.quiet = p.Max, 0
+	case p.Cur > 1 && cores < LowerAt:
+		if p.quiet++; p.quiet >= LowerFor {
+			p.Cur, p.quiet = 1, 0
+		}
+	default:
+		p.quiet = 0
+	}
+	return p.Cur
+}
+
+// Controller applies the Policy to the running process.
+type Controller struct {
+	cfg     Config
+	log     *slog.Logger
+	procs   prometheus.Gauge
+	changes prometheus.Counter
+
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+}
+
+// New registers the Controller's metrics.
+func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) *Controller {
+	c := &Controller{cfg: cfg, log: log,
+		procs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_runtime_procs",
+			Help: "GOMAXPROCS the agent runs with: 1 under a light load, every core above it (runtime.adaptive_procs)."}),
+		changes: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_runtime_procs_changes_total",
+			Help: "Times runtime.adaptive_procs moved GOMAXPROCS between 1 and every core."}),
+	}
+	reg.MustRegister(c.procs, c.changes)
+	c.procs.Set(float64(runtime.GOMAXPROCS(0)))
+	return c
+}
+
+// Start begins sampling, unless adaptive_procs is off, GOMAXPROCS is set in
+// the environment, or there is one core only.
+func (c *Controller) Start() {
+	max := runtime.GOMAXPROCS(0)
+	switch {
+	case !c.cfg.Adaptive:
+		return
+	case os.Getenv("GOMAXPROCS") != "":
+		c.log.Info("runtime.adaptive_procs: GOMAXPROCS is set in the environment, so it is kept", "gomaxprocs", max)
+		return
+	case max <= 1:
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.done.Add(1)
+	go func() {
+		defer c.done.Done()
+		c.run(ctx, &Policy{Max: max, Cur: max})
+	}()
+}
+
+func (c *Controller) run(ctx context.Context, p *Policy) {
+	t := time.NewTicker(Interval)
+	defer t.Stop()
+	lastCPU, lastWall := cpuTime(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			cpu := cpuTime()
+			wall := now.Sub(lastWall)
+			if wall <= 0 {
+				continue
+			}
+			cores := float64(cpu-lastCPU) / float64(wall)
+			lastCPU, lastWall = cpu, now
+			was := p.Cur
+			if n := p.Observe(cores); n != was {
+				if n == p.Max {
+					// Go's default, which also resumes following a
+					// container's CPU limit.
+					runtime.SetDefaultGOMAXPROCS()
+					p.Max = runtime.GOMAXPROCS(0)
+					p.Cur = p.Max
+				} else {
+					runtime.GOMAXPROCS(n)
+				}
+				c.procs.Set(float64(p.Cur))
+				c.changes.Inc()
+				c.log.Debug("runtime.adaptive_procs: GOMAXPROCS changed", "from", was, "to", p.Cur, "cores_used", cores)
+			}
+		}
+	}
+}
+
+// Shutdown stops sampling and leaves the scheduler on every core.
+func (c *Controller) Shutdown() {
+	if c.cancel == nil {
+		return
+	}
+	c.cancel()
+	c.done.Wait()
+	c.cancel = nil
+	runtime.SetDefaultGOMAXPROCS()
+	c.procs.Set(float64(runtime.GOMAXPROCS(0)))
+}
+
+// cpuTime is the CPU the process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
