@@ -173,9 +173,36 @@ func reseal(buf []byte, f *segFormat) {
 var errPayload = errors.New("spool: malformed record in a frame with a valid checksum")
 
 // decoder turns payloads into records that reference the payload bytes.
-// It interns the topic: consecutive records nearly always share one, and a
-// string per record would be the reader's only allocation.
-type decoder struct{ topic string }
+// It interns the topic and header keys (consecutive records nearly always
+// share them: every OTLP record carries ferry.signal and ferry.encoding),
+// and carves the records' headers out of one block for many records, so
+// a record costs no allocation of its own (three before: about 2% of the
+// agent's CPU in a profile at 150k spans/s in spool mode, with the
+// collector's share).
+type decoder struct {
+	topic string
+	keys  []string        // at most maxKeys
+	slab  []record.Header // the rest of the current block; its records keep it alive
+}
+
+const (
+	maxKeys   = 8
+	slabBlock = 256
+)
+
+// key is b as a string, interned.
+func (d *decoder) key(b []byte) string {
+	for _, k := range d.keys {
+		if string(b) == k {
+			return k
+		}
+	}
+	k := string(b)
+	if len(d.keys) < maxKeys {
+		d.keys = append(d.keys, k)
+	}
+	return k
+}
 
 func (d *decoder) decode(p []byte, r *record.Record) error {
 	if len(p) < 8 {
@@ -225,15 +252,22 @@ func (d *decoder) decode(p []byte, r *record.Record) error {
 	p = p[k:]
 	r.Headers = nil
 	if nh > 0 {
-		r.Headers = make([]record.Header, nh)
-		for i := range r.Headers {
+		// nh is at most the payload's length, which is within a frame.
+		if int(nh) > cap(d.slab)-len(d.slab) {
+			d.slab = make([]record.Header, 0, max(slabBlock, int(nh)))
+		}
+		at := len(d.slab)
+		d.slab = d.slab[:at+int(nh)]
+		hs := d.slab[at : at+int(nh) : at+int(nh)] // appending to it never reaches a neighbour's
+		for i := range hs {
 			hk, ok1 := field()
 			hv, ok2 := field()
 			if !ok1 || !ok2 {
 				return errPayload
 			}
-			r.Headers[i] = record.Header{Key: string(hk), Value: hv}
+			hs[i] = record.Header{Key: d.key(hk), Value: hv}
 		}
+		r.Headers = hs
 	}
 	r.SetPartition(-1)
 	if len(p) != 0 {

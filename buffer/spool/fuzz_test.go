@@ -2,6 +2,7 @@ package spool
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/ferryhq/ferry/record"
@@ -97,4 +98,63 @@ func FuzzResync(f *testing.F) {
 			return true
 		})
 	})
+}
+
+// TestDecodeHeaders: records decoded one after another keep their own
+// headers (exact, and appending to one never reaches the next's), header
+// keys are interned, and a record costs no allocation of its own: the
+// reader decodes every record it sends (OTLP records carry two headers).
+func TestDecodeHeaders(t *testing.T) {
+	fm := &segFormat{maxFrame: 1 << 20}
+	var payloads [][]byte
+	for i := range 1000 {
+		r := record.Record{Topic: "otlp_spans", Value: []byte{byte(i)}, Headers: []record.Header{
+			{Key: "ferry.signal", Value: []byte("traces")},
+			{Key: "ferry.encoding", Value: []byte{byte(i), byte(i >> 8)}},
+		}}
+		if i%7 == 0 {
+			r.Headers = append(r.Headers, record.Header{Key: fmt.Sprintf("k%d", i), Value: nil})
+		}
+		payloads = append(payloads, appendFrame(nil, &r, fm)[frameHeader:])
+	}
+	var d decoder
+	out := make([]record.Record, len(payloads))
+	for i, p := range payloads {
+		if err := d.decode(p, &out[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range out {
+		h := out[i].Headers
+		want := 2
+		if i%7 == 0 {
+			want = 3
+		}
+		if len(h) != want || h[0].Key != "ferry.signal" || string(h[0].Value) != "traces" ||
+			h[1].Key != "ferry.encoding" || !bytes.Equal(h[1].Value, []byte{byte(i), byte(i >> 8)}) {
+			t.Fatalf("record %d: headers %+v", i, h)
+		}
+		if want == 3 && h[2].Key != fmt.Sprintf("k%d", i) {
+			t.Fatalf("record %d: third header %+v", i, h[2])
+		}
+	}
+	// A stage that adds a header to one record leaves the next alone.
+	before := out[1].Headers[0]
+	out[0].Headers = append(out[0].Headers, record.Header{Key: "added"})
+	if got := out[1].Headers[0]; got.Key != before.Key || !bytes.Equal(got.Value, before.Value) {
+		t.Fatalf("appending to record 0's headers changed record 1's: %+v", out[1].Headers[0])
+	}
+	if len(d.keys) > maxKeys {
+		t.Fatalf("%d interned keys, at most %d", len(d.keys), maxKeys)
+	}
+	var r record.Record
+	allocs := testing.AllocsPerRun(2000, func() {
+		if err := d.decode(payloads[1], &r); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// One block of headers per slabBlock/2 records of two headers.
+	if allocs > 0.05 {
+		t.Fatalf("%.3f allocations per record decoded", allocs)
+	}
 }
