@@ -50,34 +50,34 @@ const (
 	LowerFor = 10 // samples: a second of light load
 )
 
-// Policy is the Controller's decision rule, apart from clocks and the
+// policy is the Controller's decision rule, apart from clocks and the
 // runtime so that it can be tested on its own.
-type Policy struct {
-	Max   int // every core: Go's default GOMAXPROCS
-	Cur   int
+type policy struct {
+	max   int // every core: Go's default GOMAXPROCS
+	cur   int
 	quiet int
 }
 
-// Observe takes one sample, the cores of CPU used over the last interval,
+// observe takes one sample, the cores of CPU used over the last interval,
 // and returns the GOMAXPROCS to run with.
-func (p *Policy) Observe(cores float64) int {
-	if p.Max <= 1 {
-		return p.Cur
+func (p *policy) observe(cores float64) int {
+	if p.max <= 1 {
+		return p.cur
 	}
 	switch {
-	case p.Cur == 1 && cores > RaiseAt:
-		p.Cur, p.quiet = p.Max, 0
-	case p.Cur > 1 && cores < LowerAt:
+	case p.cur == 1 && cores > RaiseAt:
+		p.cur, p.quiet = p.max, 0
+	case p.cur > 1 && cores < LowerAt:
 		if p.quiet++; p.quiet >= LowerFor {
-			p.Cur, p.quiet = 1, 0
+			p.cur, p.quiet = 1, 0
 		}
 	default:
 		p.quiet = 0
 	}
-	return p.Cur
+	return p.cur
 }
 
-// Controller applies the Policy to the running process.
+// Controller applies the policy to the running process.
 type Controller struct {
 	cfg     Config
 	log     *slog.Logger
@@ -103,27 +103,28 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) *Controller {
 
 // Start begins sampling, unless adaptive_procs is off, GOMAXPROCS is set in
 // the environment, or there is one core only.
-func (c *Controller) Start() {
+func (c *Controller) Start(context.Context) error {
 	max := runtime.GOMAXPROCS(0)
 	switch {
 	case !c.cfg.Adaptive:
-		return
+		return nil
 	case os.Getenv("GOMAXPROCS") != "":
 		c.log.Info("runtime.adaptive_procs: GOMAXPROCS is set in the environment, so it is kept", "gomaxprocs", max)
-		return
+		return nil
 	case max <= 1:
-		return
+		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	c.done.Add(1)
 	go func() {
 		defer c.done.Done()
-		c.run(ctx, &Policy{Max: max, Cur: max})
+		c.run(ctx, &policy{max: max, cur: max})
 	}()
+	return nil
 }
 
-func (c *Controller) run(ctx context.Context, p *Policy) {
+func (c *Controller) run(ctx context.Context, p *policy) {
 	t := time.NewTicker(Interval)
 	defer t.Stop()
 	lastCPU, lastWall := cpuTime(), time.Now()
@@ -139,35 +140,36 @@ func (c *Controller) run(ctx context.Context, p *Policy) {
 			}
 			cores := float64(cpu-lastCPU) / float64(wall)
 			lastCPU, lastWall = cpu, now
-			was := p.Cur
-			if n := p.Observe(cores); n != was {
-				if n == p.Max {
+			was := p.cur
+			if n := p.observe(cores); n != was {
+				if n == p.max {
 					// Go's default, which also resumes following a
 					// container's CPU limit.
 					runtime.SetDefaultGOMAXPROCS()
-					p.Max = runtime.GOMAXPROCS(0)
-					p.Cur = p.Max
+					p.max = runtime.GOMAXPROCS(0)
+					p.cur = p.max
 				} else {
 					runtime.GOMAXPROCS(n)
 				}
-				c.procs.Set(float64(p.Cur))
+				c.procs.Set(float64(p.cur))
 				c.changes.Inc()
-				c.log.Debug("runtime.adaptive_procs: GOMAXPROCS changed", "from", was, "to", p.Cur, "cores_used", cores)
+				c.log.Debug("runtime.adaptive_procs: GOMAXPROCS changed", "from", was, "to", p.cur, "cores_used", cores)
 			}
 		}
 	}
 }
 
 // Shutdown stops sampling and leaves the scheduler on every core.
-func (c *Controller) Shutdown() {
+func (c *Controller) Shutdown(context.Context) error {
 	if c.cancel == nil {
-		return
+		return nil
 	}
 	c.cancel()
 	c.done.Wait()
 	c.cancel = nil
 	runtime.SetDefaultGOMAXPROCS()
 	c.procs.Set(float64(runtime.GOMAXPROCS(0)))
+	return nil
 }
 
 // cpuTime is the CPU the process has used, user and system.

@@ -14,46 +14,46 @@ import (
 )
 
 func TestPolicy(t *testing.T) {
-	p := &Policy{Max: 4, Cur: 4}
+	p := &policy{max: 4, cur: 4}
 	// A light load goes to one P only after LowerFor samples in a row.
 	for i := 1; i < LowerFor; i++ {
-		if got := p.Observe(0.1); got != 4 {
+		if got := p.observe(0.1); got != 4 {
 			t.Fatalf("sample %d of light load: %d, want 4 until %d samples", i, got, LowerFor)
 		}
 	}
 	// A sample at or above LowerAt starts the count again.
-	if got := p.Observe(LowerAt); got != 4 {
+	if got := p.observe(LowerAt); got != 4 {
 		t.Fatalf("at LowerAt: %d", got)
 	}
 	for i := 1; i < LowerFor; i++ {
-		p.Observe(0.2)
+		p.observe(0.2)
 	}
-	if got := p.Observe(0.2); got != 1 {
+	if got := p.observe(0.2); got != 1 {
 		t.Fatalf("after %d light samples: %d, want 1", LowerFor, got)
 	}
 	// Between the thresholds nothing moves: one P does the same work with
 	// less CPU, so a load just under RaiseAt on one P must not come back.
 	for range 3 * LowerFor {
-		if got := p.Observe((LowerAt + RaiseAt) / 2); got != 1 {
+		if got := p.observe((LowerAt + RaiseAt) / 2); got != 1 {
 			t.Fatalf("between thresholds on one P: %d", got)
 		}
 	}
-	if got := p.Observe(RaiseAt); got != 1 {
+	if got := p.observe(RaiseAt); got != 1 {
 		t.Fatalf("at RaiseAt (not above): %d", got)
 	}
 	// One sample above RaiseAt gives every core back at once.
-	if got := p.Observe(RaiseAt + 0.01); got != 4 {
+	if got := p.observe(RaiseAt + 0.01); got != 4 {
 		t.Fatalf("above RaiseAt: %d, want 4", got)
 	}
 	for range 3 * LowerFor {
-		if got := p.Observe((LowerAt + RaiseAt) / 2); got != 4 {
+		if got := p.observe((LowerAt + RaiseAt) / 2); got != 4 {
 			t.Fatalf("between thresholds on every core: %d", got)
 		}
 	}
 	// One core only: nothing to adapt.
-	one := &Policy{Max: 1, Cur: 1}
+	one := &policy{max: 1, cur: 1}
 	for range 3 * LowerFor {
-		if got := one.Observe(5); got != 1 {
+		if got := one.observe(5); got != 1 {
 			t.Fatalf("one core: %d", got)
 		}
 	}
@@ -71,8 +71,8 @@ func TestControllerFollowsTheLoad(t *testing.T) {
 	defer runtime.SetDefaultGOMAXPROCS()
 	reg := prometheus.NewRegistry()
 	c := New(Config{Adaptive: true}, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
-	c.Start()
-	defer c.Shutdown()
+	c.Start(context.Background())
+	defer c.Shutdown(context.Background())
 	wait := func(what string, want int, d time.Duration) {
 		t.Helper()
 		deadline := time.Now().Add(d)
@@ -102,7 +102,7 @@ func TestControllerFollowsTheLoad(t *testing.T) {
 	if n := testutil.ToFloat64(c.changes); n < 3 {
 		t.Fatalf("%v changes counted, want at least 3", n)
 	}
-	c.Shutdown()
+	c.Shutdown(context.Background())
 	if got := runtime.GOMAXPROCS(0); got != max {
 		t.Fatalf("after Shutdown: GOMAXPROCS %d, want Go's default %d", got, max)
 	}
@@ -119,8 +119,8 @@ func TestControllerLeavesGOMAXPROCS(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Setenv("GOMAXPROCS", c.env)
 			ctl := New(c.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
-			ctl.Start()
-			defer ctl.Shutdown()
+			ctl.Start(context.Background())
+			defer ctl.Shutdown(context.Background())
 			if ctl.cancel != nil {
 				t.Fatal("the controller started")
 			}

@@ -146,8 +146,8 @@ func serve(cfg *config.Config, restartErr error, load func() (*config.Config, er
 		return 1
 	}
 	procs := scheduler.New(scheduler.Config{Adaptive: cfg.Runtime.AdaptiveProcs}, set.Logger, set.Registry)
-	procs.Start()
-	defer procs.Shutdown()
+	_ = procs.Start(context.Background()) // it cannot fail: off, kept or sampling
+	defer procs.Shutdown(context.Background())
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
