@@ -48,10 +48,13 @@ const (
 
 var lz4Magic = [4]byte{0x04, 0x22, 0x4d, 0x18}
 
-// snappyScratch holds a Snappy block and the 4 bytes after it the converter
-// reads tags through.
+// snappyRoom is how far past a Snappy block the converter reads: its tags
+// are read 4 bytes at a time.
+const snappyRoom = 4
+
+// snappyScratch holds a Snappy block and the room after it.
 var snappyScratch = sync.Pool{New: func() any {
-	b := make([]byte, s2.MaxEncodedLen(lz4BlockSize)+4)
+	b := make([]byte, s2.MaxEncodedLen(lz4BlockSize)+snappyRoom)
 	return &b
 }}
 
@@ -108,7 +111,7 @@ var snappyCopy = func() (t [256]uint64) {
 	return t
 }()
 
-// snappyCopyAt reads the copy tag at snap[i], which has 4 readable bytes:
+// snappyCopyAt reads the copy tag at snap[i], which has snappyRoom readable bytes:
 // its length and offset and the index after it; length 0 if it is not one
 // the converter takes.
 func snappyCopyAt(snap []byte, i int) (length, offset, next int) {
@@ -131,14 +134,14 @@ func appendLZ4Block(out, src, snap []byte, limit int) (_ []byte, ok bool) {
 		out = append(out[:len(out):len(out)], make([]byte, limit-len(out))...)[:len(out)]
 	}
 	buf, o := out[:limit], len(out)
-	// Tags are read 4 bytes at a time, so snap needs 4 bytes of room after
-	// it; the encoder's scratch buffer has them.
+	// The encoder's scratch buffer has snappyRoom after the block; any
+	// other snap is copied once to get it.
 	snap = snap[k:]
 	n := len(snap)
-	if cap(snap)-n < 4 {
-		snap = append(snap[:n:n], 0, 0, 0, 0)
+	if cap(snap)-n < snappyRoom {
+		snap = append(snap[:n:n], make([]byte, snappyRoom)...)
 	}
-	snap = snap[:n+4]
+	snap = snap[:n+snappyRoom]
 	// LZ4's rules for a block's end: the last match starts at least 12
 	// bytes before it and ends at least 5 bytes before it.
 	lastStart, lastEnd := len(src)-lz4MatchLimit, len(src)-lz4LastLiterals
