@@ -17,7 +17,13 @@
 // that saturates one core is slowed. On every core, LowerFor of samples in
 // a row below LowerAt cores go back to one P. The gap between the two
 // thresholds (one P does the same work with less CPU) keeps a load near
-// either from switching back and forth.
+// either from switching back and forth. LowerAt is 0.6, not lower: a load
+// that takes 0.5-0.6 cores on every core takes about 0.5 on one P (half
+// of it busy, far from RaiseAt), and with a lower threshold such a load,
+// once a burst (a segment roll, a GC cycle, a client reconnecting) had
+// raised the scheduler to every core, stayed there until ten samples in a
+// row happened to fall under it: in a run of OTLP spans into the spool at
+// 150k/s, five switches in 10 s against one.
 //
 // "Every core" is Go's own default, restored with
 // runtime.SetDefaultGOMAXPROCS, so a container's CPU limit (which Go
@@ -46,7 +52,7 @@ type Config struct {
 const (
 	Interval = 100 * time.Millisecond
 	RaiseAt  = 0.7
-	LowerAt  = 0.5
+	LowerAt  = 0.6
 	LowerFor = 10 // samples: a second of light load
 )
 

@@ -50,6 +50,15 @@ func TestPolicy(t *testing.T) {
 			t.Fatalf("between thresholds on every core: %d", got)
 		}
 	}
+	// A load of 0.55 cores on every core (about 0.45 on one P) goes back to
+	// one P after a burst raised it: a threshold at 0.5 kept such a load on
+	// every core, switching in and out with each burst.
+	for range LowerFor {
+		p.observe(0.55)
+	}
+	if got := p.observe(0.55); got != 1 {
+		t.Fatalf("0.55 cores for %d samples: %d, want 1", LowerFor+1, got)
+	}
 	// One core only: nothing to adapt.
 	one := &policy{max: 1, cur: 1}
 	for range 3 * LowerFor {
