@@ -375,8 +375,9 @@ func (s *suite) writeCollector(rows []colRow) {
 	s.doc.P("ferry's default answers after Kafka's ack with `exporter.kafka.linger` 2 ms; at the fixed rates a fourth row shows the same")
 	s.doc.P("with 20 ms, fewer and larger produce requests: the CPU it saves and the latency it adds are the trade the default makes for")
 	s.doc.P("clients that wait for the ack. The spool row's batches linger `delivery.spool.linger` (50 ms), as nobody waits for them.")
-	s.doc.P("On this shared 2-core machine one run's CPU per item moves by up to a fifth, so at the fixed rates each agent runs three times,")
-	s.doc.P("the agents taking turns; a row is the agent's median run by CPU per item, with the lowest and highest of the three beside it.")
+	s.doc.P("On this shared 2-core machine one run's CPU per item moves by up to a fifth, so in every row each agent runs three times,")
+	s.doc.P("the agents taking turns; a row is the agent's median run by CPU per item (its other columns are that run's), with the lowest")
+	s.doc.P("and highest of the three beside it, and lost counts every run.")
 	s.doc.P("")
 	var out [][]string
 	for _, r := range rows {
@@ -391,7 +392,7 @@ func (s *suite) writeCollector(rows []colRow) {
 			usPerItem(r), vs, report.F0(r.switchesPerRequest()), report.F0(r.kafkaBytesPerItem()), fmt.Sprintf("%.0f MiB", r.rssMiB), report.F1(r.p50), report.F1(r.p99),
 			report.Commas(r.accepted), report.Commas(r.delivered), lostCell(r)})
 	}
-	s.doc.Table([]string{"load", "signal", "protocol", "agent", "items/s into Kafka", "agent CPU", "CPU µs per item (fixed rate: median; range)", "vs Collector",
+	s.doc.Table([]string{"load", "signal", "protocol", "agent", "items/s into Kafka", "agent CPU", "CPU µs per item (median; range)", "vs Collector",
 		"thread switches per request", "bytes in Kafka per item", "peak RSS", "p50 ms", "p99 ms", "items acknowledged", "items in Kafka", "lost"}, out)
 	s.doc.P("")
 	s.writeMonitor(rows)
