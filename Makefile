@@ -24,7 +24,7 @@ test:
 
 # Every seed's table measured on this machine beside Kafka's own tools, and
 # OTLP into Kafka beside the OpenTelemetry Collector (built once by
-# scripts/otelcol-local), in one run (about 12 min on 2 cores): rewrites
+# scripts/otelcol-local), in one run (about 45 min on 2 cores): rewrites
 # BENCHMARKS.md and docs/bench/*.svg.
 bench: build
 	scripts/kafka-local jars
