@@ -161,11 +161,18 @@ func (g *grpcServer) build() *grpc.Server {
 		// dropped as they arrive.
 		grpc.InitialWindowSize(1<<20),
 		grpc.InitialConnWindowSize(4<<20),
-		// gRPC reads a whole message before ferry's handler runs: each
-		// request reserves max_request_bytes from the memory budget before
-		// its message is read (trued up to its real size once read), so the
-		// connections × streams a client opens cannot hold more than the
-		// budget. Refused: RESOURCE_EXHAUSTED with RetryInfo.
+		// gRPC reads a message's 5-byte length and the whole message in one
+		// call (the handler's dec), so its size is unknown until its memory
+		// is spent: each request reserves max_request_bytes from the memory
+		// budget when its headers arrive (trued up to its real size once
+		// read), so the connections × streams a client opens cannot hold
+		// more than the budget. Refused: RESOURCE_EXHAUSTED with RetryInfo.
+		// The price: a burst of small requests past memory_limit /
+		// max_request_bytes at once is partly refused and retried although
+		// its bytes would fit. The handler runs before dec reads the message
+		// (grpc-go wraps unary methods as streams), so the full reservation
+		// could move there, waiting for room instead of refusing, with the
+		// tap reserving only the stream window gRPC buffers unread.
 		grpc.InTapHandle(g.tap),
 		grpc.StatsHandler(leaseEnder{}),
 		// A client may not ping more often than every 10 s (a ping flood
