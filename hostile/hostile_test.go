@@ -219,6 +219,44 @@ func TestAttacks(t *testing.T) {
 			fmt.Sprintf("the token is stripped through pdata only after ferry's decoder passed the request; %d retries while the memory budget was busy", tries)
 	}, nil)
 
+	attack(t, a, "48 gRPC requests of 31 MiB at once (max_request_bytes 32 MiB, memory_limit 64 MiB)", func() (string, bool, string) {
+		conn, err := grpc.NewClient(a.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		defer conn.Close()
+		// Zero bytes are no OTLP: a request that is read is answered
+		// INVALID_ARGUMENT, one that found no room RESOURCE_EXHAUSTED.
+		body := rawBytes(make([]byte, 31<<20))
+		answers := make(chan codes.Code, 48)
+		var wg sync.WaitGroup
+		for i := 0; i < 48; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var resp rawBytes
+				err := conn.Invoke(context.Background(), "/opentelemetry.proto.collector.logs.v1.LogsService/Export", body, &resp, grpc.ForceCodecV2(rawCodec{}))
+				answers <- status.Code(err)
+			}()
+		}
+		wg.Wait()
+		close(answers)
+		var read, refused, other int
+		for c := range answers {
+			switch c {
+			case codes.InvalidArgument:
+				read++
+			case codes.ResourceExhausted:
+				refused++
+			default:
+				other++
+			}
+		}
+		return fmt.Sprintf("%d read and answered INVALID_ARGUMENT, %d RESOURCE_EXHAUSTED, %d other", read, refused, other), read > 0 && other == 0,
+			"each holds the 1 MiB stream window when it arrives, and 64 MiB (gRPC's buffers and ferry's copy) only while its message is read"
+	}, nil)
+
 	attack(t, a, "OTLP/JSON nested 300,000 levels", func() (string, bool, string) {
 		return is(send(otlp+"/v1/traces", "application/json", "", hostile.DeepJSON(300_000)), 400, "nested deeper")
 	}, nil)

@@ -22,6 +22,9 @@ type Buf struct {
 	reserved int64
 }
 
+// Reserved returns the bytes of the memory budget b holds.
+func (b *Buf) Reserved() int64 { return b.reserved }
+
 // bufPool keeps body buffers in power-of-two size classes from 4 KiB to
 // 64 MiB, so a steady load reuses buffers instead of churning the heap.
 type bufPool struct {

@@ -6,12 +6,14 @@ package httpbody
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -63,11 +65,46 @@ func (r *Reader) Reserve(b *Buf, n int64) bool {
 	if r.budget == nil {
 		return true
 	}
-	if !r.budget.Reserve(n, r.budget.Limit()) {
+	return r.ReserveBelow(b, n, r.budget.Limit())
+}
+
+// ReserveBelow is Reserve while the budget's total stays at or below
+// ceiling: a first step that must leave room for the second.
+func (r *Reader) ReserveBelow(b *Buf, n, ceiling int64) bool {
+	if r.budget == nil {
+		return true
+	}
+	if !r.budget.Reserve(n, ceiling) {
 		return false
 	}
 	b.reserved += n
 	return true
+}
+
+// Limit returns the budget's bound (0 without one).
+func (r *Reader) Limit() int64 {
+	if r.budget == nil {
+		return 0
+	}
+	return r.budget.Limit()
+}
+
+// ReserveWait is Reserve, waiting until the deadline for room to be
+// released when the budget can wait (ferry's can); false if none came by
+// then or ctx ended.
+func (r *Reader) ReserveWait(ctx context.Context, b *Buf, n int64, until time.Time) bool {
+	for {
+		if r.Reserve(b, n) {
+			return true
+		}
+		w, ok := r.budget.(interface {
+			Wait(context.Context, time.Time)
+		})
+		if !ok || ctx.Err() != nil || !time.Now().Before(until) {
+			return false
+		}
+		w.Wait(ctx, until)
+	}
 }
 
 // Move makes n bytes of to's reservation out of from's (what from holds

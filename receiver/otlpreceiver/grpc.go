@@ -159,20 +159,12 @@ func (g *grpcServer) build() *grpc.Server {
 		// memory is unchanged: a stream's unread bytes are within the
 		// max_request_bytes its tap reserved, and a refused stream's are
 		// dropped as they arrive.
-		grpc.InitialWindowSize(1<<20),
+		grpc.InitialWindowSize(grpcStreamWindow),
 		grpc.InitialConnWindowSize(4<<20),
-		// gRPC reads a message's 5-byte length and the whole message in one
-		// call (the handler's dec), so its size is unknown until its memory
-		// is spent: each request reserves max_request_bytes from the memory
-		// budget when its headers arrive (trued up to its real size once
-		// read), so the connections × streams a client opens cannot hold
-		// more than the budget. Refused: RESOURCE_EXHAUSTED with RetryInfo.
-		// The price: a burst of small requests past memory_limit /
-		// max_request_bytes at once is partly refused and retried although
-		// its bytes would fit. The handler runs before dec reads the message
-		// (grpc-go wraps unary methods as streams), so the full reservation
-		// could move there, waiting for room instead of refusing, with the
-		// tap reserving only the stream window gRPC buffers unread.
+		// The memory bound (lease below): a request reserves what gRPC may
+		// buffer for it unread when its headers arrive, and the largest
+		// message before it is read; the connections × streams a client
+		// opens cannot hold more than the budget.
 		grpc.InTapHandle(g.tap),
 		grpc.StatsHandler(leaseEnder{}),
 		// A client may not ping more often than every 10 s (a ping flood
@@ -203,6 +195,42 @@ func (g *grpcServer) build() *grpc.Server {
 	return gs
 }
 
+// A request's memory is reserved in two steps, because gRPC reads a
+// message's 5-byte length and the whole message in one call (the handler's
+// dec), so its size is unknown until its memory is spent:
+//
+//   - when its headers arrive (the tap), the stream window: until the
+//     handler reads, flow control lets the client send gRPC no more than
+//     that for the stream. Refused at once (RESOURCE_EXHAUSTED with
+//     RetryInfo) when it does not fit below the limit less the second
+//     step, so that arrivals never take the room reads need.
+//   - in the handler, after the token check and before dec reads the
+//     message, the rest of readBytes (twice max_request_bytes), waiting up
+//     to grpcReadWait for room before refusing the same way. Once read,
+//     the message's buffer takes its real size out of it, and the rest
+//     goes back when dec returns (gRPC has freed its buffers by then).
+//
+// Reserving max_request_bytes at the tap, as ferry once did, refused a
+// burst of small requests past memory_limit / max_request_bytes arriving
+// at once (32 with the defaults), though its bytes fitted many times over:
+// 23% of requests retried under a closed loop of 64 in flight.
+const (
+	grpcStreamWindow = 1 << 20
+	// grpcReadWait is how long a request waits for room to read its
+	// message: enough for the reads ahead of it to finish (each holds its
+	// max_request_bytes only while its message arrives), short enough
+	// that a budget taken by data waiting for Kafka answers quickly.
+	grpcReadWait = 100 * time.Millisecond
+)
+
+// readBytes is what reading one message may hold at its peak: gRPC's own
+// buffers of it (the compressed bytes and what they decompress to, each
+// at most max_request_bytes, or the message as sent) until they are freed
+// after the copy into ferry's buffer, and that copy. Counting the copy
+// alone let 48 clients sending 31 MiB messages at once hold 150 MiB with a
+// memory_limit of 64 MiB (hostile/).
+func (g *grpcServer) readBytes() int64 { return 2 * int64(g.r.cfg.MaxRequestBytes) }
+
 // lease is a request's reservation taken before its message was read.
 type lease struct {
 	reader *httpbody.Reader
@@ -219,8 +247,11 @@ func (g *grpcServer) tap(ctx context.Context, _ *tap.Info) (context.Context, err
 	if !rd.Budgeted() {
 		return ctx, nil
 	}
+	// The first step stays below the room one request's second step needs:
+	// streams that arrived cannot take the budget their own reads wait for.
+	first := min(int64(g.r.cfg.MaxRequestBytes), grpcStreamWindow)
 	l := &lease{reader: rd, buf: rd.Get(0)}
-	if !rd.Reserve(l.buf, int64(g.r.cfg.MaxRequestBytes)) {
+	if !rd.ReserveBelow(l.buf, first, rd.Limit()-(g.readBytes()-first)) {
 		rd.Put(l.buf)
 		g.r.grpcM.Error(consumer.ErrFull.Reason)
 		g.r.grpcM.RequestCode(codes.ResourceExhausted.String())
@@ -281,7 +312,16 @@ func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(a
 	}
 	in := &rawMsg{reader: g.r.body}
 	in.lease, _ = ctx.Value(leaseKey{}).(*lease)
-	err := dec(in)
+	if l := in.lease; l != nil {
+		rest := g.readBytes() - l.buf.Reserved()
+		if rest > 0 && !g.r.body.ReserveWait(ctx, l.buf, rest, time.Now().Add(grpcReadWait)) {
+			in.noRoom = true
+		}
+	}
+	var err error
+	if !in.noRoom {
+		err = dec(in)
+	}
 	endLease(ctx)
 	if err == nil && in.noRoom {
 		a := classify(consumer.ErrFull)

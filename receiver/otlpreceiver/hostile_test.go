@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -136,10 +137,12 @@ func TestDeepNestingResourceToken(t *testing.T) {
 	}
 }
 
-// TestGRPCReservesBeforeRead: a gRPC request reserves max_request_bytes of
-// the memory budget before its message is read; when that does not fit it
-// is refused with RESOURCE_EXHAUSTED and RetryInfo, and every reservation
-// is given back however the request ends (served, refused, too large).
+// TestGRPCReservesBeforeRead: a gRPC request reserves twice
+// max_request_bytes of the memory budget (gRPC's buffers and ferry's copy)
+// before its message is read; when that does not fit
+// (within grpcReadWait) it is refused with RESOURCE_EXHAUSTED and
+// RetryInfo, and every reservation is given back however the request ends
+// (served, refused, too large).
 func TestGRPCReservesBeforeRead(t *testing.T) {
 	cfg := testConfig()
 	r, err := New(cfg, telemetry.TestSettings(), &consumertest.Sink{}, nil, 0)
@@ -188,17 +191,89 @@ func TestGRPCReservesBeforeRead(t *testing.T) {
 	}
 	budget.Release(budget.Limit() - int64(cfg.MaxRequestBytes)/2)
 	waitUsed(0)
-	// Room for exactly the read reservation: the message's buffer takes its
-	// bytes from it, so the request is served (it once asked for both at
-	// once and was answered INTERNAL, which OTLP exporters drop).
-	budget.Reserve(budget.Limit()-int64(cfg.MaxRequestBytes), budget.Limit())
+	// Room for exactly the read reservation (twice max_request_bytes: gRPC's
+	// buffers and ferry's copy): the message's buffer takes its bytes from
+	// it, so the request is served (it once asked for both at once and was
+	// answered INTERNAL, which OTLP exporters drop).
+	budget.Reserve(budget.Limit()-2*int64(cfg.MaxRequestBytes), budget.Limit())
 	for i := 0; i < 5; i++ {
 		if _, err := client.Export(context.Background(), small); err != nil {
 			t.Fatalf("a request that fits its read reservation: %v", err)
 		}
 	}
-	budget.Release(budget.Limit() - int64(cfg.MaxRequestBytes))
+	budget.Release(budget.Limit() - 2*int64(cfg.MaxRequestBytes))
 	waitUsed(0)
+}
+
+// TestGRPCBurstOfSmallRequests: a burst of small requests, many times more
+// than memory_limit / max_request_bytes at once, is served whole: each
+// holds the stream window until its handler runs and twice
+// max_request_bytes only while its message is read, waiting its turn. Reserving
+// max_request_bytes when the headers arrived refused most of such a burst
+// with RESOURCE_EXHAUSTED although its bytes fitted many times over.
+func TestGRPCBurstOfSmallRequests(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxRequestBytes = 8 << 20
+	cfg.MaxExpandedBytes = 8 << 20
+	cfg.GRPC.MaxConcurrentStreams = 64
+	r, err := New(cfg, telemetry.TestSettings(), &consumertest.Sink{}, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Room for six reads (twice max_request_bytes each); 48 requests
+	// arrive at once, and the stream windows they hold (48 MiB) leave room
+	// for three reads at a time (arrivals stay below the limit less one
+	// read, 81 MiB).
+	budget := budget.New(96 << 20)
+	r.SetBudget(budget)
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+	conn, err := grpc.NewClient(r.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := ptraceotlp.NewGRPCClient(conn)
+	small := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(1).Traces(5))
+	if _, err := client.Export(context.Background(), small); err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 5; round++ {
+		start := make(chan struct{})
+		errs := make(chan error, 48)
+		var wg sync.WaitGroup
+		for i := 0; i < 48; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, err := client.Export(context.Background(), small)
+				errs <- err
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		refused := 0
+		for err := range errs {
+			if err != nil {
+				refused++
+				t.Logf("round %d: %v", round, err)
+			}
+		}
+		if refused > 0 {
+			t.Fatalf("round %d: %d of 48 small requests refused, with room for all of them", round, refused)
+		}
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for budget.Used() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("budget holds %d bytes after the requests, want 0", budget.Used())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // TestTopicScopeOTLP: routed topics are checked against the token's topic
