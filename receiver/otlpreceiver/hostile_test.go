@@ -137,6 +137,28 @@ func TestDeepNestingResourceToken(t *testing.T) {
 	}
 }
 
+// budgetedGRPC starts a receiver of cfg whose requests reserve from a
+// budget of limit bytes, and returns a gRPC client of it and the budget.
+func budgetedGRPC(t *testing.T, cfg Config, limit int64) (ptraceotlp.GRPCClient, *budget.Budget) {
+	t.Helper()
+	r, err := New(cfg, telemetry.TestSettings(), &consumertest.Sink{}, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := budget.New(limit)
+	r.SetBudget(b)
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Shutdown(context.Background()) })
+	conn, err := grpc.NewClient(r.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return ptraceotlp.NewGRPCClient(conn), b
+}
+
 // TestGRPCReservesBeforeRead: a gRPC request reserves twice
 // max_request_bytes of the memory budget (gRPC's buffers and ferry's copy)
 // before its message is read; when that does not fit
@@ -145,22 +167,7 @@ func TestDeepNestingResourceToken(t *testing.T) {
 // (served, refused, too large).
 func TestGRPCReservesBeforeRead(t *testing.T) {
 	cfg := testConfig()
-	r, err := New(cfg, telemetry.TestSettings(), &consumertest.Sink{}, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	budget := budget.New(4 << 20)
-	r.SetBudget(budget)
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Shutdown(context.Background())
-	conn, err := grpc.NewClient(r.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := ptraceotlp.NewGRPCClient(conn)
+	client, budget := budgetedGRPC(t, cfg, 4<<20)
 	small := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(1).Traces(5))
 	for i := 0; i < 20; i++ {
 		if _, err := client.Export(context.Background(), small); err != nil {
@@ -184,7 +191,7 @@ func TestGRPCReservesBeforeRead(t *testing.T) {
 	waitUsed(0)
 	// With the budget nearly taken, a request cannot reserve its read.
 	budget.Reserve(budget.Limit()-int64(cfg.MaxRequestBytes)/2, budget.Limit())
-	_, err = client.Export(context.Background(), small)
+	_, err := client.Export(context.Background(), small)
 	st, _ := status.FromError(err)
 	if st.Code() != codes.ResourceExhausted || len(st.Details()) == 0 {
 		t.Fatalf("no room to read: %v (details %v), want RESOURCE_EXHAUSTED with RetryInfo", err, st.Details())
@@ -216,26 +223,11 @@ func TestGRPCBurstOfSmallRequests(t *testing.T) {
 	cfg.MaxRequestBytes = 8 << 20
 	cfg.MaxExpandedBytes = 8 << 20
 	cfg.GRPC.MaxConcurrentStreams = 64
-	r, err := New(cfg, telemetry.TestSettings(), &consumertest.Sink{}, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Room for six reads (twice max_request_bytes each); 48 requests
 	// arrive at once, and the stream windows they hold (48 MiB) leave room
 	// for three reads at a time (arrivals stay below the limit less one
 	// read, 81 MiB).
-	budget := budget.New(96 << 20)
-	r.SetBudget(budget)
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Shutdown(context.Background())
-	conn, err := grpc.NewClient(r.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := ptraceotlp.NewGRPCClient(conn)
+	client, budget := budgetedGRPC(t, cfg, 96<<20)
 	small := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(1).Traces(5))
 	if _, err := client.Export(context.Background(), small); err != nil {
 		t.Fatal(err)
