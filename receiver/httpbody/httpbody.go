@@ -34,6 +34,8 @@ type Budget interface {
 	Reserve(n, ceiling int64) bool
 	Release(n int64)
 	Limit() int64
+	// Wait blocks until some bytes are released, until, or ctx ends.
+	Wait(ctx context.Context, until time.Time)
 }
 
 // Reader reads bodies up to a limit. Safe for concurrent use.
@@ -90,21 +92,15 @@ func (r *Reader) Limit() int64 {
 }
 
 // ReserveWait is Reserve, waiting until the deadline for room to be
-// released when the budget can wait (ferry's can); false if none came by
-// then or ctx ended.
+// released; false if none came by then or ctx ended.
 func (r *Reader) ReserveWait(ctx context.Context, b *Buf, n int64, until time.Time) bool {
-	for {
-		if r.Reserve(b, n) {
-			return true
-		}
-		w, ok := r.budget.(interface {
-			Wait(context.Context, time.Time)
-		})
-		if !ok || ctx.Err() != nil || !time.Now().Before(until) {
+	for !r.Reserve(b, n) {
+		if ctx.Err() != nil || !time.Now().Before(until) {
 			return false
 		}
-		w.Wait(ctx, until)
+		r.budget.Wait(ctx, until)
 	}
+	return true
 }
 
 // Move makes n bytes of to's reservation out of from's (what from holds

@@ -157,8 +157,8 @@ func (g *grpcServer) build() *grpc.Server {
 		// (grown by ping-measured estimates) a 100 KiB request costs the
 		// server two or three extra writes of window updates and pings. The
 		// memory is unchanged: a stream's unread bytes are within the
-		// max_request_bytes its tap reserved, and a refused stream's are
-		// dropped as they arrive.
+		// window its tap reserved, and a refused stream's are dropped as
+		// they arrive.
 		grpc.InitialWindowSize(grpcStreamWindow),
 		grpc.InitialConnWindowSize(4<<20),
 		// The memory bound (lease below): a request reserves what gRPC may
@@ -218,7 +218,7 @@ const (
 	grpcStreamWindow = 1 << 20
 	// grpcReadWait is how long a request waits for room to read its
 	// message: enough for the reads ahead of it to finish (each holds its
-	// max_request_bytes only while its message arrives), short enough
+	// readBytes only while its message arrives), short enough
 	// that a budget taken by data waiting for Kafka answers quickly.
 	grpcReadWait = 100 * time.Millisecond
 )
