@@ -48,7 +48,8 @@ func decodeValue(b []byte, depth int) (v Value, err error) {
 	if depth > maxDepth {
 		return v, errAt("value", "nested too deeply")
 	}
-	for c := (cursor{rest: b}); len(c.rest) > 0; {
+	c := cursor{rest: b}
+	for len(c.rest) > 0 {
 		if !c.next() {
 			return v, errAt("value", errTruncated.Error())
 		}
@@ -132,7 +133,8 @@ func validKV(b []byte) error {
 func DecodeKV(b []byte) (key []byte, v Value, err error) { return decodeKV(b, 0) }
 
 func decodeKV(b []byte, depth int) (key []byte, v Value, err error) {
-	for c := (cursor{rest: b}); len(c.rest) > 0; {
+	c := cursor{rest: b}
+	for len(c.rest) > 0 {
 		if !c.next() {
 			return nil, v, errAt("attribute", errTruncated.Error())
 		}
@@ -158,7 +160,8 @@ func decodeKV(b []byte, depth int) (key []byte, v Value, err error) {
 // walkRepeated calls fn for every occurrence of field num (which must be
 // length-delimited) in msg, checking the framing of every field.
 func walkRepeated(msg []byte, num protowire.Number, fn func([]byte) error) error {
-	for c := (cursor{rest: msg}); len(c.rest) > 0; {
+	c := cursor{rest: msg}
+	for len(c.rest) > 0 {
 		if !c.next() {
 			return errAt("message", errTruncated.Error())
 		}
@@ -226,7 +229,8 @@ func decodeResource(b []byte) (Resource, error) {
 
 func decodeScope(b []byte) (Scope, error) {
 	s := Scope{Raw: b}
-	for c := (cursor{rest: b}); len(c.rest) > 0; {
+	c := cursor{rest: b}
+	for len(c.rest) > 0 {
 		if !c.next() {
 			return s, errAt("scope", errTruncated.Error())
 		}
@@ -331,7 +335,8 @@ func (w *walker) nextItem() ([]byte, bool) {
 func (w *walker) enterResource(rb []byte) error {
 	p := w.p
 	w.res = Resource{}
-	for c := (cursor{rest: rb}); len(c.rest) > 0; {
+	c := cursor{rest: rb}
+	for len(c.rest) > 0 {
 		if !c.next() {
 			return errAt(p.resource, errTruncated.Error())
 		}
@@ -366,7 +371,8 @@ func (w *walker) enterResource(rb []byte) error {
 func (w *walker) enterScope(sb []byte) error {
 	p := w.p
 	w.sc = Scope{}
-	for c := (cursor{rest: sb}); len(c.rest) > 0; {
+	c := cursor{rest: sb}
+	for len(c.rest) > 0 {
 		if !c.next() {
 			return errAt(p.scope, errTruncated.Error())
 		}

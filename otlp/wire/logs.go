@@ -60,7 +60,8 @@ func (l *Logs) Err() error { return l.w.err }
 
 func decodeLogRecord(b []byte, l *LogRecord) error {
 	*l = LogRecord{Raw: b}
-	for c := (cursor{rest: b}); len(c.rest) > 0; {
+	c := cursor{rest: b}
+	for len(c.rest) > 0 {
 		if !c.next() {
 			return errAt("log_record", errTruncated.Error())
 		}

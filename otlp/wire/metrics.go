@@ -74,7 +74,8 @@ func (d *DataPoint) Quantiles() Repeated { return Repeated{msg: d.Raw, num: 6} }
 
 // DecodeQuantile decodes a ValueAtQuantile.
 func DecodeQuantile(b []byte) (q, v float64) {
-	for c := (cursor{rest: b}); len(c.rest) > 0 && c.next(); {
+	c := cursor{rest: b}
+	for len(c.rest) > 0 && c.next() {
 		if c.typ == protowire.Fixed64Type {
 			if c.num == 1 {
 				q = f64(c.u)
@@ -87,7 +88,8 @@ func DecodeQuantile(b []byte) (q, v float64) {
 }
 
 func expBuckets(b []byte) (offset int32, counts Packed) {
-	for c := (cursor{rest: b}); len(c.rest) > 0 && c.next(); {
+	c := cursor{rest: b}
+	for len(c.rest) > 0 && c.next() {
 		switch {
 		case c.num == 1 && c.typ == protowire.VarintType:
 			offset = int32(protowire.DecodeZigZag(c.u))
@@ -101,7 +103,8 @@ func expBuckets(b []byte) (offset int32, counts Packed) {
 // field returns the (last) bytes of length-delimited field num.
 func field(msg []byte, num protowire.Number) []byte {
 	var out []byte
-	for c := (cursor{rest: msg}); len(c.rest) > 0 && c.next(); {
+	c := cursor{rest: msg}
+	for len(c.rest) > 0 && c.next() {
 		if c.num == num && c.typ == protowire.BytesType {
 			out = c.b
 		}
@@ -185,7 +188,8 @@ func (m *Metrics) Err() error { return m.w.err }
 
 func decodeMetric(b []byte, m *Metric) error {
 	*m = Metric{Raw: b}
-	for c := (cursor{rest: b}); len(c.rest) > 0; {
+	c := cursor{rest: b}
+	for len(c.rest) > 0 {
 		if !c.next() {
 			return errAt("metric", errTruncated.Error())
 		}
@@ -220,7 +224,8 @@ func decodeMetric(b []byte, m *Metric) error {
 			case 11:
 				m.Type = MetricSummary
 			}
-			for d := (cursor{rest: f.b}); len(d.rest) > 0; {
+			d := cursor{rest: f.b}
+			for len(d.rest) > 0 {
 				if !d.next() {
 					return errAt("metric.data", errTruncated.Error())
 				}
@@ -250,7 +255,8 @@ func decodePoint(b []byte, t MetricType, d *DataPoint) error {
 	default:
 		d.attrField = 7
 	}
-	for c := (cursor{rest: b}); len(c.rest) > 0; {
+	c := cursor{rest: b}
+	for len(c.rest) > 0 {
 		if !c.next() {
 			return errAt("data_point", errTruncated.Error())
 		}

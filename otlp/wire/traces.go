@@ -92,7 +92,8 @@ func WalkTraces(data []byte, fn func(res *Resource, sc *Scope, sp *Span) error) 
 
 func decodeSpan(b []byte, s *Span) error {
 	*s = Span{Raw: b}
-	for c := (cursor{rest: b}); len(c.rest) > 0; {
+	c := cursor{rest: b}
+	for len(c.rest) > 0 {
 		if !c.next() {
 			return errAt("span", errTruncated.Error())
 		}
@@ -160,7 +161,8 @@ func decodeSpan(b []byte, s *Span) error {
 			if err := wantType("span.status", f, protowire.BytesType); err != nil {
 				return err
 			}
-			for cg := (cursor{rest: f.b}); len(cg.rest) > 0; {
+			cg := cursor{rest: f.b}
+			for len(cg.rest) > 0 {
 				if !cg.next() {
 					return errAt("span.status", errTruncated.Error())
 				}
@@ -201,7 +203,8 @@ func (e *Event) Attributes() Attrs { return Attrs{Repeated{msg: e.Raw, num: 3}} 
 // DecodeEvent decodes and validates a Span.Event.
 func DecodeEvent(b []byte) (Event, error) {
 	e := Event{Raw: b}
-	for c := (cursor{rest: b}); len(c.rest) > 0; {
+	c := cursor{rest: b}
+	for len(c.rest) > 0 {
 		if !c.next() {
 			return e, errAt("span.events", errTruncated.Error())
 		}
@@ -244,7 +247,8 @@ func (l *Link) Attributes() Attrs { return Attrs{Repeated{msg: l.Raw, num: 4}} }
 // DecodeLink decodes and validates a Span.Link.
 func DecodeLink(b []byte) (Link, error) {
 	l := Link{Raw: b}
-	for c := (cursor{rest: b}); len(c.rest) > 0; {
+	c := cursor{rest: b}
+	for len(c.rest) > 0 {
 		if !c.next() {
 			return l, errAt("span.links", errTruncated.Error())
 		}

@@ -41,6 +41,10 @@ var errTruncated = errors.New("truncated or malformed field")
 // cursor decodes the fields of a message in place: one field per next(),
 // its number, wire type and value in the cursor's own fields. Decoding in
 // place is about twice as fast as returning a field struct per call.
+// A cursor is declared before its loop, never in the for statement: Go
+// gives a variable declared there a fresh copy every iteration, and as the
+// loop takes its address that is a 64-byte copy per field, which cost
+// about a fifth of decoding a span (BenchmarkTracesUnmarshal).
 type cursor struct {
 	rest []byte
 	num  protowire.Number
