@@ -11,19 +11,29 @@
 // 16-22% of the agent's CPU with the same latency (BENCHMARKS.md, section
 // on the Collector), so on one P the agent does the same work for less.
 //
-// The Controller samples the process's CPU time every Interval. At one P,
-// a sample above RaiseAt cores gives the scheduler back every core at
-// once: a burst gets full capacity within one interval, and only the load
-// that saturates one core is slowed. On every core, LowerFor of samples in
-// a row below LowerAt cores go back to one P. The gap between the two
-// thresholds (one P does the same work with less CPU) keeps a load near
-// either from switching back and forth. LowerAt is 0.6, not lower: a load
-// that takes 0.5-0.6 cores on every core takes about 0.5 on one P (half
-// of it busy, far from RaiseAt), and with a lower threshold such a load,
-// once a burst (a segment roll, a GC cycle, a client reconnecting) had
-// raised the scheduler to every core, stayed there until ten samples in a
-// row happened to fall under it: in a run of OTLP spans into the spool at
-// 150k/s, five switches in 10 s against one.
+// The Controller samples the process's CPU time every Interval.
+//
+// Going up: at one P, a sample at SaturatedAt cores or more (one P is
+// saturated) gives the scheduler back every core at once, so a burst gets
+// full capacity within one interval and only the load that saturates one
+// core is slowed. A load above RaiseAt for RaiseFor samples in a row (one
+// P busy most of the time, so requests start to queue) gets every core
+// too. A single sample between the two does not: it is a blip of a steady
+// load (a GC cycle, a spool segment roll, a client catching up), and
+// answering it with every core used to cost the rest of the run. In a
+// 10 s run of OTLP spans into the spool at 150k/s, one blip at 0.72 cores
+// left the agent on every core for its last 4 s and raised its CPU per
+// span by 30-45%.
+//
+// Going down: on every core, once the mean of the last LowerFor samples
+// is below LowerAt. A mean, not every sample: a steady load that takes
+// 0.45 cores on one P takes 0.5-0.7 per sample on every core (the
+// threads waking each other), and waiting for ten samples in a row under
+// LowerAt kept it on every core for seconds after each start or burst.
+// LowerAt is 0.6, not lower, for the same reason: such a load would
+// otherwise never come back. The thresholds leave a gap (one P does the
+// same work with less CPU), so a load near either does not switch back
+// and forth.
 //
 // "Every core" is Go's own default, restored with
 // runtime.SetDefaultGOMAXPROCS, so a container's CPU limit (which Go
@@ -50,18 +60,24 @@ type Config struct {
 
 // The thresholds, in cores of CPU used by the whole process.
 const (
-	Interval = 100 * time.Millisecond
-	RaiseAt  = 0.7
-	LowerAt  = 0.6
-	LowerFor = 10 // samples: a second of light load
+	Interval    = 100 * time.Millisecond
+	SaturatedAt = 0.9
+	RaiseAt     = 0.7
+	RaiseFor    = 3 // samples: 300 ms of one P busy most of the time
+	LowerAt     = 0.6
+	LowerFor    = 10 // samples: the mean of the last second
 )
 
 // policy is the Controller's decision rule, apart from clocks and the
 // runtime so that it can be tested on its own.
 type policy struct {
-	max   int // every core: Go's default GOMAXPROCS
-	cur   int
-	quiet int
+	max  int // every core: Go's default GOMAXPROCS
+	cur  int
+	busy int // samples in a row over RaiseAt, on one P
+	// The last samples on every core (n of them, up to LowerFor), a ring.
+	recent [LowerFor]float64
+	n, at  int
+	sum    float64
 }
 
 // observe takes one sample, the cores of CPU used over the last interval,
@@ -70,15 +86,23 @@ func (p *policy) observe(cores float64) int {
 	if p.max <= 1 {
 		return p.cur
 	}
-	switch {
-	case p.cur == 1 && cores > RaiseAt:
-		p.cur, p.quiet = p.max, 0
-	case p.cur > 1 && cores < LowerAt:
-		if p.quiet++; p.quiet >= LowerFor {
-			p.cur, p.quiet = 1, 0
+	if p.cur == 1 {
+		if cores <= RaiseAt {
+			p.busy = 0
+		} else if p.busy++; p.busy >= RaiseFor || cores >= SaturatedAt {
+			p.cur, p.busy, p.n, p.at, p.sum = p.max, 0, 0, 0, 0
 		}
-	default:
-		p.quiet = 0
+		return p.cur
+	}
+	if p.n == LowerFor {
+		p.sum -= p.recent[p.at]
+	} else {
+		p.n++
+	}
+	p.recent[p.at], p.sum = cores, p.sum+cores
+	p.at = (p.at + 1) % LowerFor
+	if p.n == LowerFor && p.sum < LowerAt*LowerFor {
+		p.cur = 1
 	}
 	return p.cur
 }

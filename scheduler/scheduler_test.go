@@ -15,20 +15,14 @@ import (
 
 func TestPolicy(t *testing.T) {
 	p := &policy{max: 4, cur: 4}
-	// A light load goes to one P only after LowerFor samples in a row.
+	// A light load goes to one P only once a whole window of LowerFor
+	// samples is in.
 	for i := 1; i < LowerFor; i++ {
 		if got := p.observe(0.1); got != 4 {
 			t.Fatalf("sample %d of light load: %d, want 4 until %d samples", i, got, LowerFor)
 		}
 	}
-	// A sample at or above LowerAt starts the count again.
-	if got := p.observe(LowerAt); got != 4 {
-		t.Fatalf("at LowerAt: %d", got)
-	}
-	for i := 1; i < LowerFor; i++ {
-		p.observe(0.2)
-	}
-	if got := p.observe(0.2); got != 1 {
+	if got := p.observe(0.1); got != 1 {
 		t.Fatalf("after %d light samples: %d, want 1", LowerFor, got)
 	}
 	// Between the thresholds nothing moves: one P does the same work with
@@ -38,26 +32,57 @@ func TestPolicy(t *testing.T) {
 			t.Fatalf("between thresholds on one P: %d", got)
 		}
 	}
-	if got := p.observe(RaiseAt); got != 1 {
-		t.Fatalf("at RaiseAt (not above): %d", got)
-	}
-	// One sample above RaiseAt gives every core back at once.
-	if got := p.observe(RaiseAt + 0.01); got != 4 {
-		t.Fatalf("above RaiseAt: %d, want 4", got)
-	}
-	for range 3 * LowerFor {
-		if got := p.observe((LowerAt + RaiseAt) / 2); got != 4 {
-			t.Fatalf("between thresholds on every core: %d", got)
+	// A blip above RaiseAt (a GC cycle, a segment roll) is not a load: one
+	// P stays until RaiseFor samples in a row are above it.
+	for round := range 3 {
+		for i := 1; i < RaiseFor; i++ {
+			if got := p.observe(RaiseAt + 0.05); got != 1 {
+				t.Fatalf("round %d: sample %d above RaiseAt: %d, want 1 until %d in a row", round, i, got, RaiseFor)
+			}
+		}
+		if got := p.observe(RaiseAt); got != 1 { // not above: the run starts again
+			t.Fatalf("at RaiseAt: %d", got)
 		}
 	}
-	// A load of 0.55 cores on every core (about 0.45 on one P) goes back to
-	// one P after a burst raised it: a threshold at 0.5 kept such a load on
-	// every core, switching in and out with each burst.
-	for range LowerFor {
-		p.observe(0.55)
+	for i := 1; i < RaiseFor; i++ {
+		p.observe(RaiseAt + 0.05)
 	}
-	if got := p.observe(0.55); got != 1 {
-		t.Fatalf("0.55 cores for %d samples: %d, want 1", LowerFor+1, got)
+	if got := p.observe(RaiseAt + 0.05); got != 4 {
+		t.Fatalf("%d samples above RaiseAt: %d, want 4", RaiseFor, got)
+	}
+	// On every core, a load whose mean is at or above LowerAt stays, however
+	// many of its samples are below it.
+	for i := range 3 * LowerFor {
+		c := 0.5
+		if i%2 == 1 {
+			c = 0.8
+		}
+		if got := p.observe(c); got != 4 {
+			t.Fatalf("sample %d of a load of mean 0.65: %d, want 4", i, got)
+		}
+	}
+	// A load of mean 0.55 whose samples scatter around LowerAt (0.45 and
+	// 0.65, as a steady load does on every core) goes back to one P within
+	// a window: waiting for LowerFor samples in a row under LowerAt kept
+	// such a load on every core.
+	for i := 0; p.cur != 1; i++ {
+		if i == LowerFor {
+			t.Fatalf("a load of mean 0.55 still on every core after %d samples", i)
+		}
+		c := 0.45
+		if i%2 == 1 {
+			c = 0.65
+		}
+		p.observe(c)
+	}
+	// One P saturated: every core back at once, a burst does not wait.
+	if got := p.observe(SaturatedAt); got != 4 {
+		t.Fatalf("at SaturatedAt: %d, want 4", got)
+	}
+	// The window starts again after a switch: one light sample is not a
+	// second of light load.
+	if got := p.observe(0.01); got != 4 {
+		t.Fatalf("one light sample after a raise: %d, want 4", got)
 	}
 	// One core only: nothing to adapt.
 	one := &policy{max: 1, cur: 1}

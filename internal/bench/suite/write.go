@@ -504,7 +504,7 @@ func (s *suite) writeMonitor(rows []colRow) {
 	s.doc.P("**Go's scheduler on one core under a light load.** Go runs goroutines on as many threads at once as there are cores")
 	s.doc.P("(GOMAXPROCS). A goroutine made ready while a core is idle wakes a second thread, which at a steady moderate rate mostly finds")
 	s.doc.P("nothing to do and sleeps again: two more thread switches. With `runtime.adaptive_procs: true` (the default) ferry runs on one P")
-	s.doc.P("while it uses under 0.6 cores for a second, and on every core again within 100 ms of using over 0.7 (package scheduler). The")
+	s.doc.P("while it uses under 0.6 cores on average over a second, and on every core again after 300 ms over 0.7 or 100 ms over 0.9 (package scheduler). The")
 	s.doc.P("Collector can be given one P too (`GOMAXPROCS=1`), though then for good: it could never use a second core.")
 	s.doc.P("")
 	base := map[string]colRow{}
