@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -69,6 +70,10 @@ type Receiver struct {
 	maxRecordBytes int
 	httpSub        *submit.Submitter
 	grpcSub        *submit.Submitter
+	// batchP: *record.Batch, taken back when Kafka (or the spool) is done
+	// with one, so a request's records (100 per request of spans, with
+	// pointers the collector scans) are not a new allocation each time.
+	batchP sync.Pool
 }
 
 // signalOut is a signal's fixed output: its encoding config and the Kafka
@@ -102,8 +107,10 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *receiv
 	r.allow, _ = routing.NewAllow(cfg.Topics) // checked by Validate
 	r.httpM = receivermetrics.New(set.Registry, "otlp_http")
 	r.grpcM = receivermetrics.New(set.Registry, "otlp_grpc")
-	r.httpSub = &submit.Submitter{Next: next, Bodies: r.body, AckTimeout: cfg.AckTimeout, M: r.httpM}
-	r.grpcSub = &submit.Submitter{Next: next, Bodies: r.body, AckTimeout: cfg.AckTimeout, M: r.grpcM}
+	r.batchP.New = func() any { return new(record.Batch) }
+	recycle := func(b *record.Batch) { b.Reset(); r.batchP.Put(b) }
+	r.httpSub = &submit.Submitter{Next: next, Bodies: r.body, AckTimeout: cfg.AckTimeout, M: r.httpM, Recycle: recycle}
+	r.grpcSub = &submit.Submitter{Next: next, Bodies: r.body, AckTimeout: cfg.AckTimeout, M: r.grpcM, Recycle: recycle}
 	for i, c := range []*encoding.Config{&r.cfg.Traces, &r.cfg.Metrics, &r.cfg.Logs} {
 		tmpl, err := routing.Parse(c.Topic)
 		if err != nil {
@@ -303,7 +310,10 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	if items == 0 {
 		return outcome{}
 	}
-	b := &record.Batch{Records: make([]record.Record, len(parts))}
+	b := r.batchP.Get().(*record.Batch)
+	b.Records = slices.Grow(b.Records[:0], len(parts))[:len(parts)]
+	// A request refused before Submit leaves its batch to the garbage
+	// collector; from Submit on, the batch's completion takes it back.
 	now := time.Now()
 	payload := 0
 	flat := so.cfg.Encoding == "flat_json"
@@ -360,15 +370,25 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	b.MemBytes = int64(cap(raw.B) + cap(out.B) + len(parts)*(recordOverhead+hdrBytes))
 	reqBytes := len(raw.B)
 	wait := r.cfg.WaitForAck
+	// Once handed on, the batch may be complete and taken back for another
+	// request before Submit returns: what the metrics need of it is read
+	// first.
+	var perTopic []topicRecord
+	if perResource {
+		perTopic = make([]topicRecord, len(b.Records))
+		for i := range b.Records {
+			perTopic[i] = topicRecord{b.Records[i].Topic, b.Records[i].Size()}
+		}
+	}
 	tk, err := r.submitter(m).Submit(ctx, b, wait, raw, out)
-	raw, out = nil, nil // the batch's now, whatever Submit answered
+	raw, out, b = nil, nil, nil // the batch's now, whatever Submit answered
 	if err != nil {
 		m.Error(consumer.Reason(err))
 		return outcome{items: items, err: err}
 	}
 	if perResource {
-		for i := range b.Records {
-			m.Received(r.topics.Get(b.Records[i].Topic), 1, b.Records[i].Size())
+		for _, t := range perTopic {
+			m.Received(r.topics.Get(t.topic), 1, t.size)
 		}
 	} else {
 		m.Received(r.topics.Get(topic), len(parts), payload)
@@ -394,6 +414,13 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		return outcome{items: items, rejected: failed, msg: err.Error()}
 	}
 	return outcome{items: items, err: err}
+}
+
+// topicRecord is a record's topic and size, for the metrics of a request
+// routed per resource.
+type topicRecord struct {
+	topic string
+	size  int
 }
 
 // submitter is the transport's hand-off (their metrics differ).

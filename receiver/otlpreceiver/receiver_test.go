@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	"github.com/ferryhq/ferry/internal/otlpgen"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/receiver"
+	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/server"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -327,5 +329,48 @@ func TestHTTPMethodNotAllowed(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(r.httpM.Errors("method_not_allowed")); v != 1 {
 		t.Fatalf("counter %v", v)
+	}
+}
+
+// completer completes each batch inside Consume, before it returns, as the
+// spool does with fsync interval: the receiver may reuse the batch for the
+// next request before its own Submit call has returned.
+type completer struct{ n atomic.Int64 }
+
+func (c *completer) Consume(_ context.Context, b *record.Batch) error {
+	c.n.Add(int64(len(b.Records)))
+	b.Complete(nil)
+	return nil
+}
+
+// TestBatchReusedOnlyAfterItsMetrics: the per-topic metrics of a request
+// routed per resource are read from its records before they are handed
+// on, so a batch completed (and taken back for the next request) before
+// Submit returns still counts under the right topics.
+func TestBatchReusedOnlyAfterItsMetrics(t *testing.T) {
+	cfg := testConfig()
+	cfg.Logs = encoding.Config{Topic: "logs-{resource.service.name}", Encoding: "otlp_proto", Partition: "resource"}
+	next := &completer{}
+	r := startWith(t, cfg, telemetry.TestSettings(), next, nil)
+	ld := plog.NewLogs()
+	for _, svc := range []string{"cart", "pay"} {
+		rl := ld.ResourceLogs().AppendEmpty()
+		rl.Resource().Attributes().PutStr("service.name", svc)
+		rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().Body().SetStr("x")
+	}
+	raw, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+	const requests = 20
+	for range requests {
+		if code, _, body := postOTLP(t, "http://"+r.HTTPAddr()+"/v1/logs", "application/x-protobuf", "", raw); code != 200 {
+			t.Fatalf("%d %s", code, body)
+		}
+	}
+	if got := next.n.Load(); got != 2*requests {
+		t.Fatalf("%d records handed on, want %d", got, 2*requests)
+	}
+	for topic, want := range map[string]float64{"logs-cart": requests, "logs-pay": requests, "": 0} {
+		if v := testutil.ToFloat64(r.httpM.Records(topic)); v != want {
+			t.Fatalf("records counted for topic %q: %v, want %v", topic, v, want)
+		}
 	}
 }
