@@ -1,6 +1,7 @@
 package spool
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -204,7 +205,13 @@ func (d *decoder) key(b []byte) string {
 	return k
 }
 
-func (d *decoder) decode(p []byte, r *record.Record) error {
+// decode decodes payload p into r. prev, if not nil, is the record decoded
+// just before r into the same chunk: when r's headers are the same as its
+// (as every record of one OTLP or NDJSON request has), r shares prev's
+// headers instead of taking slab memory of its own. Nothing changes a
+// record's headers in place (a slab's slices are full, so an append
+// copies), and records of one chunk live and go together.
+func (d *decoder) decode(p []byte, r, prev *record.Record) error {
 	if len(p) < 8 {
 		return errPayload
 	}
@@ -251,6 +258,23 @@ func (d *decoder) decode(p []byte, r *record.Record) error {
 	}
 	p = p[k:]
 	r.Headers = nil
+	if nh > 0 && prev != nil && len(prev.Headers) == int(nh) {
+		q := p
+		for i := range prev.Headers {
+			hk, ok1 := field()
+			hv, ok2 := field()
+			if !ok1 || !ok2 {
+				return errPayload
+			}
+			if string(hk) != prev.Headers[i].Key || !bytes.Equal(hv, prev.Headers[i].Value) {
+				p = q // read them again, into r's own
+				break
+			}
+			if i == len(prev.Headers)-1 {
+				r.Headers, nh = prev.Headers, 0
+			}
+		}
+	}
 	if nh > 0 {
 		// nh is at most the payload's length, which is within a frame.
 		if int(nh) > cap(d.slab)-len(d.slab) {

@@ -25,7 +25,7 @@ func FuzzFrames(f *testing.F) {
 		var d decoder
 		var out record.Record
 		stop, need, skipped, _ := scan(frame, true, fm, func(_ int, p []byte) bool {
-			if err := d.decode(p, &out); err != nil {
+			if err := d.decode(p, &out, nil); err != nil {
 				t.Fatalf("decode of a fresh frame: %v", err)
 			}
 			return true
@@ -40,13 +40,23 @@ func FuzzFrames(f *testing.F) {
 		if p, ok := out.Partition(); ok != (part >= 0) || ok && p != part {
 			t.Fatalf("round trip: %+v != %+v", out, in)
 		}
+		// The same frame again after it: the second record's headers are
+		// the first's, exactly, whether shared or its own.
+		var again record.Record
+		if err := d.decode(frame[frameHeader:], &again, &out); err != nil {
+			t.Fatalf("decode after a record: %v", err)
+		}
+		if len(again.Headers) != len(in.Headers) || len(in.Headers) > 0 &&
+			(again.Headers[0].Key != in.Headers[0].Key || !bytes.Equal(again.Headers[0].Value, in.Headers[0].Value)) {
+			t.Fatalf("headers after a record: %+v != %+v", again.Headers, in.Headers)
+		}
 
 		// Damage: junk, then the frame; the frame must still be found.
 		buf := append(append([]byte{}, junk...), frame...)
 		var frames, valid int
 		stop, _, skipped, _ = scan(buf, true, fm, func(_ int, p []byte) bool {
 			frames++
-			if d.decode(p, &out) == nil {
+			if d.decode(p, &out, nil) == nil {
 				valid++
 			}
 			return true
@@ -89,7 +99,7 @@ func FuzzResync(f *testing.F) {
 		var d decoder
 		var r record.Record
 		scan(buf, true, fm, func(_ int, p []byte) bool {
-			if d.decode(p, &r) != nil {
+			if d.decode(p, &r, nil) != nil {
 				return true
 			}
 			if r.Topic != "app" || !written[string(r.Value)] {
@@ -120,7 +130,11 @@ func TestDecodeHeaders(t *testing.T) {
 	var d decoder
 	out := make([]record.Record, len(payloads))
 	for i, p := range payloads {
-		if err := d.decode(p, &out[i]); err != nil {
+		var prev *record.Record
+		if i > 0 {
+			prev = &out[i-1]
+		}
+		if err := d.decode(p, &out[i], prev); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -149,12 +163,52 @@ func TestDecodeHeaders(t *testing.T) {
 	}
 	var r record.Record
 	allocs := testing.AllocsPerRun(2000, func() {
-		if err := d.decode(payloads[1], &r); err != nil {
+		if err := d.decode(payloads[1], &r, nil); err != nil {
 			t.Fatal(err)
 		}
 	})
 	// One block of headers per slabBlock/2 records of two headers.
 	if allocs > 0.05 {
 		t.Fatalf("%.3f allocations per record decoded", allocs)
+	}
+	// Records of one request carry the same headers: each shares the one
+	// before it, so a run of them takes no slab memory at all.
+	same := appendFrame(nil, &record.Record{Topic: "otlp_spans", Value: []byte("v"), Headers: []record.Header{
+		{Key: "ferry.signal", Value: []byte("traces")}, {Key: "ferry.encoding", Value: []byte("otlp_proto")}}}, fm)[frameHeader:]
+	run := make([]record.Record, 3)
+	for i := range run {
+		var prev *record.Record
+		if i > 0 {
+			prev = &run[i-1]
+		}
+		if err := d.decode(same, &run[i], prev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if &run[2].Headers[0] != &run[0].Headers[0] || string(run[2].Headers[1].Value) != "otlp_proto" {
+		t.Fatalf("a run of records with the same headers: %+v, not shared", run[2].Headers)
+	}
+	slab := len(d.slab)
+	allocs = testing.AllocsPerRun(2000, func() {
+		if err := d.decode(same, &r, &run[0]); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 || len(d.slab) != slab {
+		t.Fatalf("a record with its predecessor's headers: %.3f allocations, slab %d -> %d", allocs, slab, len(d.slab))
+	}
+	// Shared, they are still separate to a stage that adds a header.
+	run[1].Headers = append(run[1].Headers, record.Header{Key: "added"})
+	if len(run[0].Headers) != 2 || len(run[2].Headers) != 2 {
+		t.Fatalf("appending to a shared header list changed its neighbours: %d, %d", len(run[0].Headers), len(run[2].Headers))
+	}
+	// The same count of headers with another value is not shared.
+	other := appendFrame(nil, &record.Record{Topic: "otlp_spans", Value: []byte("v"), Headers: []record.Header{
+		{Key: "ferry.signal", Value: []byte("traces")}, {Key: "ferry.encoding", Value: []byte("flat_json")}}}, fm)[frameHeader:]
+	if err := d.decode(other, &r, &run[0]); err != nil {
+		t.Fatal(err)
+	}
+	if string(r.Headers[1].Value) != "flat_json" || string(run[0].Headers[1].Value) != "otlp_proto" {
+		t.Fatalf("different headers after a record: %+v (before it %+v)", r.Headers, run[0].Headers)
 	}
 }

@@ -248,7 +248,11 @@ func (s *Spool) readTail() (ok, stop bool) {
 // does not decode (the caller counts it as damage).
 func (s *Spool) decodeInto(c *chunk, p []byte) bool {
 	c.batch.Records = append(c.batch.Records, record.Record{})
-	if s.dec.decode(p, &c.batch.Records[len(c.batch.Records)-1]) != nil {
+	var prev *record.Record
+	if n := len(c.batch.Records); n > 1 {
+		prev = &c.batch.Records[n-2]
+	}
+	if s.dec.decode(p, &c.batch.Records[len(c.batch.Records)-1], prev) != nil {
 		c.batch.Records = c.batch.Records[:len(c.batch.Records)-1]
 		return false
 	}
