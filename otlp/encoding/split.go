@@ -26,6 +26,8 @@ type grouper struct {
 	byTrace map[[16]byte]int
 	// order, start: each group's entries (see index); fill is scratch.
 	order, start, fill []int32
+	// chunk's scratch, kept so a request's split allocates nothing.
+	size, cur []int
 }
 
 type groupInfo struct {
@@ -215,10 +217,11 @@ func scopeRun(es []entry, m []int32, k, end int) (int, int) {
 // and Kafka's refusal of it is reported.
 func (g *grouper) chunk(max int) {
 	n := len(g.groups)
-	size := make([]int, n) // bytes of the current chunk of each group
-	cur := make([]int, n)  // the group index the current chunk writes to
+	g.size = slices.Grow(g.size[:0], n)[:n] // bytes of the current chunk of each group
+	g.cur = slices.Grow(g.cur[:0], n)[:n]   // the group index the current chunk writes to
+	size, cur := g.size, g.cur
 	for i := range cur {
-		cur[i] = i
+		size[i], cur[i] = 0, i
 	}
 	for i := range g.entries {
 		e := &g.entries[i]
