@@ -56,7 +56,9 @@ else
   status=1
 fi
 passed=$(grep -c '^ok ' /tmp/ferry-test.$$.log || true)
-failed=$(grep -c '^FAIL' /tmp/ferry-test.$$.log || true)
+# A failed package's line is "FAIL<tab>package"; go test also prints a bare
+# "FAIL" after the failing test's output and at the module's end.
+failed=$(grep -c "$(printf '^FAIL\t')" /tmp/ferry-test.$$.log || true)
 rm -f /tmp/ferry-test.$$.log
 echo "packages: $passed passed, $failed failed"
 exit "$status"

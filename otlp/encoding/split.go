@@ -84,14 +84,17 @@ func tagged(b []byte) int { return 1 + protowire.SizeVarint(uint64(len(b))) + le
 // linear in its items, not items × traces.
 func (g *grouper) index() {
 	n := len(g.groups)
-	g.start = append(g.start[:0], make([]int32, n+1)...)
+	// Grow, then clear: reused scratch, and no allocation under the race
+	// detector either (which does not elide append of make).
+	g.start = slices.Grow(g.start[:0], n+1)[:n+1]
+	clear(g.start)
 	for i := range g.entries {
 		g.start[g.entries[i].group+1]++
 	}
 	for gi := 1; gi <= n; gi++ {
 		g.start[gi] += g.start[gi-1]
 	}
-	g.order = append(g.order[:0], make([]int32, len(g.entries))...)
+	g.order = slices.Grow(g.order[:0], len(g.entries))[:len(g.entries)] // every slot is written below
 	fill := append(g.fill[:0], g.start[:n]...)
 	for i := range g.entries {
 		gi := g.entries[i].group
