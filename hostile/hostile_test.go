@@ -194,8 +194,7 @@ func TestAttacks(t *testing.T) {
 	}, nil)
 
 	attack(t, a, "Attribute nested 2 M levels with a resource token (gRPC)", func() (string, bool, string) {
-		conn, err := grpc.NewClient(a.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
+		conn, err := largeSendConn(a.GRPC)
 		if err != nil {
 			return err.Error(), false, ""
 		}
@@ -203,8 +202,8 @@ func TestAttacks(t *testing.T) {
 		body := rawBytes(hostile.DeepAttribute(2_000_000, issue(t, token.Claims{App: "edge"})))
 		var st *status.Status
 		tries := 0
-		// The request reserves max_request_bytes (32 MiB) before it is
-		// read; while the budget is busy it is refused with RetryInfo (the
+		// The request reserves twice max_request_bytes while it is read;
+		// while the budget is busy it is refused with RetryInfo (the
 		// client, still sending, may see the stream reset): retry as an
 		// exporter would.
 		for ; tries < 5; tries++ {
@@ -220,8 +219,7 @@ func TestAttacks(t *testing.T) {
 	}, nil)
 
 	attack(t, a, "48 gRPC requests of 31 MiB at once (max_request_bytes 32 MiB, memory_limit 64 MiB)", func() (string, bool, string) {
-		conn, err := grpc.NewClient(a.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
+		conn, err := largeSendConn(a.GRPC)
 		if err != nil {
 			return err.Error(), false, ""
 		}
@@ -542,4 +540,11 @@ func TestSpoolForgery(t *testing.T) {
 		t.Fatalf("the damage was not counted (%v)", v)
 	}
 	b.Stop()
+}
+
+// largeSendConn is a gRPC client whose own send limit is 64 MiB, so what
+// refuses a large message is the agent's bound, not the client's.
+func largeSendConn(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
 }
