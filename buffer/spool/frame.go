@@ -259,20 +259,19 @@ func (d *decoder) decode(p []byte, r, prev *record.Record) error {
 	p = p[k:]
 	r.Headers = nil
 	if nh > 0 && prev != nil && len(prev.Headers) == int(nh) {
-		q := p
-		for i := range prev.Headers {
+		q, same := p, true
+		for i := 0; i < len(prev.Headers) && same; i++ {
 			hk, ok1 := field()
 			hv, ok2 := field()
 			if !ok1 || !ok2 {
 				return errPayload
 			}
-			if string(hk) != prev.Headers[i].Key || !bytes.Equal(hv, prev.Headers[i].Value) {
-				p = q // read them again, into r's own
-				break
-			}
-			if i == len(prev.Headers)-1 {
-				r.Headers, nh = prev.Headers, 0
-			}
+			same = string(hk) == prev.Headers[i].Key && bytes.Equal(hv, prev.Headers[i].Value)
+		}
+		if same {
+			r.Headers, nh = prev.Headers, 0
+		} else {
+			p = q // read them again, into r's own
 		}
 	}
 	if nh > 0 {
