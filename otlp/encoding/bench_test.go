@@ -3,7 +3,10 @@ package encoding
 import (
 	"testing"
 
+	"go.opentelemetry.io/collector/pdata/plog"
+
 	"github.com/ferryhq/ferry/internal/hostile"
+	"github.com/ferryhq/ferry/internal/otlpgen"
 )
 
 // BenchmarkSplit_20000Traces: a request of 20,000 one-span traces split by
@@ -20,6 +23,27 @@ func BenchmarkSplit_20000Traces(b *testing.B) {
 	for b.Loop() {
 		_, o, n, err := e.Encode(Traces, c, raw, out[:0])
 		if err != nil || n != 20000 {
+			b.Fatal(n, err)
+		}
+		out = o
+	}
+}
+
+// BenchmarkEncodeLogs: a request as an SDK sends it (one resource, 100
+// logs of 1 KB text) into records keyed by resource, the default.
+func BenchmarkEncodeLogs(b *testing.B) {
+	raw, err := (&plog.ProtoMarshaler{}).MarshalLogs(otlpgen.New(1).LogsOf(100, 1024, otlpgen.BodyText))
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := &Config{Topic: "t", Encoding: "otlp_proto", Partition: "resource"}
+	e := Encoder{MaxRecordBytes: 1 << 20}
+	var out []byte
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		_, o, n, err := e.Encode(Logs, c, raw, out[:0])
+		if err != nil || n != 100 {
 			b.Fatal(n, err)
 		}
 		out = o

@@ -3,6 +3,8 @@ package encoding
 import (
 	"encoding/hex"
 	"encoding/json"
+	"hash/fnv"
+	"slices"
 	"testing"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -12,8 +14,10 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/ferryhq/ferry/internal/otlpgen"
+	"github.com/ferryhq/ferry/processor/sampler"
 )
 
 // interleaved has 3 traces spread over 2 resources and 3 scopes.
@@ -51,11 +55,132 @@ func parts(t *testing.T, sig Signal, c Config, raw []byte) ([]Part, []byte, int)
 	return ps, out, n
 }
 
+// value is part p's value: the request itself, or its range of out.
+func value(p Part, raw, out []byte) []byte {
+	if p.Whole {
+		return raw
+	}
+	return out[p.ValStart:p.ValEnd]
+}
+
 func TestProtoWholeRequestIsForwardedUntouched(t *testing.T) {
 	raw, _ := ptraceotlp.NewExportRequestFromTraces(interleaved()).MarshalProto()
 	ps, out, n := parts(t, Traces, Config{Topic: "t", Encoding: "otlp_proto", Partition: "none"}, raw)
 	if len(ps) != 1 || !ps[0].Whole || n != 18 || len(out) != 0 {
 		t.Fatalf("parts %+v out %d n %d", ps, len(out), n)
+	}
+}
+
+// TestOneRecordRequestIsForwardedUntouched: a request that makes a single
+// record (one resource, as an SDK sends) is that record as it came, with
+// the key it would have had, and only then.
+func TestOneRecordRequestIsForwardedUntouched(t *testing.T) {
+	logs := func(resources int) plog.Logs {
+		ld := plog.NewLogs()
+		for r := range resources {
+			rl := ld.ResourceLogs().AppendEmpty()
+			rl.Resource().Attributes().PutStr("service.name", "svc")
+			rl.Resource().Attributes().PutInt("r", int64(r))
+			for i := range 3 { // a scope per record, as some SDKs send
+				lr := rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
+				lr.Body().SetStr("a line of text")
+				lr.SetTraceID(pcommon.TraceID{8: byte(i+1) << 6, 9: byte(r + 1)}) // the sampler reads bytes 8-15
+			}
+		}
+		return ld
+	}
+	c := Config{Topic: "l", Encoding: "otlp_proto", Partition: "resource"}
+	raw, _ := plogotlp.NewExportRequestFromLogs(logs(1)).MarshalProto()
+	ps, out, n := parts(t, Logs, c, raw)
+	if len(ps) != 1 || !ps[0].Whole || n != 3 || ps[0].Items != 3 {
+		t.Fatalf("one resource: parts %+v, %d items", ps, n)
+	}
+	key := string(out[ps[0].KeyStart:ps[0].KeyEnd])
+	// The same resource among others, so rebuilt: the same key.
+	two, _ := plogotlp.NewExportRequestFromLogs(logs(2)).MarshalProto()
+	ps2, out2, _ := parts(t, Logs, c, two)
+	if len(ps2) != 2 || ps2[0].Whole || string(out2[ps2[0].KeyStart:ps2[0].KeyEnd]) != key {
+		t.Fatalf("two resources: parts %+v; key %q, want %q", ps2, out2[ps2[0].KeyStart:ps2[0].KeyEnd], key)
+	}
+	// Rebuilt or not, the record holds the same items.
+	a, errA := (&plog.ProtoUnmarshaler{}).UnmarshalLogs(value(ps[0], raw, out))
+	b, errB := (&plog.ProtoUnmarshaler{}).UnmarshalLogs(value(ps2[0], two, out2))
+	if errA != nil || errB != nil || a.LogRecordCount() != 3 || b.LogRecordCount() != 3 {
+		t.Fatalf("%v %v %d %d", errA, errB, a.LogRecordCount(), b.LogRecordCount())
+	}
+	for i := range 3 {
+		x := a.ResourceLogs().At(0).ScopeLogs().At(i).LogRecords().At(0)
+		y := b.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(i)
+		if x.Body().Str() != y.Body().Str() || x.TraceID() != y.TraceID() {
+			t.Fatalf("record %d differs", i)
+		}
+	}
+	// Not forwarded as it came: records sampled out, a request over the
+	// record limit, a JSON record.
+	var e Encoder
+	kept := func(d sampler.Decision) int {
+		k := 0
+		for i := range 3 {
+			tid := a.ResourceLogs().At(0).ScopeLogs().At(i).LogRecords().At(0).TraceID()
+			if d.Keep(tid[:]) {
+				k++
+			}
+		}
+		return k
+	}
+	for pct := 1.0; pct < 100 && (kept(e.Sample) == 0 || kept(e.Sample) == 3); pct++ {
+		e.Sample = sampler.For(pct)
+	}
+	if k := kept(e.Sample); k == 0 || k == 3 {
+		t.Fatal("no sampling percent keeps some of the records")
+	}
+	if ps, _, _, err := e.Encode(Logs, &c, raw, nil); err != nil || len(ps) != 1 || ps[0].Whole || e.Dropped == 0 {
+		t.Fatalf("some sampled out: %+v %v dropped %d", ps, err, e.Dropped)
+	}
+	// An unknown field of 1,000 bytes: the items fit one record under the
+	// limit, the request as sent does not.
+	junk := protowire.AppendBytes(protowire.AppendTag(slices.Clone(raw), 99, protowire.BytesType), make([]byte, 1000))
+	e = Encoder{MaxRecordBytes: len(junk) - 1}
+	if ps, _, _, err := e.Encode(Logs, &c, junk, nil); err != nil || len(ps) != 1 || ps[0].Whole {
+		t.Fatalf("over the record limit: %+v %v", ps, err)
+	}
+	e = Encoder{MaxRecordBytes: len(junk)}
+	if ps, _, _, err := e.Encode(Logs, &c, junk, nil); err != nil || len(ps) != 1 || !ps[0].Whole {
+		t.Fatalf("at the record limit: %+v %v", ps, err)
+	}
+	j := Config{Topic: "l", Encoding: "otlp_json", Partition: "resource"}
+	if ps, _, _ := parts(t, Logs, j, raw); len(ps) != 1 || ps[0].Whole {
+		t.Fatalf("otlp_json: %+v", ps)
+	}
+	// MaxBytes counts the forwarded value.
+	e = Encoder{MaxBytes: len(raw)}
+	if _, _, _, err := e.Encode(Logs, &c, raw, nil); err == nil {
+		t.Fatal("a request whose record takes more than MaxBytes accepted")
+	}
+}
+
+// TestResourceKeyIsFNV1a: the key keeps its definition (keys written
+// before a release must still match): FNV-1a 64 of the sorted key, 0,
+// value, 0 pairs, in hex.
+func TestResourceKeyIsFNV1a(t *testing.T) {
+	ld := plog.NewLogs()
+	rl := ld.ResourceLogs().AppendEmpty()
+	rl.Resource().Attributes().PutStr("zone", "eu")
+	rl.Resource().Attributes().PutStr("app", "shop")
+	rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
+	raw, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+	ps, out, _ := parts(t, Logs, Config{Topic: "l", Encoding: "otlp_proto", Partition: "resource"}, raw)
+	h := fnv.New64a()
+	for _, kv := range [][2]string{{"app", "shop"}, {"zone", "eu"}} {
+		v := protowire.AppendTag(nil, 1, protowire.BytesType) // AnyValue.string_value
+		v = protowire.AppendString(v, kv[1])
+		h.Write([]byte(kv[0]))
+		h.Write([]byte{0})
+		h.Write(v)
+		h.Write([]byte{0})
+	}
+	if got, want := string(out[ps[0].KeyStart:ps[0].KeyEnd]), hex.EncodeToString(h.Sum(nil)); got != want {
+		t.Fatalf("key %s, want %s", got, want)
 	}
 }
 
@@ -69,7 +194,7 @@ func TestSplitByTraceID(t *testing.T) {
 		}
 		seen := map[pcommon.SpanID]bool{}
 		for _, p := range ps {
-			val := out[p.ValStart:p.ValEnd]
+			val := value(p, raw, out)
 			var got ptrace.Traces
 			var err error
 			if enc == "otlp_proto" {
@@ -140,7 +265,7 @@ func TestSplitByResourceWithStableKeys(t *testing.T) {
 		t.Fatalf("keys %q %q %q: same attributes in any order must share a key", k0, k1, k2)
 	}
 	for _, p := range ps {
-		got, err := (&plog.ProtoUnmarshaler{}).UnmarshalLogs(out[p.ValStart:p.ValEnd])
+		got, err := (&plog.ProtoUnmarshaler{}).UnmarshalLogs(value(p, raw, out))
 		if err != nil || got.LogRecordCount() != p.Items || got.ResourceLogs().Len() != 1 {
 			t.Fatalf("part: %v, %d records, says %d", err, got.LogRecordCount(), p.Items)
 		}
@@ -155,7 +280,7 @@ func TestMetricsSplitCountsDataPoints(t *testing.T) {
 	if len(ps) != 1 || n != 7 || ps[0].Items != 7 {
 		t.Fatalf("parts %+v n %d", ps, n)
 	}
-	got, err := (&pmetric.ProtoUnmarshaler{}).UnmarshalMetrics(out[ps[0].ValStart:ps[0].ValEnd])
+	got, err := (&pmetric.ProtoUnmarshaler{}).UnmarshalMetrics(value(ps[0], raw, out))
 	if err != nil || got.DataPointCount() != 7 {
 		t.Fatalf("%v %d", err, got.DataPointCount())
 	}
@@ -169,7 +294,7 @@ func TestFlatJSONOneRecordPerItem(t *testing.T) {
 	}
 	for _, p := range ps {
 		var m map[string]any
-		if err := json.Unmarshal(out[p.ValStart:p.ValEnd], &m); err != nil {
+		if err := json.Unmarshal(value(p, raw, out), &m); err != nil {
 			t.Fatal(err)
 		}
 		if m["trace_id"] != string(out[p.KeyStart:p.KeyEnd]) {
@@ -218,13 +343,13 @@ func TestLargeGroupsAreSplitUnderTheRecordLimit(t *testing.T) {
 	total := 0
 	key := string(out[ps[0].KeyStart:ps[0].KeyEnd])
 	for _, p := range ps {
-		if p.ValEnd-p.ValStart > 300_000 {
-			t.Fatalf("part of %d bytes over the limit", p.ValEnd-p.ValStart)
+		if v := value(p, raw, out); len(v) > 300_000 {
+			t.Fatalf("part of %d bytes over the limit", len(v))
 		}
 		if string(out[p.KeyStart:p.KeyEnd]) != key {
 			t.Fatal("chunks of one resource must share its key")
 		}
-		ld, err := (&plog.ProtoUnmarshaler{}).UnmarshalLogs(out[p.ValStart:p.ValEnd])
+		ld, err := (&plog.ProtoUnmarshaler{}).UnmarshalLogs(value(p, raw, out))
 		if err != nil || ld.LogRecordCount() != p.Items {
 			t.Fatalf("chunk: %v, %d records, says %d", err, ld.LogRecordCount(), p.Items)
 		}
@@ -243,7 +368,7 @@ func TestLargeGroupsAreSplitUnderTheRecordLimit(t *testing.T) {
 	}
 	total = 0
 	for _, p := range ps {
-		md, err := (&pmetric.ProtoUnmarshaler{}).UnmarshalMetrics(out[p.ValStart:p.ValEnd])
+		md, err := (&pmetric.ProtoUnmarshaler{}).UnmarshalMetrics(value(p, mraw, out))
 		if err != nil || md.DataPointCount() != p.Items {
 			t.Fatalf("%v %d %d", err, md.DataPointCount(), p.Items)
 		}

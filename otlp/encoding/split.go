@@ -32,7 +32,7 @@ type grouper struct {
 
 type groupInfo struct {
 	traceID []byte
-	res     *wire.Resource
+	res     wire.Resource
 	resRaw  []byte
 	items   int
 }
@@ -66,8 +66,7 @@ func (g *grouper) add(res *wire.Resource, sc *wire.Scope, item []byte, traceID [
 		if n := len(g.groups); n > 0 && sameSlice(g.groups[n-1].resRaw, res.Raw) {
 			e.group = n - 1
 		} else {
-			r := *res
-			g.groups = append(g.groups, groupInfo{res: &r, resRaw: res.Raw})
+			g.groups = append(g.groups, groupInfo{res: *res, resRaw: res.Raw})
 			e.group = len(g.groups) - 1
 		}
 	}
@@ -326,6 +325,23 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 	var scratch []byte
 	base := len(out)
 	g.index()
+	if c.Encoding == "otlp_proto" && len(g.groups) == 1 && e.Dropped == 0 &&
+		(e.MaxRecordBytes <= 0 || len(raw) <= e.MaxRecordBytes) {
+		// The request is one record (one resource, or one trace) with
+		// nothing sampled out, as an SDK's usually is: its value is the
+		// request as it came, not a copy of it. An export request is
+		// LogsData (TracesData, MetricsData) byte for byte, so this is
+		// the same data; what rebuilding it would have changed is only
+		// its framing (runs of a scope merged, empty messages and unknown
+		// fields left out), and both forms decode to the same items.
+		p := Part{Whole: true, Items: g.groups[0].items, ResRaw: g.groups[0].resRaw}
+		out = e.appendKey(out, c, &g.groups[0], &p)
+		if err := e.over(n, base, len(out)+len(raw), 1); err != nil {
+			return nil, out, 0, err
+		}
+		e.parts = append(e.parts, p)
+		return e.parts, out, n, nil
+	}
 	if c.Encoding != "otlp_json" {
 		// Protobuf output is sized exactly first: a request over the bound
 		// is refused before a byte of it is built, and the rest is written
@@ -347,17 +363,7 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 			return nil, out, 0, err
 		}
 		p := Part{Items: g.groups[gi].items, ResRaw: g.groups[gi].resRaw}
-		if single {
-			// no key
-		} else if byTrace {
-			p.KeyStart = len(out)
-			out = hex.AppendEncode(out, g.groups[gi].traceID)
-			p.KeyEnd = len(out)
-		} else {
-			p.KeyStart = len(out)
-			out = e.hash.appendKey(out, g.groups[gi].res)
-			p.KeyEnd = len(out)
-		}
+		out = e.appendKey(out, c, &g.groups[gi], &p)
 		p.ValStart = len(out)
 		if c.Encoding == "otlp_json" {
 			scratch = g.appendGroup(scratch[:0], gi)
@@ -375,4 +381,21 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 		return nil, out, 0, err
 	}
 	return e.parts, out, n, nil
+}
+
+// appendKey appends group gr's key to out and records where it is in p:
+// the hex trace id, or the resource's hash; none for partition none.
+func (e *Encoder) appendKey(out []byte, c *Config, gr *groupInfo, p *Part) []byte {
+	switch c.Partition {
+	case "none":
+		return out
+	case "trace_id":
+		p.KeyStart = len(out)
+		out = hex.AppendEncode(out, gr.traceID)
+	default:
+		p.KeyStart = len(out)
+		out = e.hash.appendKey(out, &gr.res)
+	}
+	p.KeyEnd = len(out)
+	return out
 }

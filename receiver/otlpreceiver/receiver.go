@@ -324,9 +324,9 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 			rec.Value = raw.B
 		} else {
 			rec.Value = out.B[p.ValStart:p.ValEnd:p.ValEnd]
-			if p.KeyEnd > p.KeyStart {
-				rec.Key = out.B[p.KeyStart:p.KeyEnd:p.KeyEnd]
-			}
+		}
+		if p.KeyEnd > p.KeyStart {
+			rec.Key = out.B[p.KeyStart:p.KeyEnd:p.KeyEnd]
 		}
 		if perResource || so.keyTmpl != nil {
 			res := p.ResRaw
