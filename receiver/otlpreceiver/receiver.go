@@ -21,6 +21,7 @@
 package otlpreceiver
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -361,13 +362,26 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		m.Error("rate_limited")
 		return outcome{items: items, err: err}
 	}
+	if len(parts) == 1 && parts[0].Whole {
+		// The request itself is the record's value: out holds at most its
+		// key, so it goes back to the pool now instead of being held, and
+		// counted against the queue, until Kafka's ack.
+		if rec := &b.Records[0]; parts[0].KeyEnd > parts[0].KeyStart && so.keyTmpl == nil {
+			rec.Key = bytes.Clone(rec.Key)
+		}
+		r.body.Put(out)
+		out = nil
+	}
 	// Headers are shared in memory but copied per record by the Kafka
 	// client, which counts them against its buffer.
 	hdrBytes := 0
 	for i := range headers {
 		hdrBytes += len(headers[i].Key) + len(headers[i].Value)
 	}
-	b.MemBytes = int64(cap(raw.B) + cap(out.B) + len(parts)*(recordOverhead+hdrBytes))
+	b.MemBytes = int64(cap(raw.B) + len(parts)*(recordOverhead+hdrBytes))
+	if out != nil {
+		b.MemBytes += int64(cap(out.B))
+	}
 	reqBytes := len(raw.B)
 	wait := r.cfg.WaitForAck
 	// Once handed on, the batch may be complete and taken back for another

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -372,5 +374,66 @@ func TestBatchReusedOnlyAfterItsMetrics(t *testing.T) {
 		if v := testutil.ToFloat64(r.httpM.Records(topic)); v != want {
 			t.Fatalf("records counted for topic %q: %v, want %v", topic, v, want)
 		}
+	}
+}
+
+// holder keeps every batch without completing it (for requests not
+// waiting for Kafka's ack), copying what the test checks only at the end.
+type holder struct {
+	mu      sync.Mutex
+	batches []*record.Batch
+}
+
+func (h *holder) Consume(_ context.Context, b *record.Batch) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.batches = append(h.batches, b)
+	return nil
+}
+
+// TestOneRecordRequestHoldsOnlyItself: a request forwarded as its record's
+// value holds (and counts against the queue) its own buffer, not also the
+// output buffer a rebuilt record would have needed, and its key survives
+// that buffer's reuse by the next requests.
+func TestOneRecordRequestHoldsOnlyItself(t *testing.T) {
+	cfg := testConfig()
+	cfg.WaitForAck = false
+	cfg.Logs = encoding.Config{Topic: "logs", Encoding: "otlp_proto", Partition: "resource"}
+	next := &holder{}
+	r := start(t, cfg, next)
+	// On one P the pool hands the released output buffer to the next
+	// request, which writes its own key where the last one's was.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	keys := map[string]bool{}
+	services := []string{"cart", "pay", "ship", "search", "auth", "mail", "ads", "feed"}
+	for _, svc := range services {
+		ld := plog.NewLogs()
+		rl := ld.ResourceLogs().AppendEmpty()
+		rl.Resource().Attributes().PutStr("service.name", svc)
+		for range 64 {
+			rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().Body().SetStr(strings.Repeat("x", 1024))
+		}
+		raw, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+		if code, _, body := postOTLP(t, "http://"+r.HTTPAddr()+"/v1/logs", "application/x-protobuf", "", raw); code != 200 {
+			t.Fatalf("%d %s", code, body)
+		}
+	}
+	next.mu.Lock()
+	defer next.mu.Unlock()
+	if len(next.batches) != len(services) {
+		t.Fatalf("%d batches", len(next.batches))
+	}
+	for _, b := range next.batches {
+		rec := &b.Records[0]
+		if len(b.Records) != 1 || len(rec.Value) < 64<<10 || len(rec.Key) != 16 {
+			t.Fatalf("%d records, value %d bytes, key %q", len(b.Records), len(rec.Value), rec.Key)
+		}
+		if held := b.MemBytes - int64(cap(rec.Value)); held > recordOverhead+1024 {
+			t.Fatalf("a request of %d bytes counts %d bytes besides its own buffer", len(rec.Value), held)
+		}
+		keys[string(rec.Key)] = true
+	}
+	if len(keys) != len(services) {
+		t.Fatalf("%d keys for %d resources: a key was overwritten by a later request", len(keys), len(services))
 	}
 }
