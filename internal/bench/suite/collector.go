@@ -430,8 +430,14 @@ func (s *suite) collectorRow(adm *kadm.Client, bin string, row colRow, sys colSy
 			return row, err
 		}
 	}
-	s.logf("%s %s %s, %s: %s items acknowledged, %s in Kafka (%s/s), %.2f µs CPU per item, %.0f MiB peak, p99 %.1f ms, %d requests failed %s",
-		row.what(), row.protocol, row.system, row.load(), report.Commas(row.accepted), report.Commas(row.delivered), report.F0(row.itemsPerSec()), row.usPerItem(),
+	// CPU per item delivered: none delivered (the Collector dropping
+	// batches the broker refuses) has no such figure, not CPU per one item.
+	perItem := fmt.Sprintf("%.2f µs CPU per item", row.usPerItem())
+	if row.delivered == 0 {
+		perItem = fmt.Sprintf("%.2f s CPU, nothing delivered", row.cpuSec)
+	}
+	s.logf("%s %s %s, %s: %s items acknowledged, %s in Kafka (%s/s), %s, %.0f MiB peak, p99 %.1f ms, %d requests failed %s",
+		row.what(), row.protocol, row.system, row.load(), report.Commas(row.accepted), report.Commas(row.delivered), report.F0(row.itemsPerSec()), perItem,
 		row.rssMiB, row.p99, row.failed, row.failures)
 	return row, nil
 }
