@@ -184,3 +184,20 @@ func SpoolFrame(topic, value string) []byte {
 	out = binary.LittleEndian.AppendUint32(out, crc32.Checksum(payload, crc32.MakeTable(crc32.Castagnoli)))
 	return append(out, payload...)
 }
+
+// DeepGroup is a traces request whose one span carries an unknown field
+// that is a protobuf group nested depth levels deep (2 bytes a level).
+// Groups do not exist in proto3; a generic decoder skips them recursively,
+// and a consumer's decoder with a lower nesting limit than the agent's
+// (protobuf-java stops at 100) cannot read a record that carries one.
+func DeepGroup(depth int) []byte {
+	var g []byte
+	for range depth {
+		g = protowire.AppendTag(g, 99, protowire.StartGroupType)
+	}
+	for range depth {
+		g = protowire.AppendTag(g, 99, protowire.EndGroupType)
+	}
+	s := append(span(make16(1)), g...)
+	return traces([][]byte{kv("service.name", strValue("group"))}, [][]byte{s})
+}

@@ -13,8 +13,9 @@
 // A view is valid only during its callback: it points into the input buffer.
 //
 // The walk rejects malformed input (truncated fields, wrong wire types for
-// known fields, ids of the wrong length, invalid nested messages) with an
-// error naming the path; unknown fields are skipped, as protobuf requires.
+// known fields, ids of the wrong length, invalid nested messages, groups,
+// which proto3 has not) with an error naming the path; other unknown
+// fields are skipped, as protobuf requires.
 package wire
 
 import (
@@ -106,7 +107,12 @@ func (c *cursor) next() bool {
 		}
 		c.u, m = uint64(binary.LittleEndian.Uint32(r)), 4
 	default:
-		m = protowire.ConsumeFieldValue(c.num, c.typ, r)
+		// Groups (wire types 3 and 4) do not exist in proto3, which OTLP
+		// is: only a broken or hostile client sends one. Skipped, a group
+		// nested thousands deep would be forwarded inside a record that a
+		// consumer with a lower nesting limit (protobuf-java's is 100)
+		// cannot read, poisoning its partition. 6 and 7 are no wire type.
+		return false
 	}
 	if m < 0 {
 		return false

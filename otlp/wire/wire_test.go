@@ -10,7 +10,9 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/ferryhq/ferry/internal/hostile"
 	"github.com/ferryhq/ferry/internal/otlpgen"
 )
 
@@ -170,6 +172,30 @@ func TestTracesMatchPdata(t *testing.T) {
 	}
 	if n != len(wants) {
 		t.Fatalf("%d spans, pdata sees %d", n, len(wants))
+	}
+}
+
+// TestGroupsAreRefused: an unknown field that is a group (proto2 only) is
+// an error wherever it is, not skipped and forwarded in a record.
+func TestGroupsAreRefused(t *testing.T) {
+	for _, depth := range []int{1, 5000} {
+		it := NewTraces(hostile.DeepGroup(depth))
+		for it.Next() {
+		}
+		if it.Err() == nil {
+			t.Errorf("a group nested %d deep accepted", depth)
+		}
+	}
+	// At the request's top level too (an unknown field of the export
+	// request, outside any item).
+	raw, _ := ptraceotlp.NewExportRequestFromTraces(richTraces()).MarshalProto()
+	raw = protowire.AppendTag(raw, 7, protowire.StartGroupType)
+	raw = protowire.AppendTag(raw, 7, protowire.EndGroupType)
+	it := NewTraces(raw)
+	for it.Next() {
+	}
+	if it.Err() == nil {
+		t.Error("a top-level group accepted")
 	}
 }
 
