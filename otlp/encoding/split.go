@@ -319,21 +319,20 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 			g.groups[0].items = n
 		}
 	}
+	base := len(out)
 	if e.MaxRecordBytes > 0 {
 		g.chunk(e.MaxRecordBytes)
 	}
-	var scratch []byte
-	base := len(out)
-	g.index()
 	if c.Encoding == "otlp_proto" && len(g.groups) == 1 && e.Dropped == 0 &&
 		(e.MaxRecordBytes <= 0 || len(raw) <= e.MaxRecordBytes) {
 		// The request is one record (one resource, or one trace) with
 		// nothing sampled out, as an SDK's usually is: its value is the
-		// request as it came, not a copy of it. An export request is
-		// LogsData (TracesData, MetricsData) byte for byte, so this is
-		// the same data; what rebuilding it would have changed is only
-		// its framing (runs of a scope merged, empty messages and unknown
-		// fields left out), and both forms decode to the same items.
+		// request as it came, not a copy of it, so it needs no index of
+		// its groups either. An export request is LogsData (TracesData,
+		// MetricsData) byte for byte, so this is the same data; what
+		// rebuilding it would have changed is only its framing (runs of a
+		// scope merged, empty messages and unknown fields left out), and
+		// both forms decode to the same items.
 		p := Part{Whole: true, Items: g.groups[0].items, ResRaw: g.groups[0].resRaw}
 		out = e.appendKey(out, c, &g.groups[0], &p)
 		if err := e.over(n, base, len(out)+len(raw), 1); err != nil {
@@ -342,6 +341,8 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 		e.parts = append(e.parts, p)
 		return e.parts, out, n, nil
 	}
+	var scratch []byte
+	g.index()
 	if c.Encoding != "otlp_json" {
 		// Protobuf output is sized exactly first: a request over the bound
 		// is refused before a byte of it is built, and the rest is written
