@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/klauspost/compress/s2"
 	"github.com/pierrec/lz4/v4"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -253,21 +252,41 @@ func TestLZ4Ratio(t *testing.T) {
 	}
 }
 
-// A Snappy block the converter does not accept to the byte falls back to a
-// stored block, never to wrong output.
-func TestLZ4BlockRefusesWhatItDoesNotKnow(t *testing.T) {
-	src := bytes.Repeat([]byte("abcdefgh"), 100)
-	for name, snap := range map[string][]byte{
-		"wrong length":      {0x10, 0x00},
-		"offset 0":          append(binary.AppendUvarint(nil, 800), 0x1c, 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 0x01, 0x00),
-		"offset before d":   append(binary.AppendUvarint(nil, 800), 0x1c, 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 0x01, 0x09),
-		"truncated copy":    append(binary.AppendUvarint(nil, 800), 0x1c, 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 0x02, 0x08),
-		"truncated literal": append(binary.AppendUvarint(nil, 800), 0xf0, 0xff),
-		"short of src":      append(binary.AppendUvarint(nil, 800), 0x1c, 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'),
-	} {
-		if _, ok := appendLZ4Block(nil, src, snap, len(src)); ok {
-			t.Errorf("%s: accepted", name)
+// Every block length up to past the end rules, of text, runs and random
+// bytes, is one LZ4 block the strict decoder reads back whole (or stored).
+// Under -race the encoder's unchecked loads are checked (lz4_checked.go).
+func TestLZ4BlockEveryLength(t *testing.T) {
+	in := lz4Inputs()
+	for _, name := range []string{"text", "kafka-like", "zeros 1M", "random 200K", "otlp logs, text"} {
+		for n := 0; n <= 300; n++ {
+			checkLZ4Block(t, in[name][:n])
 		}
+		for _, n := range []int{4095, 4096, lz4BlockSize - 1, lz4BlockSize} {
+			checkLZ4Block(t, in[name][len(in[name])-n:])
+		}
+	}
+}
+
+// checkLZ4Block compresses src as one block after a 3-byte prefix, in
+// room for a stored block exactly: the prefix is untouched, the block is
+// smaller than src or refused, and it decodes to src.
+func checkLZ4Block(t testing.TB, src []byte) {
+	t.Helper()
+	buf := make([]byte, 3+len(src))
+	copy(buf, "xyz")
+	o := putLZ4Block(buf, 3, src)
+	if string(buf[:3]) != "xyz" {
+		t.Fatalf("%d bytes: the prefix was written over: % x", len(src), buf[:3])
+	}
+	if o < 0 {
+		return
+	}
+	if o >= len(buf) {
+		t.Fatalf("%d bytes: a block of %d, not smaller than storing it", len(src), o-3)
+	}
+	dec, err := strictLZ4Block(nil, buf[3:o])
+	if err != nil || !bytes.Equal(dec, src) {
+		t.Fatalf("%d bytes: strict decoder: %v (%d bytes back, same %v)", len(src), err, len(dec), bytes.Equal(dec, src))
 	}
 }
 
@@ -296,30 +315,22 @@ func FuzzLZ4(f *testing.F) {
 	})
 }
 
-// FuzzLZ4Block feeds the converter any Snappy bytes with any input: it
-// never panics or writes past its room, and whatever it accepts is a
-// well-formed LZ4 block of exactly len(src) bytes (its content is only
-// src's if the Snappy block was src's, which is the encoder's job).
+// FuzzLZ4Block runs the block encoder on any input up to a block, repeated
+// past its length on odd first bytes so long matches and the end rules
+// are reached: it never writes outside its room, and what it writes
+// decodes to the input. The fuzz runs build with -tags lz4check, so a load
+// out of bounds panics.
 func FuzzLZ4Block(f *testing.F) {
 	for _, src := range lz4Inputs() {
-		if len(src) < 2048 {
-			f.Add(src, s2.EncodeSnappy(nil, src))
+		if len(src) < 4096 {
+			f.Add(src)
 		}
 	}
-	f.Add(bytes.Repeat([]byte("abcdefgh"), 100), []byte{0xa0, 0x06, 0x1c, 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 0xfe, 0x08, 0x00, 0xfe, 0x08, 0x00})
-	f.Fuzz(func(t *testing.T, src, snap []byte) {
-		prefix := []byte("xyz")
-		got, ok := appendLZ4Block(prefix, src, snap, len(prefix)+len(src))
-		if !ok {
-			return
+	f.Fuzz(func(t *testing.T, src []byte) {
+		if len(src) > 0 && src[0]&1 == 1 {
+			src = bytes.Repeat(src, 4096/len(src)+1)
 		}
-		if !bytes.Equal(got[:3], prefix) || len(got) >= len(prefix)+len(src) {
-			t.Fatalf("accepted %d bytes for %d (prefix % x)", len(got)-3, len(src), got[:3])
-		}
-		dec, err := strictLZ4Block(nil, got[3:])
-		if err != nil || len(dec) != len(src) {
-			t.Fatalf("accepted a block the strict decoder reads as %d bytes (%v), src %d", len(dec), err, len(src))
-		}
+		checkLZ4Block(t, src[:min(len(src), lz4BlockSize)])
 	})
 }
 
