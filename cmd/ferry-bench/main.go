@@ -3,7 +3,7 @@
 //
 //	ferry-bench produce --target http://127.0.0.1:8088 | kafka://127.0.0.1:9092 [flags]
 //	ferry-bench consume --topic T [--messages N] [--expect N]
-//	ferry-bench topic create|delete --topic T [--partitions N]
+//	ferry-bench topic create|delete --topic T [--partitions N] [--if-not-exists]
 //	ferry-bench suite [--quick]     the whole benchmark report (make bench)
 //	ferry-bench fleet               N agents against one cluster (docs/scaling.md)
 //
@@ -33,7 +33,7 @@ const usage = `ferry-bench — load and verification tool for ferry
                       [--print-metrics] [--report-json F]
   ferry-bench consume [--bootstrap-server H:P] --topic T [--num-records N] [--timeout D|ms] [--expect N]
                       [--verify [--produced F]] [--report-json F]
-  ferry-bench topic create|delete --topic T [--partitions N] [--bootstrap-server H:P]
+  ferry-bench topic create|delete --topic T [--partitions N] [--if-not-exists] [--bootstrap-server H:P]
   ferry-bench otlp [--target http://127.0.0.1:4318] [--signal logs|traces|metrics] [--count N]
                    [--length B] [--requests N] [--concurrency C] [--json] [--exporter NAME]
   ferry-bench table --via F --direct F --consumed F [--agent-cpu P] [--agent-rss-kb K]

@@ -3,6 +3,7 @@ package load
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/bench/verify"
@@ -207,15 +209,17 @@ func ConsumeCmd(args []string) error {
 	return nil
 }
 
-// TopicCmd: ferry-bench topic create|delete --topic T [--partitions N].
+// TopicCmd: ferry-bench topic create|delete --topic T [--partitions N]
+// [--if-not-exists].
 func TopicCmd(args []string) error {
 	if len(args) == 0 || (args[0] != "create" && args[0] != "delete") {
-		return fmt.Errorf("usage: ferry-bench topic create|delete --topic T [--partitions N] [--bootstrap-server H:P]")
+		return fmt.Errorf("usage: ferry-bench topic create|delete --topic T [--partitions N] [--if-not-exists] [--bootstrap-server H:P]")
 	}
 	fs := flag.NewFlagSet("topic", flag.ContinueOnError)
 	brokers := fs.String("bootstrap-server", "127.0.0.1:9092", "Kafka broker")
 	topic := fs.String("topic", "ferry-bench", "topic")
 	parts := fs.Int("partitions", 1, "partitions (create)")
+	ifNotExists := fs.Bool("if-not-exists", false, "create: a topic that already exists is not an error (its partitions are left as they are)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -232,11 +236,15 @@ func TopicCmd(args []string) error {
 		return err
 	}
 	resp, err := adm.CreateTopic(ctx, int32(*parts), -1, nil, *topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if *ifNotExists && errors.Is(err, kerr.TopicAlreadyExists) {
+		fmt.Fprintf(os.Stderr, "topic %s exists\n", *topic)
+		return nil
+	}
 	if err != nil {
 		return err
-	}
-	if resp.Err != nil {
-		return resp.Err
 	}
 	fmt.Fprintf(os.Stderr, "created topic %s with %d partitions\n", *topic, *parts)
 	return nil

@@ -338,7 +338,7 @@ func (s *suite) otlpTable() ([]otlpRow, error) {
 	}{{"blackhole", "16", []string{"exporter.type=blackhole"}}, {"kafka (acked)", "64", nil}} {
 		if exp.sets == nil {
 			t := "otlp_logs"
-			_, _ = s.bench("topic", "create", "--bootstrap-server", s.brokers, "--topic", t, "--partitions", "3")
+			_, _ = s.bench("topic", "create", "--bootstrap-server", s.brokers, "--topic", t, "--partitions", "3", "--if-not-exists")
 		}
 		a, err := s.agent(exp.sets...)
 		if err != nil {
@@ -388,7 +388,7 @@ type lingerRow struct {
 func (s *suite) lingerSweep() ([]lingerRow, error) {
 	s.stepf("the acknowledged OTLP path by linger: 10 × 1 KB logs per request, 64 in flight, answered after Kafka's ack")
 	t := "otlp_logs"
-	_, _ = s.bench("topic", "create", "--bootstrap-server", s.brokers, "--topic", t, "--partitions", "3")
+	_, _ = s.bench("topic", "create", "--bootstrap-server", s.brokers, "--topic", t, "--partitions", "3", "--if-not-exists")
 	d := "8s"
 	if s.quick {
 		d = "2s"
