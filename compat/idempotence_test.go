@@ -101,13 +101,13 @@ func TestIdempotentRetryIsNotDuplicated(t *testing.T) {
 	if ipr.ErrorCode != 0 || ipr.ProducerID < 0 {
 		t.Fatalf("InitProducerId: code %d id %d", ipr.ErrorCode, ipr.ProducerID)
 	}
-	produce := func(corr int32, seq int32, values ...string) (int16, int64) {
+	produce := func(corr int32, batch []byte) (int16, int64) {
 		req := kmsg.NewPtrProduceRequest()
 		req.Version, req.Acks, req.TimeoutMillis = 7, -1, 30000
 		tp := kmsg.NewProduceRequestTopic()
 		tp.Topic = topic
 		p := kmsg.NewProduceRequestTopicPartition()
-		p.Records = idempotentBatch(ipr.ProducerID, seq, values...)
+		p.Records = batch
 		tp.Partitions = append(tp.Partitions, p)
 		req.Topics = append(req.Topics, tp)
 		resp := kmsg.NewPtrProduceResponse()
@@ -115,15 +115,17 @@ func TestIdempotentRetryIsNotDuplicated(t *testing.T) {
 		rp := resp.Topics[0].Partitions[0]
 		return rp.ErrorCode, rp.BaseOffset
 	}
-	code, first := produce(3, 0, "a", "b", "c")
+	// A retry sends the same bytes again (same sequences, same CRC).
+	abc := idempotentBatch(ipr.ProducerID, 0, "a", "b", "c")
+	code, first := produce(3, abc)
 	if code != 0 || first < 0 {
 		t.Fatalf("first send: code %d offset %d", code, first)
 	}
-	code, again := produce(4, 0, "a", "b", "c")
+	code, again := produce(4, abc)
 	if code != 0 || again != first {
 		t.Fatalf("the retry: code %d offset %d, want 0 and the first send's %d", code, again, first)
 	}
-	code, next := produce(5, 3, "d")
+	code, next := produce(5, idempotentBatch(ipr.ProducerID, 3, "d"))
 	if code != 0 || next != first+3 {
 		t.Fatalf("the next sequence: code %d offset %d, want %d", code, next, first+3)
 	}

@@ -216,7 +216,7 @@ func TestKafkaFrontAttacks(t *testing.T) {
 		b[len(b)-1] ^= 1
 		codes, err := produceCodes(c, produceV7(target, map[int32][]byte{0: b}))
 		return fmt.Sprintf("partition error %d", codes[0]), err == nil && codes[0] == 2, "CORRUPT_MESSAGE; the connection stays usable"
-	}, func() int64 { return 0 })
+	}, nil)
 
 	attack(t, a, "Kafka front: LZ4 bomb, 1 MiB inflating to 256 MiB", func() (string, bool, string) {
 		c := dial()

@@ -63,6 +63,7 @@ type batch struct {
 	epoch      int16
 	baseSeq    int32
 	count      int32
+	crc        uint32
 	records    []byte // as sent: compressed when attrs say so
 }
 
@@ -79,7 +80,8 @@ func nextBatch(b []byte) (bt batch, rest []byte, err error) {
 	if magic := b[16]; magic != 2 {
 		return bt, nil, fmt.Errorf("%w: record format v%d; ferry takes v2 batches only", errOldFormat, magic)
 	}
-	if crc32.Checksum(b[batchCRCStart:end], crc32c) != binary.BigEndian.Uint32(b[17:]) {
+	bt.crc = binary.BigEndian.Uint32(b[17:])
+	if crc32.Checksum(b[batchCRCStart:end], crc32c) != bt.crc {
 		return bt, nil, fmt.Errorf("%w: CRC mismatch", errCorrupt)
 	}
 	bt.attrs = int16(binary.BigEndian.Uint16(b[21:]))

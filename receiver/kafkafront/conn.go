@@ -250,7 +250,7 @@ func (cn *conn) handle(key, ver int16, corr int32, body []byte) *connErr {
 			resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
 			resp.ProducerID, resp.ProducerEpoch = -1, -1
 		} else {
-			resp.ProducerID, resp.ProducerEpoch = cn.r.producerID(), 0
+			resp.ProducerID, resp.ProducerEpoch = cn.r.seqs.issue(cn.owner(), time.Now()), 0
 		}
 		cn.answerNow(corr, resp)
 	case *kmsg.SASLHandshakeRequest:
@@ -332,6 +332,15 @@ func indexByte(b []byte, c byte) int {
 }
 
 func ptr(s string) *string { return &s }
+
+// owner is the application this connection writes as: its token's app,
+// "" without one. Producer ids are deduplicated per owner.
+func (cn *conn) owner() string {
+	if cn.claims == nil {
+		return ""
+	}
+	return cn.claims.App
+}
 
 // apiVersions answers with the served table. A version newer than ferry
 // knows is answered in v0 with UNSUPPORTED_VERSION and the table, so the

@@ -35,6 +35,11 @@ type partResult struct {
 type seqClaim struct {
 	key         seqKey
 	first, last int32
+	crc         uint32
+}
+
+func (c *seqClaim) settle(s *producers, delivered bool, offset int64) {
+	s.settle(c.key, c.first, c.last, c.crc, delivered, offset)
 }
 
 // errDuplicateInFlight: the client sent again a batch ferry is still
@@ -313,7 +318,7 @@ func (d *decoder) all(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, info
 				b.Records = b.Records[:0]
 				for _, c := range append(d.claims, claim) {
 					if c != nil {
-						r.seqs.settle(c.key, c.first, c.last, false, 0)
+						c.settle(r.seqs, false, 0)
 					}
 				}
 				d.claims = nil
@@ -321,7 +326,7 @@ func (d *decoder) all(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, info
 			}
 			if err != nil {
 				if claim != nil {
-					r.seqs.settle(claim.key, claim.first, claim.last, false, 0)
+					claim.settle(r.seqs, false, 0)
 				}
 				clear(b.Records[first:])
 				b.Records = b.Records[:first]
@@ -356,26 +361,32 @@ func (d *decoder) all(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, info
 // claim looks up an idempotent producer's batch (one batch for the
 // partition, as every client sends) in the sequence table: a duplicate of
 // an acknowledged batch is answered in rp with its offset, one still in
-// flight is answered retriable (dup true for both: nothing to decode);
-// otherwise the batch is claimed in flight.
+// flight is answered retriable (dup true for both: nothing to decode); a
+// batch under a producer id or epoch this client may not use is refused
+// (err); otherwise the batch is claimed in flight, or not tracked at all.
 func (d *decoder) claim(topic string, part int32, recs []byte, rp *kmsg.ProduceResponseTopicPartition) (*seqClaim, bool, error) {
 	bt, rest, err := nextBatch(recs)
 	if err != nil || bt.producerID < 0 || len(rest) != 0 || bt.count == 0 {
 		return nil, false, nil
 	}
-	c := &seqClaim{key: seqKey{pid: bt.producerID, topic: topic, part: part}, first: bt.baseSeq, last: bt.baseSeq + bt.count - 1}
-	dup, inflight, offset := d.cn.r.seqs.claim(c.key, c.first, c.last, d.now)
-	switch {
-	case !dup:
+	c := &seqClaim{key: seqKey{pid: bt.producerID, epoch: bt.epoch, seqPart: seqPart{topic: topic, part: part}},
+		first: bt.baseSeq, last: bt.baseSeq + bt.count - 1, crc: bt.crc}
+	v, offset, err := d.cn.r.seqs.claim(d.cn.owner(), c.key, c.first, c.last, c.crc, d.now)
+	switch v {
+	case claimed:
 		return c, false, nil
-	case inflight:
+	case dupInflight:
 		d.refused = append(d.refused, errDuplicateInFlight.Reason)
 		setError(rp, errDuplicateInFlight)
-	default:
+		return nil, true, nil
+	case dupAcked:
 		d.refused = append(d.refused, "duplicate_batch")
 		rp.BaseOffset = offset
+		return nil, true, nil
+	case refusedBatch:
+		return nil, false, err
 	}
-	return nil, true, nil
+	return nil, false, nil
 }
 
 // errNeedMore: decompression needs more than the first reservation.
@@ -433,8 +444,7 @@ func (pr *produceReq) settle(err error, whole bool) {
 		if p.seq == nil {
 			continue
 		}
-		ok := !allFailed && p.err == nil
-		pr.cn.r.seqs.settle(p.seq.key, p.seq.first, p.seq.last, ok, p.base)
+		p.seq.settle(pr.cn.r.seqs, !allFailed && p.err == nil, p.base)
 	}
 }
 

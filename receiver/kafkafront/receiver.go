@@ -91,12 +91,9 @@ type Receiver struct {
 	// decoding admits a few non-produce requests to kmsg at once.
 	decoding chan struct{}
 
-	// seqs recognises idempotent producers' retried batches.
-	seqs *seqTable
-
-	// producer ids handed out by InitProducerId.
-	pidMu   sync.Mutex
-	nextPID int64
+	// seqs hands out producer ids and recognises idempotent producers'
+	// retried batches.
+	seqs *producers
 }
 
 // New builds the front; next receives the batches, cluster describes the
@@ -107,16 +104,13 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, cluster Clu
 	}
 	r := &Receiver{cfg: cfg, set: set, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)), gate: pre.Gate(cfg.Auth),
 		topics: newTopicCache(cluster, cfg.MetadataMaxAge), refusing: make(chan struct{}, 1),
-		decoding: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), seqs: newSeqTable(50000)}
+		decoding: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), seqs: newProducers(50000, 200000)}
 	r.log = telemetry.NewLimited(set.Logger.With("component", "receiver/kafka"), 10*time.Second)
 	r.m = receivermetrics.New(set.Registry, "kafka")
 	r.allow, _ = routing.NewAllow(cfg.Topics) // checked by Validate
 	r.batchP.New = func() any { return new(record.Batch) }
 	r.sub = &submit.Submitter{Next: next, Bodies: r.body, AckTimeout: cfg.AckTimeout, M: r.m,
 		Recycle: func(b *record.Batch) { b.Reset(); r.batchP.Put(b) }}
-	// Ids from the clock: a restarted agent does not hand out an id a
-	// client still holds from before.
-	r.nextPID = time.Now().UnixMilli() << 8
 	r.ln = server.NewStream("kafka", server.StreamConfig{Network: "tcp", Addr: cfg.Listen, MaxConnections: cfg.MaxConnections, TLS: cfg.TLS},
 		r.serve, set.Logger, set.Registry)
 	return r, nil
@@ -156,13 +150,6 @@ func (r *Receiver) advertised() (string, int32) {
 
 func (r *Receiver) serve(ctx context.Context, c net.Conn) {
 	newConn(r, ctx, c).run()
-}
-
-func (r *Receiver) producerID() int64 {
-	r.pidMu.Lock()
-	defer r.pidMu.Unlock()
-	r.nextPID++
-	return r.nextPID
 }
 
 func (r *Receiver) logWarn(reason, msg string, args ...any) {

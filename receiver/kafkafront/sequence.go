@@ -1,8 +1,15 @@
 package kafkafront
 
 import (
+	"crypto/rand"
+	"encoding/binary"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/ferryhq/ferry/consumer"
 )
 
 // An idempotent producer numbers each partition's batches and, after an
@@ -10,33 +17,57 @@ import (
 // broker recognises a batch it already appended and answers it again with
 // the original offset instead of appending it twice. ferry does the same
 // for the client's leg, so a retry does not duplicate what ferry already
-// delivered:
+// delivered. Answering "already have it" for a batch ferry does not have
+// loses it while the client is told it is safe, so the check is narrow:
 //
-//   - a batch matching one of the last five acknowledged for its producer
-//     and partition is answered with that batch's offset, not delivered
-//     again;
-//   - a batch matching one still on its way to Kafka (the client gave up
-//     waiting, or ferry answered REQUEST_TIMED_OUT) is answered retriable,
-//     so the client asks again once the first attempt has settled;
-//   - anything else is delivered. ferry does not refuse out-of-order
-//     sequences: it never answers a batch it did not deliver with success,
-//     so there is no gap a client could skip.
+//   - Producer ids are ferry's own (InitProducerId), random and so not
+//     guessable, and each is remembered with the application (token) it
+//     was issued to. Only a batch under an id this agent issued, sent by
+//     that application, is ever taken for a duplicate; an id issued to
+//     another application is refused INVALID_PRODUCER_ID_MAPPING, an id
+//     this agent never issued (or forgot: a restart, eviction) is
+//     delivered as an ordinary batch.
+//   - State is per (id, epoch): a batch of a newer epoch (the Java
+//     producer bumps it after an expired batch and starts every
+//     sequence at 0 again) drops the older epoch's state; a batch of an
+//     older epoch is refused INVALID_PRODUCER_EPOCH, as Kafka does.
+//   - A duplicate is one of the last five batches of its partition with
+//     the same first and last sequence *and* the same CRC (the batch's
+//     bytes, which a client's retry repeats exactly); anything else is
+//     delivered. An acknowledged duplicate is answered with its offset,
+//     one still on its way to Kafka (the client gave up waiting, or ferry
+//     answered REQUEST_TIMED_OUT) is answered retriable, so the client
+//     asks again once the first attempt has settled.
 //
+// ferry does not refuse out-of-order sequences: it never answers a batch
+// it did not deliver with success, so there is no gap a client could skip.
 // ferry's own leg to Kafka is idempotent with its own producer id.
-type seqTable struct {
-	mu  sync.Mutex
-	m   map[seqKey]*seqEntry
-	max int
+type producers struct {
+	mu sync.Mutex
+	m  map[int64]*producer
+	// maxProducers bounds the ids remembered, maxParts the partition
+	// entries across all of them: both are sized by clients.
+	maxProducers, maxParts int
+	parts                  int
+	idle                   time.Duration
 }
 
-type seqKey struct {
-	pid   int64
+// producer is one issued id.
+type producer struct {
+	owner string // the application it was issued to ("" without a token)
+	epoch int16  // the newest epoch seen
+	at    time.Time
+	parts map[seqPart]*seqEntry
+}
+
+type seqPart struct {
 	topic string
 	part  int32
 }
 
 type seqBatch struct {
 	first, last int32
+	crc         uint32
 	offset      int64
 	inflight    bool
 	used        bool
@@ -45,53 +76,126 @@ type seqBatch struct {
 type seqEntry struct {
 	recent [5]seqBatch // Kafka keeps the last five batches too
 	next   int
-	at     time.Time
 }
 
-func newSeqTable(max int) *seqTable { return &seqTable{m: map[seqKey]*seqEntry{}, max: max} }
+// seqKey names one batch's place: producer, epoch, partition.
+type seqKey struct {
+	pid   int64
+	epoch int16
+	seqPart
+}
 
-// claim marks a batch in flight, or says it is a duplicate: of an
-// acknowledged batch (with its offset) or of one still in flight.
-func (s *seqTable) claim(k seqKey, first, last int32, now time.Time) (dup, inflight bool, offset int64) {
+// The refusals of a batch the table will not track.
+var (
+	errNotIssuedToYou = &consumer.PermanentError{Reason: "producer_id_not_yours", Kind: consumer.KindRefused,
+		Err: kerr.InvalidProducerIDMapping,
+		Msg: "this producer id was issued to another application: ask for your own with InitProducerId"}
+	errOldEpoch = &consumer.PermanentError{Reason: "producer_epoch_fenced", Kind: consumer.KindRefused,
+		Err: kerr.InvalidProducerEpoch,
+		Msg: "a newer epoch of this producer id has produced since: this batch is from a fenced producer"}
+)
+
+// verdict is what the table says of a batch.
+type verdict int
+
+const (
+	untracked    verdict = iota // deliver; nothing to settle
+	claimed                     // deliver; settle when it ends
+	dupAcked                    // answer with the offset, deliver nothing
+	dupInflight                 // answer retriable, deliver nothing
+	refusedBatch                // answer with the error
+)
+
+func newProducers(maxProducers, maxParts int) *producers {
+	return &producers{m: map[int64]*producer{}, maxProducers: maxProducers, maxParts: maxParts, idle: 15 * time.Minute}
+}
+
+// issue hands out a new producer id for owner. Ids are random (63 bits,
+// never negative): a client cannot name the id the next producer will get.
+func (s *producers) issue(owner string, now time.Time) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.m[k]
-	if e == nil {
-		if len(s.m) >= s.max {
-			s.evict(now)
+	if len(s.m) >= s.maxProducers {
+		s.evict(now)
+	}
+	for {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		pid := int64(binary.BigEndian.Uint64(b[:]) >> 1)
+		if _, taken := s.m[pid]; taken {
+			continue
 		}
-		if len(s.m) >= s.max {
-			// Every producer kept has a batch in flight: this batch is
-			// delivered untracked rather than the table growing.
-			return false, false, 0
+		if len(s.m) < s.maxProducers {
+			s.m[pid] = &producer{owner: owner, at: now}
+		}
+		// Full of producers with batches in flight: the id is handed out
+		// and its batches are delivered untracked.
+		return pid
+	}
+}
+
+// claim looks a batch up: k's producer, epoch and partition, sequences
+// first..last, checksum crc, sent by owner. A claimed batch is marked in
+// flight until settle.
+func (s *producers) claim(owner string, k seqKey, first, last int32, crc uint32, now time.Time) (verdict, int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.m[k.pid]
+	switch {
+	case p == nil:
+		return untracked, 0, nil
+	case p.owner != owner:
+		return refusedBatch, 0, errNotIssuedToYou
+	case k.epoch < p.epoch:
+		return refusedBatch, 0, errOldEpoch
+	case k.epoch > p.epoch:
+		s.parts -= len(p.parts)
+		p.epoch, p.parts = k.epoch, nil
+	}
+	p.at = now
+	e := p.parts[k.seqPart]
+	if e == nil {
+		if s.parts >= s.maxParts {
+			return untracked, 0, nil
+		}
+		if p.parts == nil {
+			p.parts = map[seqPart]*seqEntry{}
 		}
 		e = &seqEntry{}
-		s.m[k] = e
+		p.parts[k.seqPart] = e
+		s.parts++
 	}
-	e.at = now
 	for i := range e.recent {
 		b := &e.recent[i]
-		if b.used && b.first == first && b.last == last {
-			return true, b.inflight, b.offset
+		if b.used && b.first == first && b.last == last && b.crc == crc {
+			if b.inflight {
+				return dupInflight, 0, nil
+			}
+			return dupAcked, b.offset, nil
 		}
 	}
-	e.recent[e.next] = seqBatch{first: first, last: last, offset: -1, inflight: true, used: true}
+	e.recent[e.next] = seqBatch{first: first, last: last, crc: crc, offset: -1, inflight: true, used: true}
 	e.next = (e.next + 1) % len(e.recent)
-	return false, false, 0
+	return claimed, 0, nil
 }
 
 // settle records a claimed batch's outcome: delivered at offset, or not
-// delivered (forgotten, so the client's retry is delivered).
-func (s *seqTable) settle(k seqKey, first, last int32, delivered bool, offset int64) {
+// delivered (forgotten, so the client's retry is delivered). A batch whose
+// epoch has been replaced meanwhile has nothing left to settle.
+func (s *producers) settle(k seqKey, first, last int32, crc uint32, delivered bool, offset int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.m[k]
+	p := s.m[k.pid]
+	if p == nil || p.epoch != k.epoch {
+		return
+	}
+	e := p.parts[k.seqPart]
 	if e == nil {
 		return
 	}
 	for i := range e.recent {
 		b := &e.recent[i]
-		if b.used && b.inflight && b.first == first && b.last == last {
+		if b.used && b.inflight && b.first == first && b.last == last && b.crc == crc {
 			if delivered {
 				b.inflight, b.offset = false, offset
 			} else {
@@ -102,25 +206,51 @@ func (s *seqTable) settle(k seqKey, first, last int32, delivered bool, offset in
 	}
 }
 
-// evict drops producers idle for 15 minutes (Kafka's default
+// evict makes room: producers idle for s.idle first (Kafka's default
 // producer-id expiry is a week, but ferry's clients are local and
-// reconnect within seconds), then everything but in-flight if still full.
-func (s *seqTable) evict(now time.Time) {
-	for k, e := range s.m {
-		if now.Sub(e.at) > 15*time.Minute {
-			delete(s.m, k)
+// reconnect within seconds), then, if still over nine tenths full, the
+// least recently used of those with nothing in flight. Forgetting a
+// producer only means a later retry of its batches is delivered again.
+func (s *producers) evict(now time.Time) {
+	for pid, p := range s.m {
+		if now.Sub(p.at) > s.idle {
+			s.drop(pid, p)
 		}
 	}
-	if len(s.m) < s.max {
+	if len(s.m) < s.maxProducers*9/10 {
 		return
 	}
-	for k, e := range s.m {
-		busy := false
-		for _, b := range e.recent {
-			busy = busy || b.inflight
-		}
-		if !busy {
-			delete(s.m, k)
+	type idle struct {
+		pid int64
+		at  time.Time
+	}
+	var quiet []idle
+	for pid, p := range s.m {
+		if !p.busy() {
+			quiet = append(quiet, idle{pid, p.at})
 		}
 	}
+	slices.SortFunc(quiet, func(a, b idle) int { return a.at.Compare(b.at) })
+	for _, q := range quiet {
+		if len(s.m) < s.maxProducers*9/10 {
+			break
+		}
+		s.drop(q.pid, s.m[q.pid])
+	}
+}
+
+func (s *producers) drop(pid int64, p *producer) {
+	s.parts -= len(p.parts)
+	delete(s.m, pid)
+}
+
+func (p *producer) busy() bool {
+	for _, e := range p.parts {
+		for _, b := range e.recent {
+			if b.inflight {
+				return true
+			}
+		}
+	}
+	return false
 }

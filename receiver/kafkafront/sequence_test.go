@@ -1,43 +1,136 @@
 package kafkafront
 
 import (
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
-// TestSeqTable: a batch claimed and delivered is a duplicate with its
+// TestProducers: a batch claimed and delivered is a duplicate with its
 // offset; while in flight, a duplicate in flight; not delivered, it is
 // forgotten so the retry is delivered; only the last five batches are
-// kept; idle producers are evicted when the table is full.
-func TestSeqTable(t *testing.T) {
+// kept; the same sequences with another CRC are not a duplicate.
+func TestProducers(t *testing.T) {
 	now := time.Now()
-	s := newSeqTable(3)
-	k := seqKey{pid: 7, topic: "t", part: 1}
-	if dup, _, _ := s.claim(k, 0, 9, now); dup {
-		t.Fatal("a new batch was a duplicate")
+	s := newProducers(3, 100)
+	pid := s.issue("app", now)
+	k := seqKey{pid: pid, seqPart: seqPart{topic: "t", part: 1}}
+	claim := func(first, last int32, crc uint32) (verdict, int64) {
+		t.Helper()
+		v, off, err := s.claim("app", k, first, last, crc, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v, off
 	}
-	if dup, inflight, _ := s.claim(k, 0, 9, now); !dup || !inflight {
-		t.Fatal("a batch in flight was not recognised")
+	if v, _ := claim(0, 9, 1); v != claimed {
+		t.Fatalf("a new batch: %v", v)
 	}
-	s.settle(k, 0, 9, true, 500)
-	if dup, inflight, off := s.claim(k, 0, 9, now); !dup || inflight || off != 500 {
-		t.Fatalf("a delivered batch: dup %v inflight %v offset %d", dup, inflight, off)
+	if v, _ := claim(0, 9, 1); v != dupInflight {
+		t.Fatalf("a batch in flight: %v", v)
 	}
-	s.claim(k, 10, 19, now)
-	s.settle(k, 10, 19, false, 0)
-	if dup, _, _ := s.claim(k, 10, 19, now); dup {
-		t.Fatal("a batch that was not delivered was taken for a duplicate")
+	if v, _ := claim(0, 9, 2); v != claimed {
+		t.Fatalf("the same sequences with other bytes: %v, want delivered", v)
+	}
+	s.settle(k, 0, 9, 1, true, 500)
+	if v, off := claim(0, 9, 1); v != dupAcked || off != 500 {
+		t.Fatalf("a delivered batch: %v offset %d", v, off)
+	}
+	claim(10, 19, 3)
+	s.settle(k, 10, 19, 3, false, 0)
+	if v, _ := claim(10, 19, 3); v != claimed {
+		t.Fatalf("a batch that was not delivered: %v", v)
 	}
 	for i := int32(2); i < 8; i++ {
-		s.claim(k, i*10, i*10+9, now)
+		claim(i*10, i*10+9, uint32(i))
 	}
-	if dup, _, _ := s.claim(k, 0, 9, now); dup {
-		t.Fatal("more than five batches were remembered")
+	if v, _ := claim(0, 9, 1); v != claimed {
+		t.Fatalf("more than five batches were remembered: %v", v)
 	}
-	for i := range 10 {
-		s.claim(seqKey{pid: int64(100 + i), topic: "t"}, 0, 0, now.Add(time.Hour))
+}
+
+// TestProducerIDsAreOwned: an id is deduplicated only for the application
+// it was issued to; an id never issued is not tracked; ids are not
+// sequential.
+func TestProducerIDsAreOwned(t *testing.T) {
+	now := time.Now()
+	s := newProducers(100, 100)
+	a, b := s.issue("alpha", now), s.issue("alpha", now)
+	if b == a+1 || a < 0 || b < 0 {
+		t.Fatalf("ids %d then %d: guessable or negative", a, b)
 	}
-	if len(s.m) > 3 {
-		t.Fatalf("table grew to %d producers, bound 3", len(s.m))
+	k := seqKey{pid: a, seqPart: seqPart{topic: "t"}}
+	if v, _, _ := s.claim("alpha", k, 0, 0, 7, now); v != claimed {
+		t.Fatalf("owner's batch: %v", v)
+	}
+	s.settle(k, 0, 0, 7, true, 1)
+	v, _, err := s.claim("beta", k, 0, 0, 7, now)
+	if v != refusedBatch || !errors.Is(err, kerr.InvalidProducerIDMapping) {
+		t.Fatalf("another application's batch: %v %v, want INVALID_PRODUCER_ID_MAPPING", v, err)
+	}
+	if v, _, _ := s.claim("beta", seqKey{pid: b + a + 12345, seqPart: seqPart{topic: "t"}}, 0, 0, 7, now); v != untracked {
+		t.Fatalf("an id never issued: %v, want untracked", v)
+	}
+}
+
+// TestProducerEpochs: a newer epoch drops the older one's batches (its
+// sequences start at 0 again and are delivered); an older epoch is fenced;
+// a settle for the replaced epoch changes nothing.
+func TestProducerEpochs(t *testing.T) {
+	now := time.Now()
+	s := newProducers(100, 100)
+	pid := s.issue("", now)
+	e0 := seqKey{pid: pid, seqPart: seqPart{topic: "t"}}
+	e1 := e0
+	e1.epoch = 1
+	s.claim("", e0, 0, 0, 1, now)
+	s.claim("", e0, 1, 1, 2, now)
+	if v, _, _ := s.claim("", e1, 0, 0, 1, now); v != claimed {
+		t.Fatalf("epoch 1, sequence 0, same bytes as epoch 0's: %v, want delivered", v)
+	}
+	s.settle(e0, 1, 1, 2, true, 9) // the old epoch's late answer
+	if v, _, err := s.claim("", e0, 2, 2, 3, now); v != refusedBatch || !errors.Is(err, kerr.InvalidProducerEpoch) {
+		t.Fatalf("an older epoch: %v %v", v, err)
+	}
+	if s.parts != 1 {
+		t.Fatalf("%d partition entries, want epoch 1's one", s.parts)
+	}
+}
+
+// TestProducersBounded: issued ids and partition entries stay within
+// their bounds; producers with a batch in flight are kept while idle ones
+// go; a partition past the bound is delivered untracked.
+func TestProducersBounded(t *testing.T) {
+	now := time.Now()
+	s := newProducers(10, 5)
+	busy := s.issue("", now)
+	s.claim("", seqKey{pid: busy, seqPart: seqPart{topic: "t"}}, 0, 0, 1, now)
+	for i := range 100 {
+		s.issue("", now.Add(time.Duration(i+1)*time.Second))
+	}
+	if len(s.m) > 10 {
+		t.Fatalf("%d producers remembered, bound 10", len(s.m))
+	}
+	if s.m[busy] == nil {
+		t.Fatal("a producer with a batch in flight was evicted")
+	}
+	for p := range int32(10) {
+		v, _, _ := s.claim("", seqKey{pid: busy, seqPart: seqPart{topic: "t", part: p + 1}}, 0, 0, 1, now)
+		if p+1 >= 5 && v != untracked {
+			t.Fatalf("partition %d past the bound: %v", p+1, v)
+		}
+	}
+	if s.parts > 5 {
+		t.Fatalf("%d partition entries, bound 5", s.parts)
+	}
+	// Idle for longer than s.idle: gone at the next eviction.
+	s.issue("", now.Add(time.Hour))
+	for range 20 {
+		s.issue("", now.Add(time.Hour))
+	}
+	if s.m[busy] != nil {
+		t.Fatal("a producer idle past the expiry was kept")
 	}
 }

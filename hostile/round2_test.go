@@ -1,0 +1,537 @@
+package hostile
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferryhq/ferry/auth"
+	"github.com/ferryhq/ferry/auth/authtest"
+	"github.com/ferryhq/ferry/auth/token"
+	"github.com/ferryhq/ferry/internal/agenttest"
+	"github.com/ferryhq/ferry/internal/kafkatest"
+	"github.com/ferryhq/ferry/protocol"
+)
+
+// The second hostile-input round: the surfaces added after the first one
+// (the local protocol's connections, the Kafka front's producer ids, tokens
+// on connections that outlive them, the configuration's re-exec).
+
+// ---- a raw Kafka-protocol client ----
+
+// kafkaSession is one raw connection to the Kafka front: requests built
+// by kmsg, sent and answered one at a time.
+type kafkaSession struct {
+	c    net.Conn
+	corr int32
+}
+
+func dialKafka(addr string) (*kafkaSession, error) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &kafkaSession{c: c}, nil
+}
+
+func (s *kafkaSession) Close() { s.c.Close() }
+
+// roundTrip sends req and reads its answer into resp.
+func (s *kafkaSession) roundTrip(req kmsg.Request, resp kmsg.Response) error {
+	s.corr++
+	if _, err := s.c.Write(kafkaRequest(req.Key(), req.GetVersion(), s.corr, req.IsFlexible(), req.AppendTo(nil))); err != nil {
+		return err
+	}
+	raw, err := kafkaAnswer(s.c)
+	if err != nil {
+		return err
+	}
+	if resp.IsFlexible() && req.Key() != 18 {
+		raw = raw[min(1, len(raw)):]
+	}
+	resp.SetVersion(req.GetVersion())
+	return resp.ReadFrom(raw)
+}
+
+// sasl authenticates with the token as the SASL PLAIN password.
+func (s *kafkaSession) sasl(user, tok string) error {
+	hs := kmsg.NewPtrSASLHandshakeRequest()
+	hs.Version, hs.Mechanism = 1, "PLAIN"
+	if err := s.roundTrip(hs, kmsg.NewPtrSASLHandshakeResponse()); err != nil {
+		return err
+	}
+	au := kmsg.NewPtrSASLAuthenticateRequest()
+	au.Version, au.SASLAuthBytes = 1, []byte("\x00"+user+"\x00"+tok)
+	resp := kmsg.NewPtrSASLAuthenticateResponse()
+	if err := s.roundTrip(au, resp); err != nil {
+		return err
+	}
+	if resp.ErrorCode != 0 {
+		return fmt.Errorf("SASL: error %d", resp.ErrorCode)
+	}
+	return nil
+}
+
+// initPID asks for an idempotent producer id.
+func (s *kafkaSession) initPID() (int64, error) {
+	req := kmsg.NewPtrInitProducerIDRequest()
+	req.Version = 1
+	resp := kmsg.NewPtrInitProducerIDResponse()
+	if err := s.roundTrip(req, resp); err != nil {
+		return 0, err
+	}
+	if resp.ErrorCode != 0 {
+		return 0, fmt.Errorf("InitProducerId: error %d", resp.ErrorCode)
+	}
+	return resp.ProducerID, nil
+}
+
+// produce sends one batch to topic's partition 0 (acks all) and returns the
+// partition's error code and base offset.
+func (s *kafkaSession) produce(topic string, batch []byte) (int16, int64, error) {
+	req := kmsg.NewPtrProduceRequest()
+	req.Version, req.Acks, req.TimeoutMillis = 7, -1, 30000
+	tp := kmsg.NewProduceRequestTopic()
+	tp.Topic = topic
+	p := kmsg.NewProduceRequestTopicPartition()
+	p.Records = batch
+	tp.Partitions = append(tp.Partitions, p)
+	req.Topics = append(req.Topics, tp)
+	resp := kmsg.NewPtrProduceResponse()
+	if err := s.roundTrip(req, resp); err != nil {
+		return 0, 0, err
+	}
+	rp := resp.Topics[0].Partitions[0]
+	return rp.ErrorCode, rp.BaseOffset, nil
+}
+
+// idemBatch is a v2 record batch of values from producer pid at epoch and
+// sequence seq (pid -1: not idempotent); headers, if any, go on every
+// record.
+func idemBatch(pid int64, epoch int16, seq int32, values ...string) []byte {
+	return idemBatchHeaders(pid, epoch, seq, nil, values...)
+}
+
+func idemBatchHeaders(pid int64, epoch int16, seq int32, headers [][2]string, values ...string) []byte {
+	var recs []byte
+	for i, v := range values {
+		var r []byte
+		r = append(r, 0)                          // attributes
+		r = binary.AppendVarint(r, 0)             // timestamp delta
+		r = binary.AppendVarint(r, int64(i))      // offset delta
+		r = binary.AppendVarint(r, -1)            // null key
+		r = binary.AppendVarint(r, int64(len(v))) // value
+		r = append(r, v...)
+		r = binary.AppendVarint(r, int64(len(headers)))
+		for _, h := range headers {
+			r = binary.AppendVarint(r, int64(len(h[0])))
+			r = append(r, h[0]...)
+			r = binary.AppendVarint(r, int64(len(h[1])))
+			r = append(r, h[1]...)
+		}
+		recs = binary.AppendVarint(recs, int64(len(r)))
+		recs = append(recs, r...)
+	}
+	b := make([]byte, 61, 61+len(recs))
+	binary.BigEndian.PutUint32(b[8:], uint32(49+len(recs)))
+	b[16] = 2
+	binary.BigEndian.PutUint32(b[23:], uint32(len(values)-1))
+	now := uint64(time.Now().UnixMilli())
+	binary.BigEndian.PutUint64(b[27:], now)
+	binary.BigEndian.PutUint64(b[35:], now)
+	binary.BigEndian.PutUint64(b[43:], uint64(pid))
+	binary.BigEndian.PutUint16(b[51:], uint16(epoch))
+	if pid < 0 {
+		binary.BigEndian.PutUint16(b[51:], 0xffff)
+		seq = -1
+	}
+	binary.BigEndian.PutUint32(b[53:], uint32(seq))
+	binary.BigEndian.PutUint32(b[57:], uint32(len(values)))
+	b = append(b, recs...)
+	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return b
+}
+
+// ledger keeps the values an agent answered as accepted, to count those
+// missing from Kafka.
+type ledger struct {
+	t       *testing.T
+	brokers string
+	acked   map[string][]string // topic → values
+}
+
+func newLedger(t *testing.T, brokers string) *ledger {
+	return &ledger{t: t, brokers: brokers, acked: map[string][]string{}}
+}
+
+func (l *ledger) ok(topic string, values ...string) {
+	l.acked[topic] = append(l.acked[topic], values...)
+}
+
+// lost counts the accepted values of topic that are not in Kafka.
+func (l *ledger) lost(topic string) int64 {
+	seen := map[string]bool{}
+	for _, r := range kafkatest.UpTo(l.t, l.brokers, topic, 60*time.Second) {
+		seen[string(r.Value)] = true
+	}
+	var n int64
+	for _, v := range l.acked[topic] {
+		if !seen[v] {
+			l.t.Logf("%s: %q was answered as accepted and is not in Kafka", topic, v)
+			n++
+		}
+	}
+	return n
+}
+
+// countValues counts the records of topic whose value starts with prefix.
+func countValues(t *testing.T, brokers, topic, prefix string) int64 {
+	var n int64
+	for _, r := range kafkatest.UpTo(t, brokers, topic, 60*time.Second) {
+		if strings.HasPrefix(string(r.Value), prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestKafkaFrontProducerIDs: the Kafka front's duplicate-batch check never
+// answers success for a batch it did not deliver. Producer ids cannot be
+// guessed, are deduplicated only for the application they were issued to,
+// a new epoch starts its sequences afresh, and a batch is a duplicate only
+// if its bytes (CRC) are the same.
+func TestKafkaFrontProducerIDs(t *testing.T) {
+	brokers := kafkatest.Shared(t)
+	a := agenttest.Start(t, ferryBin, agentConfig(brokers), "receivers.kafka.enabled=true",
+		"receivers.kafka.auth.mode=optional", "receivers.kafka.auth.sources=[sasl]")
+	acked := newLedger(t, brokers)
+
+	next := kafkatest.NewTopic(t, brokers, "front-nextpid", 1)
+	attackCounted(t, a, "Kafka front: batches forged under the next producer id to be issued", func() (string, bool, string) {
+		s, err := dialKafka(a.KafkaFront)
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		defer s.Close()
+		pid, err := s.initPID()
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		// Poison the id the next producer would have been given.
+		for seq := int32(0); seq < 5; seq++ {
+			if _, _, err := s.produce(next, idemBatch(pid+1, 0, seq, fmt.Sprintf("forged-%d", seq))); err != nil {
+				return err.Error(), false, ""
+			}
+		}
+		good, err := kgo.NewClient(kgo.SeedBrokers(a.KafkaFront), kgo.DefaultProduceTopic(next))
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		defer good.Close()
+		n := 0
+		for i := range 10 {
+			v := fmt.Sprintf("good-%d", i)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if good.ProduceSync(ctx, &kgo.Record{Value: []byte(v)}).FirstErr() == nil {
+				acked.ok(next, v)
+				n++
+			}
+			cancel()
+		}
+		return fmt.Sprintf("franz-go's idempotent producer: %d of 10 acknowledged", n), n == 10,
+			"producer ids are random; the attacker's own five records go to Kafka as undeduplicated records"
+	}, nil, func() int64 { return acked.lost(next) })
+
+	epochs := kafkatest.NewTopic(t, brokers, "front-epoch", 1)
+	attackCounted(t, a, "Kafka front: a new epoch of the same producer id, sequences from 0 again", func() (string, bool, string) {
+		s, err := dialKafka(a.KafkaFront)
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		defer s.Close()
+		pid, err := s.initPID()
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		var codes []int16
+		for _, b := range []struct {
+			epoch int16
+			seq   int32
+		}{{0, 0}, {0, 1}, {1, 0}, {1, 1}} {
+			v := fmt.Sprintf("epoch%d-seq%d", b.epoch, b.seq)
+			code, _, err := s.produce(epochs, idemBatch(pid, b.epoch, b.seq, v))
+			if err != nil {
+				return err.Error(), false, ""
+			}
+			if code == 0 {
+				acked.ok(epochs, v)
+			}
+			codes = append(codes, code)
+		}
+		return fmt.Sprintf("partition errors %v", codes), fmt.Sprint(codes) == "[0 0 0 0]",
+			"what the Java producer does after an expired batch: the same id, epoch + 1"
+	}, nil, func() int64 { return acked.lost(epochs) })
+
+	theft := kafkatest.NewTopic(t, brokers, "front-theft", 1)
+	attackCounted(t, a, "Kafka front: a batch under another application's producer id", func() (string, bool, string) {
+		alpha, err := dialKafka(a.KafkaFront)
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		defer alpha.Close()
+		if err := alpha.sasl("alpha", issue(t, token.Claims{App: "alpha"})); err != nil {
+			return err.Error(), false, ""
+		}
+		pid, err := alpha.initPID()
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		if code, _, err := alpha.produce(theft, idemBatch(pid, 0, 0, "alpha-0")); err != nil || code != 0 {
+			return fmt.Sprintf("alpha's own batch: %d %v", code, err), false, ""
+		}
+		acked.ok(theft, "alpha-0")
+		beta, err := dialKafka(a.KafkaFront)
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		defer beta.Close()
+		if err := beta.sasl("beta", issue(t, token.Claims{App: "beta"})); err != nil {
+			return err.Error(), false, ""
+		}
+		code, _, err := beta.produce(theft, idemBatch(pid, 0, 0, "beta-0"))
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		if code == 0 {
+			acked.ok(theft, "beta-0")
+		}
+		return fmt.Sprintf("partition error %d", code), code == 49, "INVALID_PRODUCER_ID_MAPPING: ids are deduplicated only for the application they were issued to"
+	}, nil, func() int64 { return acked.lost(theft) })
+
+	crc := kafkatest.NewTopic(t, brokers, "front-crc", 1)
+	attackCounted(t, a, "Kafka front: the same producer id and sequence with other bytes", func() (string, bool, string) {
+		s, err := dialKafka(a.KafkaFront)
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		defer s.Close()
+		pid, err := s.initPID()
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		var codes []int16
+		for _, v := range []string{"first", "other bytes, same sequence"} {
+			code, _, err := s.produce(crc, idemBatch(pid, 0, 0, v))
+			if err != nil {
+				return err.Error(), false, ""
+			}
+			if code == 0 {
+				acked.ok(crc, v)
+			}
+			codes = append(codes, code)
+		}
+		return fmt.Sprintf("partition errors %v", codes), fmt.Sprint(codes) == "[0 0]", "a duplicate is the same sequence range and the same CRC; anything else is delivered"
+	}, nil, func() int64 { return acked.lost(crc) })
+}
+
+// ---- tokens on open connections ----
+
+// key2 is a second signing key, removed by a reload in the test below.
+var key2 = strings.Repeat("5c", 32)
+
+func tokensConfig(brokers string, withKey2 bool) string {
+	keys := fmt.Sprintf(`{id: 1, secret: "%s", issue: true}`, authtest.Key)
+	if withKey2 {
+		keys += fmt.Sprintf(`, {id: 2, secret: "%s"}`, key2)
+	}
+	return fmt.Sprintf(`
+exporter:
+  kafka:
+    brokers: [%s]
+receivers:
+  otlp: {enabled: false}
+  http:
+    auth: {mode: required, sources: [authorization]}
+  local:
+    auth: {mode: required, sources: [hello]}
+  kafka:
+    enabled: true
+    auth: {mode: required, sources: [sasl]}
+auth:
+  keys: [%s]
+telemetry:
+  report_interval: 0s
+`, brokers, keys)
+}
+
+func issueWith(t *testing.T, key string, id uint16, c token.Claims) string {
+	t.Helper()
+	cfg := auth.Config{Keys: []auth.KeyConfig{{ID: id, Secret: key, Issue: true}}}
+	ring, err := cfg.Keyring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := ring.Issue(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// tokenConns are one connection per door that takes a token once: the
+// local protocol (binary and text) and the Kafka front.
+type tokenConns struct {
+	bin   net.Conn
+	text  net.Conn
+	textR *bufio.Reader
+	kafka *kafkaSession
+	id    uint32
+}
+
+func openTokenConns(a *agenttest.Agent, tok string) (*tokenConns, error) {
+	tc := &tokenConns{}
+	var err error
+	if tc.bin, err = net.Dial("unix", a.Socket); err != nil {
+		return nil, err
+	}
+	hello := append([]byte(nil), protocol.Preamble[:]...)
+	hello = protocol.AppendHello(hello, protocol.Hello{Version: 1, ClientName: "hostile", Token: tok})
+	if _, err := tc.bin.Write(hello); err != nil {
+		return nil, err
+	}
+	if h, got, err := readFrame(tc.bin); err != nil || h.Type != protocol.TypeHelloOK {
+		return nil, fmt.Errorf("hello: %s %v", got, err)
+	}
+	if tc.text, err = net.Dial("unix", a.Socket); err != nil {
+		return nil, err
+	}
+	tc.textR = bufio.NewReader(tc.text)
+	if _, err := fmt.Fprintf(tc.text, "#token %s\n", tok); err != nil {
+		return nil, err
+	}
+	if line, err := tc.textLine(); err != nil || line != "OK" {
+		return nil, fmt.Errorf("text #token: %q %v", line, err)
+	}
+	if tc.kafka, err = dialKafka(a.KafkaFront); err != nil {
+		return nil, err
+	}
+	if err := tc.kafka.sasl("app", tok); err != nil {
+		return nil, err
+	}
+	return tc, nil
+}
+
+func (tc *tokenConns) textLine() (string, error) {
+	_ = tc.text.SetReadDeadline(time.Now().Add(20 * time.Second))
+	line, err := tc.textR.ReadString('\n')
+	return strings.TrimSpace(line), err
+}
+
+func (tc *tokenConns) Close() {
+	tc.bin.Close()
+	tc.text.Close()
+	tc.kafka.Close()
+}
+
+// send writes value on each door and describes the three answers.
+func (tc *tokenConns) send(topic, value string) (bin, text string, kafka int16, kafkaErr error) {
+	tc.id++
+	body := binary.AppendUvarint(nil, 1)
+	body = protocol.AppendRecord(body, "", &protocol.Record{Topic: []byte(topic), Value: []byte("bin-" + value)})
+	if _, err := tc.bin.Write(produceFrame(0, tc.id, body)); err != nil {
+		bin = "write: " + err.Error()
+	} else if _, got, err := readFrame(tc.bin); err != nil {
+		bin = "read: " + err.Error()
+	} else {
+		bin = got
+	}
+	if _, err := fmt.Fprintf(tc.text, "%s\ttext-%s\n", topic, value); err != nil {
+		text = "write: " + err.Error()
+	} else if line, err := tc.textLine(); err != nil && line == "" {
+		text = "read: " + err.Error()
+	} else {
+		text = line
+	}
+	kafka, _, kafkaErr = tc.kafka.produce(topic, idemBatch(-1, 0, 0, "kafka-"+value))
+	return bin, text, kafka, kafkaErr
+}
+
+// refusedAfter says whether each door refused a write on the connection
+// whose token no longer holds: an Error frame, an ERR line, a
+// SASL_AUTHENTICATION_FAILED answer or a closed connection.
+func refusedAfter(bin, text string, kafka int16, kafkaErr error) bool {
+	binOK := strings.HasPrefix(bin, "error unauthenticated") || strings.HasPrefix(bin, "read:")
+	textOK := strings.HasPrefix(text, "ERR unauthenticated") || strings.HasPrefix(text, "read:")
+	kafkaOK := kafka == 58 || kafkaErr != nil
+	return binOK && textOK && kafkaOK
+}
+
+// TestTokensOnOpenConnections: a token checked once, at the local
+// protocol's hello, its text mode's #token line or the Kafka front's SASL,
+// stops writing when it expires, or when a reload removes its key, on the
+// connection it opened.
+func TestTokensOnOpenConnections(t *testing.T) {
+	brokers := kafkatest.Shared(t)
+	a := agenttest.Start(t, ferryBin, tokensConfig(brokers, true))
+	topic := kafkatest.NewTopic(t, brokers, "tokens-open", 1)
+
+	expiresAt := time.Unix(time.Now().Add(4*time.Second).Unix(), 0) // tokens carry whole seconds
+	expiring := issue(t, token.Claims{App: "short", Expires: expiresAt})
+	revoked := issueWith(t, key2, 2, token.Claims{App: "rotated"})
+	exp, err := openTokenConns(a, expiring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exp.Close()
+	rev, err := openTokenConns(a, revoked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rev.Close()
+	for _, tc := range []*tokenConns{exp, rev} {
+		bin, text, kafka, kerr := tc.send(topic, "before")
+		if bin != "result ok " || text != "OK" || kafka != 0 || kerr != nil {
+			t.Fatalf("a valid token was refused: %q %q %d %v", bin, text, kafka, kerr)
+		}
+	}
+
+	attack(t, a, "Local and Kafka front: a token that expires on an open connection", func() (string, bool, string) {
+		time.Sleep(time.Until(expiresAt) + 500*time.Millisecond)
+		bin, text, kafka, kerr := exp.send(topic, "expired")
+		return fmt.Sprintf("binary: %s; text: %s; Kafka front: error %d %v", bin, text, kafka, kerr), refusedAfter(bin, text, kafka, kerr),
+			"each frame, line batch and produce request is checked against the connection's token (a cache hit)"
+	}, func() int64 { return countValuesSuffix(t, brokers, topic, "expired") })
+
+	attack(t, a, "Local and Kafka front: a reload removes the token's key, connections open", func() (string, bool, string) {
+		if err := os.WriteFile(a.Config, []byte(tokensConfig(brokers, false)), 0o600); err != nil {
+			return err.Error(), false, ""
+		}
+		if r := send("http://"+a.Admin+"/-/reload", "", "", nil, "X-Ferry-Reload", "1"); r.code != 200 {
+			return "reload: " + r.String(), false, ""
+		}
+		bin, text, kafka, kerr := rev.send(topic, "revoked")
+		return fmt.Sprintf("binary: %s; text: %s; Kafka front: error %d %v", bin, text, kafka, kerr), refusedAfter(bin, text, kafka, kerr),
+			"the verdict cache answers only for the keyring that gave it"
+	}, func() int64 { return countValuesSuffix(t, brokers, topic, "revoked") })
+}
+
+func countValuesSuffix(t *testing.T, brokers, topic, suffix string) int64 {
+	var n int64
+	for _, r := range kafkatest.UpTo(t, brokers, topic, 60*time.Second) {
+		if strings.HasSuffix(string(r.Value), suffix) {
+			n++
+		}
+	}
+	return n
+}
+
