@@ -534,4 +534,3 @@ func countValuesSuffix(t *testing.T, brokers, topic, suffix string) int64 {
 	}
 	return n
 }
-
