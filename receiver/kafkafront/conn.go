@@ -54,7 +54,8 @@ type conn struct {
 	ctx     context.Context
 	c       net.Conn
 	claims  *token.Claims
-	authed  bool // SASL done, or the gate let the client in without it
+	authed  bool   // SASL done, or the gate let the client in without it
+	tok     string // the SASL password, checked again on every request
 	mech    string
 	user    string
 	scratch []byte
@@ -147,6 +148,16 @@ func (cn *conn) read() *connErr {
 		corr := int32(binary.BigEndian.Uint32(fixed[8:]))
 		rest := int(size - 8)
 		cn.r.m.RequestCode(apiLabel(key))
+		if cn.authed && key != 18 && key != 17 && key != 36 {
+			// The token is checked again on every request (a cache hit),
+			// so one that expired or whose key a reload removed stops
+			// writing at once; a broker closes such a connection too
+			// (KIP-368), and the client's new SASL exchange then fails
+			// with the reason.
+			if _, err := cn.r.gate.Check(cn.tok); err != nil {
+				return cn.fail("unauthenticated", "user %q: the connection's token no longer holds: %v", cn.user, err)
+			}
+		}
 		var cerr *connErr
 		if key == 0 {
 			cerr = cn.produce(ver, corr, rest)
@@ -305,7 +316,7 @@ func (cn *conn) saslAuthenticate(req *kmsg.SASLAuthenticateRequest, ver int16, c
 		cn.answerNow(corr, resp)
 		return cn.fail("unauthenticated", "user %q: %v", cn.user, err)
 	}
-	cn.claims, cn.authed = claims, true
+	cn.claims, cn.authed, cn.tok = claims, true, string(parts[2])
 	cn.answerNow(corr, resp)
 	return nil
 }

@@ -27,6 +27,7 @@ type conn struct {
 	ctx    context.Context
 	c      net.Conn
 	claims *token.Claims
+	tok    string // the hello's token, checked again on every frame
 	feats  uint64
 
 	// The answers' writer.
@@ -107,7 +108,7 @@ func (cn *conn) read() *connErr {
 	if aerr != nil {
 		return cn.fail(h.RequestID, "unauthenticated", aerr.Error())
 	}
-	cn.claims = claims
+	cn.claims, cn.tok = claims, hello.Token
 	cn.feats = hello.Features & (protocol.FeatureLZ4 | protocol.FeatureZstd)
 	cn.send(func(b []byte) []byte {
 		return protocol.AppendHelloOK(b, protocol.HelloOK{Version: protocol.Version, Features: cn.feats,
@@ -142,6 +143,12 @@ func (cn *conn) read() *connErr {
 		}
 		if h.Type != protocol.TypeProduce {
 			return cn.fail(h.RequestID, "malformed_frame", fmt.Sprintf("frame type %d is not sent by clients after the hello", h.Type))
+		}
+		// The hello's token is checked again on every frame (a cache hit):
+		// one that expired, or whose key a reload removed, stops writing
+		// at once instead of for as long as the connection lives.
+		if _, err := r.gate.Check(cn.tok); err != nil {
+			return cn.fail(h.RequestID, "unauthenticated", "the connection's token no longer holds: "+err.Error())
 		}
 		if c := h.Compression(); c == 3 || c == protocol.CompressLZ4 && cn.feats&protocol.FeatureLZ4 == 0 || c == protocol.CompressZstd && cn.feats&protocol.FeatureZstd == 0 {
 			return cn.fail(h.RequestID, "malformed_frame", fmt.Sprintf("compression %d was not agreed in the hello", c))

@@ -28,6 +28,7 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 	cn := &conn{r: r, ctx: ctx, c: c} // for check()
 	reply := true
 	authed := !r.gate.Enabled()
+	tok := "" // the #token line's token, checked again on every batch of lines
 	var lines [][]byte
 	for ctx.Err() == nil {
 		_ = c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
@@ -63,6 +64,7 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 			}
 		}
 		var answers []string
+		checked := false
 		b := r.batchP.Get().(*record.Batch)
 		var idx []int
 		now := time.Now()
@@ -81,7 +83,7 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 					_ = w.Flush()
 					return
 				}
-				cn.claims, authed = claims, true
+				cn.claims, authed, tok = claims, true, string(bytes.TrimSpace(line[len("#token "):]))
 				answers = append(answers, "OK")
 				continue
 			case len(line) == 0 || line[0] == '#':
@@ -93,6 +95,18 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 				_, _ = w.WriteString("ERR unauthenticated send \"#token <token>\" first\n")
 				_ = w.Flush()
 				return
+			}
+			if !checked {
+				// Once per batch of lines: a token that expired, or whose
+				// key a reload removed, stops writing on this connection.
+				if _, err := r.gate.Check(tok); err != nil {
+					r.m.Error("unauthenticated")
+					r.logWarn("unauthenticated", "local text connection closed: the connection's token no longer holds", "err", err)
+					_, _ = w.WriteString("ERR unauthenticated the connection's token no longer holds: " + oneLine(err.Error()) + "\n")
+					_ = w.Flush()
+					return
+				}
+				checked = true
 			}
 			topic, value, ok := bytes.Cut(line, []byte{'\t'})
 			if !ok {
