@@ -44,13 +44,39 @@ func Default() *Config {
 // Load reads the file at path (none when path is ""), applies the --set
 // overrides ("a.b.c=value", value in YAML syntax) and validates the result.
 func Load(path string, sets []string) (*Config, error) {
-	var src []byte
+	var raw []byte
 	if path != "" {
-		b, err := os.ReadFile(path)
-		if err != nil {
+		var err error
+		if raw, err = ReadFile(path); err != nil {
 			return nil, err
 		}
-		if src, err = ExpandEnv(b, os.LookupEnv); err != nil {
+	}
+	return LoadSource(path, raw, sets)
+}
+
+// ReadFile reads the configuration file at path as written (${ENV} not
+// yet expanded). A file that holds no setting (empty, or only comments:
+// an unreadable pipe or a mistyped process substitution reads as that) is
+// an error: a named file is never silently replaced by the defaults,
+// which may run with authentication off.
+func ReadFile(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err == nil && doc.Kind == 0 {
+		return nil, fmt.Errorf("%s: the file holds no settings (to run on the built-in defaults, leave out -c)", path)
+	}
+	return b, nil
+}
+
+// LoadSource is Load on the bytes of the file at path, already read.
+func LoadSource(path string, raw []byte, sets []string) (*Config, error) {
+	var src []byte
+	if path != "" {
+		var err error
+		if src, err = ExpandEnv(raw, os.LookupEnv); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 	}

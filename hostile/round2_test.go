@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -533,4 +535,54 @@ func countValuesSuffix(t *testing.T, brokers, topic, suffix string) int64 {
 		}
 	}
 	return n
+}
+
+// TestConfigOnAPipe: a configuration read from a pipe survives the start
+// that runtime.monitor_deep_sleep re-executes (the second start cannot
+// read the pipe again); a configuration file that holds nothing is an
+// error, never the built-in defaults.
+func TestConfigOnAPipe(t *testing.T) {
+	brokers := kafkatest.Shared(t)
+	topic := kafkatest.NewTopic(t, brokers, "piped", 1)
+	secure := fmt.Sprintf(`
+exporter: {kafka: {brokers: [%s]}}
+receivers:
+  http: {auth: {mode: required, sources: [authorization]}}
+auth:
+  keys: [{id: 1, secret: "%s", issue: true}]
+`, brokers, authtest.Key)
+	a := agenttest.StartPiped(t, ferryBin, secure)
+	attack(t, a, "Configuration on a pipe (cat secure.yaml | ferry run -c /dev/stdin)", func() (string, bool, string) {
+		r := send("http://"+a.HTTP+"/v1/messages/"+topic, "text/plain", "", []byte("no token"))
+		ok := r.code == 401
+		tok := issue(t, token.Claims{App: "piped"})
+		if r2 := send("http://"+a.HTTP+"/v1/messages/"+topic, "text/plain", "", []byte("with token"), "Authorization", "Bearer "+tok); r2.code != 200 {
+			return fmt.Sprintf("no token: %s; a valid token: %s", r, r2), false, ""
+		}
+		return r.String() + " without a token", ok, "the re-exec for runtime.monitor_deep_sleep hands the bytes it read to the new start (an in-memory file); it ran on the defaults, auth off"
+	}, func() int64 { return countValues(t, brokers, topic, "no token") })
+
+	for name, args := range map[string][]string{
+		"run -c /dev/null":        {"run", "-c", "/dev/null"},
+		"validate, only comments": {"validate", "-c", writeTemp(t, "# nothing here\n\n")},
+	} {
+		// Bounded: a ferry that ran on the defaults would not return.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		out, err := exec.CommandContext(ctx, ferryBin, append(args, "--set", "telemetry.admin.listen="+agenttest.FreeAddr(t),
+			"receivers.http.listen="+agenttest.FreeAddr(t), "receivers.otlp.enabled=false", "receivers.local.enabled=false")...).CombinedOutput()
+		cancel()
+		ok := err != nil && strings.Contains(string(out), "holds no settings")
+		report(t, row{Attack: "Empty configuration: ferry " + name, Answer: strings.TrimSpace(firstLine(string(out))), Note: "exit status non-zero, not the defaults"})
+		if !ok {
+			t.Errorf("ferry %s: %v %s", name, err, out)
+		}
+	}
+}
+
+func writeTemp(t *testing.T, s string) string {
+	f := filepath.Join(t.TempDir(), "ferry.yaml")
+	if err := os.WriteFile(f, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

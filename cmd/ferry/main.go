@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"mime"
 	"net"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -74,7 +76,12 @@ func run(args []string) int {
 		if err := fs.Parse(args[1:]); err != nil {
 			return 2
 		}
-		cfg, err := config.Load(*file, s)
+		raw, err := readConfig(*file)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ferry:", err)
+			return 1
+		}
+		cfg, err := config.LoadSource(*file, raw, s)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "ferry:", err)
 			return 1
@@ -90,7 +97,7 @@ func run(args []string) int {
 		var restartErr error
 		if !cfg.Runtime.MonitorDeepSleep {
 			// Returns only if it could not start again.
-			restartErr = steadyMonitor()
+			restartErr = steadyMonitor(*file, raw)
 		}
 		return serve(cfg, restartErr, func() (*config.Config, error) { return config.Load(*file, s) })
 	case "token":
@@ -267,12 +274,15 @@ const steadyMonitorGODEBUG = "schedtrace=2147483647"
 // steadyMonitor starts ferry again, in this process (same PID, same
 // arguments), with steadyMonitorGODEBUG added to GODEBUG, unless GODEBUG
 // already sets schedtrace (this is the second start, or the user chose).
+// The configuration file's bytes, already read, go to the new start with
+// it (inheritConfig): the file may be a pipe (-c /dev/stdin, -c <(...))
+// that cannot be read twice.
 // Why (runtime.monitor_deep_sleep in default.yaml): after every idle spell
 // Go's monitor polls every 20 µs, and an agent under a trickle of requests
 // is idle hundreds of times a second, so it polls almost always; each
 // timed sleep costs tens of µs of CPU on a virtual machine.
 // It returns only when the new start failed, with the reason.
-func steadyMonitor() error {
+func steadyMonitor(file string, raw []byte) error {
 	env := os.Environ()
 	godebug, at := "", -1
 	for i, kv := range env {
@@ -300,5 +310,47 @@ func steadyMonitor() error {
 	if err != nil {
 		return err
 	}
+	if file != "" {
+		f, err := inheritConfig(raw)
+		if err != nil {
+			return fmt.Errorf("keeping the configuration for the new start: %w", err)
+		}
+		defer f.Close() // only reached if Exec failed
+		env = append(env, fmt.Sprintf("%s=%d", inheritedFDEnv, f.Fd()), inheritedPathEnv+"="+file)
+	}
 	return syscall.Exec(exe, os.Args, env)
+}
+
+// The environment by which a re-executed ferry finds the configuration
+// bytes its first start read: an open file descriptor, and the path it was
+// read from (used only when the new start is asked for that same path).
+const (
+	inheritedFDEnv   = "FERRY_INHERITED_CONFIG_FD"
+	inheritedPathEnv = "FERRY_INHERITED_CONFIG_PATH"
+)
+
+// readConfig reads the configuration file at path ("" for none): the bytes
+// the first start of this process read, when it handed them over, else the
+// file. The hand-over is used once and removed from the environment, so a
+// reload reads the file again.
+func readConfig(path string) ([]byte, error) {
+	fdText, inherited := os.LookupEnv(inheritedFDEnv)
+	from := os.Getenv(inheritedPathEnv)
+	os.Unsetenv(inheritedFDEnv)
+	os.Unsetenv(inheritedPathEnv)
+	if path == "" {
+		return nil, nil
+	}
+	if inherited && from == path {
+		if fd, err := strconv.Atoi(fdText); err == nil && fd > 2 {
+			f := os.NewFile(uintptr(fd), path)
+			defer f.Close()
+			b, err := io.ReadAll(f)
+			if err != nil {
+				return nil, fmt.Errorf("%s: reading the configuration the first start read: %w", path, err)
+			}
+			return b, nil
+		}
+	}
+	return config.ReadFile(path)
 }

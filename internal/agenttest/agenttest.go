@@ -109,9 +109,21 @@ var freeAddr = func(t *testing.T) string {
 // ports; any other exit fails the test.
 func Start(t *testing.T, bin, yaml string, sets ...string) *Agent {
 	t.Helper()
+	return startRetry(t, bin, yaml, false, sets)
+}
+
+// StartPiped is Start with the configuration on the agent's standard
+// input (-c /dev/stdin), as `cat ferry.yaml | ferry run -c /dev/stdin`.
+func StartPiped(t *testing.T, bin, yaml string, sets ...string) *Agent {
+	t.Helper()
+	return startRetry(t, bin, yaml, true, sets)
+}
+
+func startRetry(t *testing.T, bin, yaml string, piped bool, sets []string) *Agent {
+	t.Helper()
 	const attempts = 5
 	for i := 1; ; i++ {
-		a, err := start(t, bin, yaml, sets)
+		a, err := start(t, bin, yaml, piped, sets)
 		if err == nil {
 			return a
 		}
@@ -137,7 +149,7 @@ func (a *Agent) portTaken() bool {
 	return false
 }
 
-func start(t *testing.T, bin, yaml string, sets []string) (*Agent, error) {
+func start(t *testing.T, bin, yaml string, piped bool, sets []string) (*Agent, error) {
 	t.Helper()
 	a := &Agent{t: t, HTTP: freeAddr(t), Admin: freeAddr(t), OTLP: freeAddr(t), GRPC: freeAddr(t), Local: freeAddr(t),
 		KafkaFront: freeAddr(t), Logs: &SyncBuffer{}, exited: make(chan error, 1)}
@@ -149,7 +161,9 @@ func start(t *testing.T, bin, yaml string, sets []string) (*Agent, error) {
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
 	a.Socket = filepath.Join(sockDir, "f.sock")
 	args := []string{"run"}
-	if yaml != "" {
+	if piped {
+		args = append(args, "-c", "/dev/stdin")
+	} else if yaml != "" {
 		f := filepath.Join(t.TempDir(), "ferry.yaml")
 		if err := os.WriteFile(f, []byte(yaml), 0o600); err != nil {
 			t.Fatal(err)
@@ -165,6 +179,9 @@ func start(t *testing.T, bin, yaml string, sets []string) (*Agent, error) {
 	}
 	a.Cmd = exec.Command(bin, args...)
 	a.Cmd.Stderr, a.Cmd.Stdout = a.Logs, a.Logs
+	if piped {
+		a.Cmd.Stdin = strings.NewReader(yaml)
+	}
 	if err := a.Cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
