@@ -78,6 +78,7 @@ type Limiter struct {
 type bucket struct {
 	mu            sync.Mutex
 	class         Class
+	tokenClass    string // the token's rate_class the class was chosen with
 	records, byts float64
 	last          time.Time
 }
@@ -95,13 +96,24 @@ func New(cfg Config, set telemetry.Settings) (*Limiter, error) {
 	return l, nil
 }
 
-// SetConfig swaps the configuration (reload); buckets restart full.
+// SetConfig swaps the configuration (reload): an application whose class is
+// unchanged keeps its bucket, the others start full under their new class.
 func (l *Limiter) SetConfig(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	l.mu.Lock()
-	l.cfg, l.buckets = cfg, map[string]*bucket{}
+	old := l.buckets
+	l.cfg, l.buckets = cfg, make(map[string]*bucket, len(old))
+	// An application whose class did not change keeps its bucket, debt
+	// and all: a reload must not refill every bucket (a client over its
+	// limit would otherwise be let through by any reload). The others
+	// start afresh on their next request, under their new class.
+	for app, b := range old {
+		if class, limited := l.classOf(app, b.tokenClass); limited && class == b.class {
+			l.buckets[app] = b
+		}
+	}
 	l.active.Store(len(cfg.Classes) > 0)
 	l.mu.Unlock()
 	return nil
@@ -138,7 +150,7 @@ func (l *Limiter) Allow(app, tokenClass string, records, bytes int) (bool, time.
 			if len(l.buckets) > 100_000 { // bounded: forget idle apps wholesale
 				l.buckets = map[string]*bucket{}
 			}
-			b = &bucket{class: class, records: burst(class.BurstRecords, class.RecordsPerSec),
+			b = &bucket{class: class, tokenClass: tokenClass, records: burst(class.BurstRecords, class.RecordsPerSec),
 				byts: burst(class.BurstBytes, class.BytesPerSec), last: l.now()}
 			l.buckets[app] = b
 		}

@@ -121,3 +121,33 @@ func BenchmarkAllow(b *testing.B) {
 		l.Allow("shop", "c", 100, 10000)
 	}
 }
+
+// TestReloadKeepsDebt: a reload that leaves an application's class as it
+// was keeps its bucket (a client in debt stays refused); one that changes
+// the class starts it afresh under the new one.
+func TestReloadKeepsDebt(t *testing.T) {
+	cfg := Config{Classes: map[string]Class{"tiny": {BytesPerSec: 1000}, "other": {BytesPerSec: 5}}, DefaultClass: "tiny"}
+	l, _ := limiter(t, cfg)
+	if ok, _ := l.Allow("a", "", 1, 500_000); !ok {
+		t.Fatal("a request larger than the burst refused on a full bucket")
+	}
+	if ok, _ := l.Allow("b", "other", 1, 5); !ok {
+		t.Fatal("b's first request refused")
+	}
+	if err := l.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := l.Allow("a", "", 1, 10); ok {
+		t.Fatal("a reload that changed nothing forgave a's debt")
+	}
+	cfg.Classes["tiny"] = Class{BytesPerSec: 1_000_000}
+	if err := l.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := l.Allow("a", "", 1, 10); !ok {
+		t.Fatal("a's class changed and its bucket was not started afresh")
+	}
+	if ok, _ := l.Allow("b", "other", 1, 5); ok {
+		t.Fatal("b's class (from its token) did not change, yet its bucket was refilled")
+	}
+}
