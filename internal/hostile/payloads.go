@@ -201,3 +201,18 @@ func DeepGroup(depth int) []byte {
 	s := append(span(make16(1)), g...)
 	return traces([][]byte{kv("service.name", strValue("group"))}, [][]byte{s})
 }
+
+// TokenTwice is an ExportLogsServiceRequest of one log record whose
+// resource carries ferry.token twice: an int, then tok. Removing the first
+// attribute of that name (pdata's Remove) left the real token in the
+// record sent to Kafka.
+func TokenTwice(tok string) []byte {
+	intValue := protowire.AppendVarint(protowire.AppendTag(nil, 3, protowire.VarintType), 5) // AnyValue.int_value
+	res := appendLen(nil, 1, kv("ferry.token", intValue))
+	res = appendLen(res, 1, kv("ferry.token", strValue(tok)))
+	res = appendLen(res, 1, kv("service.name", strValue("twice")))
+	rec := appendLen(nil, 5, strValue("token twice")) // LogRecord.body
+	scope := appendLen(nil, 2, rec)                   // ScopeLogs.log_records
+	rl := appendLen(appendLen(nil, 1, res), 2, scope) // ResourceLogs.resource, scope_logs
+	return appendLen(nil, 1, rl)                      // ExportLogsServiceRequest.resource_logs
+}

@@ -405,11 +405,10 @@ func (w *walker) enterScope(sb []byte) error {
 
 // ResourceAttribute returns the string values of attribute key on every
 // resource of a TracesData / MetricsData / LogsData (the field layout of the
-// outer message is the same for all three), reading nothing below the
-// resources.
-func ResourceAttribute(data []byte, key string) ([]string, error) {
-	var out []string
-	err := walkRepeated(data, 1, func(rb []byte) error {
+// outer message is the same for all three), and how many attributes of
+// that key there are of any type, reading nothing below the resources.
+func ResourceAttribute(data []byte, key string) (strs []string, all int, err error) {
+	err = walkRepeated(data, 1, func(rb []byte) error {
 		return walkRepeated(rb, 1, func(res []byte) error {
 			a := Attrs{Repeated{msg: res, num: 1}}
 			for {
@@ -417,13 +416,17 @@ func ResourceAttribute(data []byte, key string) ([]string, error) {
 				if !ok {
 					return nil
 				}
-				if string(k) == key && v.Kind == KindString {
-					out = append(out, string(v.Str))
+				if string(k) != key {
+					continue
+				}
+				all++
+				if v.Kind == KindString {
+					strs = append(strs, string(v.Str))
 				}
 			}
 		})
 	})
-	return out, err
+	return strs, all, err
 }
 
 // FirstResource returns the first Resource message of a TracesData /

@@ -25,6 +25,7 @@ import (
 	"github.com/ferryhq/ferry/auth/ratelimit"
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer/consumertest"
+	"github.com/ferryhq/ferry/internal/hostile"
 	"github.com/ferryhq/ferry/internal/otlpgen"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/telemetry"
@@ -215,8 +216,12 @@ func TestTokenInResourceAttribute(t *testing.T) {
 	if _, err := plogotlp.NewGRPCClient(cc).Export(context.Background(), req); err != nil {
 		t.Fatalf("resource token over gRPC: %v", err)
 	}
+	// The attribute twice, an int then the token: both go.
+	if c := post(hostile.TokenTwice(tok)); c != 200 {
+		t.Fatalf("token after an int of the same name: %d", c)
+	}
 	recs := sink.Records()
-	if len(recs) != 2 {
+	if len(recs) != 3 {
 		t.Fatalf("%d records", len(recs))
 	}
 	for _, rec := range recs {

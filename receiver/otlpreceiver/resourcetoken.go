@@ -26,7 +26,7 @@ const ReasonConflicting = "conflicting"
 // token-carrying resource agrees on. Whatever the token's source, the
 // attribute is removed before export, so it never reaches Kafka.
 func (r *Receiver) resourceAuth(headerTok string, sig encoding.Signal, body *httpbody.Buf) (*token.Claims, *httpbody.Buf, error) {
-	vals, err := wire.ResourceAttribute(body.B, tokenAttribute)
+	vals, present, err := wire.ResourceAttribute(body.B, tokenAttribute)
 	if err != nil {
 		return nil, body, &decodeError{err}
 	}
@@ -44,7 +44,7 @@ func (r *Receiver) resourceAuth(headerTok string, sig encoding.Signal, body *htt
 	if err != nil {
 		return nil, body, err
 	}
-	if len(vals) > 0 {
+	if present > 0 {
 		// Through pdata, which recurses without bound: ferry's decoder
 		// checks the whole request (nesting, item count) first.
 		if _, err := encoding.CountItems(sig, body.B, r.cfg.MaxItems); err != nil {
@@ -66,10 +66,13 @@ func (r *Receiver) resourceAuth(headerTok string, sig encoding.Signal, body *htt
 	return claims, body, nil
 }
 
-// stripResourceAttribute removes key from every resource (through pdata:
-// only requests that carry the attribute pay for it).
+// stripResourceAttribute removes every attribute named key from every
+// resource, whatever its type and however often it is repeated (pdata's
+// Remove takes only the first: a resource carrying the key twice kept the
+// second, the real token, all the way to Kafka). Through pdata: only
+// requests that carry the attribute pay for it.
 func stripResourceAttribute(sig encoding.Signal, raw []byte, key string) ([]byte, error) {
-	drop := func(m pcommon.Map) { m.Remove(key) }
+	drop := func(m pcommon.Map) { m.RemoveIf(func(k string, _ pcommon.Value) bool { return k == key }) }
 	switch sig {
 	case encoding.Traces:
 		td, err := (&ptrace.ProtoUnmarshaler{}).UnmarshalTraces(raw)
