@@ -41,7 +41,12 @@ func localConn(t *testing.T, a *agenttest.Agent, feats uint64) (net.Conn, error)
 
 // readFrame reads one frame the agent sends and describes it.
 func readFrame(c net.Conn) (protocol.FrameHeader, string, error) {
-	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	return readFrameBy(c, time.Now().Add(30*time.Second))
+}
+
+// readFrameBy is readFrame that gives up at by.
+func readFrameBy(c net.Conn, by time.Time) (protocol.FrameHeader, string, error) {
+	_ = c.SetReadDeadline(by)
 	var hdr [10]byte
 	if _, err := io.ReadFull(c, hdr[:]); err != nil {
 		return protocol.FrameHeader{}, "", err

@@ -6,11 +6,13 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/ferryhq/ferry/auth/authtest"
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/internal/agenttest"
+	"github.com/ferryhq/ferry/internal/hostile"
 	"github.com/ferryhq/ferry/internal/kafkatest"
 	"github.com/ferryhq/ferry/protocol"
 )
@@ -585,4 +588,318 @@ func writeTemp(t *testing.T, s string) string {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// ---- connections that hold memory or a place ----
+
+// TestSlowConnections: a client that sends a frame's or a request's
+// header and then holds its last bytes gives its reservation back within
+// body_timeout; a connection whose answers all went out is idled out on
+// time (its reader no longer waits without a deadline once something was
+// in flight).
+func TestSlowConnections(t *testing.T) {
+	brokers := kafkatest.Shared(t)
+	topic := kafkatest.NewTopic(t, brokers, "slow", 1)
+	a := agenttest.Start(t, ferryBin, agentConfig(brokers), "receivers.kafka.enabled=true",
+		"receivers.local.idle_timeout=3s", "receivers.kafka.idle_timeout=3s")
+	used := func() float64 { return a.Metric("ferry_queue_bytes") }
+	one := func(v string) []byte {
+		body := binary.AppendUvarint(nil, 1)
+		return protocol.AppendRecord(body, "", &protocol.Record{Topic: []byte(topic), Value: []byte(v)})
+	}
+
+	attack(t, a, "Local and Kafka front: 10 + 4 connections each holding the last bytes of a large frame or request", func() (string, bool, string) {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for i := range 10 {
+			c, err := localConn(t, a, 0)
+			if err != nil {
+				return err.Error(), false, ""
+			}
+			conns = append(conns, c)
+			// One valid frame first: with it in flight the old reader
+			// read the next header, and then the body, with no deadline.
+			if _, err := c.Write(produceFrame(0, 1, one(fmt.Sprintf("slow-%d", i)))); err != nil {
+				return err.Error(), false, ""
+			}
+			var hdr [10]byte
+			binary.BigEndian.PutUint32(hdr[:], 8<<20) // the largest frame (max_frame_bytes 8 MiB)
+			hdr[4] = protocol.TypeProduce
+			binary.BigEndian.PutUint32(hdr[6:], 2)
+			_, _ = c.Write(append(hdr[:], 0))
+		}
+		for range 4 {
+			c, err := net.Dial("tcp", a.KafkaFront)
+			if err != nil {
+				return err.Error(), false, ""
+			}
+			conns = append(conns, c)
+			req := kafkaRequest(0, 7, 1, false, produceV7(topic, map[int32][]byte{0: idemBatch(-1, 0, 0, strings.Repeat("k", 1<<20))}))
+			_, _ = c.Write(req[:len(req)-1])
+		}
+		start := time.Now()
+		time.Sleep(time.Second)
+		held := used()
+		for used() > 4<<20 && time.Since(start) < 25*time.Second {
+			time.Sleep(250 * time.Millisecond)
+		}
+		freed := time.Since(start)
+		// Every connection ends: the local ones after their frame's
+		// answer and an Error frame, the Kafka ones closed.
+		closedN := 0
+		by := time.Now().Add(5 * time.Second)
+		for _, c := range conns {
+			if endsBy(c, by) {
+				closedN++
+			}
+		}
+		ok := held >= 32<<20 && used() <= 4<<20 && closedN == len(conns)
+		return fmt.Sprintf("%.0f MiB held, given back after %.0f s; %d of %d connections closed", held/(1<<20), freed.Seconds(), closedN, len(conns)), ok,
+			"a body must arrive within body_timeout (10s) of its header; it held the budget until the client chose to close"
+	}, func() int64 { return countValues(t, brokers, topic, "kkkk") })
+
+	attack(t, a, "Local and Kafka front: a connection idle once its answers went out (idle_timeout 3s)", func() (string, bool, string) {
+		lc, err := localConn(t, a, 0)
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		defer lc.Close()
+		if _, err := lc.Write(produceFrame(0, 1, one("idle"))); err != nil {
+			return err.Error(), false, ""
+		}
+		if _, got, err := readFrame(lc); err != nil || got != "result ok " {
+			return fmt.Sprintf("local frame: %q %v", got, err), false, ""
+		}
+		s, err := dialKafka(a.KafkaFront)
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		defer s.Close()
+		if code, _, err := s.produce(topic, idemBatch(-1, 0, 0, "idle")); err != nil || code != 0 {
+			return fmt.Sprintf("produce: %d %v", code, err), false, ""
+		}
+		time.Sleep(4 * time.Second)
+		lcClosed, kClosed := closed(lc), closed(s.c)
+		return fmt.Sprintf("local closed %v, Kafka front closed %v", lcClosed, kClosed), lcClosed && kClosed,
+			"the reader waited for the next header without a deadline once something had been in flight"
+	}, nil)
+}
+
+// endsBy reads and drops what c still sends, and reports whether the agent
+// closed it before by.
+func endsBy(c net.Conn, by time.Time) bool {
+	_ = c.SetReadDeadline(by)
+	_, err := io.Copy(io.Discard, c)
+	return err == nil // EOF: closed by the agent; a timeout is an error
+}
+
+// TestCompressedFrames: a compressed local frame is charged what it
+// inflates to, not max_frame_bytes: well-behaved clients with lz4 or zstd
+// and many small frames in flight are not refused for memory they do not
+// use.
+func TestCompressedFrames(t *testing.T) {
+	brokers := kafkatest.Shared(t)
+	topic := kafkatest.NewTopic(t, brokers, "compressed", 1)
+	// A linger keeps every frame in flight for a while: what each holds
+	// adds up.
+	a := agenttest.Start(t, ferryBin, agentConfig(brokers), "exporter.kafka.linger=500ms")
+	acked := newLedger(t, brokers)
+	attackCounted(t, a, "Local: 40 small lz4 frames in flight (memory_limit 64 MiB, max_frame_bytes 8 MiB)", func() (string, bool, string) {
+		c, err := localConn(t, a, protocol.FeatureLZ4)
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		defer c.Close()
+		var out []byte
+		wire := 0
+		for id := uint32(1); id <= 40; id++ {
+			body := binary.AppendUvarint(nil, 1)
+			body = protocol.AppendRecord(body, "", &protocol.Record{Topic: []byte(topic), Value: []byte(fmt.Sprintf("z-%02d %s", id, strings.Repeat("log line ", 100)))})
+			z, _ := protocol.Compress(nil, body, protocol.CompressLZ4)
+			wire += len(z)
+			out = append(out, produceFrame(protocol.CompressLZ4, id, z)...)
+		}
+		if _, err := c.Write(out); err != nil {
+			return err.Error(), false, ""
+		}
+		okN := 0
+		answers := map[string]int{}
+		for range 40 {
+			h, got, err := readFrame(c)
+			if err != nil {
+				return err.Error(), false, ""
+			}
+			answers[got]++
+			if got == "result ok " {
+				okN++
+				acked.ok(topic, fmt.Sprintf("z-%02d %s", h.RequestID, strings.Repeat("log line ", 100)))
+			}
+		}
+		return fmt.Sprintf("%d of 40 accepted (%v)", okN, answers), okN == 40,
+			fmt.Sprintf("%d KB on the wire; each frame reserved max_frame_bytes before it was decompressed", wire>>10)
+	}, nil, func() int64 { return acked.lost(topic) })
+}
+
+// TestTextModeHoldsLittle: text-mode connections and hellos cost little
+// before a client has shown a token or sent a whole line: the line buffer
+// starts small and grows only by reserving from the budget, a hello is
+// small and must come soon.
+func TestTextModeHoldsLittle(t *testing.T) {
+	brokers := kafkatest.Shared(t)
+	a := agenttest.Start(t, ferryBin, agentConfig(brokers), "receivers.local.max_connections=600")
+	attack(t, a, "Local text mode: 300 connections each holding an unterminated 900 KB line", func() (string, bool, string) {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		line := append([]byte("t\t"), make([]byte, 900<<10)...)
+		before := a.Metric(`ferry_receiver_errors_total{reason="queue_full",receiver="local"}`)
+		var wg sync.WaitGroup
+		for range 300 {
+			c, err := net.Dial("unix", a.Socket)
+			if err != nil {
+				break
+			}
+			conns = append(conns, c)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+				_, _ = c.Write(line)
+			}()
+		}
+		wg.Wait()
+		time.Sleep(time.Second)
+		a.Alive()
+		// Refused connections are answered "ERR queue_full" and closed;
+		// with the rest of its line unread the client may see a reset
+		// first, so the agent's count is what is checked.
+		refused := a.Metric(`ferry_receiver_errors_total{reason="queue_full",receiver="local"}`) - before
+		return fmt.Sprintf("%d connections; %.0f refused queue_full", len(conns), refused), len(conns) == 300 && refused >= 200,
+			"each took a 1 MiB line buffer before auth or budget (300 MiB); now 4 KiB, grown only by reserving from the budget"
+	}, nil)
+
+	attack(t, a, "Local: 200 hellos claiming 60 KiB each", func() (string, bool, string) {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for range 200 {
+			c, err := net.Dial("unix", a.Socket)
+			if err != nil {
+				return err.Error(), false, ""
+			}
+			conns = append(conns, c)
+			var hdr [10]byte
+			binary.BigEndian.PutUint32(hdr[:], 60<<10+6)
+			hdr[4] = protocol.TypeHello
+			_, _ = c.Write(append(protocol.Preamble[:], hdr[:]...))
+		}
+		refused := 0
+		other := map[string]int{}
+		by := time.Now().Add(5 * time.Second)
+		for _, c := range conns {
+			if _, got, err := readFrameBy(c, by); err == nil && got == "error frame_too_large" {
+				refused++
+			} else {
+				other[fmt.Sprint(got, err)]++
+			}
+		}
+		if len(other) > 0 {
+			t.Logf("other answers: %v", other)
+		}
+		return fmt.Sprintf("%d of 200 answered frame_too_large", refused), refused == 200, "a hello (a name and a token) is at most 16 KiB, read within 10 s"
+	}, nil)
+}
+
+// TestRateLimitsCountHeaders: a record's headers count against its
+// application's bytes/s on every door, and a reload does not forgive the
+// debt of a class that did not change.
+func TestRateLimitsCountHeaders(t *testing.T) {
+	brokers := kafkatest.Shared(t)
+	topic := kafkatest.NewTopic(t, brokers, "ratelimited", 1)
+	cfg := agentConfig(brokers) + `
+rate_limits:
+  classes: {tiny: {records_per_sec: 100000, bytes_per_sec: 1000}}
+  default_class: tiny
+`
+	a := agenttest.Start(t, ferryBin, cfg, "receivers.kafka.enabled=true")
+	pad := strings.Repeat("p", 50<<10)
+	attack(t, a, "Rate limit 1,000 B/s: one-byte records with 50 KB of headers (HTTP, local, Kafka front)", func() (string, bool, string) {
+		var got []string
+		admitted := 0
+		for i := range 3 {
+			r := send("http://"+a.HTTP+"/v1/messages/"+topic, "text/plain", "", []byte(fmt.Sprint("h", i)), "X-Ferry-Header-Pad", pad)
+			got = append(got, r.String())
+			if r.code == 200 {
+				admitted++
+			}
+		}
+		c, err := localConn(t, a, 0)
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		defer c.Close()
+		for i := range 3 {
+			body := binary.AppendUvarint(nil, 1)
+			body = protocol.AppendRecord(body, "", &protocol.Record{Topic: []byte(topic), Value: []byte(fmt.Sprint("l", i)),
+				Headers: []protocol.Header{{Key: []byte("pad"), Value: []byte(pad)}}})
+			_, _ = c.Write(produceFrame(0, uint32(i+1), body))
+			_, ans, _ := readFrame(c)
+			got = append(got, ans)
+			if ans == "result ok " {
+				admitted++
+			}
+		}
+		s, err := dialKafka(a.KafkaFront)
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		defer s.Close()
+		for i := range 3 {
+			code, _, _ := s.produce(topic, idemBatchHeaders(-1, 0, 0, [][2]string{{"pad", pad}}, fmt.Sprint("k", i)))
+			got = append(got, fmt.Sprint("error ", code))
+			if code == 0 {
+				admitted++
+			}
+		}
+		return strings.Join(got, "; "), admitted == 1, "the first passes on a full bucket into debt, as documented; every one passed when only key and value counted"
+	}, func() int64 { return max(0, countValues(t, brokers, topic, "")-1) })
+
+	attack(t, a, "Rate limit: a reload that changes nothing while in debt", func() (string, bool, string) {
+		if r := send("http://"+a.Admin+"/-/reload", "", "", nil, "X-Ferry-Reload", "1"); r.code != 200 {
+			return "reload: " + r.String(), false, ""
+		}
+		r := send("http://"+a.HTTP+"/v1/messages/"+topic, "text/plain", "", []byte("after-reload"))
+		return r.String(), r.code == 429, "every bucket was rebuilt full by a reload; now a class that did not change keeps its bucket"
+	}, func() int64 { return countValues(t, brokers, topic, "after-reload") })
+}
+
+// TestResourceTokenTwice: a resource that carries ferry.token twice (an
+// int, then the real token) has both removed before Kafka.
+func TestResourceTokenTwice(t *testing.T) {
+	brokers := kafkatest.Shared(t)
+	topic := kafkatest.NewTopic(t, brokers, "token-twice", 1)
+	a := agenttest.Start(t, ferryBin, agentConfig(brokers), "receivers.otlp.logs.topic="+topic)
+	tok := issue(t, token.Claims{App: "twice"})
+	attack(t, a, "OTLP: a resource carrying ferry.token twice (an int, then the token)", func() (string, bool, string) {
+		r := send("http://"+a.OTLP+"/v1/logs", "application/x-protobuf", "", hostile.TokenTwice(tok))
+		return r.String(), r.code == 200, "pdata's Remove took only the first: the real token went to Kafka"
+	}, func() int64 {
+		var n int64
+		for _, rec := range kafkatest.UpTo(t, brokers, topic, 60*time.Second) {
+			if strings.Contains(string(rec.Value), tok) || strings.Contains(string(rec.Value), "ferry.token") {
+				n++
+			}
+		}
+		return n
+	})
 }

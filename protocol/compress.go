@@ -11,6 +11,39 @@ import (
 	"github.com/pierrec/lz4/v4"
 )
 
+// Decompressor returns a reader of body's decompressed bytes (c is lz4 or
+// zstd) and a function to call once it is no longer read (its decoder goes
+// back to a pool). For a caller that grows its output as it reads, so a
+// frame costs what it inflates to rather than the limit; the caller bounds
+// the bytes it reads.
+func Decompressor(body []byte, c byte) (io.Reader, func(), error) {
+	switch c {
+	case CompressLZ4:
+		lr := lz4Readers.Get().(*lz4.Reader)
+		lr.Reset(bytes.NewReader(body))
+		return readErr{lr}, func() { lr.Reset(nil); lz4Readers.Put(lr) }, nil
+	case CompressZstd:
+		zr := zstdReaders.Get().(*zstd.Decoder)
+		if err := zr.Reset(bytes.NewReader(body)); err != nil {
+			zstdReaders.Put(zr)
+			return nil, nil, fmt.Errorf("%w: zstd: %v", ErrMalformed, err)
+		}
+		return readErr{zr}, func() { _ = zr.Reset(nil); zstdReaders.Put(zr) }, nil
+	}
+	return nil, nil, fmt.Errorf("%w: unknown compression %d", ErrMalformed, c)
+}
+
+// readErr marks a decoder's errors (other than the end) as a malformed body.
+type readErr struct{ r io.Reader }
+
+func (e readErr) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("%w: decompressing: %v", ErrMalformed, err)
+	}
+	return n, err
+}
+
 // Decompress appends the decompressed body to dst, refusing more than max
 // bytes of output: a small frame that inflates past the limit (a
 // compression bomb) stops at the limit, before memory grows.

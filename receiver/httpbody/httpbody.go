@@ -149,6 +149,18 @@ func (r *Reader) grow(nb *Buf, old int) error {
 	return nil
 }
 
+// ReadAll reads src into a buffer that starts at hint bytes and grows, each
+// step reserved from the budget, up to max: what src really holds is
+// charged, not max. Errors: ErrNoRoom (the budget is full), ErrTooLarge
+// (more than max), or src's own. The buffer comes back on error too (give
+// it to Put).
+func (r *Reader) ReadAll(src io.Reader, hint, max int64) (*Buf, error) {
+	return r.bufs.readAll(src, hint, max, r.growF)
+}
+
+// ErrTooLarge: ReadAll's source held more than its max.
+var ErrTooLarge = errTooLarge
+
 // ErrNoRoom: a buffer's reservation did not fit in the budget.
 var ErrNoRoom = errNoRoom
 

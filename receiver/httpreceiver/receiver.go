@@ -216,7 +216,9 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 	b.MemBytes = int64(cap(body.B) + n*(RecordOverhead+perRecord))
 	payload := len(body.B) + len(key)*n
 
-	if err := r.gate.Limit(claims, n, payload); err != nil {
+	// Headers are charged to memory and sent to Kafka, once per record:
+	// the rate limit counts them too.
+	if err := r.gate.Limit(claims, n, len(body.B)+perRecord*n); err != nil {
 		r.recycle(b, body)
 		r.failErr(w, err, n)
 		return

@@ -46,6 +46,9 @@ type Config struct {
 	// IdleTimeout closes a connection that sends nothing for this long
 	// while nothing of it is in flight (Kafka's connections.max.idle.ms).
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// BodyTimeout bounds reading a request once its size prefix arrived
+	// (a produce request's memory is reserved by then).
+	BodyTimeout time.Duration `yaml:"body_timeout"`
 	// AckTimeout: a produce request Kafka has not answered for within
 	// this is answered REQUEST_TIMED_OUT (keep it below the clients'
 	// request.timeout.ms); its records stay queued and may be delivered.
@@ -101,6 +104,9 @@ func (c *Config) Validate() error {
 	}
 	if c.IdleTimeout <= 0 {
 		return errors.New("idle_timeout: must be positive")
+	}
+	if c.BodyTimeout < 100*time.Millisecond {
+		return fmt.Errorf("body_timeout: %s is below 100ms", c.BodyTimeout)
 	}
 	if c.AckTimeout < 100*time.Millisecond {
 		return fmt.Errorf("ack_timeout: %s is below 100ms", c.AckTimeout)

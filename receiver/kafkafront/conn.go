@@ -3,9 +3,11 @@ package kafkafront
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"reflect"
 	"sync"
 	"time"
@@ -59,6 +61,10 @@ type conn struct {
 	mech    string
 	user    string
 	scratch []byte
+	// bodyBy is when the request being read must have arrived whole
+	// (body_timeout after its size): a body read holds memory (a produce
+	// request's reservation) that a client trickling bytes must not pin.
+	bodyBy time.Time
 
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -119,17 +125,14 @@ func (cn *conn) read() *connErr {
 		for (len(cn.owed) >= maxOwed || cn.w.Queued() > maxQueuedAnswers) && !cn.w.Closed() && cn.ctx.Err() == nil {
 			cn.cond.Wait()
 		}
-		idle, closed := len(cn.owed) == 0, cn.w.Closed()
+		closed := cn.w.Closed()
 		cn.mu.Unlock()
 		if cn.ctx.Err() != nil || closed {
 			return nil
 		}
-		if idle {
-			_ = cn.c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
-		} else {
-			_ = cn.c.SetReadDeadline(time.Time{})
-		}
-		if _, err := io.ReadFull(cn.c, fixed[:4]); err != nil {
+		// Idle only while no answer is owed: a client waiting for its
+		// answers is not idle, one that has them all is.
+		if err := server.ReadHeader(cn.ctx, cn.c, fixed[:4], r.cfg.IdleTimeout, cn.owes); err != nil {
 			return nil
 		}
 		size := int64(int32(binary.BigEndian.Uint32(fixed[:4])))
@@ -139,9 +142,11 @@ func (cn *conn) read() *connErr {
 		if size < 8 {
 			return cn.fail("malformed_request", "request size %d is below a request header", size)
 		}
-		_ = cn.c.SetReadDeadline(time.Now().Add(bodyTimeout))
+		// The whole request must arrive within body_timeout of its size.
+		cn.bodyBy = time.Now().Add(r.cfg.BodyTimeout)
+		_ = cn.c.SetReadDeadline(cn.bodyBy)
 		if _, err := io.ReadFull(cn.c, fixed[4:]); err != nil {
-			return nil
+			return cn.slow(err)
 		}
 		key := int16(binary.BigEndian.Uint16(fixed[4:]))
 		ver := int16(binary.BigEndian.Uint16(fixed[6:]))
@@ -169,9 +174,8 @@ func (cn *conn) read() *connErr {
 				cn.scratch = make([]byte, rest)
 			}
 			body := cn.scratch[:rest]
-			_ = cn.c.SetReadDeadline(time.Now().Add(bodyTimeout))
 			if _, err := io.ReadFull(cn.c, body); err != nil {
-				return nil
+				return cn.slow(err)
 			}
 			// Decoding is where kmsg spends memory (a struct per array
 			// entry): a few requests at a time across all connections.
@@ -191,6 +195,22 @@ func (cn *conn) read() *connErr {
 			return cerr
 		}
 	}
+}
+
+// owes says whether an answer is still owed (the connection is busy).
+func (cn *conn) owes() bool {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return len(cn.owed) > 0
+}
+
+// slow ends a connection whose request did not arrive in time (or at
+// all: the client left, which needs no words).
+func (cn *conn) slow(err error) *connErr {
+	if errors.Is(err, os.ErrDeadlineExceeded) && cn.ctx.Err() == nil {
+		return cn.fail("body_timeout", "a request did not arrive whole within receivers.kafka.body_timeout (%s)", cn.r.cfg.BodyTimeout)
+	}
+	return nil
 }
 
 // apiLabel names a request's API for ferry_receiver_requests_total: the

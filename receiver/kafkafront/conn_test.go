@@ -34,7 +34,7 @@ func TestTopLevelErrorFieldsExist(t *testing.T) {
 
 func testConfig() Config {
 	return Config{Enabled: true, Listen: "127.0.0.1:0", MaxRequestBytes: 1 << 20, MaxDecompressedBytes: 4 << 20,
-		MaxRecords: 1000, MaxPartitions: 100, MaxInflightBytes: 4 << 20, IdleTimeout: time.Minute,
+		MaxRecords: 1000, MaxPartitions: 100, MaxInflightBytes: 4 << 20, IdleTimeout: time.Minute, BodyTimeout: 10 * time.Second,
 		AckTimeout: 5 * time.Second, MetadataMaxAge: time.Minute, Topics: []string{"*"}}
 }
 

@@ -78,16 +78,18 @@ func (cn *conn) produce(ver int16, corr int32, n int) *connErr {
 		cn.cond.Wait()
 	}
 	cn.mu.Unlock()
+	// The body's time starts now: waiting for answers is not trickling.
+	cn.bodyBy = time.Now().Add(r.cfg.BodyTimeout)
 	raw := r.body.Get(n)
 	if !r.body.Reserve(raw, int64(cap(raw.B))) {
 		r.body.Put(raw)
 		return cn.refuse(ver, corr, n)
 	}
 	raw.B = raw.B[:n]
-	_ = cn.c.SetReadDeadline(time.Now().Add(bodyTimeout))
+	_ = cn.c.SetReadDeadline(cn.bodyBy)
 	if _, err := io.ReadFull(cn.c, raw.B); err != nil {
 		r.body.Put(raw)
-		return nil
+		return cn.slow(err)
 	}
 	req, cerr := cn.parseProduce(ver, raw.B)
 	if cerr != nil {
@@ -135,9 +137,13 @@ func (cn *conn) refuse(ver int16, corr int32, n int) *connErr {
 	defer r.body.Put(raw)
 	raw.B = raw.B[:n]
 	// The lease is shared: a client trickling its request must not hold it.
-	_ = cn.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	by := time.Now().Add(5 * time.Second)
+	if cn.bodyBy.Before(by) {
+		by = cn.bodyBy
+	}
+	_ = cn.c.SetReadDeadline(by)
 	if _, err := io.ReadFull(cn.c, raw.B); err != nil {
-		return nil
+		return cn.slow(err)
 	}
 	req, cerr := cn.parseProduce(ver, raw.B)
 	if cerr != nil {
@@ -242,7 +248,8 @@ func (cn *conn) handOn(req *kmsg.ProduceRequest, corr int32, raw *httpbody.Buf, 
 		}
 		return
 	}
-	if err := r.gate.Limit(cn.claims, len(b.Records), d.payload); err != nil {
+	// Headers are charged to memory and sent to Kafka: they count too.
+	if err := r.gate.Limit(cn.claims, len(b.Records), d.payload+d.perRecord); err != nil {
 		release()
 		pr.settle(err, true)
 		pr.failAll(err)

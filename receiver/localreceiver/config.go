@@ -37,6 +37,9 @@ type Config struct {
 	// IdleTimeout closes a connection that sends nothing for this long
 	// while nothing of it is in flight.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// BodyTimeout bounds reading a frame's body once its header arrived
+	// (its memory is reserved by then), and a text-mode line.
+	BodyTimeout time.Duration `yaml:"body_timeout"`
 	// AckTimeout: a frame Kafka has not answered for within this is
 	// answered retryable (ack_timeout); its records stay queued and may
 	// still be delivered.
@@ -79,6 +82,9 @@ func (c *Config) Validate() error {
 	}
 	if c.IdleTimeout <= 0 {
 		return errors.New("idle_timeout: must be positive")
+	}
+	if c.BodyTimeout < 100*time.Millisecond {
+		return fmt.Errorf("body_timeout: %s is below 100ms", c.BodyTimeout)
 	}
 	if c.AckTimeout < 100*time.Millisecond {
 		return fmt.Errorf("ack_timeout: %s is below 100ms", c.AckTimeout)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +49,14 @@ func newConn(r *Receiver, ctx context.Context, c net.Conn) *conn {
 
 func readFull(c net.Conn, b []byte) (int, error) { return io.ReadFull(c, b) }
 
+// A hello holds a client name and a token (4 KiB each at most): it is
+// read in full before the client is authenticated, so it is kept small,
+// and it must arrive within helloTimeout of connecting.
+const (
+	maxHello     = 16 << 10
+	helloTimeout = 10 * time.Second
+)
+
 // run serves the connection until the client leaves, breaks the protocol,
 // or the agent stops; frames in flight are answered before it returns.
 func (cn *conn) run() {
@@ -85,12 +94,18 @@ func (cn *conn) fail(id uint32, reason, msg string) *connErr {
 func (cn *conn) read() *connErr {
 	r := cn.r
 	var hdr [10]byte
-	// The hello.
+	// The hello: before the client is known it may hold little (a name and
+	// a token) for little time.
+	_ = cn.c.SetReadDeadline(time.Now().Add(min(r.cfg.IdleTimeout, helloTimeout)))
 	if _, err := io.ReadFull(cn.c, hdr[:]); err != nil {
 		return nil
 	}
-	h, err := protocol.ParseHeader(hdr, 64<<10)
+	h, err := protocol.ParseHeader(hdr, maxHello)
 	if err != nil || h.Type != protocol.TypeHello {
+		var tl *protocol.TooLargeError
+		if errors.As(err, &tl) {
+			return cn.fail(h.RequestID, "frame_too_large", fmt.Sprintf("a hello of %d bytes (at most %d: a name and a token)", h.Length, maxHello))
+		}
 		return cn.fail(h.RequestID, "malformed_frame", "the first frame must be a hello")
 	}
 	body := make([]byte, h.BodyLen())
@@ -116,21 +131,15 @@ func (cn *conn) read() *connErr {
 			MaxInflightBytes: uint32(min(r.cfg.MaxInflightBytes, 1<<32-1)), Server: ServerName})
 	})
 	maxInflight := int64(r.cfg.MaxInflightBytes)
-	for {
-		if cn.ctx.Err() != nil {
-			return nil
-		}
-		// Idle only counts while nothing is in flight: a client waiting
-		// for answers is not idle.
+	// Idle only counts while nothing is in flight: a client waiting for
+	// answers is not idle, one that has them all is.
+	busy := func() bool {
 		cn.fmu.Lock()
-		idle := cn.inflight == 0
-		cn.fmu.Unlock()
-		if idle {
-			_ = cn.c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
-		} else {
-			_ = cn.c.SetReadDeadline(time.Time{})
-		}
-		if _, err := io.ReadFull(cn.c, hdr[:]); err != nil {
+		defer cn.fmu.Unlock()
+		return cn.inflight > 0
+	}
+	for {
+		if err := server.ReadHeader(cn.ctx, cn.c, hdr[:], r.cfg.IdleTimeout, busy); err != nil {
 			return nil // the client left, idled out, or the agent is stopping
 		}
 		h, err := protocol.ParseHeader(hdr, r.limits.MaxFrameBytes)
@@ -179,36 +188,34 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 		r.body.Put(raw)
 		// No room to hold it: skip its bytes without keeping them, and
 		// answer the whole frame.
-		if _, err := io.CopyN(io.Discard, cn.c, int64(n)); err != nil {
-			return nil
+		if err := server.DiscardBody(cn.c, int64(n), r.cfg.BodyTimeout); err != nil {
+			return cn.slowBody(h, err)
 		}
 		cn.answerWhole(h.RequestID, consumer.ErrFull)
 		return nil
 	}
 	raw.B = raw.B[:n]
-	if _, err := io.ReadFull(cn.c, raw.B); err != nil {
+	if err := server.ReadBody(cn.c, raw.B, r.cfg.BodyTimeout); err != nil {
 		r.body.Put(raw)
-		return nil
+		return cn.slowBody(h, err)
 	}
 	plain, out := raw.B, (*httpbody.Buf)(nil)
 	if c := h.Compression(); c != protocol.CompressNone {
-		// The output may reach max_frame_bytes: that is reserved before
-		// decompressing, so a bomb costs at most the limit.
-		out = r.body.Get(r.limits.MaxFrameBytes)
-		if !r.body.Reserve(out, int64(cap(out.B))) {
-			r.body.Put(raw)
-			r.body.Put(out)
-			cn.answerWhole(h.RequestID, consumer.ErrFull)
-			return nil
-		}
+		// The output is reserved as it grows, from a few times the frame's
+		// size up to max_frame_bytes: a frame costs what it inflates to,
+		// and a bomb stops at the limit.
 		var err error
-		out.B, err = protocol.Decompress(out.B[:0], raw.B, c, r.limits.MaxFrameBytes)
+		out, err = cn.decompress(raw.B, c)
 		if err != nil {
 			r.body.Put(raw)
 			r.body.Put(out)
-			var tl *protocol.TooLargeError
-			if errors.As(err, &tl) {
-				cn.answerWhole(h.RequestID, consumer.OverLimit("frame_too_large", "the decompressed frame", int64(r.limits.MaxFrameBytes), "receivers.local.max_frame_bytes"))
+			var pe *consumer.PermanentError
+			switch {
+			case errors.Is(err, httpbody.ErrNoRoom):
+				cn.answerWhole(h.RequestID, consumer.ErrFull)
+				return nil
+			case errors.As(err, &pe):
+				cn.answerWhole(h.RequestID, pe)
 				return nil
 			}
 			return cn.fail(h.RequestID, "malformed_frame", err.Error())
@@ -282,7 +289,8 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 		cn.answer(fr.ranges(nil), fr)
 		return nil
 	}
-	if err := r.gate.Limit(cn.claims, len(b.Records), payload); err != nil {
+	// Headers are charged to memory and sent to Kafka: they count too.
+	if err := r.gate.Limit(cn.claims, len(b.Records), payload+perRecord); err != nil {
 		b.Reset()
 		r.batchP.Put(b)
 		r.body.Put(raw)
@@ -312,6 +320,31 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 	r.m.Items("records", nrec)
 	r.m.ReqBytes.Observe(float64(h.Length))
 	return nil
+}
+
+// decompress inflates a frame's body into a buffer reserved as it grows.
+func (cn *conn) decompress(body []byte, c byte) (*httpbody.Buf, error) {
+	r := cn.r
+	src, done, err := protocol.Decompressor(body, c)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	max := int64(r.limits.MaxFrameBytes)
+	out, err := r.body.ReadAll(src, min(max, 4*int64(len(body))+4<<10), max)
+	if errors.Is(err, httpbody.ErrTooLarge) {
+		return out, consumer.OverLimit("frame_too_large", "the decompressed frame", max, "receivers.local.max_frame_bytes")
+	}
+	return out, err
+}
+
+// slowBody ends a connection whose frame body did not arrive in time (or
+// at all): its reservation is let go, and it is told why.
+func (cn *conn) slowBody(h protocol.FrameHeader, err error) *connErr {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return cn.fail(h.RequestID, "body_timeout", fmt.Sprintf("a frame of %d bytes did not arrive within receivers.local.body_timeout (%s)", h.Length, cn.r.cfg.BodyTimeout))
+	}
+	return nil // the client left
 }
 
 // check refuses a record whose topic this connection may not write to.

@@ -31,7 +31,7 @@ func testConfig(t *testing.T) Config {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return Config{Enabled: true, Socket: filepath.Join(dir, "f.sock"), SocketMode: "0660", Listen: "127.0.0.1:0",
 		MaxFrameBytes: 64 << 10, MaxRecords: 100, MaxInflightBytes: 1 << 20, MaxConnections: 8, IdleTimeout: 10 * time.Second,
-		AckTimeout: 5 * time.Second, Topics: []string{"*"}, Auth: auth.ReceiverConfig{Mode: "none"}}
+		AckTimeout: 5 * time.Second, BodyTimeout: 10 * time.Second, Topics: []string{"*"}, Auth: auth.ReceiverConfig{Mode: "none"}}
 }
 
 func start(t *testing.T, cfg Config, next consumer.Consumer, pre *receiver.Prechecks) *Receiver {

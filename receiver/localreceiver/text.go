@@ -7,12 +7,14 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/protocol"
+	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/routing"
 )
@@ -23,30 +25,42 @@ import (
 // sent. "#token <token>" authenticates the lines after it.
 func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 	maxLine := min(r.limits.MaxFrameBytes, 1<<20)
-	br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(prefix), c), maxLine+1)
+	lr := newLineReader(c, prefix, r.body)
+	defer lr.close()
 	w := bufio.NewWriter(c)
 	cn := &conn{r: r, ctx: ctx, c: c} // for check()
 	reply := true
 	authed := !r.gate.Enabled()
 	tok := "" // the #token line's token, checked again on every batch of lines
+	refuse := func(reason, msg string) {
+		r.m.Error(reason)
+		_, _ = w.WriteString("ERR " + reason + " " + msg + "\n")
+		_ = w.Flush()
+	}
 	var lines [][]byte
 	for ctx.Err() == nil {
-		_ = c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
 		lines = lines[:0]
 		size := 0
+		// Before a token is given a line is a #token line: short, and soon.
+		idle, max := r.cfg.IdleTimeout, maxLine
+		if !authed {
+			idle, max = min(idle, helloTimeout), maxHello
+		}
 		// One line (waiting for it), then every full line already here.
 		for len(lines) < r.limits.MaxRecords && size < r.limits.MaxFrameBytes {
-			if len(lines) > 0 {
-				peek, _ := br.Peek(br.Buffered())
-				if bytes.IndexByte(peek, '\n') < 0 {
-					break
-				}
+			if len(lines) > 0 && !lr.hasLine() {
+				break
 			}
-			line, err := br.ReadSlice('\n')
-			if errors.Is(err, bufio.ErrBufferFull) {
-				r.m.Error("line_too_long")
-				_, _ = w.WriteString("ERR line_too_long a line is longer than " + itoa(maxLine) + " bytes\n")
-				_ = w.Flush()
+			line, err := lr.readLine(idle, r.cfg.BodyTimeout, max)
+			switch {
+			case errors.Is(err, errLineTooLong):
+				refuse("line_too_long", "a line is longer than "+itoa(max)+" bytes")
+				return
+			case errors.Is(err, httpbody.ErrNoRoom):
+				refuse("queue_full", "ferry's buffer is full: no room for this line; retry later")
+				return
+			case errors.Is(err, errLineTimeout):
+				refuse("body_timeout", "a line did not end within receivers.local.body_timeout ("+r.cfg.BodyTimeout.String()+")")
 				return
 			}
 			if err != nil && len(line) == 0 {
@@ -55,14 +69,16 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 				}
 				break
 			}
-			line = bytes.TrimRight(line, "\r\n")
-			// ReadSlice's bytes are overwritten by the next read: keep a copy.
+			line = bytes.TrimRight(line, "\r")
+			// The reader's bytes are overwritten by the next read: keep a copy.
 			lines = append(lines, append([]byte(nil), line...))
 			size += len(line)
 			if err != nil {
 				break
 			}
 		}
+		// A long line's room goes back to the budget once it is copied out.
+		lr.shrink()
 		var answers []string
 		checked := false
 		b := r.batchP.Get().(*record.Batch)
@@ -206,3 +222,109 @@ func itoa(n int) string {
 		}
 	}
 }
+
+// lineReader reads text-mode lines from a connection. Its buffer starts at
+// lineStart bytes, which every connection has, and grows only as a line
+// needs, each step reserved from the shared memory budget: connections
+// holding long unfinished lines are bounded by the budget, not by
+// connections × the longest line.
+type lineReader struct {
+	c    net.Conn
+	buf  []byte
+	r, w int // unread: buf[r:w]
+	body *httpbody.Reader
+	res  httpbody.Buf // holds the reservation of the growth past lineStart
+}
+
+const lineStart = 4 << 10
+
+var (
+	errLineTooLong = errors.New("line too long")
+	errLineTimeout = errors.New("line not finished in time")
+)
+
+func newLineReader(c net.Conn, prefix []byte, body *httpbody.Reader) *lineReader {
+	lr := &lineReader{c: c, buf: make([]byte, lineStart), body: body}
+	lr.w = copy(lr.buf, prefix)
+	return lr
+}
+
+// hasLine reports whether a whole line is already read.
+func (lr *lineReader) hasLine() bool { return bytes.IndexByte(lr.buf[lr.r:lr.w], '\n') >= 0 }
+
+// readLine returns the next line without its newline, valid until the next
+// call. It waits up to idle for the line's first byte, then body for the
+// rest; a line over max bytes is errLineTooLong. At the end of the stream
+// an unfinished last line is returned with io.EOF.
+func (lr *lineReader) readLine(idle, body time.Duration, max int) ([]byte, error) {
+	scanned := 0 // buf[r:r+scanned] holds no newline
+	started, timed := lr.w > lr.r, false
+	for {
+		if i := bytes.IndexByte(lr.buf[lr.r+scanned:lr.w], '\n'); i >= 0 {
+			line := lr.buf[lr.r : lr.r+scanned+i]
+			lr.r += scanned + i + 1
+			return line, nil
+		}
+		scanned = lr.w - lr.r
+		if scanned > max {
+			return nil, errLineTooLong
+		}
+		if lr.w == len(lr.buf) {
+			if lr.r > 0 {
+				lr.w = copy(lr.buf, lr.buf[lr.r:lr.w])
+				lr.r = 0
+			} else if err := lr.grow(min(2*len(lr.buf), max+1)); err != nil {
+				return nil, err
+			}
+		}
+		switch {
+		case !started:
+			_ = lr.c.SetReadDeadline(time.Now().Add(idle))
+		case !timed:
+			_ = lr.c.SetReadDeadline(time.Now().Add(body))
+			timed = true
+		}
+		n, err := lr.c.Read(lr.buf[lr.w:])
+		lr.w += n
+		started = started || n > 0
+		if err != nil {
+			if errors.Is(err, io.EOF) && lr.w > lr.r {
+				line := lr.buf[lr.r:lr.w]
+				lr.r = lr.w
+				return line, io.EOF
+			}
+			if started && errors.Is(err, os.ErrDeadlineExceeded) {
+				return nil, errLineTimeout
+			}
+			return nil, err
+		}
+	}
+}
+
+// grow enlarges the buffer to n bytes, reserving the difference.
+func (lr *lineReader) grow(n int) error {
+	if n <= len(lr.buf) {
+		return errLineTooLong
+	}
+	if !lr.body.Reserve(&lr.res, int64(n-len(lr.buf))) {
+		return httpbody.ErrNoRoom
+	}
+	nb := make([]byte, n)
+	lr.w = copy(nb, lr.buf[lr.r:lr.w])
+	lr.r, lr.buf = 0, nb
+	return nil
+}
+
+// shrink goes back to lineStart bytes, and gives the growth's reservation
+// back, when what is unread fits.
+func (lr *lineReader) shrink() {
+	if len(lr.buf) == lineStart || lr.w-lr.r > lineStart {
+		return
+	}
+	nb := make([]byte, lineStart)
+	lr.w = copy(nb, lr.buf[lr.r:lr.w])
+	lr.r, lr.buf = 0, nb
+	lr.body.Release(&lr.res)
+}
+
+func (lr *lineReader) close() { lr.body.Release(&lr.res) }

@@ -358,7 +358,12 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		}
 		payload += len(rec.Key) + len(rec.Value)
 	}
-	if err := r.gate.Limit(claims, items, payload); err != nil {
+	// Every record carries the headers to Kafka: the rate limit counts them.
+	hb := 0
+	for _, h := range headers {
+		hb += len(h.Key) + len(h.Value)
+	}
+	if err := r.gate.Limit(claims, items, payload+hb*len(parts)); err != nil {
 		m.Error("rate_limited")
 		return outcome{items: items, err: err}
 	}
