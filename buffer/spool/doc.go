@@ -26,6 +26,10 @@
 // when the reader resynchronises after damage. Segments of the first format
 // (FRYSPL01: 8-byte magic, frames without tag or secret) are still read;
 // since their frames could be forged, damage in one ends that segment.
+// The seal is against client bytes only: the secret is in the segment's
+// header in clear (a restarted agent must read it), so anyone who can
+// write the spool directory can forge or remove frames; the directory's
+// permissions are that boundary.
 //
 // All integers are little-endian. A process appends only to the segment it
 // created: Open always starts a new one, so a segment is written by one
