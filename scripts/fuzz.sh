@@ -40,6 +40,8 @@ for target in \
   "FuzzResync ./buffer/spool" \
   "FuzzDecode ./protocol" \
   "FuzzProduce ./receiver/kafkafront" \
+  "FuzzProduceSequences ./receiver/kafkafront" \
+  "FuzzTextMode ./receiver/localreceiver" \
   "FuzzLZ4 ./exporter/kafkaexporter" \
   "FuzzLZ4Block ./exporter/kafkaexporter"; do
   set -- $target
