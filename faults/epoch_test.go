@@ -143,7 +143,7 @@ func TestJavaProducerEpochBump(t *testing.T) {
 	j.send("java-1")
 	j.send("java-2")
 	j.await(20*time.Second, "java-1", "java-2") // expired
-	time.Sleep(time.Second)                      // the bump follows
+	time.Sleep(time.Second)                     // the bump follows
 	b.Resume(t)
 	stalled := time.Since(paused)
 	var after []string
