@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -167,5 +169,24 @@ func TestRefusesConfigurationsThatCannotWork(t *testing.T) {
 				t.Errorf("%s: %v does not name %s", name, err, k)
 			}
 		}
+	}
+}
+
+// TestFileWithNoSettingsIsAnError: a named configuration file that holds
+// no setting once expanded is refused, never read as the defaults (which
+// may run with authentication off); no file at all is the defaults.
+func TestFileWithNoSettingsIsAnError(t *testing.T) {
+	t.Setenv("FERRY_EMPTY", "")
+	for _, src := range []string{"", "\n\n", "# only a comment\n", "{}", "---\n", "${FERRY_EMPTY}\n"} {
+		f := filepath.Join(t.TempDir(), "ferry.yaml")
+		if err := os.WriteFile(f, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load(f, nil); err == nil || !strings.Contains(err.Error(), "holds no settings") {
+			t.Fatalf("%q: %v, want refused", src, err)
+		}
+	}
+	if _, err := Load("", nil); err != nil {
+		t.Fatalf("no file: %v", err)
 	}
 }

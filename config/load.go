@@ -55,29 +55,24 @@ func Load(path string, sets []string) (*Config, error) {
 }
 
 // ReadFile reads the configuration file at path as written (${ENV} not
-// yet expanded). A file that holds no setting (empty, or only comments:
-// an unreadable pipe or a mistyped process substitution reads as that) is
-// an error: a named file is never silently replaced by the defaults,
-// which may run with authentication off.
-func ReadFile(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(b, &doc); err == nil && doc.Kind == 0 {
-		return nil, fmt.Errorf("%s: the file holds no settings (to run on the built-in defaults, leave out -c)", path)
-	}
-	return b, nil
-}
+// yet expanded).
+func ReadFile(path string) ([]byte, error) { return os.ReadFile(path) }
 
-// LoadSource is Load on the bytes of the file at path, already read.
+// LoadSource is Load on the bytes of the file at path, already read. A
+// file that holds no setting once expanded (empty, only comments, {} or a
+// ${VAR} that is empty: an unreadable pipe or a mistyped process
+// substitution reads as that) is an error: a named file is never silently
+// replaced by the defaults, which may run with authentication off.
 func LoadSource(path string, raw []byte, sets []string) (*Config, error) {
 	var src []byte
 	if path != "" {
 		var err error
 		if src, err = ExpandEnv(raw, os.LookupEnv); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		var doc yaml.Node
+		if err := yaml.Unmarshal(src, &doc); err == nil && (doc.Kind == 0 || len(doc.Content) == 0 || len(doc.Content[0].Content) == 0) {
+			return nil, fmt.Errorf("%s: the file holds no settings (to run on the built-in defaults, leave out -c)", path)
 		}
 	}
 	return Parse(src, sets)

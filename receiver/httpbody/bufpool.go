@@ -73,7 +73,7 @@ func (p *bufPool) readAll(r io.Reader, hint, max int64, grow func(b *Buf, old in
 	if hint <= 0 {
 		hint = 16 << 10
 	}
-	b := p.get(int(min(hint, max+1)))
+	b := p.get(int(min(hint, max)))
 	if grow != nil {
 		if err := grow(b, 0); err != nil {
 			return b, err
@@ -84,7 +84,21 @@ func (p *bufPool) readAll(r io.Reader, hint, max int64, grow func(b *Buf, old in
 			if int64(len(b.B)) > max {
 				return b, errTooLarge
 			}
-			nb := p.get(min(2*cap(b.B), int(max)+1))
+			if int64(len(b.B)) == max {
+				// At the limit: one more byte decides between "exactly
+				// max" and too large, with no buffer past the limit (a
+				// bomb costs the limit, not the next size class).
+				var one [1]byte
+				n, err := io.ReadFull(r, one[:])
+				switch {
+				case n > 0:
+					return b, errTooLarge
+				case errors.Is(err, io.EOF):
+					return b, nil
+				}
+				return b, err
+			}
+			nb := p.get(min(2*cap(b.B), int(max)))
 			if grow != nil {
 				if err := grow(nb, cap(b.B)); err != nil {
 					nb.reserved, b.reserved = b.reserved+nb.reserved, 0

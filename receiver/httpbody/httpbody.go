@@ -155,7 +155,21 @@ func (r *Reader) grow(nb *Buf, old int) error {
 // (more than max), or src's own. The buffer comes back on error too (give
 // it to Put).
 func (r *Reader) ReadAll(src io.Reader, hint, max int64) (*Buf, error) {
-	return r.bufs.readAll(src, hint, max, r.growF)
+	b, err := r.bufs.readAll(src, hint, max, r.growF)
+	if err == nil {
+		r.trim(b)
+	}
+	return b, err
+}
+
+// trim gives back what a buffer grown step by step still holds for the
+// smaller buffers it replaced (they went back to the pool): what is left
+// reserved is the buffer's own capacity.
+func (r *Reader) trim(b *Buf) {
+	if r.budget != nil && b.reserved > int64(cap(b.B)) {
+		r.budget.Release(b.reserved - int64(cap(b.B)))
+		b.reserved = int64(cap(b.B))
+	}
 }
 
 // ErrTooLarge: ReadAll's source held more than its max.
@@ -232,6 +246,9 @@ func (r *Reader) Read(req *http.Request) (*Buf, *Error) {
 		dec = zr
 	}
 	out, err := r.bufs.readAll(dec, int64(len(raw.B))*4, max, r.growF)
+	if err == nil {
+		r.trim(out)
+	}
 	if err != nil {
 		r.Put(out)
 		if errors.Is(err, errNoRoom) {

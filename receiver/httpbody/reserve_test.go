@@ -1,7 +1,9 @@
 package httpbody
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -57,5 +59,37 @@ func TestReserveBelowAndWait(t *testing.T) {
 	r.Put(first)
 	if b.Used() != 0 {
 		t.Fatalf("used %d after Put", b.Used())
+	}
+}
+
+// TestReadAllChargesWhatItHolds: a source read in growing steps ends with
+// its buffer's own capacity reserved (the smaller buffers it replaced are
+// given back), exactly max bytes pass without a buffer past the limit, and
+// one byte more is refused with nothing left reserved once put back.
+func TestReadAllChargesWhatItHolds(t *testing.T) {
+	const max = 256 << 10
+	b := budget.New(4 << 20)
+	r := NewReader(max)
+	r.SetBudget(b)
+	for _, n := range []int{10, 5000, 100_000, max} {
+		buf, err := r.ReadAll(bytes.NewReader(make([]byte, n)), 4<<10, max)
+		if err != nil || len(buf.B) != n {
+			t.Fatalf("%d bytes: %v, read %d", n, err, len(buf.B))
+		}
+		if buf.Reserved() != int64(cap(buf.B)) || b.Used() != int64(cap(buf.B)) {
+			t.Fatalf("%d bytes: reserved %d, budget used %d, capacity %d", n, buf.Reserved(), b.Used(), cap(buf.B))
+		}
+		if cap(buf.B) > max {
+			t.Fatalf("%d bytes: a buffer of %d past the limit %d", n, cap(buf.B), max)
+		}
+		r.Put(buf)
+	}
+	buf, err := r.ReadAll(bytes.NewReader(make([]byte, max+1)), 4<<10, max)
+	if !errors.Is(err, ErrTooLarge) || cap(buf.B) > max {
+		t.Fatalf("one byte over: %v, capacity %d", err, cap(buf.B))
+	}
+	r.Put(buf)
+	if b.Used() != 0 {
+		t.Fatalf("%d bytes still reserved", b.Used())
 	}
 }

@@ -43,12 +43,6 @@ const (
 	maxQueuedAnswers = 1 << 20 // bytes of answers waiting to be written
 )
 
-// bodyTimeout bounds reading a request's body once its header arrived: a
-// loopback client sends a request in milliseconds, and a body read holds
-// memory (a produce request's reservation) that must not be pinned by a
-// client trickling bytes.
-const bodyTimeout = 30 * time.Second
-
 // conn is one client connection: a reader handles requests in order, a
 // writer sends the answers, in the same order, as they become ready.
 type conn struct {

@@ -137,11 +137,9 @@ func (cn *conn) refuse(ver int16, corr int32, n int) *connErr {
 	defer r.body.Put(raw)
 	raw.B = raw.B[:n]
 	// The lease is shared: a client trickling its request must not hold it.
-	by := time.Now().Add(5 * time.Second)
-	if cn.bodyBy.Before(by) {
-		by = cn.bodyBy
-	}
-	_ = cn.c.SetReadDeadline(by)
+	// Its time starts once it holds the lease (waiting behind others is not
+	// trickling), and is short: the lease is shared.
+	_ = cn.c.SetReadDeadline(time.Now().Add(min(5*time.Second, r.cfg.BodyTimeout)))
 	if _, err := io.ReadFull(cn.c, raw.B); err != nil {
 		return cn.slow(err)
 	}
@@ -392,6 +390,11 @@ func (d *decoder) claim(topic string, part int32, recs []byte, rp *kmsg.ProduceR
 		return nil, true, nil
 	case refusedBatch:
 		return nil, false, err
+	case foreign:
+		// Delivered, but never matched against the owner's batches.
+		d.cn.r.m.Error("producer_id_not_yours")
+		d.cn.r.logWarn("producer_id_not_yours", "kafka produce under a producer id issued to another application: delivered without the retry check",
+			"remote", d.cn.c.RemoteAddr().String(), "user", d.cn.user)
 	}
 	return nil, false, nil
 }

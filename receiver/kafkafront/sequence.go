@@ -23,21 +23,25 @@ import (
 //   - Producer ids are ferry's own (InitProducerId), random and so not
 //     guessable, and each is remembered with the application (token) it
 //     was issued to. Only a batch under an id this agent issued, sent by
-//     that application, is ever taken for a duplicate; an id issued to
-//     another application is refused INVALID_PRODUCER_ID_MAPPING, an id
-//     this agent never issued (or forgot: a restart, eviction) is
-//     delivered as an ordinary batch.
-//   - State is per (id, epoch): a batch of a newer epoch (the Java
-//     producer bumps it after an expired batch and starts every
-//     sequence at 0 again) drops the older epoch's state; a batch of an
-//     older epoch is refused INVALID_PRODUCER_EPOCH, as Kafka does.
-//   - A duplicate is one of the last five batches of its partition with
-//     the same first and last sequence *and* the same CRC (the batch's
-//     bytes, which a client's retry repeats exactly); anything else is
-//     delivered. An acknowledged duplicate is answered with its offset,
-//     one still on its way to Kafka (the client gave up waiting, or ferry
-//     answered REQUEST_TIMED_OUT) is answered retriable, so the client
-//     asks again once the first attempt has settled.
+//     that application, is ever taken for a retry. Any other batch (an id
+//     issued to another application, or one this agent never issued or has
+//     forgotten: a restart, eviction) is delivered as an ordinary batch and
+//     leaves the table alone: nobody can poison another producer's state,
+//     and a producer whose token changed under it (a reload that turned
+//     authentication on) keeps working, without the retry check.
+//   - State is per (id, partition) with the epoch, as in Kafka: a batch of
+//     a newer epoch (the Java producer bumps it after an expired batch and
+//     starts its sequences at 0 again) drops that partition's older
+//     batches; a batch of an older epoch than the partition's is refused
+//     INVALID_PRODUCER_EPOCH, as Kafka does.
+//   - A retry is one of the partition's last five batches with the same
+//     first and last sequence *and* the same CRC (the batch's bytes, which
+//     a client's retry repeats exactly, and which cover the producer id,
+//     epoch and sequences); anything else is delivered. An acknowledged
+//     retry is answered with the first attempt's offset, one whose first
+//     attempt is still on its way to Kafka (the client gave up waiting, or
+//     ferry answered REQUEST_TIMED_OUT) is answered retriable, so the
+//     client asks again once that attempt has settled.
 //
 // ferry does not refuse out-of-order sequences: it never answers a batch
 // it did not deliver with success, so there is no gap a client could skip.
@@ -50,12 +54,12 @@ type producers struct {
 	maxProducers, maxParts int
 	parts                  int
 	idle                   time.Duration
+	swept                  time.Time // the last sweep of idle producers
 }
 
 // producer is one issued id.
 type producer struct {
 	owner string // the application it was issued to ("" without a token)
-	epoch int16  // the newest epoch seen
 	at    time.Time
 	parts map[seqPart]*seqEntry
 }
@@ -73,7 +77,10 @@ type seqBatch struct {
 	used        bool
 }
 
+// seqEntry is one partition of one producer: its newest epoch and the
+// last batches of that epoch.
 type seqEntry struct {
+	epoch  int16
 	recent [5]seqBatch // Kafka keeps the last five batches too
 	next   int
 }
@@ -85,21 +92,17 @@ type seqKey struct {
 	seqPart
 }
 
-// The refusals of a batch the table will not track.
-var (
-	errNotIssuedToYou = &consumer.PermanentError{Reason: "producer_id_not_yours", Kind: consumer.KindRefused,
-		Err: kerr.InvalidProducerIDMapping,
-		Msg: "this producer id was issued to another application: ask for your own with InitProducerId"}
-	errOldEpoch = &consumer.PermanentError{Reason: "producer_epoch_fenced", Kind: consumer.KindRefused,
-		Err: kerr.InvalidProducerEpoch,
-		Msg: "a newer epoch of this producer id has produced since: this batch is from a fenced producer"}
-)
+// errOldEpoch refuses a batch of an epoch the partition has moved past.
+var errOldEpoch = &consumer.PermanentError{Reason: "producer_epoch_fenced", Kind: consumer.KindRefused,
+	Err: kerr.InvalidProducerEpoch,
+	Msg: "a newer epoch of this producer id has produced to this partition since: this batch is from a fenced producer"}
 
 // verdict is what the table says of a batch.
 type verdict int
 
 const (
 	untracked    verdict = iota // deliver; nothing to settle
+	foreign                     // deliver; nothing to settle: the id was issued to another application
 	claimed                     // deliver; settle when it ends
 	dupAcked                    // answer with the offset, deliver nothing
 	dupInflight                 // answer retriable, deliver nothing
@@ -115,6 +118,7 @@ func newProducers(maxProducers, maxParts int) *producers {
 func (s *producers) issue(owner string, now time.Time) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.sweep(now)
 	if len(s.m) >= s.maxProducers {
 		s.evict(now)
 	}
@@ -140,30 +144,35 @@ func (s *producers) issue(owner string, now time.Time) int64 {
 func (s *producers) claim(owner string, k seqKey, first, last int32, crc uint32, now time.Time) (verdict, int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.sweep(now)
 	p := s.m[k.pid]
 	switch {
 	case p == nil:
 		return untracked, 0, nil
 	case p.owner != owner:
-		return refusedBatch, 0, errNotIssuedToYou
-	case k.epoch < p.epoch:
-		return refusedBatch, 0, errOldEpoch
-	case k.epoch > p.epoch:
-		s.parts -= len(p.parts)
-		p.epoch, p.parts = k.epoch, nil
+		return foreign, 0, nil
 	}
 	p.at = now
 	e := p.parts[k.seqPart]
 	if e == nil {
 		if s.parts >= s.maxParts {
-			return untracked, 0, nil
+			s.evict(now)
+			if s.m[k.pid] == nil || s.parts >= s.maxParts {
+				return untracked, 0, nil
+			}
 		}
 		if p.parts == nil {
 			p.parts = map[seqPart]*seqEntry{}
 		}
-		e = &seqEntry{}
+		e = &seqEntry{epoch: k.epoch}
 		p.parts[k.seqPart] = e
 		s.parts++
+	}
+	switch {
+	case k.epoch < e.epoch:
+		return refusedBatch, 0, errOldEpoch
+	case k.epoch > e.epoch:
+		*e = seqEntry{epoch: k.epoch}
 	}
 	for i := range e.recent {
 		b := &e.recent[i]
@@ -181,16 +190,17 @@ func (s *producers) claim(owner string, k seqKey, first, last int32, crc uint32,
 
 // settle records a claimed batch's outcome: delivered at offset, or not
 // delivered (forgotten, so the client's retry is delivered). A batch whose
-// epoch has been replaced meanwhile has nothing left to settle.
+// epoch has been replaced meanwhile, or whose producer was forgotten, has
+// nothing left to settle.
 func (s *producers) settle(k seqKey, first, last int32, crc uint32, delivered bool, offset int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.m[k.pid]
-	if p == nil || p.epoch != k.epoch {
+	if p == nil {
 		return
 	}
 	e := p.parts[k.seqPart]
-	if e == nil {
+	if e == nil || e.epoch != k.epoch {
 		return
 	}
 	for i := range e.recent {
@@ -206,18 +216,30 @@ func (s *producers) settle(k seqKey, first, last int32, crc uint32, delivered bo
 	}
 }
 
-// evict makes room: producers idle for s.idle first (Kafka's default
-// producer-id expiry is a week, but ferry's clients are local and
-// reconnect within seconds), then, if still over nine tenths full, the
-// least recently used of those with nothing in flight. Forgetting a
-// producer only means a later retry of its batches is delivered again.
-func (s *producers) evict(now time.Time) {
+// sweep forgets producers idle for s.idle (Kafka's default producer-id
+// expiry is a week, but ferry's clients are local and reconnect within
+// seconds), at most once a minute.
+func (s *producers) sweep(now time.Time) {
+	if now.Sub(s.swept) < time.Minute {
+		return
+	}
+	s.swept = now
 	for pid, p := range s.m {
 		if now.Sub(p.at) > s.idle {
 			s.drop(pid, p)
 		}
 	}
-	if len(s.m) < s.maxProducers*9/10 {
+}
+
+// evict makes room when either bound is reached: the least recently used
+// producers with nothing in flight go until both counts are below nine
+// tenths of their bounds. Forgetting a producer only means a later retry of
+// its batches is delivered again.
+func (s *producers) evict(now time.Time) {
+	s.swept = time.Time{}
+	s.sweep(now)
+	room := func() bool { return len(s.m) < s.maxProducers*9/10 && s.parts < s.maxParts*9/10 }
+	if room() {
 		return
 	}
 	type idle struct {
@@ -232,7 +254,7 @@ func (s *producers) evict(now time.Time) {
 	}
 	slices.SortFunc(quiet, func(a, b idle) int { return a.at.Compare(b.at) })
 	for _, q := range quiet {
-		if len(s.m) < s.maxProducers*9/10 {
+		if room() {
 			break
 		}
 		s.drop(q.pid, s.m[q.pid])

@@ -52,8 +52,9 @@ func TestProducers(t *testing.T) {
 }
 
 // TestProducerIDsAreOwned: an id is deduplicated only for the application
-// it was issued to; an id never issued is not tracked; ids are not
-// sequential.
+// it was issued to: another application's batches under it are delivered
+// and leave the owner's state alone; an id never issued is not tracked;
+// ids are not sequential.
 func TestProducerIDsAreOwned(t *testing.T) {
 	now := time.Now()
 	s := newProducers(100, 100)
@@ -66,18 +67,27 @@ func TestProducerIDsAreOwned(t *testing.T) {
 		t.Fatalf("owner's batch: %v", v)
 	}
 	s.settle(k, 0, 0, 7, true, 1)
-	v, _, err := s.claim("beta", k, 0, 0, 7, now)
-	if v != refusedBatch || !errors.Is(err, kerr.InvalidProducerIDMapping) {
-		t.Fatalf("another application's batch: %v %v, want INVALID_PRODUCER_ID_MAPPING", v, err)
+	if v, _, _ := s.claim("beta", k, 0, 0, 7, now); v != foreign {
+		t.Fatalf("another application's batch: %v, want delivered untracked", v)
+	}
+	if v, _, _ := s.claim("beta", k, 1, 1, 8, now); v != foreign {
+		t.Fatalf("another application's next batch: %v, want delivered untracked", v)
+	}
+	if v, off, _ := s.claim("alpha", k, 0, 0, 7, now); v != dupAcked || off != 1 {
+		t.Fatalf("the owner's retry after another application used its id: %v %d", v, off)
+	}
+	if v, _, _ := s.claim("alpha", k, 1, 1, 8, now); v != claimed {
+		t.Fatalf("the owner's next batch, whose sequences another application used: %v, want delivered", v)
 	}
 	if v, _, _ := s.claim("beta", seqKey{pid: b + a + 12345, seqPart: seqPart{topic: "t"}}, 0, 0, 7, now); v != untracked {
 		t.Fatalf("an id never issued: %v, want untracked", v)
 	}
 }
 
-// TestProducerEpochs: a newer epoch drops the older one's batches (its
-// sequences start at 0 again and are delivered); an older epoch is fenced;
-// a settle for the replaced epoch changes nothing.
+// TestProducerEpochs: per partition, as in Kafka: a newer epoch drops the
+// older one's batches (its sequences start at 0 again and are delivered);
+// an older epoch is fenced; a settle for the replaced epoch changes
+// nothing; another partition keeps its own epoch.
 func TestProducerEpochs(t *testing.T) {
 	now := time.Now()
 	s := newProducers(100, 100)
@@ -96,6 +106,10 @@ func TestProducerEpochs(t *testing.T) {
 	}
 	if s.parts != 1 {
 		t.Fatalf("%d partition entries, want epoch 1's one", s.parts)
+	}
+	other := seqKey{pid: pid, seqPart: seqPart{topic: "t", part: 1}}
+	if v, _, _ := s.claim("", other, 5, 5, 9, now); v != claimed {
+		t.Fatalf("epoch 0 on another partition after epoch 1 on the first: %v, want delivered", v)
 	}
 }
 
@@ -132,5 +146,35 @@ func TestProducersBounded(t *testing.T) {
 	}
 	if s.m[busy] != nil {
 		t.Fatal("a producer idle past the expiry was kept")
+	}
+}
+
+// TestProducersPartitionsFreed: a table whose partition entries are all
+// taken makes room from the least recently used producers with nothing in
+// flight, so a new producer's batches are still checked; and producers
+// idle past the expiry are forgotten within a minute, full table or not.
+func TestProducersPartitionsFreed(t *testing.T) {
+	now := time.Now()
+	s := newProducers(100, 10)
+	old := s.issue("", now)
+	for p := range int32(10) {
+		k := seqKey{pid: old, seqPart: seqPart{topic: "t", part: p}}
+		s.claim("", k, 0, 0, 1, now)
+		s.settle(k, 0, 0, 1, true, int64(p))
+	}
+	fresh := s.issue("", now.Add(time.Second))
+	if v, _, _ := s.claim("", seqKey{pid: fresh, seqPart: seqPart{topic: "t"}}, 0, 0, 1, now.Add(time.Second)); v != claimed {
+		t.Fatalf("a new producer with every partition entry taken by an idle one: %v, want checked", v)
+	}
+	if s.m[old] != nil {
+		t.Fatal("the least recently used producer was kept")
+	}
+	// Idle past the expiry: gone at the next look a minute on.
+	if v, _, _ := s.claim("", seqKey{pid: fresh, seqPart: seqPart{topic: "u"}}, 0, 0, 1, now.Add(10*time.Minute)); v != claimed {
+		t.Fatalf("a producer back after 10 minutes: %v, want still known", v)
+	}
+	other := s.issue("", now.Add(30*time.Minute))
+	if s.m[fresh] != nil || s.m[other] == nil {
+		t.Fatal("a producer idle for 20 minutes was kept")
 	}
 }

@@ -341,7 +341,7 @@ func (cn *conn) decompress(body []byte, c byte) (*httpbody.Buf, error) {
 // slowBody ends a connection whose frame body did not arrive in time (or
 // at all): its reservation is let go, and it is told why.
 func (cn *conn) slowBody(h protocol.FrameHeader, err error) *connErr {
-	if errors.Is(err, os.ErrDeadlineExceeded) {
+	if errors.Is(err, os.ErrDeadlineExceeded) && cn.ctx.Err() == nil {
 		return cn.fail(h.RequestID, "body_timeout", fmt.Sprintf("a frame of %d bytes did not arrive within receivers.local.body_timeout (%s)", h.Length, cn.r.cfg.BodyTimeout))
 	}
 	return nil // the client left

@@ -149,7 +149,13 @@ func (r *Receiver) TCPAddr() string {
 // serve runs one connection.
 func (r *Receiver) serve(ctx context.Context, c net.Conn) {
 	var pre [4]byte
-	_ = c.SetReadDeadline(time.Now().Add(r.cfg.IdleTimeout))
+	// With a token required, nothing may be sent before it for long: a
+	// hello or a #token line comes at once.
+	first := r.cfg.IdleTimeout
+	if r.gate.Enabled() {
+		first = min(first, helloTimeout)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(first))
 	n, err := readFull(c, pre[:])
 	if err != nil {
 		if n > 0 {

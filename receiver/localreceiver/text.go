@@ -25,7 +25,7 @@ import (
 // sent. "#token <token>" authenticates the lines after it.
 func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 	maxLine := min(r.limits.MaxFrameBytes, 1<<20)
-	lr := newLineReader(c, prefix, r.body)
+	lr := newLineReader(ctx, c, prefix, r.body)
 	defer lr.close()
 	w := bufio.NewWriter(c)
 	cn := &conn{r: r, ctx: ctx, c: c} // for check()
@@ -38,8 +38,9 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 		_ = w.Flush()
 	}
 	var lines [][]byte
+	var noRoom []int // lines refused for want of budget
 	for ctx.Err() == nil {
-		lines = lines[:0]
+		lines, noRoom = lines[:0], noRoom[:0]
 		size := 0
 		// Before a token is given a line is a #token line: short, and soon.
 		idle, max := r.cfg.IdleTimeout, maxLine
@@ -57,8 +58,19 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 				refuse("line_too_long", "a line is longer than "+itoa(max)+" bytes")
 				return
 			case errors.Is(err, httpbody.ErrNoRoom):
-				refuse("queue_full", "ferry's buffer is full: no room for this line; retry later")
-				return
+				// This line is refused, in its place among the answers;
+				// the connection goes on with the next one.
+				r.m.Error("queue_full")
+				r.logWarn("queue_full", "local text line refused: no room in the memory budget for a line this long", "remote", c.RemoteAddr().String())
+				if err := lr.skipLine(r.cfg.BodyTimeout); err != nil {
+					if errors.Is(err, errLineTimeout) {
+						refuse("body_timeout", "a line did not end within receivers.local.body_timeout ("+r.cfg.BodyTimeout.String()+")")
+					}
+					return
+				}
+				lines = append(lines, nil)
+				noRoom = append(noRoom, len(lines)-1)
+				continue
 			case errors.Is(err, errLineTimeout):
 				refuse("body_timeout", "a line did not end within receivers.local.body_timeout ("+r.cfg.BodyTimeout.String()+")")
 				return
@@ -87,6 +99,10 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 		payload := 0
 		for i, line := range lines {
 			switch {
+			case len(noRoom) > 0 && noRoom[0] == i:
+				noRoom = noRoom[1:]
+				answers = append(answers, "ERR queue_full ferry's buffer is full: no room for a line this long; retry later")
+				continue
 			case bytes.HasPrefix(line, []byte("#noreply")):
 				reply = false
 				answers = append(answers, "")
@@ -229,6 +245,7 @@ func itoa(n int) string {
 // holding long unfinished lines are bounded by the budget, not by
 // connections × the longest line.
 type lineReader struct {
+	ctx  context.Context // ends at shutdown
 	c    net.Conn
 	buf  []byte
 	r, w int // unread: buf[r:w]
@@ -243,8 +260,8 @@ var (
 	errLineTimeout = errors.New("line not finished in time")
 )
 
-func newLineReader(c net.Conn, prefix []byte, body *httpbody.Reader) *lineReader {
-	lr := &lineReader{c: c, buf: make([]byte, lineStart), body: body}
+func newLineReader(ctx context.Context, c net.Conn, prefix []byte, body *httpbody.Reader) *lineReader {
+	lr := &lineReader{ctx: ctx, c: c, buf: make([]byte, lineStart), body: body}
 	lr.w = copy(lr.buf, prefix)
 	return lr
 }
@@ -284,6 +301,11 @@ func (lr *lineReader) readLine(idle, body time.Duration, max int) ([]byte, error
 			_ = lr.c.SetReadDeadline(time.Now().Add(body))
 			timed = true
 		}
+		// After setting it: Stream.Shutdown ends ctx, then sets a deadline
+		// of now to wake readers, which a later deadline would undo.
+		if err := lr.ctx.Err(); err != nil {
+			return nil, err
+		}
 		n, err := lr.c.Read(lr.buf[lr.w:])
 		lr.w += n
 		started = started || n > 0
@@ -293,10 +315,31 @@ func (lr *lineReader) readLine(idle, body time.Duration, max int) ([]byte, error
 				lr.r = lr.w
 				return line, io.EOF
 			}
-			if started && errors.Is(err, os.ErrDeadlineExceeded) {
+			if started && errors.Is(err, os.ErrDeadlineExceeded) && lr.ctx.Err() == nil {
 				return nil, errLineTimeout
 			}
 			return nil, err
+		}
+	}
+}
+
+// skipLine drops the rest of the current line, through its newline,
+// without growing the buffer; the line must end within body.
+func (lr *lineReader) skipLine(body time.Duration) error {
+	_ = lr.c.SetReadDeadline(time.Now().Add(body))
+	for {
+		if i := bytes.IndexByte(lr.buf[lr.r:lr.w], '\n'); i >= 0 {
+			lr.r += i + 1
+			return nil
+		}
+		lr.r, lr.w = 0, 0
+		n, err := lr.c.Read(lr.buf)
+		lr.w = n
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && lr.ctx.Err() == nil {
+				return errLineTimeout
+			}
+			return err
 		}
 	}
 }
