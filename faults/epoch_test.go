@@ -176,7 +176,7 @@ func TestJavaProducerEpochBump(t *testing.T) {
 	for _, c := range got {
 		dups += c - 1
 	}
-	record(t, outcome{Test: "Java producer through the Kafka front; broker paused until two batches expire: epoch bumped, sequences from 0 again", Mode: "kafka",
+	record(t, outcome{Test: "7. Java producer through the Kafka front, broker paused until two batches expire: epoch bumped, sequences from 0 again", Mode: "kafka",
 		Duration: fmt.Sprintf("9 records, broker paused %.1fs", stalled.Seconds()), Offered: 9, Acked: int64(len(acked)), Delivered: int64(len(got)),
 		Lost: int64(len(lost)), Duplicates: int64(dups), PeakRSSMiB: mib(a.peakRSS.Load()),
 		Recovery: fmt.Sprintf("epoch bumped: %v", j.bumped),
