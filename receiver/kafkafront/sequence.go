@@ -73,16 +73,19 @@ type seqBatch struct {
 	first, last int32
 	crc         uint32
 	offset      int64
+	order       uint32 // when it was claimed: the oldest is replaced first
 	inflight    bool
 	used        bool
 }
 
 // seqEntry is one partition of one producer: its newest epoch and the
-// last batches of that epoch.
+// last batches of that epoch that are delivered or on their way. A batch
+// that was not delivered frees its place, so a client retrying a failing
+// batch does not push the delivered ones out.
 type seqEntry struct {
 	epoch  int16
 	recent [5]seqBatch // Kafka keeps the last five batches too
-	next   int
+	claims uint32
 }
 
 // seqKey names one batch's place: producer, epoch, partition.
@@ -183,8 +186,18 @@ func (s *producers) claim(owner string, k seqKey, first, last int32, crc uint32,
 			return dupAcked, b.offset, nil
 		}
 	}
-	e.recent[e.next] = seqBatch{first: first, last: last, crc: crc, offset: -1, inflight: true, used: true}
-	e.next = (e.next + 1) % len(e.recent)
+	slot := 0
+	for i := range e.recent {
+		if !e.recent[i].used {
+			slot = i
+			break
+		}
+		if e.recent[i].order < e.recent[slot].order {
+			slot = i
+		}
+	}
+	e.claims++
+	e.recent[slot] = seqBatch{first: first, last: last, crc: crc, offset: -1, order: e.claims, inflight: true, used: true}
 	return claimed, 0, nil
 }
 

@@ -178,3 +178,25 @@ func TestProducersPartitionsFreed(t *testing.T) {
 		t.Fatal("a producer idle for 20 minutes was kept")
 	}
 }
+
+// TestFailedRetriesKeepTheWindow: a batch that was not delivered frees its
+// place among the five, so a client retrying a failing batch again and
+// again does not push the delivered batches out (their retries would then
+// be delivered twice). FuzzProduceSequences found it.
+func TestFailedRetriesKeepTheWindow(t *testing.T) {
+	now := time.Now()
+	s := newProducers(10, 10)
+	pid := s.issue("", now)
+	k := seqKey{pid: pid, seqPart: seqPart{topic: "t"}}
+	s.claim("", k, 0, 0, 1, now)
+	s.settle(k, 0, 0, 1, true, 40)
+	for range 10 {
+		if v, _, _ := s.claim("", k, 1, 1, 2, now); v != claimed {
+			t.Fatalf("a retry of a batch that failed: %v", v)
+		}
+		s.settle(k, 1, 1, 2, false, 0)
+	}
+	if v, off, _ := s.claim("", k, 0, 0, 1, now); v != dupAcked || off != 40 {
+		t.Fatalf("the delivered batch's retry after ten failed attempts of another: %v %d", v, off)
+	}
+}
