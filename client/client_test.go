@@ -31,7 +31,7 @@ func agent(t testing.TB, next consumer.Consumer, mod func(*localreceiver.Config)
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "f.sock")
 	cfg := localreceiver.Config{Enabled: true, Socket: sock, SocketMode: "0660", Listen: "127.0.0.1:0", MaxFrameBytes: 1 << 20,
-		MaxRecords: 10_000, MaxInflightBytes: 4 << 20, MaxConnections: 16, IdleTimeout: time.Minute, AckTimeout: 5 * time.Second,
+		MaxRecords: 10_000, MaxInflightBytes: 4 << 20, MaxConnections: 16, IdleTimeout: time.Minute, AckTimeout: 5 * time.Second, BodyTimeout: 10 * time.Second,
 		Topics: []string{"*"}}
 	if mod != nil {
 		mod(&cfg)
@@ -232,7 +232,7 @@ func TestReconnects(t *testing.T) {
 			_ = r.Shutdown(context.Background())
 			time.Sleep(50 * time.Millisecond)
 			r2, err := localreceiver.New(localreceiver.Config{Enabled: true, Socket: sock, SocketMode: "0660", MaxFrameBytes: 1 << 20,
-				MaxRecords: 10_000, MaxInflightBytes: 4 << 20, MaxConnections: 16, IdleTimeout: time.Minute, AckTimeout: 5 * time.Second,
+				MaxRecords: 10_000, MaxInflightBytes: 4 << 20, MaxConnections: 16, IdleTimeout: time.Minute, AckTimeout: 5 * time.Second, BodyTimeout: 10 * time.Second,
 				Topics: []string{"*"}}, telemetry.TestSettings(), sink, nil)
 			if err != nil {
 				t.Fatal(err)
