@@ -5,11 +5,12 @@ import (
 	"net"
 	"time"
 
+	"github.com/ferryhq/ferry/admin"
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/ratelimit"
 	"github.com/ferryhq/ferry/buffer/memqueue"
 	"github.com/ferryhq/ferry/buffer/spool"
-	"github.com/ferryhq/ferry/config/bytesize"
+	"github.com/ferryhq/ferry/bytesize"
 	"github.com/ferryhq/ferry/deadletter"
 	"github.com/ferryhq/ferry/exporter/kafkaexporter"
 	"github.com/ferryhq/ferry/processor/attributes"
@@ -24,7 +25,7 @@ import (
 
 // Config is the whole agent configuration.
 type Config struct {
-	Telemetry  telemetry.Config `yaml:"telemetry"`
+	Telemetry  Telemetry        `yaml:"telemetry"`
 	Receivers  Receivers        `yaml:"receivers"`
 	Queue      memqueue.Config  `yaml:"queue"`
 	Delivery   Delivery         `yaml:"delivery"`
@@ -49,6 +50,13 @@ type Runtime struct {
 	// AdaptiveProcs runs Go's scheduler on one core while the agent's load
 	// is light and on every core above it (package scheduler).
 	AdaptiveProcs bool `yaml:"adaptive_procs"`
+}
+
+// Telemetry is logs and the summary line (package telemetry) and the admin
+// listener (package admin).
+type Telemetry struct {
+	telemetry.Config `yaml:",inline"`
+	Admin            admin.Config `yaml:"admin"`
 }
 
 // Receivers holds every receiver's section.
@@ -104,7 +112,10 @@ func (c *Config) Validate() error {
 		}
 		return nil
 	}
-	if err := wrap("telemetry", c.Telemetry.Validate()); err != nil {
+	if err := wrap("telemetry", c.Telemetry.Config.Validate()); err != nil {
+		return err
+	}
+	if err := wrap("telemetry.admin", c.Telemetry.Admin.Validate()); err != nil {
 		return err
 	}
 	if err := wrap("receivers.http", c.Receivers.HTTP.Validate()); err != nil {

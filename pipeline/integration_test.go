@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/config"
-	"github.com/ferryhq/ferry/internal/kafkatest"
+	"github.com/ferryhq/ferry/proofs/harness/kafkatest"
 	"github.com/ferryhq/ferry/telemetry"
 )
 

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ferryhq/ferry/admin"
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/ratelimit"
 	"github.com/ferryhq/ferry/buffer/budget"
@@ -48,7 +49,7 @@ import (
 type Pipeline struct {
 	cfg      *config.Config
 	Set      telemetry.Settings
-	Admin    *telemetry.Admin
+	Admin    *admin.Admin
 	Exporter Exporter
 	// Budget is the memory bound every stage that holds data reserves from.
 	Budget *budget.Budget
@@ -215,7 +216,7 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 	if p.Kafka != nil {
 		p.Kafka.SetBudget(bodies)
 	}
-	p.Admin = telemetry.NewAdmin(cfg.Telemetry.Admin, set)
+	p.Admin = admin.New(cfg.Telemetry.Admin, set)
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_build_info", Help: "Always 1; labels say what runs.",
 		ConstLabels: prometheus.Labels{"version": Version}})
 	info.Set(1)

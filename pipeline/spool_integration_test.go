@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/deadletter"
-	"github.com/ferryhq/ferry/internal/kafkatest"
+	"github.com/ferryhq/ferry/proofs/harness/kafkatest"
 )
 
 // TestSpoolModeEndToEnd: in spool mode every record arrives once, with its

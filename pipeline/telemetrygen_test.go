@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
-	"github.com/ferryhq/ferry/internal/kafkatest"
+	"github.com/ferryhq/ferry/proofs/harness/kafkatest"
 )
 
 // TestTelemetrygen: OpenTelemetry's own load generator sends traces, metrics

@@ -17,7 +17,7 @@ echo "== fault tests (full length; progress below as each finishes)"
 log=$(mktemp /tmp/ferry-faults.XXXXXX.log)
 status=0
 FERRY_FAULTS=full FERRY_FAULTS_REPORT="$PWD/docs/reliability.md" FERRY_TEST_KAFKA=127.0.0.1:$port \
-  go test -count=1 -v -timeout 60m ./faults 2>&1 | tee "$log" | grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|result:' || status=$?
+  go test -count=1 -v -timeout 60m ./proofs/faults 2>&1 | tee "$log" | grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|result:' || status=$?
 if grep -q '^--- FAIL' "$log"; then
   echo "== failures (full output: $log)"
   grep -A40 -E '^\s+faults_test.go:[0-9]+: (agent|.*not in Kafka|.*lost|.*want)' "$log" | head -80

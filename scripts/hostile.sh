@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make hostile: every attack of the hostile-input review thrown at the real
 # binary over the network, with a real broker and a well-behaved client
-# running alongside (hostile/). Rewrites the table in docs/reliability.md
+# running alongside (proofs/hostile/). Rewrites the table in docs/reliability.md
 # from what it measured. make test runs the same tests (without the report).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +15,7 @@ echo "== hostile-client tests (each attack's answer and peak RSS below as it fin
 log=$(mktemp /tmp/ferry-hostile.XXXXXX.log)
 status=0
 FERRY_HOSTILE_REPORT="$PWD/docs/reliability.md" FERRY_TEST_KAFKA=127.0.0.1:$port \
-  go test -count=1 -v -timeout 20m ./hostile 2>&1 | tee "$log" | grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|result:' || status=$?
+  go test -count=1 -v -timeout 20m ./proofs/hostile 2>&1 | tee "$log" | grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|result:' || status=$?
 if grep -q '^--- FAIL' "$log"; then
   echo "== failures (full output: $log)"
   grep -E '^\s+(hostile|harness)_test.go:[0-9]+:' "$log" | head -40

@@ -7,7 +7,7 @@ port=${FERRY_TEST_KAFKA_PORT:-29092}
 
 # The agent's module, and the OpenTelemetry SDK test module (kept apart so
 # the SDK stays out of the agent's go.mod).
-modules=(. test/otelsdk)
+modules=(. proofs/otelsdk)
 
 echo "== go modules"
 for m in "${modules[@]}"; do (cd "$m" && go mod download); done
@@ -16,7 +16,7 @@ scripts/kafka-local jars
 echo "== confluent-kafka for Python (librdkafka, for the Kafka front's compat test)"
 scripts/confluent-kafka-python >/dev/null
 echo "== OpenTelemetry telemetrygen (for the OTLP integration test)"
-tgver=$(sed -n 's/^const TelemetrygenVersion = "\(.*\)"/\1/p' internal/kafkatest/kafkatest.go)
+tgver=$(sed -n 's/^const TelemetrygenVersion = "\(.*\)"/\1/p' proofs/harness/kafkatest/kafkatest.go)
 tgdir="${FERRY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ferry}/telemetrygen-$tgver"
 [ -x "$tgdir/telemetrygen" ] || GOBIN="$tgdir" go install "github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen@$tgver"
 

@@ -28,7 +28,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ferryhq/ferry/config/bytesize"
+	"github.com/ferryhq/ferry/bytesize"
 )
 
 // HTTPConfig is what every HTTP listener is configured with (inline in

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ferryhq/ferry/internal/tlsfiles"
+	"github.com/ferryhq/ferry/tlsfiles"
 )
 
 // TLSConfig is a listener's TLS (the tls key of every listener).

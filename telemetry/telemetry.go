@@ -1,7 +1,7 @@
 // Package telemetry owns ferry's view of itself: structured logs, Prometheus
-// metrics, health and readiness, and the admin HTTP server that exposes them.
-// Every component receives a Settings and uses it; telemetry imports no
-// component, so it can never be the reason a component is hard to test.
+// metrics, health and readiness (package admin serves them). Every
+// component receives a Settings and uses it; telemetry imports nothing of
+// ferry, so it can never be the reason a component is hard to test.
 package telemetry
 
 import (
@@ -17,14 +17,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-
-	"github.com/ferryhq/ferry/server"
 )
 
-// Config is the user configuration of logs and the admin listener.
+// Config is the user configuration of logs and the summary line (YAML
+// telemetry, whose admin section is package admin's).
 type Config struct {
-	Log   LogConfig   `yaml:"log"`
-	Admin AdminConfig `yaml:"admin"`
+	Log LogConfig `yaml:"log"`
 	// ReportInterval is how often an INFO line summarises records and bytes
 	// forwarded (default 1m; 0 disables it).
 	ReportInterval time.Duration `yaml:"report_interval"`
@@ -36,15 +34,6 @@ type LogConfig struct {
 	Format string `yaml:"format"` // text or json
 }
 
-// AdminConfig is the admin listener (metrics, health, readiness).
-type AdminConfig struct {
-	// The listener: listen, read_timeout, idle_timeout, max_header_bytes,
-	// max_connections.
-	server.HTTPConfig `yaml:",inline"`
-	// Pprof serves Go's profiler under /debug/pprof/ (loopback admin only).
-	Pprof bool `yaml:"pprof"`
-}
-
 // Validate names the first invalid field.
 func (c *Config) Validate() error {
 	if _, err := parseLevel(c.Log.Level); err != nil {
@@ -52,9 +41,6 @@ func (c *Config) Validate() error {
 	}
 	if c.Log.Format != "text" && c.Log.Format != "json" {
 		return fmt.Errorf("log.format: %q is not text or json", c.Log.Format)
-	}
-	if err := c.Admin.HTTPConfig.Validate(); err != nil {
-		return fmt.Errorf("admin.%w", err)
 	}
 	if c.ReportInterval < 0 {
 		return fmt.Errorf("report_interval: must not be negative")

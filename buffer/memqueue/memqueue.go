@@ -27,7 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferryhq/ferry/buffer/budget"
-	"github.com/ferryhq/ferry/config/bytesize"
+	"github.com/ferryhq/ferry/bytesize"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ferryhq/ferry/config/bytesize"
+	"github.com/ferryhq/ferry/bytesize"
 )
 
 // Config is the user configuration (YAML delivery.spool).

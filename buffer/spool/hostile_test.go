@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ferryhq/ferry/consumer"
-	"github.com/ferryhq/ferry/internal/hostile"
+	"github.com/ferryhq/ferry/proofs/harness/payloads"
 	"github.com/ferryhq/ferry/record"
 )
 
@@ -49,7 +49,7 @@ func TestForgedFrameInValueNeverDelivered(t *testing.T) {
 	b := recs(0, 10)
 	// A frame in the documented layout with a guessed secret, then one in
 	// the first format's layout: what a client can build from the docs.
-	evil := append([]byte("prefix-"), hostile.SpoolFrame("billing", "forged")...)
+	evil := append([]byte("prefix-"), payloads.SpoolFrame("billing", "forged")...)
 	b.Records[5] = record.Record{Topic: "app-logs", Value: evil}
 	appendOK(t, s, b)
 	appendOK(t, s, recs(10, 10))

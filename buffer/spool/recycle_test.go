@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/ferryhq/ferry/config/bytesize"
+	"github.com/ferryhq/ferry/bytesize"
 )
 
 func spareFiles(t *testing.T, dir string) []string {

@@ -9,7 +9,7 @@
 //
 // produce takes Kafka ProducerPerformance's flags and prints its final line.
 //
-// The commands live in internal/bench: load (produce, consume, topic, otlp),
+// The commands live in tools/bench: load (produce, consume, topic, otlp),
 // verify (sequence ids and the delivery check), report (tables, charts, the
 // reference figures), suite (the whole report) and fleet (many agents
 // against one cluster).
@@ -19,10 +19,10 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/ferryhq/ferry/internal/bench/fleet"
-	"github.com/ferryhq/ferry/internal/bench/load"
-	"github.com/ferryhq/ferry/internal/bench/report"
-	"github.com/ferryhq/ferry/internal/bench/suite"
+	"github.com/ferryhq/ferry/tools/bench/fleet"
+	"github.com/ferryhq/ferry/tools/bench/load"
+	"github.com/ferryhq/ferry/tools/bench/report"
+	"github.com/ferryhq/ferry/tools/bench/suite"
 )
 
 const usage = `ferry-bench — load and verification tool for ferry

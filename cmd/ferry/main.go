@@ -25,9 +25,9 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/ferryhq/ferry/cmd/ferry/scheduler"
 	"github.com/ferryhq/ferry/config"
 	"github.com/ferryhq/ferry/pipeline"
-	"github.com/ferryhq/ferry/scheduler"
 	"github.com/ferryhq/ferry/server"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -114,7 +114,7 @@ func run(args []string) int {
 // the admin listener re-read the configuration with load and apply what can
 // change while running.
 func serve(cfg *config.Config, restartErr error, load func() (*config.Config, error)) int {
-	set := telemetry.NewSettings(cfg.Telemetry, os.Stderr)
+	set := telemetry.NewSettings(cfg.Telemetry.Config, os.Stderr)
 	if restartErr != nil {
 		set.Logger.Warn("runtime.monitor_deep_sleep: false (the default) could not be applied; running with Go's own monitor behaviour", "err", restartErr)
 	}

@@ -22,9 +22,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferryhq/ferry/internal/agenttest"
-	"github.com/ferryhq/ferry/internal/bench/proc"
-	"github.com/ferryhq/ferry/internal/kafkatest"
+	"github.com/ferryhq/ferry/proofs/harness/agenttest"
+	"github.com/ferryhq/ferry/proofs/harness/kafkatest"
+	"github.com/ferryhq/ferry/tools/bench/proc"
 )
 
 func TestMain(m *testing.M) { kafkatest.Main(m) }

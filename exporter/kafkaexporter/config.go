@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ferryhq/ferry/config/bytesize"
+	"github.com/ferryhq/ferry/bytesize"
 )
 
 // Config is the user configuration of the Kafka exporter (YAML

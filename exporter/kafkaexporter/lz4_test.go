@@ -13,7 +13,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 
-	"github.com/ferryhq/ferry/internal/otlpgen"
+	"github.com/ferryhq/ferry/tools/otlpgen"
 )
 
 // decodeLZ4 reads a frame with pierrec/lz4, the reader franz-go's consumers

@@ -18,7 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
-	"github.com/ferryhq/ferry/internal/tlsfiles"
+	"github.com/ferryhq/ferry/tlsfiles"
 )
 
 // TLSConfig is how ferry connects to the brokers over TLS (exporter.kafka.tls).

@@ -5,8 +5,8 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/plog"
 
-	"github.com/ferryhq/ferry/internal/hostile"
-	"github.com/ferryhq/ferry/internal/otlpgen"
+	"github.com/ferryhq/ferry/proofs/harness/payloads"
+	"github.com/ferryhq/ferry/tools/otlpgen"
 )
 
 // BenchmarkSplit_20000Traces: a request of 20,000 one-span traces split by
@@ -15,7 +15,7 @@ import (
 // request cost seconds of CPU).
 func BenchmarkSplit_20000Traces(b *testing.B) {
 	benchEncode(b, &Encoder{}, Traces, &Config{Topic: "t", Encoding: "otlp_proto", Partition: "trace_id"},
-		hostile.Amplifier(64, 20000), 20000)
+		payloads.Amplifier(64, 20000), 20000)
 }
 
 // BenchmarkEncodeLogs: a request as an SDK sends it (one resource, 100

@@ -32,7 +32,7 @@ import (
 
 	"github.com/ferryhq/ferry/otlp/flatjson"
 	"github.com/ferryhq/ferry/otlp/wire"
-	"github.com/ferryhq/ferry/processor/sampler"
+	"github.com/ferryhq/ferry/sampling"
 	"github.com/ferryhq/ferry/signal"
 )
 
@@ -107,7 +107,7 @@ type Encoder struct {
 	FlatExtra []byte
 	// Sample drops spans and log records by trace id (zero: keep all);
 	// Dropped is how many the last Encode dropped.
-	Sample  sampler.Decision
+	Sample  sampling.Decision
 	Dropped int
 
 	fj    flatjson.Encoder

@@ -16,8 +16,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/ferryhq/ferry/internal/otlpgen"
-	"github.com/ferryhq/ferry/processor/sampler"
+	"github.com/ferryhq/ferry/sampling"
+	"github.com/ferryhq/ferry/tools/otlpgen"
 )
 
 // interleaved has 3 traces spread over 2 resources and 3 scopes.
@@ -118,7 +118,7 @@ func TestOneRecordRequestIsForwardedUntouched(t *testing.T) {
 	// Not forwarded as it came: records sampled out, a request over the
 	// record limit, a JSON record.
 	var e Encoder
-	kept := func(d sampler.Decision) int {
+	kept := func(d sampling.Decision) int {
 		k := 0
 		for i := range 3 {
 			tid := a.ResourceLogs().At(0).ScopeLogs().At(i).LogRecords().At(0).TraceID()
@@ -129,7 +129,7 @@ func TestOneRecordRequestIsForwardedUntouched(t *testing.T) {
 		return k
 	}
 	for pct := 1.0; pct < 100 && (kept(e.Sample) == 0 || kept(e.Sample) == 3); pct++ {
-		e.Sample = sampler.For(pct)
+		e.Sample = sampling.For(pct)
 	}
 	if k := kept(e.Sample); k == 0 || k == 3 {
 		t.Fatal("no sampling percent keeps some of the records")

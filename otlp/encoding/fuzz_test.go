@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/ferryhq/ferry/internal/hostile"
-	"github.com/ferryhq/ferry/internal/otlpgen"
+	"github.com/ferryhq/ferry/proofs/harness/payloads"
+	"github.com/ferryhq/ferry/tools/otlpgen"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 )
 
@@ -16,9 +16,9 @@ import (
 func FuzzSplitBounded(f *testing.F) {
 	raw, _ := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(1).Traces(20)).MarshalProto()
 	f.Add(raw, uint8(0))
-	f.Add(hostile.Amplifier(2000, 50), uint8(1))
-	f.Add(hostile.EmptySpans(300), uint8(2))
-	f.Add(hostile.DeepAttribute(40, ""), uint8(3))
+	f.Add(payloads.Amplifier(2000, 50), uint8(1))
+	f.Add(payloads.EmptySpans(300), uint8(2))
+	f.Add(payloads.DeepAttribute(40, ""), uint8(3))
 	f.Fuzz(func(t *testing.T, raw []byte, mode uint8) {
 		sigs := []Signal{Traces, Logs, Metrics}
 		sig := sigs[int(mode)%3]

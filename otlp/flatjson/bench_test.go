@@ -7,8 +7,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
-	"github.com/ferryhq/ferry/internal/otlpgen"
 	"github.com/ferryhq/ferry/otlp/wire"
+	"github.com/ferryhq/ferry/tools/otlpgen"
 )
 
 // The Convert benchmarks measure what ferry does per request for flat_json:

@@ -12,8 +12,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
-	"github.com/ferryhq/ferry/internal/otlpgen"
 	"github.com/ferryhq/ferry/otlp/wire"
+	"github.com/ferryhq/ferry/tools/otlpgen"
 )
 
 func encodeTraces(t testing.TB, raw []byte) []map[string]any {

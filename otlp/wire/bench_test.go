@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
-	"github.com/ferryhq/ferry/internal/otlpgen"
+	"github.com/ferryhq/ferry/tools/otlpgen"
 )
 
 func tracesPayload(n int) []byte {

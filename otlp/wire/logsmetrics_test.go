@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 
-	"github.com/ferryhq/ferry/internal/otlpgen"
+	"github.com/ferryhq/ferry/tools/otlpgen"
 )
 
 func TestLogsMatchPdata(t *testing.T) {

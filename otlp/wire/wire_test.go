@@ -12,8 +12,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/ferryhq/ferry/internal/hostile"
-	"github.com/ferryhq/ferry/internal/otlpgen"
+	"github.com/ferryhq/ferry/proofs/harness/payloads"
+	"github.com/ferryhq/ferry/tools/otlpgen"
 )
 
 // raw converts an attribute iterator to the same shape pcommon.Map.AsRaw gives.
@@ -179,7 +179,7 @@ func TestTracesMatchPdata(t *testing.T) {
 // an error wherever it is, not skipped and forwarded in a record.
 func TestGroupsAreRefused(t *testing.T) {
 	for _, depth := range []int{1, 5000} {
-		it := NewTraces(hostile.DeepGroup(depth))
+		it := NewTraces(payloads.DeepGroup(depth))
 		for it.Next() {
 		}
 		if it.Err() == nil {

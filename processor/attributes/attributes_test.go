@@ -11,9 +11,9 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
-	"github.com/ferryhq/ferry/internal/otlpgen"
 	"github.com/ferryhq/ferry/signal"
 	"github.com/ferryhq/ferry/telemetry"
+	"github.com/ferryhq/ferry/tools/otlpgen"
 )
 
 func TestActionsAndDrops(t *testing.T) {

@@ -9,15 +9,14 @@
 package sampler
 
 import (
-	"encoding/binary"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ferryhq/ferry/sampling"
 	"github.com/ferryhq/ferry/signal"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -46,32 +45,11 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Decision keeps or drops by trace id for one percentage. The zero value
-// keeps everything.
-type Decision struct {
-	sample bool
-	bound  uint64
-}
+// Decision is a keep-or-drop rule by trace id (package sampling).
+type Decision = sampling.Decision
 
 // For returns the decision for percent.
-func For(percent float64) Decision {
-	if percent >= 100 {
-		return Decision{}
-	}
-	return Decision{sample: true, bound: uint64(percent / 100 * math.Exp2(63))}
-}
-
-// All reports whether everything is kept.
-func (d Decision) All() bool { return !d.sample }
-
-// Keep reports whether the item with traceID is kept. An empty or short id
-// is kept.
-func (d Decision) Keep(traceID []byte) bool {
-	if !d.sample || len(traceID) != 16 {
-		return true
-	}
-	return binary.BigEndian.Uint64(traceID[8:16])>>1 < d.bound
-}
+func For(percent float64) Decision { return sampling.For(percent) }
 
 // Sampler picks decisions per signal and tenant and counts drops.
 type Sampler struct {
@@ -105,7 +83,7 @@ func (s *Sampler) SetConfig(cfg Config) error {
 // and tenant.
 func (s *Sampler) Decide(sig signal.Signal, tenant string) Decision {
 	if s == nil {
-		return Decision{}
+		return sampling.Decision{}
 	}
 	cfg := s.cfg.Load()
 	if p, ok := cfg.Tenants[tenant]; ok && tenant != "" {
@@ -117,7 +95,7 @@ func (s *Sampler) Decide(sig signal.Signal, tenant string) Decision {
 	case signal.Logs:
 		return For(cfg.LogsPercent)
 	}
-	return Decision{}
+	return sampling.Decision{}
 }
 
 // Dropped counts n items dropped for signal and tenant.

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/auth"
-	"github.com/ferryhq/ferry/config/bytesize"
+	"github.com/ferryhq/ferry/bytesize"
 	"github.com/ferryhq/ferry/routing"
 	"github.com/ferryhq/ferry/server"
 )

@@ -11,7 +11,7 @@ import (
 	"github.com/ferryhq/ferry/auth/authtest"
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer/consumertest"
-	"github.com/ferryhq/ferry/internal/hostile"
+	"github.com/ferryhq/ferry/proofs/harness/payloads"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -39,7 +39,7 @@ func TestLineBombRefused(t *testing.T) {
 	cfg.MaxRecords = 1000
 	sink := &memSink{}
 	_, url := start(t, cfg, sink)
-	body := hostile.Gzip(hostile.Lines(4 << 20))
+	body := payloads.Gzip(payloads.Lines(4 << 20))
 	res := post(t, url+"/v1/messages/t", "application/x-ndjson", "gzip", body)
 	if res.code != 413 || res.body["reason"] != "too_many_records" || !strings.Contains(res.body["error"].(string), "max_records_per_request") {
 		t.Fatalf("line bomb: %d %v", res.code, res.body)
@@ -48,7 +48,7 @@ func TestLineBombRefused(t *testing.T) {
 		t.Fatalf("%d records passed on", n)
 	}
 	// At the limit it is accepted.
-	res = post(t, url+"/v1/messages/t", "application/x-ndjson", "", hostile.Lines(1000))
+	res = post(t, url+"/v1/messages/t", "application/x-ndjson", "", payloads.Lines(1000))
 	if res.code != 200 || len(sink.Records()) != 1000 {
 		t.Fatalf("1000 lines: %d %v, %d records", res.code, res.body, len(sink.Records()))
 	}
@@ -64,7 +64,7 @@ func TestHeadersChargedPerRecord(t *testing.T) {
 	sink := &memSink{}
 	_, url := start(t, cfg, sink)
 	big := strings.Repeat("h", 8000)
-	res := post(t, url+"/v1/messages/t", "application/x-ndjson", "", hostile.Lines(500),
+	res := post(t, url+"/v1/messages/t", "application/x-ndjson", "", payloads.Lines(500),
 		"X-Ferry-Header-Big", big, "X-Ferry-Key", "k")
 	if res.code != 200 {
 		t.Fatalf("%d %v", res.code, res.body)

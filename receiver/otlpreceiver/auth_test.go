@@ -25,10 +25,10 @@ import (
 	"github.com/ferryhq/ferry/auth/ratelimit"
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer/consumertest"
-	"github.com/ferryhq/ferry/internal/hostile"
-	"github.com/ferryhq/ferry/internal/otlpgen"
 	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/proofs/harness/payloads"
 	"github.com/ferryhq/ferry/telemetry"
+	"github.com/ferryhq/ferry/tools/otlpgen"
 )
 
 func TestTokensOnBothTransports(t *testing.T) {
@@ -217,7 +217,7 @@ func TestTokenInResourceAttribute(t *testing.T) {
 		t.Fatalf("resource token over gRPC: %v", err)
 	}
 	// The attribute twice, an int then the token: both go.
-	if c := post(hostile.TokenTwice(tok)); c != 200 {
+	if c := post(payloads.TokenTwice(tok)); c != 200 {
 		t.Fatalf("token after an int of the same name: %d", c)
 	}
 	recs := sink.Records()

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/mem"
 
 	"github.com/ferryhq/ferry/consumer/consumertest"
-	"github.com/ferryhq/ferry/internal/otlpgen"
 	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/tools/otlpgen"
 )
 
 func TestFramePool(t *testing.T) {

@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ferryhq/ferry/consumer/consumertest"
-	"github.com/ferryhq/ferry/internal/otlpgen"
 	"github.com/ferryhq/ferry/telemetry"
+	"github.com/ferryhq/ferry/tools/otlpgen"
 )
 
 // FuzzOTLPHTTP drives both decoders (protobuf, and JSON through pdata) and

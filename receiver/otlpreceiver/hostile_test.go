@@ -24,11 +24,11 @@ import (
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/buffer/budget"
 	"github.com/ferryhq/ferry/consumer/consumertest"
-	"github.com/ferryhq/ferry/internal/hostile"
-	"github.com/ferryhq/ferry/internal/otlpgen"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/processor/attributes"
+	"github.com/ferryhq/ferry/proofs/harness/payloads"
 	"github.com/ferryhq/ferry/telemetry"
+	"github.com/ferryhq/ferry/tools/otlpgen"
 )
 
 // refusedWith posts body and requires status code and reason in the
@@ -55,8 +55,8 @@ func TestAmplificationRefusedBeforeBuilt(t *testing.T) {
 	cfg := testConfig()
 	sink := &consumertest.Sink{}
 	r := start(t, cfg, sink)
-	body := hostile.Amplifier(100<<10, 1000) // ~150 KB; ~100 MB of records
-	refusedWith(t, "http://"+r.HTTPAddr()+"/v1/traces", "application/x-protobuf", "gzip", hostile.Gzip(body),
+	body := payloads.Amplifier(100<<10, 1000) // ~150 KB; ~100 MB of records
+	refusedWith(t, "http://"+r.HTTPAddr()+"/v1/traces", "application/x-protobuf", "gzip", payloads.Gzip(body),
 		413, "receivers.otlp.max_expanded_bytes", sink)
 }
 
@@ -68,8 +68,8 @@ func TestItemBombRefused(t *testing.T) {
 	cfg.MaxRequestBytes = 2 << 20
 	sink := &consumertest.Sink{}
 	r := start(t, cfg, sink)
-	body := hostile.EmptySpans(100000)
-	refusedWith(t, "http://"+r.HTTPAddr()+"/v1/traces", "application/x-protobuf", "gzip", hostile.Gzip(body),
+	body := payloads.EmptySpans(100000)
+	refusedWith(t, "http://"+r.HTTPAddr()+"/v1/traces", "application/x-protobuf", "gzip", payloads.Gzip(body),
 		413, "receivers.otlp.max_items_per_request", sink)
 
 	conn, err := grpc.NewClient(r.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -107,13 +107,13 @@ func TestDeepNestingNeverReachesPdata(t *testing.T) {
 	sink := &consumertest.Sink{}
 	r := startWith(t, cfg, set, sink, &receiver.Prechecks{Attributes: ap})
 	url := "http://" + r.HTTPAddr() + "/v1/traces"
-	refusedWith(t, url, "application/x-protobuf", "", hostile.DeepAttribute(300000, ""), 400, "", sink)
-	refusedWith(t, url, "application/json", "", hostile.DeepJSON(100000), 400, "nested deeper", sink)
+	refusedWith(t, url, "application/x-protobuf", "", payloads.DeepAttribute(300000, ""), 400, "", sink)
+	refusedWith(t, url, "application/json", "", payloads.DeepJSON(100000), 400, "nested deeper", sink)
 	// A shallow one still goes through every path.
-	if code, _, out := postOTLP(t, url, "application/x-protobuf", "", hostile.DeepAttribute(5, "")); code != 200 {
+	if code, _, out := postOTLP(t, url, "application/x-protobuf", "", payloads.DeepAttribute(5, "")); code != 200 {
 		t.Fatalf("shallow nesting: %d %s", code, out)
 	}
-	if code, _, out := postOTLP(t, url, "application/json", "", hostile.DeepJSON(5)); code != 200 {
+	if code, _, out := postOTLP(t, url, "application/json", "", payloads.DeepJSON(5)); code != 200 {
 		t.Fatalf("shallow JSON nesting: %d %s", code, out)
 	}
 }
@@ -131,8 +131,8 @@ func TestDeepNestingResourceToken(t *testing.T) {
 	r := startWith(t, cfg, telemetry.TestSettings(), sink, &receiver.Prechecks{Checker: checker})
 	tok := issue("app")
 	url := "http://" + r.HTTPAddr() + "/v1/traces"
-	refusedWith(t, url, "application/x-protobuf", "", hostile.DeepAttribute(300000, tok), 400, "", sink)
-	if code, _, out := postOTLP(t, url, "application/x-protobuf", "", hostile.DeepAttribute(5, tok)); code != 200 {
+	refusedWith(t, url, "application/x-protobuf", "", payloads.DeepAttribute(300000, tok), 400, "", sink)
+	if code, _, out := postOTLP(t, url, "application/x-protobuf", "", payloads.DeepAttribute(5, tok)); code != 200 {
 		t.Fatalf("shallow nesting with a resource token: %d %s", code, out)
 	}
 }

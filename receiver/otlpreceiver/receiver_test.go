@@ -29,12 +29,12 @@ import (
 
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/consumer/consumertest"
-	"github.com/ferryhq/ferry/internal/otlpgen"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/server"
 	"github.com/ferryhq/ferry/telemetry"
+	"github.com/ferryhq/ferry/tools/otlpgen"
 )
 
 func testConfig() Config {

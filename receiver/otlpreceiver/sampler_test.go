@@ -11,12 +11,12 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
 	"github.com/ferryhq/ferry/consumer/consumertest"
-	"github.com/ferryhq/ferry/internal/otlpgen"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/signal"
 	"github.com/ferryhq/ferry/telemetry"
+	"github.com/ferryhq/ferry/tools/otlpgen"
 )
 
 // TestSamplingKeepsTheSameTracesInEveryEncoding: at 30%, about 30% of
