@@ -50,7 +50,14 @@ func NewWithClass(t testing.TB, class string) (*auth.Checker, func(app string) s
 // IssueClaims issues a token with any claims under the test key.
 func IssueClaims(t testing.TB, c token.Claims) string {
 	t.Helper()
-	cfg := auth.Config{Keys: []auth.KeyConfig{{ID: 1, Secret: Key, Issue: true}}}
+	return IssueWith(t, Key, 1, c)
+}
+
+// IssueWith issues a token with any claims under key (hex or base64) as
+// key id.
+func IssueWith(t testing.TB, key string, id uint16, c token.Claims) string {
+	t.Helper()
+	cfg := auth.Config{Keys: []auth.KeyConfig{{ID: id, Secret: key, Issue: true}}}
 	ring, err := cfg.Keyring()
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package compat
 
 import (
 	"encoding/binary"
-	"hash/crc32"
 	"io"
 	"net"
 	"testing"
@@ -47,34 +46,9 @@ func roundTrip(t *testing.T, c net.Conn, corr int32, req kmsg.Request, resp kmsg
 	}
 }
 
-// idempotentBatch is a v2 record batch of values, from producer pid at
-// sequence seq.
+// idempotentBatch is a batch of values from producer pid at sequence seq.
 func idempotentBatch(pid int64, seq int32, values ...string) []byte {
-	var recs []byte
-	for i, v := range values {
-		var r []byte
-		r = append(r, 0)                          // attributes
-		r = binary.AppendVarint(r, 0)             // timestamp delta
-		r = binary.AppendVarint(r, int64(i))      // offset delta
-		r = binary.AppendVarint(r, -1)            // null key
-		r = binary.AppendVarint(r, int64(len(v))) // value
-		r = append(r, v...)
-		r = binary.AppendVarint(r, 0) // headers
-		recs = binary.AppendVarint(recs, int64(len(r)))
-		recs = append(recs, r...)
-	}
-	b := make([]byte, 61, 61+len(recs))
-	binary.BigEndian.PutUint32(b[8:], uint32(49+len(recs)))
-	b[16] = 2
-	binary.BigEndian.PutUint32(b[23:], uint32(len(values)-1))
-	binary.BigEndian.PutUint64(b[27:], uint64(time.Now().UnixMilli()))
-	binary.BigEndian.PutUint64(b[35:], uint64(time.Now().UnixMilli()))
-	binary.BigEndian.PutUint64(b[43:], uint64(pid))
-	binary.BigEndian.PutUint32(b[53:], uint32(seq))
-	binary.BigEndian.PutUint32(b[57:], uint32(len(values)))
-	b = append(b, recs...)
-	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
-	return b
+	return kafkatest.Batch{ProducerID: pid, Seq: seq, Values: values}.Bytes()
 }
 
 // TestIdempotentRetryIsNotDuplicated: an idempotent producer that sends a
@@ -102,16 +76,8 @@ func TestIdempotentRetryIsNotDuplicated(t *testing.T) {
 		t.Fatalf("InitProducerId: code %d id %d", ipr.ErrorCode, ipr.ProducerID)
 	}
 	produce := func(corr int32, batch []byte) (int16, int64) {
-		req := kmsg.NewPtrProduceRequest()
-		req.Version, req.Acks, req.TimeoutMillis = 7, -1, 30000
-		tp := kmsg.NewProduceRequestTopic()
-		tp.Topic = topic
-		p := kmsg.NewProduceRequestTopicPartition()
-		p.Records = batch
-		tp.Partitions = append(tp.Partitions, p)
-		req.Topics = append(req.Topics, tp)
 		resp := kmsg.NewPtrProduceResponse()
-		roundTrip(t, c, corr, req, resp)
+		roundTrip(t, c, corr, kafkatest.ProduceRequest(topic, batch), resp)
 		rp := resp.Topics[0].Partitions[0]
 		return rp.ErrorCode, rp.BaseOffset
 	}

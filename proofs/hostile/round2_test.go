@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net"
 	"os"
@@ -19,7 +18,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/authtest"
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/proofs/harness/agenttest"
@@ -68,6 +66,20 @@ func (s *kafkaSession) roundTrip(req kmsg.Request, resp kmsg.Response) error {
 	return resp.ReadFrom(raw)
 }
 
+// dialProducer opens a session and asks for a producer id.
+func dialProducer(addr string) (*kafkaSession, int64, error) {
+	s, err := dialKafka(addr)
+	if err != nil {
+		return nil, 0, err
+	}
+	pid, err := s.initPID()
+	if err != nil {
+		s.Close()
+		return nil, 0, err
+	}
+	return s, pid, nil
+}
+
 // sasl authenticates with the token as the SASL PLAIN password.
 func (s *kafkaSession) sasl(user, tok string) error {
 	hs := kmsg.NewPtrSASLHandshakeRequest()
@@ -104,67 +116,18 @@ func (s *kafkaSession) initPID() (int64, error) {
 // produce sends one batch to topic's partition 0 (acks all) and returns the
 // partition's error code and base offset.
 func (s *kafkaSession) produce(topic string, batch []byte) (int16, int64, error) {
-	req := kmsg.NewPtrProduceRequest()
-	req.Version, req.Acks, req.TimeoutMillis = 7, -1, 30000
-	tp := kmsg.NewProduceRequestTopic()
-	tp.Topic = topic
-	p := kmsg.NewProduceRequestTopicPartition()
-	p.Records = batch
-	tp.Partitions = append(tp.Partitions, p)
-	req.Topics = append(req.Topics, tp)
 	resp := kmsg.NewPtrProduceResponse()
-	if err := s.roundTrip(req, resp); err != nil {
+	if err := s.roundTrip(kafkatest.ProduceRequest(topic, batch), resp); err != nil {
 		return 0, 0, err
 	}
 	rp := resp.Topics[0].Partitions[0]
 	return rp.ErrorCode, rp.BaseOffset, nil
 }
 
-// idemBatch is a v2 record batch of values from producer pid at epoch and
-// sequence seq (pid -1: not idempotent); headers, if any, go on every
-// record.
+// idemBatch is a batch of values from producer pid at epoch and sequence
+// seq (pid -1: not idempotent).
 func idemBatch(pid int64, epoch int16, seq int32, values ...string) []byte {
-	return idemBatchHeaders(pid, epoch, seq, nil, values...)
-}
-
-func idemBatchHeaders(pid int64, epoch int16, seq int32, headers [][2]string, values ...string) []byte {
-	var recs []byte
-	for i, v := range values {
-		var r []byte
-		r = append(r, 0)                          // attributes
-		r = binary.AppendVarint(r, 0)             // timestamp delta
-		r = binary.AppendVarint(r, int64(i))      // offset delta
-		r = binary.AppendVarint(r, -1)            // null key
-		r = binary.AppendVarint(r, int64(len(v))) // value
-		r = append(r, v...)
-		r = binary.AppendVarint(r, int64(len(headers)))
-		for _, h := range headers {
-			r = binary.AppendVarint(r, int64(len(h[0])))
-			r = append(r, h[0]...)
-			r = binary.AppendVarint(r, int64(len(h[1])))
-			r = append(r, h[1]...)
-		}
-		recs = binary.AppendVarint(recs, int64(len(r)))
-		recs = append(recs, r...)
-	}
-	b := make([]byte, 61, 61+len(recs))
-	binary.BigEndian.PutUint32(b[8:], uint32(49+len(recs)))
-	b[16] = 2
-	binary.BigEndian.PutUint32(b[23:], uint32(len(values)-1))
-	now := uint64(time.Now().UnixMilli())
-	binary.BigEndian.PutUint64(b[27:], now)
-	binary.BigEndian.PutUint64(b[35:], now)
-	binary.BigEndian.PutUint64(b[43:], uint64(pid))
-	binary.BigEndian.PutUint16(b[51:], uint16(epoch))
-	if pid < 0 {
-		binary.BigEndian.PutUint16(b[51:], 0xffff)
-		seq = -1
-	}
-	binary.BigEndian.PutUint32(b[53:], uint32(seq))
-	binary.BigEndian.PutUint32(b[57:], uint32(len(values)))
-	b = append(b, recs...)
-	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
-	return b
+	return kafkatest.Batch{ProducerID: pid, Epoch: epoch, Seq: seq, Values: values}.Bytes()
 }
 
 // ledger keeps the values an agent answered as accepted, to count those
@@ -199,15 +162,22 @@ func (l *ledger) lost(topic string) int64 {
 	return n
 }
 
-// countValues counts the records of topic whose value starts with prefix.
-func countValues(t *testing.T, brokers, topic, prefix string) int64 {
+// countValues counts the records of topic whose value is matched.
+func countValues(t *testing.T, brokers, topic string, match func(string) bool) int64 {
 	var n int64
 	for _, r := range kafkatest.UpTo(t, brokers, topic, 60*time.Second) {
-		if strings.HasPrefix(string(r.Value), prefix) {
+		if match(string(r.Value)) {
 			n++
 		}
 	}
 	return n
+}
+
+func prefix(p string) func(string) bool {
+	return func(v string) bool { return strings.HasPrefix(v, p) }
+}
+func suffix(p string) func(string) bool {
+	return func(v string) bool { return strings.HasSuffix(v, p) }
 }
 
 // TestKafkaFrontProducerIDs: the Kafka front's duplicate-batch check never
@@ -223,15 +193,11 @@ func TestKafkaFrontProducerIDs(t *testing.T) {
 
 	next := kafkatest.NewTopic(t, brokers, "front-nextpid", 1)
 	attackCounted(t, a, "Kafka front: batches forged under the next producer id to be issued", func() (string, bool, string) {
-		s, err := dialKafka(a.KafkaFront)
+		s, pid, err := dialProducer(a.KafkaFront)
 		if err != nil {
 			return err.Error(), false, ""
 		}
 		defer s.Close()
-		pid, err := s.initPID()
-		if err != nil {
-			return err.Error(), false, ""
-		}
 		// Poison the id the next producer would have been given.
 		for seq := int32(0); seq < 5; seq++ {
 			if _, _, err := s.produce(next, idemBatch(pid+1, 0, seq, fmt.Sprintf("forged-%d", seq))); err != nil {
@@ -259,15 +225,11 @@ func TestKafkaFrontProducerIDs(t *testing.T) {
 
 	epochs := kafkatest.NewTopic(t, brokers, "front-epoch", 1)
 	attackCounted(t, a, "Kafka front: a new epoch of the same producer id, sequences from 0 again", func() (string, bool, string) {
-		s, err := dialKafka(a.KafkaFront)
+		s, pid, err := dialProducer(a.KafkaFront)
 		if err != nil {
 			return err.Error(), false, ""
 		}
 		defer s.Close()
-		pid, err := s.initPID()
-		if err != nil {
-			return err.Error(), false, ""
-		}
 		var codes []int16
 		for _, b := range []struct {
 			epoch int16
@@ -326,15 +288,11 @@ func TestKafkaFrontProducerIDs(t *testing.T) {
 
 	crc := kafkatest.NewTopic(t, brokers, "front-crc", 1)
 	attackCounted(t, a, "Kafka front: the same producer id and sequence with other bytes", func() (string, bool, string) {
-		s, err := dialKafka(a.KafkaFront)
+		s, pid, err := dialProducer(a.KafkaFront)
 		if err != nil {
 			return err.Error(), false, ""
 		}
 		defer s.Close()
-		pid, err := s.initPID()
-		if err != nil {
-			return err.Error(), false, ""
-		}
 		var codes []int16
 		for _, v := range []string{"first", "other bytes, same sequence"} {
 			code, _, err := s.produce(crc, idemBatch(pid, 0, 0, v))
@@ -378,20 +336,6 @@ auth:
 telemetry:
   report_interval: 0s
 `, brokers, keys)
-}
-
-func issueWith(t *testing.T, key string, id uint16, c token.Claims) string {
-	t.Helper()
-	cfg := auth.Config{Keys: []auth.KeyConfig{{ID: id, Secret: key, Issue: true}}}
-	ring, err := cfg.Keyring()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := ring.Issue(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
 }
 
 // tokenConns are one connection per door that takes a token once: the
@@ -501,7 +445,7 @@ func TestTokensOnOpenConnections(t *testing.T) {
 
 	expiresAt := time.Unix(time.Now().Add(4*time.Second).Unix(), 0) // tokens carry whole seconds
 	expiring := issue(t, token.Claims{App: "short", Expires: expiresAt})
-	revoked := issueWith(t, key2, 2, token.Claims{App: "rotated"})
+	revoked := authtest.IssueWith(t, key2, 2, token.Claims{App: "rotated"})
 	exp, err := openTokenConns(a, expiring)
 	if err != nil {
 		t.Fatal(err)
@@ -524,7 +468,7 @@ func TestTokensOnOpenConnections(t *testing.T) {
 		bin, text, kafka, kerr := exp.send(topic, "expired")
 		return fmt.Sprintf("binary: %s; text: %s; Kafka front: %s", bin, text, kafkaWords(kafka, kerr)), refusedAfter(bin, text, kafka, kerr),
 			"every frame, batch of lines and request is checked against the connection's token, a cache hit (was: checked at hello and SASL only, the writes went on)"
-	}, func() int64 { return countValuesSuffix(t, brokers, topic, "expired") })
+	}, func() int64 { return countValues(t, brokers, topic, suffix("expired")) })
 
 	attack(t, a, "Local and Kafka front: a reload removes the token's key, connections open", func() (string, bool, string) {
 		if err := os.WriteFile(a.Config, []byte(tokensConfig(brokers, false)), 0o600); err != nil {
@@ -536,17 +480,7 @@ func TestTokensOnOpenConnections(t *testing.T) {
 		bin, text, kafka, kerr := rev.send(topic, "revoked")
 		return fmt.Sprintf("binary: %s; text: %s; Kafka front: %s", bin, text, kafkaWords(kafka, kerr)), refusedAfter(bin, text, kafka, kerr),
 			"the verdict cache answers only for the keyring that gave it (was: the writes went on)"
-	}, func() int64 { return countValuesSuffix(t, brokers, topic, "revoked") })
-}
-
-func countValuesSuffix(t *testing.T, brokers, topic, suffix string) int64 {
-	var n int64
-	for _, r := range kafkatest.UpTo(t, brokers, topic, 60*time.Second) {
-		if strings.HasSuffix(string(r.Value), suffix) {
-			n++
-		}
-	}
-	return n
+	}, func() int64 { return countValues(t, brokers, topic, suffix("revoked")) })
 }
 
 // TestConfigOnAPipe: a configuration read from a pipe survives the start
@@ -572,7 +506,7 @@ auth:
 			return fmt.Sprintf("no token: %s; a valid token: %s", r, r2), false, ""
 		}
 		return r.String() + " without a token", ok, "the re-exec for runtime.monitor_deep_sleep hands the bytes it read to the new start in an in-memory file (was: the second start read an empty pipe and ran on the defaults, auth off)"
-	}, func() int64 { return countValues(t, brokers, topic, "no token") })
+	}, func() int64 { return countValues(t, brokers, topic, prefix("no token")) })
 
 	for name, args := range map[string][]string{
 		"run -c /dev/null":        {"run", "-c", "/dev/null"},
@@ -669,7 +603,7 @@ func TestSlowConnections(t *testing.T) {
 		ok := held >= 32<<20 && used() <= 4<<20 && closedN == len(conns)
 		return fmt.Sprintf("%.0f MiB held, given back after %.0f s; %d of %d connections closed", held/(1<<20), freed.Seconds(), closedN, len(conns)), ok,
 			"a body must arrive within body_timeout (10s) of its header (was: the budget stayed held until the client chose to close)"
-	}, func() int64 { return countValues(t, brokers, topic, "kkkk") })
+	}, func() int64 { return countValues(t, brokers, topic, prefix("kkkk")) })
 
 	attack(t, a, "Local and Kafka front: a connection idle once its answers went out (idle_timeout 3s)", func() (string, bool, string) {
 		lc, err := localConn(t, a, 0)
@@ -874,14 +808,14 @@ rate_limits:
 		}
 		defer s.Close()
 		for i := range 3 {
-			code, _, _ := s.produce(topic, idemBatchHeaders(-1, 0, 0, [][2]string{{"pad", pad}}, fmt.Sprint("k", i)))
+			code, _, _ := s.produce(topic, kafkatest.Batch{ProducerID: -1, Headers: [][2]string{{"pad", pad}}, Values: []string{fmt.Sprint("k", i)}}.Bytes())
 			got = append(got, fmt.Sprint("error ", code))
 			if code == 0 {
 				admitted++
 			}
 		}
 		return strings.Join(got, "; "), admitted == 1, "the first passes on a full bucket into debt, as documented (was: all nine passed, only key and value counted)"
-	}, func() int64 { return max(0, countValues(t, brokers, topic, "")-1) })
+	}, func() int64 { return max(0, countValues(t, brokers, topic, prefix(""))-1) })
 
 	attack(t, a, "Rate limit: a reload that changes nothing while in debt", func() (string, bool, string) {
 		if r := send("http://"+a.Admin+"/-/reload", "", "", nil, "X-Ferry-Reload", "1"); r.code != 200 {
@@ -889,7 +823,7 @@ rate_limits:
 		}
 		r := send("http://"+a.HTTP+"/v1/messages/"+topic, "text/plain", "", []byte("after-reload"))
 		return r.String(), r.code == 429, "a class that did not change keeps its bucket (was: every bucket rebuilt full by any reload)"
-	}, func() int64 { return countValues(t, brokers, topic, "after-reload") })
+	}, func() int64 { return countValues(t, brokers, topic, prefix("after-reload")) })
 }
 
 // TestResourceTokenTwice: a resource that carries ferry.token twice (an

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/proofs/harness/kafkatest"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -84,30 +84,10 @@ func (s *fuzzSession) roundTrip(req kmsg.Request, resp kmsg.Response) error {
 	return resp.ReadFrom(body)
 }
 
-// seqBatchBytes is a one-record v2 batch whose value names its identity.
+// seqBatchBytes is a one-record batch whose value names its identity; a
+// fixed timestamp keeps a rebuilt batch's bytes (its CRC) the same.
 func seqBatchBytes(pid int64, epoch int16, seq int32, value string) []byte {
-	var r []byte
-	r = append(r, 0)
-	r = binary.AppendVarint(r, 0)
-	r = binary.AppendVarint(r, 0)
-	r = binary.AppendVarint(r, -1)
-	r = binary.AppendVarint(r, int64(len(value)))
-	r = append(r, value...)
-	r = binary.AppendVarint(r, 0)
-	recs := binary.AppendVarint(nil, int64(len(r)))
-	recs = append(recs, r...)
-	b := make([]byte, 61, 61+len(recs))
-	binary.BigEndian.PutUint32(b[8:], uint32(49+len(recs)))
-	b[16] = 2
-	binary.BigEndian.PutUint64(b[27:], 1_700_000_000_000)
-	binary.BigEndian.PutUint64(b[35:], 1_700_000_000_000)
-	binary.BigEndian.PutUint64(b[43:], uint64(pid))
-	binary.BigEndian.PutUint16(b[51:], uint16(epoch))
-	binary.BigEndian.PutUint32(b[53:], uint32(seq))
-	binary.BigEndian.PutUint32(b[57:], 1)
-	b = append(b, recs...)
-	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], crc32c))
-	return b
+	return kafkatest.Batch{ProducerID: pid, Epoch: epoch, Seq: seq, Timestamp: time.UnixMilli(1_700_000_000_000), Values: []string{value}}.Bytes()
 }
 
 // FuzzProduceSequences drives the Kafka front's produce path, with the

@@ -11,9 +11,11 @@ package kafkatest
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -28,6 +30,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 var shared string
@@ -518,4 +521,73 @@ func UpTo(t testing.TB, brokers, topic string, timeout time.Duration) []*kgo.Rec
 	}
 	t.Fatalf("the marker did not come back from %s within %s", topic, timeout)
 	return nil
+}
+
+// Batch is a Kafka record batch (magic v2) as a producer sends it, one
+// record per value, for tests that speak the protocol themselves.
+type Batch struct {
+	ProducerID int64 // -1: not idempotent (epoch and sequence are then -1 too)
+	Epoch      int16
+	Seq        int32
+	Timestamp  time.Time   // of every record; zero: now. A retry must repeat it (it is under the CRC).
+	Headers    [][2]string // on every record
+	Values     []string
+}
+
+// Bytes encodes the batch: header, records, CRC-32C.
+func (b Batch) Bytes() []byte {
+	var recs []byte
+	for i, v := range b.Values {
+		var r []byte
+		r = append(r, 0)                          // attributes
+		r = binary.AppendVarint(r, 0)             // timestamp delta
+		r = binary.AppendVarint(r, int64(i))      // offset delta
+		r = binary.AppendVarint(r, -1)            // null key
+		r = binary.AppendVarint(r, int64(len(v))) // value
+		r = append(r, v...)
+		r = binary.AppendVarint(r, int64(len(b.Headers)))
+		for _, h := range b.Headers {
+			r = binary.AppendVarint(r, int64(len(h[0])))
+			r = append(r, h[0]...)
+			r = binary.AppendVarint(r, int64(len(h[1])))
+			r = append(r, h[1]...)
+		}
+		recs = binary.AppendVarint(recs, int64(len(r)))
+		recs = append(recs, r...)
+	}
+	ts := b.Timestamp
+	if ts.IsZero() {
+		ts = time.Now()
+	}
+	out := make([]byte, 61, 61+len(recs))
+	binary.BigEndian.PutUint32(out[8:], uint32(49+len(recs)))
+	out[16] = 2 // magic
+	binary.BigEndian.PutUint32(out[23:], uint32(len(b.Values)-1))
+	binary.BigEndian.PutUint64(out[27:], uint64(ts.UnixMilli()))
+	binary.BigEndian.PutUint64(out[35:], uint64(ts.UnixMilli()))
+	epoch, seq := b.Epoch, b.Seq
+	if b.ProducerID < 0 {
+		epoch, seq = -1, -1
+	}
+	binary.BigEndian.PutUint64(out[43:], uint64(b.ProducerID))
+	binary.BigEndian.PutUint16(out[51:], uint16(epoch))
+	binary.BigEndian.PutUint32(out[53:], uint32(seq))
+	binary.BigEndian.PutUint32(out[57:], uint32(len(b.Values)))
+	out = append(out, recs...)
+	binary.BigEndian.PutUint32(out[17:], crc32.Checksum(out[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return out
+}
+
+// ProduceRequest is a Produce v7 request (acks all) of one batch to
+// topic's partition 0, for tests that speak the protocol themselves.
+func ProduceRequest(topic string, batch []byte) *kmsg.ProduceRequest {
+	req := kmsg.NewPtrProduceRequest()
+	req.Version, req.Acks, req.TimeoutMillis = 7, -1, 30000
+	tp := kmsg.NewProduceRequestTopic()
+	tp.Topic = topic
+	p := kmsg.NewProduceRequestTopicPartition()
+	p.Records = batch
+	tp.Partitions = append(tp.Partitions, p)
+	req.Topics = append(req.Topics, tp)
+	return req
 }
