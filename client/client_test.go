@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ferryhq/ferry/receiver"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -36,7 +37,7 @@ func agent(t testing.TB, next consumer.Consumer, mod func(*localreceiver.Config)
 	if mod != nil {
 		mod(&cfg)
 	}
-	r, err := localreceiver.New(cfg, telemetry.TestSettings(), next, nil)
+	r, err := localreceiver.New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: next})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +234,7 @@ func TestReconnects(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 			r2, err := localreceiver.New(localreceiver.Config{Enabled: true, Socket: sock, SocketMode: "0660", MaxFrameBytes: 1 << 20,
 				MaxRecords: 10_000, MaxInflightBytes: 4 << 20, MaxConnections: 16, IdleTimeout: time.Minute, AckTimeout: 5 * time.Second, BodyTimeout: 10 * time.Second,
-				Topics: []string{"*"}}, telemetry.TestSettings(), sink, nil)
+				Topics: []string{"*"}}, receiver.Env{Set: telemetry.TestSettings(), Next: sink})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/ferryhq/ferry/receiver/httpreceiver"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -18,11 +19,12 @@ func TestDefaultsMatchTheConventions(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.Receivers.HTTP.Listen != "127.0.0.1:8088" || c.Telemetry.Admin.Listen != "127.0.0.1:8089" ||
+	http := c.Receivers.ReceiverConfig("http").(*httpreceiver.Config)
+	if http.Listen != "127.0.0.1:8088" || c.Telemetry.Admin.Listen != "127.0.0.1:8089" ||
 		len(c.Exporter.Kafka.Brokers) != 1 || c.Exporter.Kafka.Brokers[0] != "127.0.0.1:9092" {
 		t.Fatalf("default listeners/brokers changed: %+v", c)
 	}
-	if c.Queue.MemoryLimit != 256<<20 || c.Receivers.HTTP.MaxRequestBytes != 8<<20 ||
+	if c.Queue.MemoryLimit != 256<<20 || http.MaxRequestBytes != 8<<20 ||
 		c.Exporter.Kafka.Compression != "lz4" || c.Exporter.Kafka.Linger != 2*time.Millisecond ||
 		c.Exporter.Kafka.Acks != "all" || !c.Exporter.Kafka.Idempotent || c.Exporter.Kafka.Partitioner != "murmur2" {
 		t.Fatalf("documented defaults changed: %+v", c)
@@ -188,5 +190,30 @@ func TestFileWithNoSettingsIsAnError(t *testing.T) {
 	}
 	if _, err := Load("", nil); err != nil {
 		t.Fatalf("no file: %v", err)
+	}
+}
+
+// TestValidateReportsEveryError: a configuration wrong in several places
+// is refused with every error at once, each naming its full key path.
+func TestValidateReportsEveryError(t *testing.T) {
+	_, err := Parse(nil, []string{"receivers.local.max_records_per_frame=0", "receivers.kafka.enabled=true",
+		"receivers.kafka.ack_timeout=1ms", "queue.memory_limit=16MiB", "shutdown_timeout=10ms"})
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, key := range []string{"receivers.local.max_records_per_frame", "receivers.kafka.ack_timeout",
+		"receivers.kafka.max_decompressed_bytes", "shutdown_timeout"} {
+		if !strings.Contains(err.Error(), "config: "+key) {
+			t.Errorf("no error naming %s in:\n%v", key, err)
+		}
+	}
+}
+
+// TestUnknownReceiver: a section for a receiver ferry does not have is
+// refused naming the ones it has.
+func TestUnknownReceiver(t *testing.T) {
+	_, err := Parse([]byte("receivers:\n  zipkin: {enabled: true}\n"), nil)
+	if err == nil || !strings.Contains(err.Error(), "receivers.zipkin") || !strings.Contains(err.Error(), "http") {
+		t.Fatalf("%v", err)
 	}
 }

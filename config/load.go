@@ -27,7 +27,11 @@ import (
 )
 
 //go:embed default.yaml
-var defaultYAML []byte
+var topYAML []byte
+
+// defaultYAML is default.yaml with every receiver's own default section
+// in its place.
+var defaultYAML = assembleDefaults(topYAML)
 
 // DefaultYAML returns the commented default configuration.
 func DefaultYAML() []byte { return bytes.Clone(defaultYAML) }
@@ -256,7 +260,12 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
 		return nil
 	}
 	fields := map[string]reflect.Type{}
-	yamlFields(t, fields)
+	if t == reflect.TypeOf(Receivers{}) {
+		// Each receiver's section is its factory's Config.
+		fields = receiverKeyTypes()
+	} else {
+		yamlFields(t, fields)
+	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k := n.Content[i].Value
 		ft, ok := fields[k]

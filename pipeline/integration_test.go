@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/ferryhq/ferry/receiver/httpreceiver"
 	"io"
 	"net/http"
 	"strconv"
@@ -101,7 +102,7 @@ func TestHundredThousandRecords(t *testing.T) {
 	brokers := kafkatest.Shared(t)
 	topic := kafkatest.NewTopic(t, brokers, "it-100k", 4)
 	p := startAgent(t, brokers)
-	url := "http://" + p.HTTP.Addr() + "/v1/messages/" + topic
+	url := "http://" + p.Receiver("http").(*httpreceiver.Receiver).Addr() + "/v1/messages/" + topic
 
 	const clients, requests, perReq = 20, 50, 100
 	var wg sync.WaitGroup
@@ -178,7 +179,7 @@ func TestKafkaErrorsReachTheClient(t *testing.T) {
 	brokers := kafkatest.Shared(t)
 	errTopic := kafkatest.NewTopic(t, brokers, "it-errors", 1)
 	p := startAgent(t, brokers)
-	base := "http://" + p.HTTP.Addr() + "/v1/messages/"
+	base := "http://" + p.Receiver("http").(*httpreceiver.Receiver).Addr() + "/v1/messages/"
 	client := &http.Client{Timeout: 60 * time.Second} // an unknown topic takes up to ~20 s to be known as such
 
 	a, err := send(client, base+"it-no-such-topic", []byte("x\n"))
@@ -213,7 +214,7 @@ func TestKafkaDownThenUp(t *testing.T) {
 	if readyz(t, p) {
 		t.Fatal("ready while Kafka is down")
 	}
-	url := "http://" + p.HTTP.Addr() + "/v1/messages/" + topic + "?wait=false"
+	url := "http://" + p.Receiver("http").(*httpreceiver.Receiver).Addr() + "/v1/messages/" + topic + "?wait=false"
 	client := &http.Client{Timeout: 10 * time.Second}
 	var accepted []string
 	var refused int
@@ -262,7 +263,7 @@ func TestKafkaDownThenUp(t *testing.T) {
 		}
 	}
 	// And new traffic flows with acknowledgements.
-	a, err := send(client, "http://"+p.HTTP.Addr()+"/v1/messages/"+topic, []byte("after\n"))
+	a, err := send(client, "http://"+p.Receiver("http").(*httpreceiver.Receiver).Addr()+"/v1/messages/"+topic, []byte("after\n"))
 	if err != nil || a.code != 200 {
 		t.Fatalf("after recovery: %v %d %v", err, a.code, a.body)
 	}
@@ -278,7 +279,7 @@ func TestQueueFullWithLiveKafka(t *testing.T) {
 	p := startAgent(t, brokers, "queue.memory_limit=1MiB", "receivers.http.max_request_bytes=128KiB", "receivers.otlp.enabled=false",
 		"exporter.kafka.linger=2s")
 	waitFor(t, "ready", 20*time.Second, func() bool { return readyz(t, p) })
-	url := "http://" + p.HTTP.Addr() + "/v1/messages/" + topic + "?wait=false"
+	url := "http://" + p.Receiver("http").(*httpreceiver.Receiver).Addr() + "/v1/messages/" + topic + "?wait=false"
 	client := &http.Client{Timeout: 10 * time.Second}
 	limit := float64(p.Queue.Limit())
 	var accepted, refused int

@@ -38,10 +38,7 @@ import (
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/receiver"
-	"github.com/ferryhq/ferry/receiver/httpreceiver"
 	"github.com/ferryhq/ferry/receiver/kafkafront"
-	"github.com/ferryhq/ferry/receiver/localreceiver"
-	"github.com/ferryhq/ferry/receiver/otlpreceiver"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -58,18 +55,32 @@ type Pipeline struct {
 	Spool      *spool.Spool
 	DeadLetter *deadletter.Writer
 	Spill      *spill.Router
-	HTTP       *httpreceiver.Receiver
-	OTLP       *otlpreceiver.Receiver
-	Local      *localreceiver.Receiver
-	Kafka      *kafkafront.Receiver
-	Auth       *auth.Checker
-	Limiter    *ratelimit.Limiter
-	Sampler    *sampler.Sampler
-	Attrs      *attributes.Processor
-	reloadMu   sync.Mutex
-	life       *lifecycle
-	stop       chan struct{}
-	done       chan struct{}
+	// Receivers are the enabled receivers, in config's order.
+	Receivers []Receiver
+	Auth      *auth.Checker
+	Limiter   *ratelimit.Limiter
+	Sampler   *sampler.Sampler
+	Attrs     *attributes.Processor
+	reloadMu  sync.Mutex
+	life      *lifecycle
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+// Receiver is one running receiver and its section's name.
+type Receiver struct {
+	Type string // receivers.<Type>
+	receiver.Receiver
+}
+
+// Receiver returns the running receiver of receivers.<typ> (nil: none).
+func (p *Pipeline) Receiver(typ string) receiver.Receiver {
+	for _, r := range p.Receivers {
+		if r.Type == typ {
+			return r.Receiver
+		}
+	}
+	return nil
 }
 
 // Exporter is what the pipeline needs of an exporter.
@@ -162,40 +173,6 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 		return nil, fmt.Errorf("processors.attributes: %w", err)
 	}
 	pre := &receiver.Prechecks{Checker: p.Auth, Limiter: p.Limiter, Sampler: p.Sampler, Attributes: p.Attrs}
-	if cfg.Receivers.HTTP.Enabled {
-		if p.HTTP, err = httpreceiver.New(cfg.Receivers.HTTP, set, intake, pre); err != nil {
-			return nil, fmt.Errorf("receivers.http: %w", err)
-		}
-	}
-	if cfg.Receivers.OTLP.Enabled {
-		oc := cfg.Receivers.OTLP
-		maxRecord := 0
-		if cfg.Exporter.Type == "kafka" {
-			// Room for the record's framing, key and headers in a batch.
-			maxRecord = int(cfg.Exporter.Kafka.MaxBatchBytes) - 4096
-		}
-		if oc.MaxExpandedBytes == 0 {
-			oc.MaxExpandedBytes = max(cfg.Queue.MemoryLimit/4, oc.MaxRequestBytes)
-		}
-		if p.OTLP, err = otlpreceiver.New(oc, set, intake, pre, maxRecord); err != nil {
-			return nil, fmt.Errorf("receivers.otlp: %w", err)
-		}
-	}
-	if cfg.Receivers.Local.Enabled {
-		lc := cfg.Receivers.Local
-		if lc.MaxFrameBytes == 0 {
-			// A compressed frame reserves the limit for its output.
-			lc.MaxFrameBytes = min(8<<20, cfg.Queue.MemoryLimit/4)
-		}
-		if p.Local, err = localreceiver.New(lc, set, intake, pre); err != nil {
-			return nil, fmt.Errorf("receivers.local: %w", err)
-		}
-	}
-	if cfg.Receivers.Kafka.Enabled {
-		if p.Kafka, err = kafkafront.New(cfg.Receivers.Kafka, set, intake, p.cluster(), pre); err != nil {
-			return nil, fmt.Errorf("receivers.kafka: %w", err)
-		}
-	}
 	// Request bodies reserve their memory before they are read: from the
 	// shared budget, except in spill mode, where a full queue must send
 	// requests to disk rather than refuse them, so bodies have a budget of
@@ -204,17 +181,21 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 	if cfg.Delivery.Mode == "spill" {
 		bodies = budget.New(int64(cfg.Queue.MemoryLimit))
 	}
-	if p.HTTP != nil {
-		p.HTTP.SetBudget(bodies)
-	}
-	if p.OTLP != nil {
-		p.OTLP.SetBudget(bodies)
-	}
-	if p.Local != nil {
-		p.Local.SetBudget(bodies)
-	}
-	if p.Kafka != nil {
-		p.Kafka.SetBudget(bodies)
+	env := receiver.Env{Set: set, Next: intake, Pre: pre, Bodies: bodies, Bounds: cfg.Bounds(), Topics: p.cluster()}
+	var rerr error
+	cfg.Receivers.Each(func(f receiver.Factory, rc receiver.Config) {
+		if rerr != nil || !rc.On() {
+			return
+		}
+		r, err := f.Create(rc, env)
+		if err != nil {
+			rerr = fmt.Errorf("receivers.%s: %w", f.Type(), err)
+			return
+		}
+		p.Receivers = append(p.Receivers, Receiver{Type: f.Type(), Receiver: r})
+	})
+	if rerr != nil {
+		return nil, rerr
 	}
 	p.Admin = admin.New(cfg.Telemetry.Admin, set)
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_build_info", Help: "Always 1; labels say what runs.",
@@ -257,17 +238,8 @@ func (p *Pipeline) components() *lifecycle {
 	}
 	l.add("queue", p.Queue)
 	l.add("auth", p.Auth)
-	if p.HTTP != nil {
-		l.add("receivers.http", p.HTTP)
-	}
-	if p.OTLP != nil {
-		l.add("receivers.otlp", p.OTLP)
-	}
-	if p.Local != nil {
-		l.add("receivers.local", p.Local)
-	}
-	if p.Kafka != nil {
-		l.add("receivers.kafka", p.Kafka)
+	for _, r := range p.Receivers {
+		l.add("receivers."+r.Type, r)
 	}
 	l.add("report", step{
 		start: func(context.Context) error { go p.report(); return nil },
@@ -285,20 +257,8 @@ func (p *Pipeline) Start(ctx context.Context) error {
 		return err
 	}
 	attrs := []any{"admin", p.Admin.Addr(), "kafka", p.cfg.Exporter.Kafka.Brokers, "memory_limit", p.cfg.Queue.MemoryLimit.String()}
-	if p.HTTP != nil {
-		attrs = append(attrs, "http", p.HTTP.Addr())
-	}
-	if p.OTLP != nil && p.cfg.Receivers.OTLP.HTTP.Enabled {
-		attrs = append(attrs, "otlp_http", p.OTLP.HTTPAddr())
-	}
-	if p.OTLP != nil && p.cfg.Receivers.OTLP.GRPC.Enabled {
-		attrs = append(attrs, "otlp_grpc", p.OTLP.GRPCAddr())
-	}
-	if p.Local != nil {
-		attrs = append(attrs, "local_socket", p.Local.SocketPath(), "local_tcp", p.Local.TCPAddr())
-	}
-	if p.Kafka != nil {
-		attrs = append(attrs, "kafka_front", p.Kafka.Addr())
+	for _, r := range p.Receivers {
+		attrs = append(attrs, r.Listening()...)
 	}
 	p.Set.Logger.Info("ferry started", attrs...)
 	return nil
@@ -371,36 +331,34 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 	if err := p.Attrs.SetConfig(cfg.Processors.Attributes); err != nil {
 		return "", fmt.Errorf("processors.attributes: %w", err)
 	}
-	if p.HTTP != nil {
-		p.HTTP.SetAuth(cfg.Receivers.HTTP.Auth)
+	var restart []string
+	for _, r := range p.Receivers {
+		if r.Reload(cfg.Receivers.ReceiverConfig(r.Type)) {
+			restart = append(restart, "receivers."+r.Type)
+		}
 	}
-	if p.OTLP != nil {
-		p.OTLP.SetAuth(cfg.Receivers.OTLP.Auth)
-	}
-	if p.Local != nil {
-		p.Local.SetAuth(cfg.Receivers.Local.Auth)
-	}
-	if p.Kafka != nil {
-		p.Kafka.SetAuth(cfg.Receivers.Kafka.Auth)
-	}
+	// A receiver the reload enables or disables.
+	cfg.Receivers.Each(func(f receiver.Factory, rc receiver.Config) {
+		running := false
+		for _, r := range p.Receivers {
+			running = running || r.Type == f.Type()
+		}
+		if running != rc.On() {
+			restart = append(restart, "receivers."+f.Type())
+		}
+	})
 	old, next := *p.cfg, *cfg
 	old.Auth, next.Auth = auth.Config{}, auth.Config{}
 	old.RateLimits, next.RateLimits = ratelimit.Config{}, ratelimit.Config{}
 	old.Processors, next.Processors = config.Processors{}, config.Processors{}
-	old.Receivers.HTTP.Auth, next.Receivers.HTTP.Auth = auth.ReceiverConfig{}, auth.ReceiverConfig{}
-	old.Receivers.OTLP.Auth, next.Receivers.OTLP.Auth = auth.ReceiverConfig{}, auth.ReceiverConfig{}
-	old.Receivers.Local.Auth, next.Receivers.Local.Auth = auth.ReceiverConfig{}, auth.ReceiverConfig{}
-	old.Receivers.Kafka.Auth, next.Receivers.Kafka.Auth = auth.ReceiverConfig{}, auth.ReceiverConfig{}
+	old.Receivers, next.Receivers = config.Receivers{}, config.Receivers{}
 	old.Exporter.Kafka.TLS, next.Exporter.Kafka.TLS = kafkaexporter.TLSConfig{}, kafkaexporter.TLSConfig{}
 	old.Exporter.Kafka.SASL, next.Exporter.Kafka.SASL = kafkaexporter.SASLConfig{}, kafkaexporter.SASLConfig{}
-	var restart []string
 	for _, d := range []struct {
 		name string
 		a, b any
 	}{
-		{"telemetry", old.Telemetry, next.Telemetry}, {"receivers.http", old.Receivers.HTTP, next.Receivers.HTTP},
-		{"receivers.otlp", old.Receivers.OTLP, next.Receivers.OTLP}, {"receivers.local", old.Receivers.Local, next.Receivers.Local},
-		{"receivers.kafka", old.Receivers.Kafka, next.Receivers.Kafka}, {"queue", old.Queue, next.Queue}, {"delivery", old.Delivery, next.Delivery},
+		{"telemetry", old.Telemetry, next.Telemetry}, {"queue", old.Queue, next.Queue}, {"delivery", old.Delivery, next.Delivery},
 		{"exporter", old.Exporter, next.Exporter}, {"shutdown_timeout", old.ShutdownTimeout, next.ShutdownTimeout},
 		{"runtime", old.Runtime, next.Runtime},
 	} {
@@ -409,8 +367,6 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 		}
 	}
 	p.cfg.Auth, p.cfg.RateLimits, p.cfg.Processors = cfg.Auth, cfg.RateLimits, cfg.Processors
-	p.cfg.Receivers.HTTP.Auth, p.cfg.Receivers.OTLP.Auth = cfg.Receivers.HTTP.Auth, cfg.Receivers.OTLP.Auth
-	p.cfg.Receivers.Local.Auth, p.cfg.Receivers.Kafka.Auth = cfg.Receivers.Local.Auth, cfg.Receivers.Kafka.Auth
 	p.cfg.Exporter.Kafka.TLS, p.cfg.Exporter.Kafka.SASL = cfg.Exporter.Kafka.TLS, cfg.Exporter.Kafka.SASL
 	p.Set.Logger.Info("configuration reloaded", "applied", "auth keys, rate limits, sampler, attribute filters, receivers' auth, Kafka TLS and SASL")
 	if len(restart) > 0 {

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"github.com/ferryhq/ferry/receiver/httpreceiver"
 	"net/http"
 	"strings"
 	"testing"
@@ -58,7 +59,7 @@ func TestReloadRotatesKeysWithoutRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Shutdown(context.Background())
-	url := "http://" + p.HTTP.Addr() + "/v1/messages/t"
+	url := "http://" + p.Receiver("http").(*httpreceiver.Receiver).Addr() + "/v1/messages/t"
 	status := func(tok string) int {
 		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader("m"))
 		req.Header.Set("Content-Type", "text/plain")

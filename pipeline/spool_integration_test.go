@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/ferryhq/ferry/receiver/httpreceiver"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -28,7 +29,7 @@ func TestSpoolModeEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	p := startAgent(t, brokers, "delivery.mode=spool", "delivery.spool.dir="+dir, "delivery.spool.segment_bytes=256KiB",
 		"delivery.dead_letter.file="+filepath.Join(t.TempDir(), "dead.ndjson"))
-	url := "http://" + p.HTTP.Addr() + "/v1/messages/" + topic
+	url := "http://" + p.Receiver("http").(*httpreceiver.Receiver).Addr() + "/v1/messages/" + topic
 	client := &http.Client{Timeout: 30 * time.Second}
 	const clients, requests, perReq = 4, 25, 200
 	for r := 0; r < requests; r++ {
@@ -88,7 +89,7 @@ func TestSpoolDeadLetters(t *testing.T) {
 	dead := filepath.Join(t.TempDir(), "dead.ndjson")
 	p := startAgent(t, brokers, "delivery.mode=spool", "delivery.spool.dir="+t.TempDir(), "delivery.dead_letter.file="+dead,
 		"exporter.kafka.compression=none", "exporter.kafka.linger=0s")
-	url := "http://" + p.HTTP.Addr() + "/v1/messages/" + topic
+	url := "http://" + p.Receiver("http").(*httpreceiver.Receiver).Addr() + "/v1/messages/" + topic
 	client := &http.Client{Timeout: 30 * time.Second}
 	for _, v := range []string{"before", strings.Repeat("x", 5000), "after"} {
 		a, err := send(client, url, []byte(v))

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"github.com/ferryhq/ferry/receiver/otlpreceiver"
 	"os/exec"
 	"strings"
 	"testing"
@@ -36,8 +37,8 @@ func TestTelemetrygen(t *testing.T) {
 		name string
 		args []string
 	}{
-		{"grpc", []string{"--otlp-endpoint", p.OTLP.GRPCAddr()}},
-		{"http", []string{"--otlp-endpoint", p.OTLP.HTTPAddr(), "--otlp-http"}},
+		{"grpc", []string{"--otlp-endpoint", p.Receiver("otlp").(*otlpreceiver.Receiver).GRPCAddr()}},
+		{"http", []string{"--otlp-endpoint", p.Receiver("otlp").(*otlpreceiver.Receiver).HTTPAddr(), "--otlp-http"}},
 	} {
 		common := append([]string{"--otlp-insecure", "--rate", "0", "--service", "tg-" + tr.name}, tr.args...)
 		run(append([]string{"traces", "--traces", "15", "--child-spans", "2", "--workers", "2"}, common...)...)

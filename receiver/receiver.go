@@ -1,9 +1,12 @@
 // Package receiver holds what every receiver is built with besides its own
-// configuration. The receivers themselves are its subpackages: httpreceiver
-// (messages), otlpreceiver (OTLP over HTTP and gRPC); the plumbing they
-// share is in httpbody (bounded body reading), submit (the hand-off to the
-// pipeline and the wait for Kafka), origin (browser requests) and
-// receivermetrics.
+// configuration: the factory contract (factory.go: Factory, Config, Env,
+// Bounds, Receiver), the shared pre-checks and the topic check. The
+// receivers themselves are its subpackages: httpreceiver (messages),
+// otlpreceiver (OTLP over HTTP and gRPC), localreceiver (the local record
+// protocol and its text mode), kafkafront (unmodified Kafka producers); the
+// plumbing they share is in httpbody (bounded body reading), submit (the
+// hand-off to the pipeline and the wait for Kafka), origin (browser
+// requests) and receivermetrics.
 package receiver
 
 import (
@@ -54,6 +57,15 @@ func CheckTopic(allow *routing.Allow, claims *token.Claims, topic string) error 
 	}
 	if err := allow.Check(topic, claims); err != nil {
 		return &consumer.PermanentError{Reason: "topic_not_allowed", Kind: consumer.KindForbidden, Msg: err.Error(), Err: err}
+	}
+	return nil
+}
+
+// CheckAuth refuses token settings that cannot work: a receiver that
+// checks tokens when there is no key to check them with.
+func CheckAuth(c auth.ReceiverConfig, b Bounds) error {
+	if c.Mode != "none" && c.Mode != "" && !b.Keys {
+		return fmt.Errorf("auth.mode is %s but auth.keys is empty: add a key (ferry token keygen)", c.Mode)
 	}
 	return nil
 }

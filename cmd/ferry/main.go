@@ -1,6 +1,8 @@
-// Command ferry is the local telemetry agent: it takes messages from local
-// programs over HTTP and forwards them to Apache Kafka, answering each client
-// only once Kafka has acknowledged its records.
+// Command ferry is the host agent: it takes what the programs of a host
+// send it (messages and NDJSON over HTTP, OpenTelemetry over OTLP, its own
+// local protocol, unmodified Kafka producers through its Kafka front) and
+// forwards it to Apache Kafka, answering each client only once its records
+// are durable (Kafka's acknowledgement, or the fsync'd spool).
 //
 //	ferry run [-c ferry.yaml] [--set key.path=value ...]
 //	ferry validate [-c ferry.yaml] [--set ...]
@@ -28,7 +30,7 @@ import (
 	"github.com/ferryhq/ferry/cmd/ferry/scheduler"
 	"github.com/ferryhq/ferry/config"
 	"github.com/ferryhq/ferry/pipeline"
-	"github.com/ferryhq/ferry/server"
+	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -242,21 +244,16 @@ func versionLine() string {
 // keys and CAs, SASL secrets) as start-up would, without binding or
 // creating anything, so a configuration that validates also starts.
 func checkFiles(cfg *config.Config) error {
-	r := &cfg.Receivers
-	for _, l := range []struct {
-		name string
-		on   bool
-		tls  *server.TLSConfig
-	}{
-		{"receivers.otlp.grpc", r.OTLP.Enabled && r.OTLP.GRPC.Enabled, &r.OTLP.GRPC.TLS},
-		{"receivers.local", r.Local.Enabled, &r.Local.TLS},
-		{"receivers.kafka", r.Kafka.Enabled, &r.Kafka.TLS},
-	} {
-		if l.on {
-			if err := l.tls.CheckFiles(); err != nil {
-				return fmt.Errorf("%s: %w", l.name, err)
+	var err error
+	cfg.Receivers.Each(func(f receiver.Factory, rc receiver.Config) {
+		if err == nil && rc.On() {
+			if ferr := rc.CheckFiles(); ferr != nil {
+				err = fmt.Errorf("receivers.%s: %w", f.Type(), ferr)
 			}
 		}
+	})
+	if err != nil {
+		return err
 	}
 	if cfg.Exporter.Type == "kafka" {
 		if err := cfg.Exporter.Kafka.CheckFiles(); err != nil {

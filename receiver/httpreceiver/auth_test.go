@@ -23,7 +23,7 @@ func TestTokens(t *testing.T) {
 			cfg := testConfig()
 			cfg.Auth = auth.ReceiverConfig{Mode: mode, Sources: []string{"authorization", "header", "query"}}
 			sink := &consumertest.Sink{}
-			r, err := New(cfg, telemetry.TestSettings(), sink, &receiver.Prechecks{Checker: checker})
+			r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: sink, Pre: &receiver.Prechecks{Checker: checker}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +98,7 @@ func TestTokenTopicRestriction(t *testing.T) {
 	tok, _ := ring.Issue(token.Claims{App: "shop", Topics: [4]string{token.Messages: "shop-events"}})
 	cfg := testConfig()
 	cfg.Auth = auth.ReceiverConfig{Mode: "required", Sources: []string{"header"}}
-	r, err := New(cfg, telemetry.TestSettings(), &consumertest.Sink{}, &receiver.Prechecks{Checker: checker})
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: &consumertest.Sink{}, Pre: &receiver.Prechecks{Checker: checker}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package httpreceiver
 import (
 	"bytes"
 	"context"
+	"github.com/ferryhq/ferry/receiver"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -25,7 +26,7 @@ func (ackAll) Consume(_ context.Context, b *record.Batch) error {
 func benchHandle(b *testing.B, records, size int, enc string) {
 	cfg := testConfig()
 	cfg.MaxRequestBytes = 64 << 20
-	r, err := New(cfg, telemetry.TestSettings(), ackAll{}, nil)
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: ackAll{}})
 	if err != nil {
 		b.Fatal(err)
 	}

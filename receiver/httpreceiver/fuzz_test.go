@@ -2,6 +2,7 @@ package httpreceiver
 
 import (
 	"bytes"
+	"github.com/ferryhq/ferry/receiver"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -26,7 +27,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{0x28, 0xb5, 0x2f, 0xfd, 0xff}, uint8(2), true)
 	cfg := testConfig()
 	s := &consumertest.Sink{}
-	r, err := New(cfg, telemetry.TestSettings(), s, nil)
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: s})
 	if err != nil {
 		f.Fatal(err)
 	}

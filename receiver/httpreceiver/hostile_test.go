@@ -107,7 +107,7 @@ func TestTopicScope(t *testing.T) {
 	cfg.Topics = []string{"acme-*", "shared-logs", "otel-*"}
 	cfg.Auth = auth.ReceiverConfig{Mode: "optional", Sources: []string{"authorization"}}
 	sink := &memSink{}
-	r, err := New(cfg, telemetry.TestSettings(), sink, &receiver.Prechecks{Checker: checker})
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: sink, Pre: &receiver.Prechecks{Checker: checker}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/ferryhq/ferry/receiver"
 	"io"
 	"net"
 	"net/http"
@@ -38,12 +39,11 @@ func slowBody(t *testing.T, addr string, size int) net.Conn {
 func TestBodiesReserveBeforeRead(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxRequestBytes = 512 << 10
-	r, err := New(cfg, telemetry.TestSettings(), &consumertest.Sink{}, nil)
+	budget := budget.New(1 << 20)
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: &consumertest.Sink{}, Bodies: budget})
 	if err != nil {
 		t.Fatal(err)
 	}
-	budget := budget.New(1 << 20)
-	r.SetBudget(budget)
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

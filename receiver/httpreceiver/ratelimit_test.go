@@ -29,7 +29,7 @@ func TestRateLimitPerApp(t *testing.T) {
 	cfg := testConfig()
 	cfg.Auth = auth.ReceiverConfig{Mode: "required", Sources: []string{"authorization"}}
 	sink := &consumertest.Sink{}
-	r, err := New(cfg, set, sink, &receiver.Prechecks{Checker: checker, Limiter: lim})
+	r, err := New(cfg, receiver.Env{Set: set, Next: sink, Pre: &receiver.Prechecks{Checker: checker, Limiter: lim}})
 	if err != nil {
 		t.Fatal(err)
 	}

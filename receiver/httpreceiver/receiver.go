@@ -66,15 +66,21 @@ type Receiver struct {
 	batchP sync.Pool
 }
 
-// New builds the receiver; next receives the batches.
+// New builds the receiver from a configuration and everything it needs:
+// env.Next receives the batches, env.Bodies is the budget bodies reserve
+// from before they are read.
 // pre holds the token checker and rate limiter; nil (or nil fields) when
 // none is configured.
-func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *receiver.Prechecks) (*Receiver, error) {
+func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	set, next := env.Set, env.Next
 	r := &Receiver{cfg: cfg, set: set, next: next, topics: set.Topics, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
-		gate: pre.Gate(cfg.Auth)}
+		gate: env.Pre.Gate(cfg.Auth)}
+	if env.Bodies != nil {
+		r.body.SetBudget(env.Bodies)
+	}
 	r.log = telemetry.NewLimited(set.Logger.With("component", "receiver/http"), 10*time.Second)
 	r.allow, _ = routing.NewAllow(cfg.Topics) // checked by Validate
 	r.m = receivermetrics.New(set.Registry, "http")
@@ -98,14 +104,6 @@ func (r *Receiver) Start(ctx context.Context) error { return r.srv.Start(ctx) }
 
 // Addr is the bound address.
 func (r *Receiver) Addr() string { return r.srv.Addr() }
-
-// SetBudget makes request bodies reserve their memory before they are read
-// (see httpbody.Reader.SetBudget).
-func (r *Receiver) SetBudget(b httpbody.Budget) { r.body.SetBudget(b) }
-
-// SetAuth swaps the receiver's token configuration (reload); requests in
-// progress finish under the configuration they started with.
-func (r *Receiver) SetAuth(c auth.ReceiverConfig) { r.gate.SetConfig(c) }
 
 // Shutdown stops accepting and waits for requests in progress until ctx ends.
 func (r *Receiver) Shutdown(ctx context.Context) error { return r.srv.Shutdown(ctx) }

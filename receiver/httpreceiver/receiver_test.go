@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"github.com/ferryhq/ferry/buffer/budget"
+	"github.com/ferryhq/ferry/receiver"
 	"io"
 	"net/http"
 	"strings"
@@ -30,7 +31,7 @@ func testConfig() Config {
 
 func start(t *testing.T, cfg Config, next consumer.Consumer) (*Receiver, string) {
 	t.Helper()
-	r, err := New(cfg, telemetry.TestSettings(), next, nil)
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: next})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"github.com/ferryhq/ferry/receiver"
 	"net"
 	"reflect"
 	"testing"
@@ -45,7 +46,7 @@ func testConfig() Config {
 func TestUnreadAnswersStopTheReader(t *testing.T) {
 	set := telemetry.TestSettings()
 	sink := consumer.Func(func(context.Context, *record.Batch) error { return nil })
-	r, err := New(testConfig(), set, sink, func(context.Context, []string) ([]TopicInfo, error) { return nil, nil }, nil)
+	r, err := New(testConfig(), receiver.Env{Set: set, Next: sink, Pre: nil, Topics: func(context.Context, []string) ([]TopicInfo, error) { return nil, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

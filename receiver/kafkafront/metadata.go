@@ -4,21 +4,18 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/ferryhq/ferry/receiver"
 )
 
 // TopicInfo is one real topic as the cluster describes it.
-type TopicInfo struct {
-	Topic      string
-	ID         [16]byte
-	Partitions int32
-	// Err is the cluster's error for the topic (nil: it exists).
-	Err error
-}
+type TopicInfo = receiver.TopicInfo
 
 // Cluster asks the real cluster for topics' partitions (nil: all topics).
-// The pipeline passes the Kafka exporter's, so the front mirrors the
-// cluster its records go to, over connections ferry already has.
-type Cluster func(ctx context.Context, topics []string) ([]TopicInfo, error)
+// The pipeline passes the exporter's (receiver.Env.Topics), so the front
+// mirrors the cluster its records go to, over connections ferry already
+// has.
+type Cluster = receiver.Topics
 
 // topicCache keeps the cluster's answers for MetadataMaxAge, so that the
 // metadata every producer asks for (at start, then every

@@ -52,7 +52,6 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/auth"
-	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
@@ -96,33 +95,31 @@ type Receiver struct {
 	seqs *producers
 }
 
-// New builds the front; next receives the batches, cluster describes the
-// real topics.
-func New(cfg Config, set telemetry.Settings, next consumer.Consumer, cluster Cluster, pre *receiver.Prechecks) (*Receiver, error) {
+// New builds the front from a configuration and everything it needs:
+// env.Next receives the batches, env.Topics describes the real topics,
+// env.Bodies is the budget produce requests reserve from before they are
+// read.
+func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Receiver{cfg: cfg, set: set, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)), gate: pre.Gate(cfg.Auth),
-		topics: newTopicCache(cluster, cfg.MetadataMaxAge), refusing: make(chan struct{}, 1),
+	set := env.Set
+	r := &Receiver{cfg: cfg, set: set, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)), gate: env.Pre.Gate(cfg.Auth),
+		topics: newTopicCache(env.Topics, cfg.MetadataMaxAge), refusing: make(chan struct{}, 1),
 		decoding: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), seqs: newProducers(50000, 200000)}
+	if env.Bodies != nil {
+		r.body.SetBudget(env.Bodies)
+	}
 	r.log = telemetry.NewLimited(set.Logger.With("component", "receiver/kafka"), 10*time.Second)
 	r.m = receivermetrics.New(set.Registry, "kafka")
 	r.allow, _ = routing.NewAllow(cfg.Topics) // checked by Validate
 	r.batchP.New = func() any { return new(record.Batch) }
-	r.sub = &submit.Submitter{Next: next, Bodies: r.body, AckTimeout: cfg.AckTimeout, M: r.m,
+	r.sub = &submit.Submitter{Next: env.Next, Bodies: r.body, AckTimeout: cfg.AckTimeout, M: r.m,
 		Recycle: func(b *record.Batch) { b.Reset(); r.batchP.Put(b) }}
 	r.ln = server.NewStream("kafka", server.StreamConfig{Network: "tcp", Addr: cfg.Listen, MaxConnections: cfg.MaxConnections, TLS: cfg.TLS},
 		r.serve, set.Logger, set.Registry)
 	return r, nil
 }
-
-// SetBudget makes produce requests reserve their memory from b before
-// they are read.
-func (r *Receiver) SetBudget(b httpbody.Budget) { r.body.SetBudget(b) }
-
-// SetAuth swaps the token configuration (reload); connections keep the
-// verdict of their SASL exchange.
-func (r *Receiver) SetAuth(c auth.ReceiverConfig) { r.gate.SetConfig(c) }
 
 // Start binds the listener.
 func (r *Receiver) Start(ctx context.Context) error { return r.ln.Start(ctx) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/ferryhq/ferry/receiver"
 	"io"
 	"net"
 	"sync"
@@ -108,7 +109,7 @@ func FuzzProduceSequences(f *testing.F) {
 		}
 		return out, nil
 	}
-	r, err := New(cfg, telemetry.TestSettings(), sink, cluster, nil)
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: sink, Pre: nil, Topics: cluster})
 	if err != nil {
 		f.Fatal(err)
 	}

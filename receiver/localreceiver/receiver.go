@@ -47,7 +47,8 @@ var ServerName = "ferry"
 
 // Receiver serves the local record protocol.
 type Receiver struct {
-	cfg     Config
+	cfg     Config // with derived defaults
+	given   Config // as configured, for Reload
 	set     telemetry.Settings
 	log     *telemetry.Limited
 	m       *receivermetrics.Metrics
@@ -62,15 +63,20 @@ type Receiver struct {
 	recordP sync.Pool // *protocol.Records
 }
 
-// New builds the receiver; next receives the batches.
-func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *receiver.Prechecks) (*Receiver, error) {
+// New builds the receiver from a configuration and everything it needs:
+// env.Next receives the batches, env.Bodies is the budget frames reserve
+// from before they are read.
+func New(cfg Config, env receiver.Env) (*Receiver, error) {
+	given := cfg
+	cfg = cfg.resolved(env.Bounds)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.MaxFrameBytes == 0 {
-		cfg.MaxFrameBytes = 8 << 20
+	set := env.Set
+	r := &Receiver{cfg: cfg, given: given, set: set, body: httpbody.NewReader(int64(cfg.MaxFrameBytes)), gate: env.Pre.Gate(cfg.Auth)}
+	if env.Bodies != nil {
+		r.body.SetBudget(env.Bodies)
 	}
-	r := &Receiver{cfg: cfg, set: set, body: httpbody.NewReader(int64(cfg.MaxFrameBytes)), gate: pre.Gate(cfg.Auth)}
 	r.log = telemetry.NewLimited(set.Logger.With("component", "receiver/local"), 10*time.Second)
 	r.m = receivermetrics.New(set.Registry, "local")
 	r.allow, _ = routing.NewAllow(cfg.Topics) // checked by Validate
@@ -78,7 +84,7 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *receiv
 	r.limits.MaxFrameBytes, r.limits.MaxRecords = int(cfg.MaxFrameBytes), cfg.MaxRecords
 	r.batchP.New = func() any { return new(record.Batch) }
 	r.recordP.New = func() any { return new(protocol.Records) }
-	r.sub = &submit.Submitter{Next: next, Bodies: r.body, AckTimeout: cfg.AckTimeout, M: r.m,
+	r.sub = &submit.Submitter{Next: env.Next, Bodies: r.body, AckTimeout: cfg.AckTimeout, M: r.m,
 		Recycle: func(b *record.Batch) { b.Reset(); r.batchP.Put(b) }}
 	if cfg.Socket != "" {
 		mode, _ := server.ParseMode(cfg.SocketMode)
@@ -91,13 +97,6 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *receiv
 	}
 	return r, nil
 }
-
-// SetBudget makes frames reserve their memory from b before they are read.
-func (r *Receiver) SetBudget(b httpbody.Budget) { r.body.SetBudget(b) }
-
-// SetAuth swaps the token configuration (reload); connections keep the
-// verdict of their hello.
-func (r *Receiver) SetAuth(c auth.ReceiverConfig) { r.gate.SetConfig(c) }
 
 // Start binds the listeners.
 func (r *Receiver) Start(ctx context.Context) error {

@@ -36,7 +36,7 @@ func testConfig(t *testing.T) Config {
 
 func start(t *testing.T, cfg Config, next consumer.Consumer, pre *receiver.Prechecks) *Receiver {
 	t.Helper()
-	r, err := New(cfg, telemetry.TestSettings(), next, pre)
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: next, Pre: pre})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"github.com/ferryhq/ferry/receiver"
 	"net"
 	"strings"
 	"testing"
@@ -23,13 +24,12 @@ func FuzzTextMode(f *testing.F) {
 	cfg := Config{Enabled: true, Listen: "127.0.0.1:0", MaxFrameBytes: 16 << 10, MaxRecords: 16, MaxInflightBytes: 1 << 20,
 		IdleTimeout: 5 * time.Second, AckTimeout: 5 * time.Second, BodyTimeout: 5 * time.Second, Topics: []string{"*"}}
 	sink := &consumertest.Sink{}
-	r, err := New(cfg, telemetry.TestSettings(), sink, nil)
+	// A small budget: long lines grow into it, and some find no room.
+	b := budget.New(10 << 10)
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: sink, Bodies: b})
 	if err != nil {
 		f.Fatal(err)
 	}
-	// A small budget: long lines grow into it, and some find no room.
-	b := budget.New(10 << 10)
-	r.SetBudget(b)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		f.Fatal(err)

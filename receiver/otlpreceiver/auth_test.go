@@ -78,7 +78,7 @@ func TestTokensOnBothTransports(t *testing.T) {
 func TestRateLimitOverGRPC(t *testing.T) {
 	set := telemetry.TestSettings()
 	lim, _ := ratelimit.New(ratelimit.Config{Classes: map[string]ratelimit.Class{"tiny": {RecordsPerSec: 1, BurstRecords: 2}}, DefaultClass: "tiny"}, set)
-	r, err := New(testConfig(), set, &consumertest.Sink{}, &receiver.Prechecks{Limiter: lim}, 0)
+	r, err := New(testConfig(), receiver.Env{Set: set, Next: &consumertest.Sink{}, Pre: &receiver.Prechecks{Limiter: lim}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package otlpreceiver
 import (
 	"bytes"
 	"context"
+	"github.com/ferryhq/ferry/receiver"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -40,7 +41,7 @@ func FuzzOTLPHTTP(f *testing.F) {
 	for i, enc := range encs {
 		cfg := testConfig()
 		cfg.Traces.Encoding, cfg.Metrics.Encoding, cfg.Logs.Encoding = enc, enc, enc
-		r, err := New(cfg, telemetry.TestSettings(), &consumertest.Sink{}, nil, 0)
+		r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: &consumertest.Sink{}})
 		if err != nil {
 			f.Fatal(err)
 		}

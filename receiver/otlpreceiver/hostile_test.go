@@ -141,12 +141,11 @@ func TestDeepNestingResourceToken(t *testing.T) {
 // budget of limit bytes, and returns a gRPC client of it and the budget.
 func budgetedGRPC(t *testing.T, cfg Config, limit int64) (ptraceotlp.GRPCClient, *budget.Budget) {
 	t.Helper()
-	r, err := New(cfg, telemetry.TestSettings(), &consumertest.Sink{}, nil, 0)
+	b := budget.New(limit)
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: &consumertest.Sink{}, Bodies: b})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := budget.New(limit)
-	r.SetBudget(b)
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,8 @@ const recordOverhead = 320
 
 // Receiver serves OTLP over HTTP and gRPC.
 type Receiver struct {
-	cfg     Config
+	cfg     Config // with derived defaults
+	given   Config // as configured, for Reload
 	set     telemetry.Settings
 	next    consumer.Consumer
 	body    *httpbody.Reader
@@ -87,21 +88,24 @@ type signalOut struct {
 	keyTmpl *routing.Template // nil: the partition's key
 }
 
-// New builds the receiver; next receives the batches. maxRecordBytes is
-// the largest record next takes (the exporter's limit, less room for a
-// record's framing): a trace's or resource's items are split over records
-// under it; 0 means no split.
+// New builds the receiver from a configuration and everything it needs:
+// env.Next receives the batches, env.Bodies is the budget requests reserve
+// from before they are kept, and a trace's or resource's items are split
+// over records under the exporter's record limit (env.Bounds).
 // pre holds the token checker and rate limiter; nil (or nil fields) when
 // none is configured.
-func New(cfg Config, set telemetry.Settings, next consumer.Consumer, pre *receiver.Prechecks, maxRecordBytes int) (*Receiver, error) {
+func New(cfg Config, env receiver.Env) (*Receiver, error) {
+	given := cfg
+	cfg = cfg.resolved(env.Bounds)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.MaxExpandedBytes == 0 {
-		cfg.MaxExpandedBytes = 4 * cfg.MaxRequestBytes
-	}
-	r := &Receiver{cfg: cfg, set: set, next: next, maxRecordBytes: maxRecordBytes, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
+	set, next, pre := env.Set, env.Next, env.Pre
+	r := &Receiver{cfg: cfg, given: given, set: set, next: next, maxRecordBytes: maxRecordBytes(env.Bounds), body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
 		topics: set.Topics, gate: pre.Gate(cfg.Auth)}
+	if env.Bodies != nil {
+		r.body.SetBudget(env.Bodies)
+	}
 	if pre != nil {
 		r.sampler, r.attrs = pre.Sampler, pre.Attributes
 	}
@@ -154,14 +158,6 @@ func (r *Receiver) Start(ctx context.Context) error {
 	}
 	return nil
 }
-
-// SetBudget makes request bodies (HTTP) and messages (gRPC) reserve their
-// memory from b before they are kept (see httpbody.Reader.SetBudget).
-func (r *Receiver) SetBudget(b httpbody.Budget) { r.body.SetBudget(b) }
-
-// SetAuth swaps the receiver's token configuration (reload); requests in
-// progress finish under the configuration they started with.
-func (r *Receiver) SetAuth(c auth.ReceiverConfig) { r.gate.SetConfig(c) }
 
 // Shutdown stops accepting and waits for requests in progress until ctx ends.
 func (r *Receiver) Shutdown(ctx context.Context) error {

@@ -62,7 +62,7 @@ func start(t *testing.T, cfg Config, next consumer.Consumer) *Receiver {
 // startWith starts a receiver with shared settings and pre-checks.
 func startWith(t *testing.T, cfg Config, set telemetry.Settings, next consumer.Consumer, pre *receiver.Prechecks) *Receiver {
 	t.Helper()
-	r, err := New(cfg, set, next, pre, 0)
+	r, err := New(cfg, receiver.Env{Set: set, Next: next, Pre: pre})
 	if err != nil {
 		t.Fatal(err)
 	}

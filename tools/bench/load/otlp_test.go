@@ -3,6 +3,7 @@ package load
 import (
 	"context"
 	"encoding/json"
+	"github.com/ferryhq/ferry/receiver"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,10 +22,10 @@ import (
 // loopback ports) delivering to a sink that acknowledges at once.
 func startReceiver(t *testing.T) (*otlpreceiver.Receiver, *consumertest.Sink) {
 	t.Helper()
-	cfg := config.Default().Receivers.OTLP
+	cfg := *config.Default().Receivers.ReceiverConfig("otlp").(*otlpreceiver.Config)
 	cfg.HTTP.Listen, cfg.GRPC.Listen = "127.0.0.1:0", "127.0.0.1:0"
 	sink := &consumertest.Sink{}
-	r, err := otlpreceiver.New(cfg, telemetry.TestSettings(), sink, nil, 0)
+	r, err := otlpreceiver.New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: sink})
 	if err != nil {
 		t.Fatal(err)
 	}
