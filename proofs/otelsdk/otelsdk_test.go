@@ -33,6 +33,7 @@ import (
 	"github.com/ferryhq/ferry/pipeline"
 	"github.com/ferryhq/ferry/proofs/harness/kafkatest"
 	"github.com/ferryhq/ferry/proofs/harness/testcerts"
+	"github.com/ferryhq/ferry/receiver/otlpreceiver"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -78,7 +79,7 @@ func TestOpenTelemetrySDKExporters(t *testing.T) {
 	p := startAgent(t, brokers,
 		"receivers.otlp.traces.topic="+spans, "receivers.otlp.metrics.topic="+metrics,
 		"receivers.otlp.logs.topic="+logs, "receivers.otlp.logs.encoding=flat_json")
-	httpAddr, grpcAddr := p.OTLP.HTTPAddr(), p.OTLP.GRPCAddr()
+	httpAddr, grpcAddr := p.Receiver("otlp").(*otlpreceiver.Receiver).HTTPAddr(), p.Receiver("otlp").(*otlpreceiver.Receiver).GRPCAddr()
 	ctx := context.Background()
 	const nSpans, nLogs = 40, 25
 
@@ -270,9 +271,9 @@ func TestOpenTelemetrySDKOverTLS(t *testing.T) {
 		var exp sdktrace.SpanExporter
 		var err error
 		if transport == "http" {
-			exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(p.OTLP.HTTPAddr()), otlptracehttp.WithTLSClientConfig(certs.Client(false)))
+			exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(p.Receiver("otlp").(*otlpreceiver.Receiver).HTTPAddr()), otlptracehttp.WithTLSClientConfig(certs.Client(false)))
 		} else {
-			exp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(p.OTLP.GRPCAddr()), otlptracegrpc.WithTLSCredentials(credentials.NewTLS(certs.Client(true))))
+			exp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(p.Receiver("otlp").(*otlpreceiver.Receiver).GRPCAddr()), otlptracegrpc.WithTLSCredentials(credentials.NewTLS(certs.Client(true))))
 		}
 		if err != nil {
 			t.Fatal(err)
