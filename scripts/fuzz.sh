@@ -42,8 +42,8 @@ for target in \
   "FuzzProduce ./receiver/kafkafront" \
   "FuzzProduceSequences ./receiver/kafkafront" \
   "FuzzTextMode ./receiver/localreceiver" \
-  "FuzzLZ4 ./exporter/kafkaexporter" \
-  "FuzzLZ4Block ./exporter/kafkaexporter"; do
+  "FuzzLZ4 ./lz4frame" \
+  "FuzzLZ4Block ./lz4frame"; do
   set -- $target
   echo "-- $1 ($2) for $t"
   # lz4check: the lz4 encoder's unchecked loads are checked (lz4_load.go).

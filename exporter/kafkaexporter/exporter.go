@@ -136,7 +136,7 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 	}
 	if cfg.Compression == "lz4" && cfg.CompressionLevel == 0 {
 		// lz4 at its default level: ferry's compressor, same format and about
-		// twice as fast (lz4.go); a level asks for pierrec/lz4's own search.
+		// twice as fast (package lz4frame); a level asks for pierrec/lz4's own search.
 		opts = append(opts, kgo.WithCompressor(lz4Compressor{}))
 	}
 	switch cfg.Acks {

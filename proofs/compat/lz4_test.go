@@ -14,7 +14,7 @@ import (
 )
 
 // TestJavaConsumerReadsFerrysLZ4: the lz4 batches ferry writes with its own
-// compressor (exporter/kafkaexporter/lz4.go, the default codec) are read by
+// compressor (package lz4frame, the default codec) are read by
 // an unmodified Java consumer, Kafka's ConsoleConsumer, value for value:
 // text that compresses, incompressible values across several 64 KiB blocks
 // (stored blocks), long runs (long matches), and small records. The broker

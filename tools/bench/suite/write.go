@@ -370,7 +370,7 @@ func (s *suite) writeCollector(rows []colRow) {
 	s.doc.P("Log bodies come in two kinds (`--body`): **random** letters and digits, the seeds' shape and lz4's worst case (nothing to")
 	s.doc.P("compress, every position searched), and **text**, lines of an application log that compress about as real logs do.")
 	s.doc.P("Both agents compress with lz4: the Collector with franz-go's default (pierrec/lz4), ferry with its own compressor (Snappy's fast")
-	s.doc.P("match search written straight as standard LZ4 frames; `exporter/kafkaexporter/lz4.go`). **Bytes in Kafka per item** is the")
+	s.doc.P("match search written straight as standard LZ4 frames; `lz4frame`). **Bytes in Kafka per item** is the")
 	s.doc.P("topic's size on the broker over the items in it, so what the agents' encodings and compressors write is compared too.")
 	s.doc.P("ferry's default answers after Kafka's ack with `exporter.kafka.linger` 2 ms; at the fixed rates a fourth row shows the same")
 	s.doc.P("with 20 ms, fewer and larger produce requests: the CPU it saves and the latency it adds are the trade the default makes for")

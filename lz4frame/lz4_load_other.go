@@ -1,6 +1,6 @@
 //go:build !amd64 && !arm64
 
-package kafkaexporter
+package lz4frame
 
 import "encoding/binary"
 

@@ -1,6 +1,6 @@
 //go:build race || lz4check
 
-package kafkaexporter
+package lz4frame
 
 // Tests run with -race (make test) and the fuzz runs (-tags lz4check) check
 // every load of the lz4 encoder against its slice's length, so a change

@@ -1,6 +1,6 @@
 //go:build !race && !lz4check
 
-package kafkaexporter
+package lz4frame
 
 // lz4Checked is off in the shipped binary: see lz4_checked.go.
 const lz4Checked = false
