@@ -16,10 +16,11 @@ import (
 
 	"github.com/ferryhq/ferry/config"
 	"github.com/ferryhq/ferry/proofs/harness/kafkatest"
+	"github.com/ferryhq/ferry/proofs/harness/leaktest"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
-func TestMain(m *testing.M) { kafkatest.Main(m) }
+func TestMain(m *testing.M) { kafkatest.Main(leaktest.Wrap(m)) }
 
 // startAgent runs a whole pipeline in-process against brokers, listeners on
 // free ports.

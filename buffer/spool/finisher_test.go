@@ -75,6 +75,7 @@ func TestSlowDeadLetterDoesNotStallAcks(t *testing.T) {
 		}
 		return nil
 	})
+	defer close(k.acks) // runs after the deferred Shutdown: no more batches come
 	_ = start(t, s, Links{Next: k, DeadLetter: slowDeadLetters{delay: 2 * time.Second}})
 	defer s.Shutdown(context.Background())
 	appendOK(t, s, recs(0, 10)) // its first record goes to the slow dead letter

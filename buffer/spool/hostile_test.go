@@ -272,9 +272,7 @@ func TestDeadLetterNotDurableKeepsRecord(t *testing.T) {
 	if b := s.Backlog(); b == 0 {
 		t.Fatal("the chunk completed while its dead letter was not durable")
 	}
-	// Crash: no Shutdown, no Close.
-	s.readStop.Store(true)
-	s.lockFile.Close()
+	crash(s)
 
 	s2 := open(t, cfg)
 	defer s2.Close()

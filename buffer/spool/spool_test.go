@@ -303,10 +303,21 @@ func openFsyncAlways(t *testing.T) (Config, *Spool, *collector) {
 }
 
 // crash abandons s as process death would: no Shutdown, no Close; the
-// reader stops and the directory's lock is released.
+// reader stops and the directory's lock is released. Its goroutines end
+// too, as a dead process's do, without the final checkpoint Close writes
+// (the syncer's last fsync changes nothing a reopen sees: a process crash
+// keeps the page cache).
 func crash(s *Spool) {
 	s.readStop.Store(true)
 	s.lockFile.Close()
+	if s.started {
+		s.stopReadOnce.Do(func() { close(s.stopRead) })
+		s.readWG.Wait()
+		close(s.stopFin)
+		s.finWG.Wait()
+		close(s.stopSync)
+		s.syncWG.Wait()
+	}
 }
 
 // TestTornTailTruncated: a half-written frame at the end of the last
