@@ -57,12 +57,29 @@ func (r *Record) Partition() (p int32, chosen bool) { return r.partition - 1, r.
 
 // Size is the payload size the record is accounted with in metrics: key,
 // value and headers, without framing.
-func (r *Record) Size() int {
-	n := len(r.Key) + len(r.Value)
-	for i := range r.Headers {
-		n += len(r.Headers[i].Key) + len(r.Headers[i].Value)
+func (r *Record) Size() int { return len(r.Key) + len(r.Value) + HeaderBytes(r.Headers) }
+
+// HeaderBytes is what hs add to a record on its way to Kafka: their keys
+// and values. Receivers often share one header slice among a request's
+// records, but the Kafka client copies (and counts against its buffer) the
+// headers of each record: they are charged, and rate-limited, per record.
+func HeaderBytes(hs []Header) int {
+	n := 0
+	for i := range hs {
+		n += len(hs[i].Key) + len(hs[i].Value)
 	}
 	return n
+}
+
+// Charge sets b.MemBytes, what the batch is reserved for in the pipeline's
+// memory budget from its receiver to Kafka's answer: bufs, the capacity of
+// the pooled buffers its records point into; an Overhead per record; and
+// copied, the bytes the Kafka client copies per record beyond those
+// buffers (keys and headers shared in memory, summed over the records).
+// Every receiver charges through it, so the queue's bound is the Kafka
+// client's too.
+func (b *Batch) Charge(bufs, copied int) {
+	b.MemBytes = int64(bufs) + int64(len(b.Records))*Overhead + int64(copied)
 }
 
 // Batch is a group of records completed together. Its zero value is ready to

@@ -69,3 +69,24 @@ func BenchmarkBatchAck(b *testing.B) {
 		}
 	}
 }
+
+// Charge is what every receiver reserves for a batch: its buffers, an
+// Overhead per record and the bytes the Kafka client copies per record.
+func TestCharge(t *testing.T) {
+	hs := []Header{{Key: "ferry.tenant", Value: []byte("app")}, {Key: "k"}}
+	if n := HeaderBytes(hs); n != len("ferry.tenant")+3+1 {
+		t.Fatalf("HeaderBytes %d", n)
+	}
+	b := &Batch{Records: make([]Record, 3)}
+	for i := range b.Records {
+		b.Records[i].Headers = hs
+	}
+	b.Charge(4096, 3*HeaderBytes(hs))
+	if want := int64(4096 + 3*Overhead + 3*16); b.MemBytes != want {
+		t.Fatalf("MemBytes %d, want %d", b.MemBytes, want)
+	}
+	r := Record{Key: []byte("ab"), Value: []byte("cde"), Headers: hs}
+	if r.Size() != 5+16 {
+		t.Fatalf("Size %d", r.Size())
+	}
+}

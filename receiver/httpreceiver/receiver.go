@@ -47,9 +47,6 @@ import (
 	"github.com/ferryhq/ferry/telemetry"
 )
 
-// RecordOverhead is what a record costs in memory besides its payload.
-const RecordOverhead = record.Overhead
-
 // Receiver serves HTTP ingest.
 type Receiver struct {
 	cfg    Config
@@ -117,6 +114,7 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	topic := req.PathValue("topic")
+	// A malformed name is refused before a token is looked at.
 	if !routing.ValidTopic(topic) {
 		r.fail(w, http.StatusBadRequest, "invalid_topic",
 			fmt.Sprintf("invalid topic name %q: use 1 to 249 of a-z A-Z 0-9 . _ -", topic), 0)
@@ -129,14 +127,10 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 		r.fail(w, http.StatusUnauthorized, "unauthenticated", aerr.Error(), 0)
 		return
 	}
-	// A token that names a messages topic may write to that topic only.
-	if claims != nil && claims.Topics[token.Messages] != "" && claims.Topics[token.Messages] != topic {
-		r.fail(w, http.StatusForbidden, "topic_not_allowed",
-			fmt.Sprintf("this token may write to topic %q only", claims.Topics[token.Messages]), 0)
-		return
-	}
-	if err := r.allow.Check(topic, claims); err != nil {
-		r.fail(w, http.StatusForbidden, "topic_not_allowed", err.Error(), 0)
+	// The same topic check as every receiver's whose client names its
+	// topics: the token's one messages topic, the receiver's patterns.
+	if err := receiver.CheckTopic(r.allow, claims, topic); err != nil {
+		r.failErr(w, err, 0)
 		return
 	}
 	ndjson, ok := r.mediaType(req.Header.Get("Content-Type"))
@@ -207,11 +201,8 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 	// The key and headers are shared in memory, but the Kafka client keeps
 	// (and counts against its buffer) a copy per record: reserve them per
 	// record, so the queue's bound is the Kafka client's too.
-	perRecord := len(key)
-	for i := range headers {
-		perRecord += len(headers[i].Key) + len(headers[i].Value)
-	}
-	b.MemBytes = int64(cap(body.B) + n*(RecordOverhead+perRecord))
+	perRecord := len(key) + record.HeaderBytes(headers)
+	b.Charge(cap(body.B), n*perRecord)
 	payload := len(body.B) + len(key)*n
 
 	// Headers are charged to memory and sent to Kafka, once per record:

@@ -247,7 +247,7 @@ func (cn *conn) handOn(req *kmsg.ProduceRequest, corr int32, raw *httpbody.Buf, 
 		return
 	}
 	// Headers are charged to memory and sent to Kafka: they count too.
-	if err := r.gate.Limit(cn.claims, len(b.Records), d.payload+d.perRecord); err != nil {
+	if err := r.gate.Limit(cn.claims, len(b.Records), d.payload+d.headerBytes); err != nil {
 		release()
 		pr.settle(err, true)
 		pr.failAll(err)
@@ -256,10 +256,11 @@ func (cn *conn) handOn(req *kmsg.ProduceRequest, corr int32, raw *httpbody.Buf, 
 		}
 		return
 	}
-	b.MemBytes = int64(cap(raw.B)) + int64(len(b.Records)*record.Overhead+d.perRecord)
+	bufs := cap(raw.B)
 	if out != nil {
-		b.MemBytes += int64(cap(out.B))
+		bufs += cap(out.B)
 	}
+	b.Charge(bufs, d.headerBytes)
 	nrec := len(b.Records)
 	r.m.Items("records", nrec)
 	if req.Acks == 0 {
@@ -314,7 +315,7 @@ func (d *decoder) all(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, info
 					continue
 				}
 			}
-			first, payload, perRecord := len(b.Records), d.payload, d.perRecord
+			first, payload, headerBytes := len(b.Records), d.payload, d.headerBytes
 			if err == nil {
 				err = d.partition(topic, part.Partition, part.Records)
 			}
@@ -335,7 +336,7 @@ func (d *decoder) all(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, info
 				}
 				clear(b.Records[first:])
 				b.Records = b.Records[:first]
-				d.payload, d.perRecord = payload, perRecord
+				d.payload, d.headerBytes = payload, headerBytes
 				d.refused = append(d.refused, reasonOf(err))
 				setError(rp, err)
 				continue
@@ -491,17 +492,17 @@ func (pr *produceReq) answer(err error, whole bool) {
 
 // decoder turns one request's record batches into records.
 type decoder struct {
-	cn         *conn
-	b          *record.Batch
-	out        *httpbody.Buf // decompressed batches, reserved at the limit
-	dec        []byte        // out.B's bytes so far, capped at outCap
-	now        time.Time
-	outCap     int
-	claims     []*seqClaim
-	refused    []string // reasons to count when the pass stands
-	maxRecords int
-	payload    int
-	perRecord  int
+	cn          *conn
+	b           *record.Batch
+	out         *httpbody.Buf // decompressed batches, reserved at the limit
+	dec         []byte        // out.B's bytes so far, capped at outCap
+	now         time.Time
+	outCap      int
+	claims      []*seqClaim
+	refused     []string // reasons to count when the pass stands
+	maxRecords  int
+	payload     int
+	headerBytes int
 }
 
 // partition decodes one partition's batches into d.b.
@@ -585,7 +586,7 @@ func (d *decoder) records(topic string, part int32, bt batch, data []byte) error
 					continue
 				}
 				rec.Headers = append(rec.Headers, record.Header{Key: string(k), Value: v})
-				d.perRecord += len(k) + len(v)
+				d.headerBytes += len(k) + len(v)
 			}
 			if len(h) != 0 {
 				return errCorrupt

@@ -240,7 +240,7 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 	now := time.Now()
 	var pr protocol.Record
 	var topic string
-	var perRecord int
+	var headerBytes int // summed over the records: the Kafka client copies each record's
 	payload := 0
 	for i := 0; rs.Next(&pr); i++ {
 		if string(pr.Topic) != topic {
@@ -262,7 +262,7 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 					continue
 				}
 				rec.Headers = append(rec.Headers, record.Header{Key: string(hd.Key), Value: hd.Value})
-				perRecord += len(hd.Key) + len(hd.Value)
+				headerBytes += len(hd.Key) + len(hd.Value)
 			}
 		}
 		if cn.claims != nil {
@@ -290,7 +290,7 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 		return nil
 	}
 	// Headers are charged to memory and sent to Kafka: they count too.
-	if err := r.gate.Limit(cn.claims, len(b.Records), payload+perRecord); err != nil {
+	if err := r.gate.Limit(cn.claims, len(b.Records), payload+headerBytes); err != nil {
 		b.Reset()
 		r.batchP.Put(b)
 		r.body.Put(raw)
@@ -299,10 +299,11 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 		cn.answer(fr.ranges(nil), fr)
 		return nil
 	}
-	b.MemBytes = int64(cap(raw.B)) + int64(len(b.Records)*record.Overhead+perRecord)
+	bufs := cap(raw.B)
 	if out != nil {
-		b.MemBytes += int64(cap(out.B))
+		bufs += cap(out.B)
 	}
+	b.Charge(bufs, headerBytes)
 	b.OnFailure = fr.onFailure
 	nrec := len(b.Records)
 	cn.fmu.Lock()

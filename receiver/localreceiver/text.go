@@ -165,7 +165,7 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 			r.batchP.Put(b)
 		}
 		if n := len(b.Records); n > 0 {
-			b.MemBytes = int64(size + n*record.Overhead)
+			b.Charge(size, 0) // the values are copies of the lines, size in all
 			fr := &frame{n: n}
 			results := make(chan []protocol.Range, 1)
 			fr.finish = func(rs []protocol.Range) { results <- rs }

@@ -47,9 +47,6 @@ import (
 	"github.com/ferryhq/ferry/telemetry"
 )
 
-// recordOverhead is what a record costs in memory besides its bytes.
-const recordOverhead = 320
-
 // Receiver serves OTLP over HTTP and gRPC.
 type Receiver struct {
 	cfg     Config // with derived defaults
@@ -232,7 +229,9 @@ func (r *Receiver) encodeFailed(m *receivermetrics.Metrics, err error) outcome {
 
 // export turns one request (protobuf bytes in raw, owned by the caller
 // until export returns; export takes over and frees it) into a batch, hands
-// it on and, when waiting, waits for Kafka.
+// it on and, when waiting, waits for Kafka. Its steps are the ones every
+// receiver takes, in the same order: route (the topic check), decode and
+// build the records, charge memory, the gate's rate limit, submit, answer.
 func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig encoding.Signal, raw *httpbody.Buf, claims *token.Claims, header headerSource) outcome {
 	// The request's buffers go back to the pool here unless they were
 	// handed on (then the batch's completion returns them).
@@ -242,49 +241,15 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		r.body.Put(out)
 	}()
 	so := &r.sigs[sig]
-	// Routing: the token's topic for this signal wins, then the template.
-	topic := so.topic
-	headers := so.headers
-	var extra []byte
-	vars := routing.Vars{Signal: sig.String()}
-	if !so.tmpl.Static() || so.keyTmpl != nil {
-		vars.Header = header.Get // only templates read headers
+	rt, fail := r.route(m, so, sig, claims, header)
+	if fail != nil {
+		return *fail
 	}
-	if claims != nil {
-		vars.Tenant, vars.BusinessID, vars.DataID = claims.App, claims.BusinessID, claims.DataIDs[sig]
-		headers, extra = routing.TenantHeaders(so.headers, claims, int(sig))
-	}
-	perResource := false
-	if claims != nil && claims.Topics[sig] != "" {
-		topic = routing.Sanitize(claims.Topics[sig])
-	} else if so.tmpl.PerResource() {
-		perResource = true // decided per record below
-	} else if !so.tmpl.Static() {
-		t, err := so.tmpl.Expand(vars)
-		if err != nil {
-			m.Error("no_route")
-			return outcome{err: &decodeError{err}}
+	if r.attrs != nil && r.attrs.Active(sig, rt.vars.Tenant) {
+		nb, fail := r.rewrite(m, sig, rt.vars.Tenant, raw)
+		if fail != nil {
+			return *fail
 		}
-		topic = t
-	}
-	if !perResource {
-		if err := r.allow.Check(topic, claims); err != nil {
-			return r.forbidden(m, err)
-		}
-	}
-	if r.attrs != nil && r.attrs.Active(sig, vars.Tenant) {
-		// pdata decodes recursively with no depth bound: the request must
-		// pass ferry's own decoder (nesting and item count bounded) first.
-		if _, err := encoding.CountItems(sig, raw.B, r.cfg.MaxItems); err != nil {
-			return r.encodeFailed(m, err)
-		}
-		rewritten, _, err := r.attrs.Apply(sig, vars.Tenant, raw.B)
-		if err != nil {
-			m.Error("invalid_payload")
-			return outcome{err: &decodeError{err}}
-		}
-		nb := r.body.Get(len(rewritten))
-		nb.B = append(nb.B, rewritten...)
 		r.body.Put(raw)
 		raw = nb
 	}
@@ -295,70 +260,28 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	}
 	defer r.encP.Put(enc)
 	enc.MaxRecordBytes = r.maxRecordBytes
-	enc.MaxItems, enc.MaxBytes, enc.RecordCost = r.cfg.MaxItems, int(r.cfg.MaxExpandedBytes), recordOverhead
-	enc.FlatExtra = extra
-	enc.Sample = r.sampler.Decide(sig, vars.Tenant)
+	enc.MaxItems, enc.MaxBytes, enc.RecordCost = r.cfg.MaxItems, int(r.cfg.MaxExpandedBytes), record.Overhead
+	enc.FlatExtra = rt.extra
+	enc.Sample = r.sampler.Decide(sig, rt.vars.Tenant)
 	parts, buf, items, err := enc.Encode(sig, so.cfg, raw.B, out.B)
 	out.B = buf
 	if err != nil {
 		return r.encodeFailed(m, err)
 	}
-	r.sampler.Dropped(sig, vars.Tenant, enc.Dropped)
+	r.sampler.Dropped(sig, rt.vars.Tenant, enc.Dropped)
 	if items == 0 {
 		return outcome{}
 	}
-	b := r.batchP.Get().(*record.Batch)
-	b.Records = slices.Grow(b.Records[:0], len(parts))[:len(parts)]
 	// A request refused before Submit leaves its batch to the garbage
 	// collector; from Submit on, the batch's completion takes it back.
-	now := time.Now()
-	payload := 0
-	flat := so.cfg.Encoding == "flat_json"
-	for i, p := range parts {
-		rec := &b.Records[i]
-		rec.Topic, rec.Headers, rec.Timestamp = topic, headers, now
-		if p.Whole {
-			rec.Value = raw.B
-		} else {
-			rec.Value = out.B[p.ValStart:p.ValEnd:p.ValEnd]
-		}
-		if p.KeyEnd > p.KeyStart {
-			rec.Key = out.B[p.KeyStart:p.KeyEnd:p.KeyEnd]
-		}
-		if perResource || so.keyTmpl != nil {
-			res := p.ResRaw
-			vars.Resource = func(k string) (string, bool) { return wire.LookupAttr(res, k) }
-			if perResource {
-				t, err := so.tmpl.Expand(vars)
-				if err == nil {
-					err = r.allow.Check(t, claims)
-				}
-				if err != nil {
-					var na *routing.ErrTopicNotAllowed
-					if errors.As(err, &na) {
-						return r.forbidden(m, err)
-					}
-					m.Error("no_route")
-					return outcome{err: &decodeError{err}}
-				}
-				rec.Topic = t
-			}
-			if so.keyTmpl != nil {
-				k, err := so.keyTmpl.ExpandRaw(vars)
-				if err != nil {
-					m.Error("no_route")
-					return outcome{err: &decodeError{err}}
-				}
-				rec.Key = []byte(k)
-			}
-		}
-		payload += len(rec.Key) + len(rec.Value)
+	b := r.batchP.Get().(*record.Batch)
+	payload, fail := r.fill(m, so, &rt, claims, b, parts, raw, out)
+	if fail != nil {
+		return *fail
 	}
-	// Every record carries the headers to Kafka: the rate limit counts them.
-	hb := 0
-	for _, h := range headers {
-		hb += len(h.Key) + len(h.Value)
-	}
+	// Every record carries the headers to Kafka: the rate limit counts
+	// them, and the memory charge (they are copied per record).
+	hb := record.HeaderBytes(rt.headers)
 	if err := r.gate.Limit(claims, items, payload+hb*len(parts)); err != nil {
 		m.Error("rate_limited")
 		return outcome{items: items, err: err}
@@ -373,23 +296,18 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		r.body.Put(out)
 		out = nil
 	}
-	// Headers are shared in memory but copied per record by the Kafka
-	// client, which counts them against its buffer.
-	hdrBytes := 0
-	for i := range headers {
-		hdrBytes += len(headers[i].Key) + len(headers[i].Value)
-	}
-	b.MemBytes = int64(cap(raw.B) + len(parts)*(recordOverhead+hdrBytes))
+	bufs := cap(raw.B)
 	if out != nil {
-		b.MemBytes += int64(cap(out.B))
+		bufs += cap(out.B)
 	}
+	b.Charge(bufs, len(parts)*hb)
 	reqBytes := len(raw.B)
 	wait := r.cfg.WaitForAck
 	// Once handed on, the batch may be complete and taken back for another
 	// request before Submit returns: what the metrics need of it is read
 	// first.
 	var perTopic []topicRecord
-	if perResource {
+	if rt.perResource {
 		perTopic = make([]topicRecord, len(b.Records))
 		for i := range b.Records {
 			perTopic[i] = topicRecord{b.Records[i].Topic, b.Records[i].Size()}
@@ -401,12 +319,12 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		m.Error(consumer.Reason(err))
 		return outcome{items: items, err: err}
 	}
-	if perResource {
+	if rt.perResource {
 		for _, t := range perTopic {
 			m.Received(r.topics.Get(t.topic), 1, t.size)
 		}
 	} else {
-		m.Received(r.topics.Get(topic), len(parts), payload)
+		m.Received(r.topics.Get(rt.topic), len(parts), payload)
 	}
 	m.Items(sig.String(), items)
 	m.ReqBytes.Observe(float64(reqBytes))
@@ -414,6 +332,124 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		m.NoWait(len(parts))
 		return outcome{items: items}
 	}
+	return r.answer(ctx, m, tk, items, len(parts), so.cfg.Encoding == "flat_json")
+}
+
+// route is where one request's records go and what they carry.
+type route struct {
+	topic       string // every record's, unless perResource
+	perResource bool   // the topic template reads resource attributes: expanded per record
+	headers     []record.Header
+	extra       []byte // flat_json: the tenant's fields every event carries
+	vars        routing.Vars
+}
+
+// route decides the request's topic before anything is decoded — the
+// token's topic for this signal wins, then the template — and checks it
+// against the receiver's and the token's topic patterns.
+func (r *Receiver) route(m *receivermetrics.Metrics, so *signalOut, sig encoding.Signal, claims *token.Claims, header headerSource) (route, *outcome) {
+	rt := route{topic: so.topic, headers: so.headers, vars: routing.Vars{Signal: sig.String()}}
+	if !so.tmpl.Static() || so.keyTmpl != nil {
+		rt.vars.Header = header.Get // only templates read headers
+	}
+	if claims != nil {
+		rt.vars.Tenant, rt.vars.BusinessID, rt.vars.DataID = claims.App, claims.BusinessID, claims.DataIDs[sig]
+		rt.headers, rt.extra = routing.TenantHeaders(so.headers, claims, int(sig))
+	}
+	switch {
+	case claims != nil && claims.Topics[sig] != "":
+		rt.topic = routing.Sanitize(claims.Topics[sig])
+	case so.tmpl.PerResource():
+		rt.perResource = true // decided per record, in fill
+		return rt, nil
+	case !so.tmpl.Static():
+		t, err := so.tmpl.Expand(rt.vars)
+		if err != nil {
+			m.Error("no_route")
+			return rt, &outcome{err: &decodeError{err}}
+		}
+		rt.topic = t
+	}
+	if err := r.allow.Check(rt.topic, claims); err != nil {
+		o := r.forbidden(m, err)
+		return rt, &o
+	}
+	return rt, nil
+}
+
+// rewrite applies the attribute processor to the request, into a new
+// buffer. pdata decodes recursively with no depth bound: the request must
+// pass ferry's own decoder (nesting and item count bounded) first.
+func (r *Receiver) rewrite(m *receivermetrics.Metrics, sig encoding.Signal, tenant string, raw *httpbody.Buf) (*httpbody.Buf, *outcome) {
+	if _, err := encoding.CountItems(sig, raw.B, r.cfg.MaxItems); err != nil {
+		o := r.encodeFailed(m, err)
+		return nil, &o
+	}
+	rewritten, _, err := r.attrs.Apply(sig, tenant, raw.B)
+	if err != nil {
+		m.Error("invalid_payload")
+		return nil, &outcome{err: &decodeError{err}}
+	}
+	nb := r.body.Get(len(rewritten))
+	nb.B = append(nb.B, rewritten...)
+	return nb, nil
+}
+
+// fill builds b's records from the encoder's parts (values and keys in out,
+// or the request itself in raw), expanding per-record topics and keys, and
+// returns the payload bytes (keys and values).
+func (r *Receiver) fill(m *receivermetrics.Metrics, so *signalOut, rt *route, claims *token.Claims, b *record.Batch, parts []encoding.Part, raw, out *httpbody.Buf) (int, *outcome) {
+	b.Records = slices.Grow(b.Records[:0], len(parts))[:len(parts)]
+	now := time.Now()
+	payload := 0
+	for i, p := range parts {
+		rec := &b.Records[i]
+		rec.Topic, rec.Headers, rec.Timestamp = rt.topic, rt.headers, now
+		if p.Whole {
+			rec.Value = raw.B
+		} else {
+			rec.Value = out.B[p.ValStart:p.ValEnd:p.ValEnd]
+		}
+		if p.KeyEnd > p.KeyStart {
+			rec.Key = out.B[p.KeyStart:p.KeyEnd:p.KeyEnd]
+		}
+		if rt.perResource || so.keyTmpl != nil {
+			res := p.ResRaw
+			rt.vars.Resource = func(k string) (string, bool) { return wire.LookupAttr(res, k) }
+			if rt.perResource {
+				t, err := so.tmpl.Expand(rt.vars)
+				if err == nil {
+					err = r.allow.Check(t, claims)
+				}
+				if err != nil {
+					var na *routing.ErrTopicNotAllowed
+					if errors.As(err, &na) {
+						o := r.forbidden(m, err)
+						return 0, &o
+					}
+					m.Error("no_route")
+					return 0, &outcome{err: &decodeError{err}}
+				}
+				rec.Topic = t
+			}
+			if so.keyTmpl != nil {
+				k, err := so.keyTmpl.ExpandRaw(rt.vars)
+				if err != nil {
+					m.Error("no_route")
+					return 0, &outcome{err: &decodeError{err}}
+				}
+				rec.Key = []byte(k)
+			}
+		}
+		payload += len(rec.Key) + len(rec.Value)
+	}
+	return payload, nil
+}
+
+// answer waits for Kafka's answer to a submitted request of items in n
+// records. flat: one record is one item, so a record Kafka refused for
+// good is a partial success, the others being in Kafka.
+func (r *Receiver) answer(ctx context.Context, m *receivermetrics.Metrics, tk *submit.Ticket, items, n int, flat bool) outcome {
 	failed, err := tk.Wait(ctx)
 	if err == nil {
 		return outcome{items: items}
@@ -424,8 +460,7 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	}
 	m.Error(consumer.Reason(err))
 	var pe *consumer.PermanentError
-	if flat && errors.As(err, &pe) && failed < len(parts) {
-		// One record is one item: the others are in Kafka.
+	if flat && errors.As(err, &pe) && failed < n {
 		return outcome{items: items, rejected: failed, msg: err.Error()}
 	}
 	return outcome{items: items, err: err}

@@ -428,7 +428,7 @@ func TestOneRecordRequestHoldsOnlyItself(t *testing.T) {
 		if len(b.Records) != 1 || len(rec.Value) < 64<<10 || len(rec.Key) != 16 {
 			t.Fatalf("%d records, value %d bytes, key %q", len(b.Records), len(rec.Value), rec.Key)
 		}
-		if held := b.MemBytes - int64(cap(rec.Value)); held > recordOverhead+1024 {
+		if held := b.MemBytes - int64(cap(rec.Value)); held > record.Overhead+1024 {
 			t.Fatalf("a request of %d bytes counts %d bytes besides its own buffer", len(rec.Value), held)
 		}
 		keys[string(rec.Key)] = true
