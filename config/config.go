@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/ferryhq/ferry/admin"
@@ -11,8 +12,9 @@ import (
 	"github.com/ferryhq/ferry/auth/ratelimit"
 	"github.com/ferryhq/ferry/buffer/memqueue"
 	"github.com/ferryhq/ferry/buffer/spool"
+	"github.com/ferryhq/ferry/bytesize"
 	"github.com/ferryhq/ferry/deadletter"
-	"github.com/ferryhq/ferry/exporter/kafkaexporter"
+	"github.com/ferryhq/ferry/exporter"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/receiver"
@@ -73,12 +75,6 @@ type Delivery struct {
 	DeadLetter deadletter.Config `yaml:"dead_letter"`
 }
 
-// Exporter selects and configures the exporter.
-type Exporter struct {
-	Type  string               `yaml:"type"`
-	Kafka kafkaexporter.Config `yaml:"kafka"`
-}
-
 // loopback reports whether addr (host:port) listens on loopback only.
 func loopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
@@ -95,11 +91,9 @@ func loopback(addr string) bool {
 // Bounds are the agent-wide facts every receiver's section is checked
 // against and derives its defaults from.
 func (c *Config) Bounds() receiver.Bounds {
+	l := c.Exporter.Limits()
 	b := receiver.Bounds{MemoryLimit: int64(c.Queue.MemoryLimit), Keys: len(c.Auth.Keys) > 0,
-		AutoCreateTopics: c.Exporter.Kafka.AutoCreateTopics}
-	if c.Exporter.Type == "kafka" {
-		b.MaxRecordBytes = int64(c.Exporter.Kafka.MaxBatchBytes)
-	}
+		AutoCreateTopics: l.AutoCreateTopics, MaxRecordBytes: l.MaxRecordBytes}
 	if c.Delivery.Mode == "spool" || c.Delivery.Mode == "spill" {
 		b.SpoolBytes = int64(c.Delivery.Spool.MaxBytes)
 	}
@@ -122,6 +116,7 @@ func (c *Config) Validate() error {
 		fail("telemetry.admin.pprof is on and telemetry.admin.listen (%s) is not a loopback address: the profiler would be open to the network", c.Telemetry.Admin.Listen)
 	}
 	b := c.Bounds()
+	maxRecord := bytesize.Size(b.MaxRecordBytes)
 	c.Receivers.Each(func(f receiver.Factory, rc receiver.Config) {
 		for _, err := range rc.Check(b) {
 			wrap("receivers."+f.Type(), err)
@@ -133,28 +128,28 @@ func (c *Config) Validate() error {
 	case "spool", "spill":
 		wrap("delivery.spool", c.Delivery.Spool.Validate())
 		wrap("delivery.dead_letter", c.Delivery.DeadLetter.Validate())
-		if ra := c.Delivery.Spool.ReadAhead; ra != 0 && (ra > c.Queue.MemoryLimit || ra < 2*c.Exporter.Kafka.MaxBatchBytes) {
+		if ra := c.Delivery.Spool.ReadAhead; ra != 0 && (ra > c.Queue.MemoryLimit || ra < 2*maxRecord) {
 			fail("delivery.spool.read_ahead (%s) must be between two exporter.kafka.max_batch_bytes (%s) and queue.memory_limit (%s)",
-				ra, 2*c.Exporter.Kafka.MaxBatchBytes, c.Queue.MemoryLimit)
+				ra, 2*maxRecord, c.Queue.MemoryLimit)
 		}
 		// The reader holds what it read until Kafka answers, from the
 		// queue's memory: it must be able to hold two of the largest records
 		// at once (read_ahead 0 is half of memory_limit).
-		if c.Delivery.Spool.ReadAhead == 0 && c.Queue.MemoryLimit/2 < 2*c.Exporter.Kafka.MaxBatchBytes {
+		if c.Delivery.Spool.ReadAhead == 0 && c.Queue.MemoryLimit/2 < 2*maxRecord {
 			fail("queue.memory_limit (%s) must be at least four exporter.kafka.max_batch_bytes (%s) in %s mode: the spool reader takes half of it and must hold two of the largest records",
-				c.Queue.MemoryLimit, 4*c.Exporter.Kafka.MaxBatchBytes, c.Delivery.Mode)
+				c.Queue.MemoryLimit, 4*maxRecord, c.Delivery.Mode)
 		}
 	default:
 		fail("delivery.mode: %q is not one of kafka, spool, spill", c.Delivery.Mode)
 	}
-	if c.Exporter.Type != "kafka" && c.Exporter.Type != "blackhole" {
-		fail("exporter.type: %q is not one of kafka, blackhole", c.Exporter.Type)
+	if c.Exporter.Factory() == nil {
+		fail("exporter.type: %q is not one of %s", c.Exporter.Type, strings.Join(exporterTypes(), ", "))
 	}
-	wrap("exporter.kafka", c.Exporter.Kafka.Validate())
-	if mb := c.Exporter.Kafka.MaxBufferedBytes; mb != 0 && mb < c.Queue.MemoryLimit {
-		fail("exporter.kafka.max_buffered_bytes (%s) is below queue.memory_limit (%s): the queue admits what the Kafka client could not take, and requests fail after admission; raise it or leave it 0 (sized from the queue)",
-			mb, c.Queue.MemoryLimit)
-	}
+	c.Exporter.each(func(f exporter.Factory, ec exporter.Config) {
+		for _, err := range ec.Check(exporter.Bounds{MemoryLimit: int64(c.Queue.MemoryLimit)}) {
+			wrap("exporter."+f.Type(), err)
+		}
+	})
 	wrap("auth", c.Auth.Validate())
 	wrap("rate_limits", c.RateLimits.Validate())
 	wrap("processors.sampler", c.Processors.Sampler.Validate())

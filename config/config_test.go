@@ -1,7 +1,6 @@
 package config
 
 import (
-	"github.com/ferryhq/ferry/receiver/httpreceiver"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,6 +11,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ferryhq/ferry/bytesize"
+	"github.com/ferryhq/ferry/exporter/kafkaexporter"
+	"github.com/ferryhq/ferry/receiver/httpreceiver"
 )
 
 func TestDefaultsMatchTheConventions(t *testing.T) {
@@ -21,12 +22,12 @@ func TestDefaultsMatchTheConventions(t *testing.T) {
 	}
 	http := c.Receivers.ReceiverConfig("http").(*httpreceiver.Config)
 	if http.Listen != "127.0.0.1:8088" || c.Telemetry.Admin.Listen != "127.0.0.1:8089" ||
-		len(c.Exporter.Kafka.Brokers) != 1 || c.Exporter.Kafka.Brokers[0] != "127.0.0.1:9092" {
+		len(kafkaCfg(c).Brokers) != 1 || kafkaCfg(c).Brokers[0] != "127.0.0.1:9092" {
 		t.Fatalf("default listeners/brokers changed: %+v", c)
 	}
 	if c.Queue.MemoryLimit != 256<<20 || http.MaxRequestBytes != 8<<20 ||
-		c.Exporter.Kafka.Compression != "lz4" || c.Exporter.Kafka.Linger != 2*time.Millisecond ||
-		c.Exporter.Kafka.Acks != "all" || !c.Exporter.Kafka.Idempotent || c.Exporter.Kafka.Partitioner != "murmur2" {
+		kafkaCfg(c).Compression != "lz4" || kafkaCfg(c).Linger != 2*time.Millisecond ||
+		kafkaCfg(c).Acks != "all" || !kafkaCfg(c).Idempotent || kafkaCfg(c).Partitioner != "murmur2" {
 		t.Fatalf("documented defaults changed: %+v", c)
 	}
 }
@@ -77,6 +78,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 		"exporter:\n  kafka:\n    acks: leader\n":              "exporter.kafka.idempotent",
 		"receivers:\n  http:\n    max_request_bytes: 1GiB\n":   "max_request_bytes",
 		"exporter:\n  type: nats\n":                            "exporter.type",
+		"exporter:\n  nats:\n    url: x\n":                     "unknown key exporter.nats",
 		"telemetry:\n  log:\n    level: loud\n":                "telemetry.log.level",
 		"delivery:\n  mode: spool\n  spool:\n    linger: 2m\n": "delivery.spool.linger",
 	}
@@ -94,10 +96,10 @@ func TestSetOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Exporter.Kafka.Brokers) != 2 || c.Exporter.Kafka.Linger != 20*time.Millisecond || c.Queue.MemoryLimit != 128<<20 {
-		t.Fatalf("overrides not applied: %+v %v %v", c.Exporter.Kafka.Brokers, c.Exporter.Kafka.Linger, c.Queue.MemoryLimit)
+	if len(kafkaCfg(c).Brokers) != 2 || kafkaCfg(c).Linger != 20*time.Millisecond || c.Queue.MemoryLimit != 128<<20 {
+		t.Fatalf("overrides not applied: %+v %v %v", kafkaCfg(c).Brokers, kafkaCfg(c).Linger, c.Queue.MemoryLimit)
 	}
-	if c.Exporter.Kafka.Compression != "lz4" {
+	if kafkaCfg(c).Compression != "lz4" {
 		t.Fatal("keys not set must keep their defaults")
 	}
 	if _, err := Parse(nil, []string{"nokey"}); err == nil {
@@ -216,4 +218,9 @@ func TestUnknownReceiver(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "receivers.zipkin") || !strings.Contains(err.Error(), "http") {
 		t.Fatalf("%v", err)
 	}
+}
+
+// kafkaCfg is c's exporter.kafka section.
+func kafkaCfg(c *Config) *kafkaexporter.Config {
+	return c.Exporter.Config("kafka").(*kafkaexporter.Config)
 }

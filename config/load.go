@@ -260,10 +260,13 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
 		return nil
 	}
 	fields := map[string]reflect.Type{}
-	if t == reflect.TypeOf(Receivers{}) {
+	switch t {
+	case reflect.TypeOf(Receivers{}):
 		// Each receiver's section is its factory's Config.
 		fields = receiverKeyTypes()
-	} else {
+	case reflect.TypeOf(Exporter{}):
+		fields = exporterKeyTypes()
+	default:
 		yamlFields(t, fields)
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {

@@ -98,14 +98,23 @@ func receiverKeyTypes() map[string]reflect.Type {
 	return out
 }
 
-// assembleDefaults puts every receiver's default section, in the
-// factories' order, at the marker line under receivers: in default.yaml.
+// assembleDefaults puts every receiver's and every exporter's default
+// section, in the factories' order, at their marker lines in default.yaml.
 func assembleDefaults(top []byte) []byte {
-	const marker = "  #@receivers:"
-	var sections [][]byte
+	var rs, es [][]byte
 	for _, f := range receiverFactories {
-		sections = append(sections, bytes.TrimRight(f.DefaultYAML(), "\n"))
+		rs = append(rs, bytes.TrimRight(f.DefaultYAML(), "\n"))
 	}
+	for _, f := range exporterFactories {
+		if d := f.DefaultYAML(); d != nil {
+			es = append(es, bytes.TrimRight(d, "\n"))
+		}
+	}
+	return atMarker(atMarker(top, "  #@receivers:", rs), "  #@exporters:", es)
+}
+
+// atMarker replaces the line that starts with marker by sections.
+func atMarker(top []byte, marker string, sections [][]byte) []byte {
 	lines := bytes.Split(top, []byte("\n"))
 	for i, l := range lines {
 		if bytes.HasPrefix(l, []byte(marker)) {

@@ -33,8 +33,7 @@ import (
 	"github.com/ferryhq/ferry/config"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/deadletter"
-	"github.com/ferryhq/ferry/exporter/blackholeexporter"
-	"github.com/ferryhq/ferry/exporter/kafkaexporter"
+	"github.com/ferryhq/ferry/exporter"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/receiver"
@@ -47,7 +46,7 @@ type Pipeline struct {
 	cfg      *config.Config
 	Set      telemetry.Settings
 	Admin    *admin.Admin
-	Exporter Exporter
+	Exporter exporter.Exporter
 	// Budget is the memory bound every stage that holds data reserves from.
 	Budget *budget.Budget
 	Queue  *memqueue.Queue
@@ -83,24 +82,15 @@ func (p *Pipeline) Receiver(typ string) receiver.Receiver {
 	return nil
 }
 
-// Exporter is what the pipeline needs of an exporter.
-type Exporter interface {
-	consumer.Consumer
-	Start(context.Context) error
-	Shutdown(context.Context) error
-	// Up reports whether the destination is reachable (429 vs 503 when full).
-	Up() bool
-}
-
-// exporterConfig is the Kafka exporter's configuration for the delivery
-// mode: in mode spool no client waits for Kafka's ack, so batches linger
-// for delivery.spool.linger.
-func exporterConfig(cfg *config.Config) kafkaexporter.Config {
-	k := cfg.Exporter.Kafka
+// exporterEnv is what the exporter is built with: in delivery mode spool
+// no client waits for Kafka's ack, so batches linger for
+// delivery.spool.linger.
+func exporterEnv(cfg *config.Config, set telemetry.Settings) exporter.Env {
+	env := exporter.Env{Set: set, BufferedBytes: int64(cfg.Queue.MemoryLimit)}
 	if cfg.Delivery.Mode == "spool" {
-		k.Linger = cfg.Delivery.Spool.Linger
+		env.Linger = cfg.Delivery.Spool.Linger
 	}
-	return k
+	return env
 }
 
 // New builds every component; nothing listens or connects yet. If a step
@@ -112,17 +102,9 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 			p.abandon()
 		}
 	}()
-	switch cfg.Exporter.Type {
-	case "blackhole":
-		p.Exporter = blackholeexporter.New(set)
-	default:
-		// Through a local: a nil *Exporter stored in the interface would not
-		// be nil there, and abandon would shut it down.
-		k, kerr := kafkaexporter.New(exporterConfig(cfg), set, int64(cfg.Queue.MemoryLimit))
-		if kerr != nil {
-			return nil, fmt.Errorf("exporter.kafka: %w", kerr)
-		}
-		p.Exporter = k
+	typ := cfg.Exporter.Type
+	if p.Exporter, err = cfg.Exporter.Factory().Create(cfg.Exporter.Config(typ), exporterEnv(cfg, set)); err != nil {
+		return nil, fmt.Errorf("exporter.%s: %w", typ, err)
 	}
 	// What the receivers hand their batches to, by delivery mode:
 	//   kafka: queue → exporter
@@ -141,7 +123,7 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 		if sc.ReadAhead == 0 {
 			sc.ReadAhead = cfg.Queue.MemoryLimit / 2
 		}
-		links := spool.Links{Next: p.Exporter, MaxRecordBytes: int(cfg.Exporter.Kafka.MaxBatchBytes),
+		links := spool.Links{Next: p.Exporter, MaxRecordBytes: int(cfg.Exporter.Limits().MaxRecordBytes),
 			Budget: p.Budget, DeadLetter: p.DeadLetter, Up: p.Exporter.Up}
 		if p.Spool, err = spool.Open(sc, set, links); err != nil {
 			return nil, fmt.Errorf("delivery.spool: %w", err)
@@ -256,7 +238,8 @@ func (p *Pipeline) Start(ctx context.Context) error {
 		p.abandon()
 		return err
 	}
-	attrs := []any{"admin", p.Admin.Addr(), "kafka", p.cfg.Exporter.Kafka.Brokers, "memory_limit", p.cfg.Queue.MemoryLimit.String()}
+	attrs := append([]any{"admin", p.Admin.Addr()}, p.Exporter.Describe()...)
+	attrs = append(attrs, "memory_limit", p.cfg.Queue.MemoryLimit.String())
 	for _, r := range p.Receivers {
 		attrs = append(attrs, r.Listening()...)
 	}
@@ -314,10 +297,15 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 	if err := cfg.Processors.Attributes.Validate(); err != nil {
 		return "", fmt.Errorf("processors.attributes: %w", err)
 	}
-	if k, ok := p.Exporter.(*kafkaexporter.Exporter); ok {
-		if err := k.SetSecurity(cfg.Exporter.Kafka.TLS, cfg.Exporter.Kafka.SASL); err != nil {
-			return "", fmt.Errorf("exporter.kafka: %w", err)
+	// The exporter applies what it can (TLS files, SASL credentials) and
+	// says whether the rest needs a restart; another type always does.
+	exporterRestart := cfg.Exporter.Type != p.cfg.Exporter.Type
+	if !exporterRestart {
+		r, err := p.Exporter.Reload(cfg.Exporter.Config(cfg.Exporter.Type))
+		if err != nil {
+			return "", fmt.Errorf("exporter.%s: %w", cfg.Exporter.Type, err)
 		}
+		exporterRestart = r
 	}
 	if err := p.Auth.SetKeys(cfg.Auth); err != nil {
 		return "", fmt.Errorf("auth: %w", err)
@@ -352,14 +340,16 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 	old.RateLimits, next.RateLimits = ratelimit.Config{}, ratelimit.Config{}
 	old.Processors, next.Processors = config.Processors{}, config.Processors{}
 	old.Receivers, next.Receivers = config.Receivers{}, config.Receivers{}
-	old.Exporter.Kafka.TLS, next.Exporter.Kafka.TLS = kafkaexporter.TLSConfig{}, kafkaexporter.TLSConfig{}
-	old.Exporter.Kafka.SASL, next.Exporter.Kafka.SASL = kafkaexporter.SASLConfig{}, kafkaexporter.SASLConfig{}
+	old.Exporter, next.Exporter = config.Exporter{}, config.Exporter{}
+	if exporterRestart {
+		restart = append(restart, "exporter")
+	}
 	for _, d := range []struct {
 		name string
 		a, b any
 	}{
 		{"telemetry", old.Telemetry, next.Telemetry}, {"queue", old.Queue, next.Queue}, {"delivery", old.Delivery, next.Delivery},
-		{"exporter", old.Exporter, next.Exporter}, {"shutdown_timeout", old.ShutdownTimeout, next.ShutdownTimeout},
+		{"shutdown_timeout", old.ShutdownTimeout, next.ShutdownTimeout},
 		{"runtime", old.Runtime, next.Runtime},
 	} {
 		if !reflect.DeepEqual(d.a, d.b) {
@@ -367,7 +357,6 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 		}
 	}
 	p.cfg.Auth, p.cfg.RateLimits, p.cfg.Processors = cfg.Auth, cfg.RateLimits, cfg.Processors
-	p.cfg.Exporter.Kafka.TLS, p.cfg.Exporter.Kafka.SASL = cfg.Exporter.Kafka.TLS, cfg.Exporter.Kafka.SASL
 	p.Set.Logger.Info("configuration reloaded", "applied", "auth keys, rate limits, sampler, attribute filters, receivers' auth, Kafka TLS and SASL")
 	if len(restart) > 0 {
 		warning = "changes to " + strings.Join(restart, ", ") + " need a restart and were not applied"
@@ -436,25 +425,16 @@ func counterValue(m *dto.Metric) float64 {
 	return 0
 }
 
-// cluster is what the Kafka front mirrors: the real cluster's topics
-// through the Kafka exporter, or, with the blackhole exporter (which
-// takes any topic), every topic valid with one partition.
+// cluster is what the Kafka front mirrors: the destination's topics as
+// the exporter describes them (the blackhole takes any topic, as one
+// partition).
 func (p *Pipeline) cluster() kafkafront.Cluster {
-	if k, ok := p.Exporter.(*kafkaexporter.Exporter); ok {
-		return func(ctx context.Context, topics []string) ([]kafkafront.TopicInfo, error) {
-			got, err := k.Partitions(ctx, topics)
-			out := make([]kafkafront.TopicInfo, len(got))
-			for i, t := range got {
-				out[i] = kafkafront.TopicInfo{Topic: t.Topic, ID: t.ID, Partitions: t.Partitions, Err: t.Err}
-			}
-			return out, err
+	return func(ctx context.Context, topics []string) ([]kafkafront.TopicInfo, error) {
+		got, err := p.Exporter.Partitions(ctx, topics)
+		out := make([]kafkafront.TopicInfo, len(got))
+		for i, t := range got {
+			out[i] = kafkafront.TopicInfo{Topic: t.Topic, ID: t.ID, Partitions: t.Partitions, Err: t.Err}
 		}
-	}
-	return func(_ context.Context, topics []string) ([]kafkafront.TopicInfo, error) {
-		out := make([]kafkafront.TopicInfo, len(topics))
-		for i, t := range topics {
-			out[i] = kafkafront.TopicInfo{Topic: t, Partitions: 1}
-		}
-		return out, nil
+		return out, err
 	}
 }

@@ -7,7 +7,13 @@
 //	ferry run [-c ferry.yaml] [--set key.path=value ...]
 //	ferry validate [-c ferry.yaml] [--set ...]
 //	ferry config default
+//	ferry token keygen|issue|inspect ...   (docs/tokens.md)
 //	ferry version
+//
+// The agent itself is package pipeline; this command reads the config,
+// sizes the scheduler (package scheduler here), reloads on SIGHUP and on
+// the admin listener's /-/reload, and hands a memfd of its config to itself
+// when it re-executes (inherit_linux.go).
 package main
 
 import (
@@ -255,10 +261,9 @@ func checkFiles(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Exporter.Type == "kafka" {
-		if err := cfg.Exporter.Kafka.CheckFiles(); err != nil {
-			return fmt.Errorf("exporter.kafka: %w", err)
-		}
+	typ := cfg.Exporter.Type
+	if err := cfg.Exporter.Config(typ).CheckFiles(); err != nil {
+		return fmt.Errorf("exporter.%s: %w", typ, err)
 	}
 	return nil
 }

@@ -49,7 +49,10 @@ import (
 
 // Exporter delivers batches to Kafka.
 type Exporter struct {
-	cfg    Config
+	cfg Config
+	// given is the configuration as written (cfg may differ: delivery
+	// mode spool replaces the linger), for Reload's comparison.
+	given  Config
 	set    telemetry.Settings
 	log    *telemetry.Limited
 	cl     *kgo.Client
@@ -95,7 +98,7 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Exporter{cfg: cfg, set: set, stop: make(chan struct{}), drained: make(chan struct{}), topics: set.Topics, tp: newTopics(cfg.MaxPendingTopics)}
+	e := &Exporter{cfg: cfg, given: cfg, set: set, stop: make(chan struct{}), drained: make(chan struct{}), topics: set.Topics, tp: newTopics(cfg.MaxPendingTopics)}
 	e.log = telemetry.NewLimited(set.Logger.With("component", "exporter/kafka"), 30*time.Second)
 	e.m = newMetrics(set.Registry)
 	e.pool.New = func() any { return &exportBatch{e: e} }

@@ -5,22 +5,15 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
-)
 
-// TopicPartitions is one topic as the cluster describes it.
-type TopicPartitions struct {
-	Topic      string
-	ID         [16]byte
-	Partitions int32
-	// Err is the cluster's answer for the topic (nil: it exists).
-	Err error
-}
+	"github.com/ferryhq/ferry/exporter"
+)
 
 // Partitions asks the cluster for topics' partition counts (nil: every
 // topic), through the exporter's own connections, so that a Kafka-protocol
 // client of the agent sees the partitions its records will be written to.
 // It never creates a topic.
-func (e *Exporter) Partitions(ctx context.Context, topics []string) ([]TopicPartitions, error) {
+func (e *Exporter) Partitions(ctx context.Context, topics []string) ([]exporter.TopicInfo, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	if topics != nil {
 		req.Topics = make([]kmsg.MetadataRequestTopic, len(topics))
@@ -32,12 +25,12 @@ func (e *Exporter) Partitions(ctx context.Context, topics []string) ([]TopicPart
 	if err != nil {
 		return nil, err
 	}
-	out := make([]TopicPartitions, 0, len(resp.Topics))
+	out := make([]exporter.TopicInfo, 0, len(resp.Topics))
 	for _, t := range resp.Topics {
 		if t.Topic == nil || t.IsInternal {
 			continue
 		}
-		out = append(out, TopicPartitions{Topic: *t.Topic, ID: t.TopicID, Partitions: int32(len(t.Partitions)), Err: kerr.ErrorForCode(t.ErrorCode)})
+		out = append(out, exporter.TopicInfo{Topic: *t.Topic, ID: t.TopicID, Partitions: int32(len(t.Partitions)), Err: kerr.ErrorForCode(t.ErrorCode)})
 	}
 	return out, nil
 }

@@ -1,0 +1,71 @@
+package kafkaexporter
+
+import (
+	_ "embed"
+	"fmt"
+	"reflect"
+
+	"github.com/ferryhq/ferry/bytesize"
+	"github.com/ferryhq/ferry/exporter"
+)
+
+//go:embed default.yaml
+var defaultYAML []byte
+
+type factory struct{}
+
+// NewFactory is the Kafka exporter's factory (exporter.type: kafka).
+func NewFactory() exporter.Factory { return factory{} }
+
+func (factory) Type() string               { return "kafka" }
+func (factory) DefaultYAML() []byte        { return defaultYAML }
+func (factory) NewConfig() exporter.Config { return &Config{} }
+func (factory) Create(cfg exporter.Config, env exporter.Env) (exporter.Exporter, error) {
+	given := *cfg.(*Config)
+	run := given
+	if env.Linger != 0 {
+		run.Linger = env.Linger
+	}
+	e, err := New(run, env.Set, env.BufferedBytes)
+	if err != nil {
+		// Not a nil *Exporter in a non-nil interface.
+		return nil, err
+	}
+	e.given = given
+	return e, nil
+}
+
+// Check validates the section against the agent's bounds.
+func (c *Config) Check(b exporter.Bounds) []error {
+	var errs []error
+	if err := c.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if mb := int64(c.MaxBufferedBytes); mb != 0 && mb < b.MemoryLimit {
+		errs = append(errs, fmt.Errorf("max_buffered_bytes (%s) is below queue.memory_limit (%s): the queue admits what the Kafka client could not take, and requests fail after admission; raise it or leave it 0 (sized from the queue)",
+			c.MaxBufferedBytes, bytesize.Size(b.MemoryLimit)))
+	}
+	return errs
+}
+
+// Limits: the largest record is the largest batch.
+func (c *Config) Limits() exporter.Limits {
+	return exporter.Limits{MaxRecordBytes: int64(c.MaxBatchBytes), AutoCreateTopics: c.AutoCreateTopics}
+}
+
+// Describe is what the start-up line says of the exporter.
+func (e *Exporter) Describe() []any { return []any{"kafka", e.cfg.Brokers} }
+
+// Reload applies new TLS and SASL settings from the next connection on
+// (files are read first: on error nothing changes) and reports whether
+// anything else differs from the configuration the exporter was created
+// with. Turning SASL on or off needs a restart.
+func (e *Exporter) Reload(cfg exporter.Config) (bool, error) {
+	next := *cfg.(*Config)
+	if err := e.SetSecurity(next.TLS, next.SASL); err != nil {
+		return false, err
+	}
+	old := e.given
+	old.TLS, old.SASL, next.TLS, next.SASL = TLSConfig{}, SASLConfig{}, TLSConfig{}, SASLConfig{}
+	return !reflect.DeepEqual(old, next), nil
+}
