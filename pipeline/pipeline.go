@@ -37,7 +37,6 @@ import (
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/receiver"
-	"github.com/ferryhq/ferry/receiver/kafkafront"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -428,12 +427,12 @@ func counterValue(m *dto.Metric) float64 {
 // cluster is what the Kafka front mirrors: the destination's topics as
 // the exporter describes them (the blackhole takes any topic, as one
 // partition).
-func (p *Pipeline) cluster() kafkafront.Cluster {
-	return func(ctx context.Context, topics []string) ([]kafkafront.TopicInfo, error) {
+func (p *Pipeline) cluster() receiver.Topics {
+	return func(ctx context.Context, topics []string) ([]receiver.TopicInfo, error) {
 		got, err := p.Exporter.Partitions(ctx, topics)
-		out := make([]kafkafront.TopicInfo, len(got))
+		out := make([]receiver.TopicInfo, len(got))
 		for i, t := range got {
-			out[i] = kafkafront.TopicInfo{Topic: t.Topic, ID: t.ID, Partitions: t.Partitions, Err: t.Err}
+			out[i] = receiver.TopicInfo{Topic: t.Topic, ID: t.ID, Partitions: t.Partitions, Err: t.Err}
 		}
 		return out, err
 	}
