@@ -24,10 +24,11 @@ import (
 
 	"github.com/ferryhq/ferry/proofs/harness/agenttest"
 	"github.com/ferryhq/ferry/proofs/harness/kafkatest"
+	"github.com/ferryhq/ferry/proofs/harness/leaktest"
 	"github.com/ferryhq/ferry/tools/bench/proc"
 )
 
-func TestMain(m *testing.M) { kafkatest.Main(m) }
+func TestMain(m *testing.M) { kafkatest.Main(leaktest.Wrap(m)) }
 
 func buildFerry(t *testing.T) string {
 	t.Helper()
