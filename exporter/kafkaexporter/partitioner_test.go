@@ -65,17 +65,45 @@ func TestChosenPartitionWins(t *testing.T) {
 			defer cl.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			for got := 0; got < 200 && ctx.Err() == nil; {
+			// The records nobody chose are keyed: murmur2 and uniform_bytes
+			// (with keys) place each by the Java client's murmur2 of its key;
+			// round_robin deals them out evenly.
+			byKey := kgo.StickyKeyPartitioner(nil).ForTopic("t")
+			perPartition := map[int32]int{}
+			seen := map[int]bool{}
+			for len(seen) < 200 && ctx.Err() == nil {
 				cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
-					got++
 					i := int(r.Value[0])
-					if i%2 == 0 && r.Partition != int32(i/2%4) {
-						t.Errorf("record %d chose partition %d, landed in %d", i, i/2%4, r.Partition)
+					if seen[i] {
+						t.Errorf("record %d read twice", i)
+					}
+					seen[i] = true
+					switch {
+					case i%2 == 0:
+						if r.Partition != int32(i/2%4) {
+							t.Errorf("record %d chose partition %d, landed in %d", i, i/2%4, r.Partition)
+						}
+					case part == "round_robin":
+						perPartition[r.Partition]++
+					default:
+						if want := int32(byKey.Partition(&kgo.Record{Key: r.Key}, 4)); r.Partition != want {
+							t.Errorf("%s: record %d (key %x) in partition %d, its key hashes to %d", part, i, r.Key, r.Partition, want)
+						}
 					}
 					if offsets[i] != r.Offset {
 						t.Errorf("record %d at offset %d, OnAcked said %d", i, r.Offset, offsets[i])
 					}
 				})
+			}
+			if len(seen) != 200 {
+				t.Fatalf("%d of the 200 delivered records read back", len(seen))
+			}
+			if part == "round_robin" {
+				for p := int32(0); p < 4; p++ {
+					if perPartition[p] != 25 {
+						t.Errorf("round_robin put %d of the 100 unchosen records in partition %d, want 25 each (%v)", perPartition[p], p, perPartition)
+					}
+				}
 			}
 		})
 	}
