@@ -168,7 +168,7 @@ func TestKafkaDownOverload(t *testing.T) {
 	if peakSpool.Load() > spoolCap {
 		t.Errorf("spool reached %d bytes, cap %d", peakSpool.Load(), spoolCap)
 	}
-	if l.refused() == 0 {
+	if *l.refused() == 0 {
 		t.Error("no client was refused although the caps must have been reached")
 	}
 	if lost > 0 {

@@ -107,14 +107,15 @@ func (l *ledger) statuses() string {
 	return strings.Join(parts, ", ")
 }
 
-func (l *ledger) refused() int64 {
+// refused counts the requests the agent refused with 429 or 503.
+func (l *ledger) refused() *int64 {
 	var n int64
 	for _, code := range []int{429, 503} {
 		if v, ok := l.status.Load(code); ok {
 			n += v.(*atomic.Int64).Load()
 		}
 	}
-	return n
+	return &n
 }
 
 type loadSpec struct {
@@ -206,7 +207,9 @@ type outcome struct {
 	Delivered  int64   `json:"delivered"` // distinct ids in Kafka
 	Lost       int64   `json:"lost"`      // acknowledged, not in Kafka
 	Duplicates int64   `json:"duplicates"`
-	Refused    int64   `json:"refused_requests"`
+	// Refused is nil where the test does not count refused requests
+	// (the table then says so rather than show a zero nobody counted).
+	Refused    *int64  `json:"refused_requests,omitempty"`
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 	Recovery   string  `json:"recovery"`
 	Note       string  `json:"note"`
@@ -299,8 +302,12 @@ func render(results []outcome) string {
 	b.WriteString("| test | mode | load | offered | acknowledged | delivered | lost | duplicates | refused requests | peak RSS | recovery | notes |\n")
 	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
 	for _, o := range results {
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | **%d** | %d | %d | %.0f MiB | %s | %s |\n",
-			o.Test, o.Mode, o.Duration, o.Offered, o.Acked, o.Delivered, o.Lost, o.Duplicates, o.Refused, o.PeakRSSMiB, o.Recovery, o.Note)
+		refused := "not measured"
+		if o.Refused != nil {
+			refused = strconv.FormatInt(*o.Refused, 10)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | **%d** | %d | %s | %.0f MiB | %s | %s |\n",
+			o.Test, o.Mode, o.Duration, o.Offered, o.Acked, o.Delivered, o.Lost, o.Duplicates, refused, o.PeakRSSMiB, o.Recovery, o.Note)
 	}
 	return b.String()
 }
