@@ -199,14 +199,14 @@ func load(ctx context.Context, t *testing.T, addr func() string, topic string, s
 
 // outcome is one fault run's figures, as docs/reliability.md reports them.
 type outcome struct {
-	Test       string  `json:"test"`
-	Mode       string  `json:"mode"`
-	Duration   string  `json:"duration"`
-	Offered    int64   `json:"offered"`
-	Acked      int64   `json:"acked"`
-	Delivered  int64   `json:"delivered"` // distinct ids in Kafka
-	Lost       int64   `json:"lost"`      // acknowledged, not in Kafka
-	Duplicates int64   `json:"duplicates"`
+	Test       string `json:"test"`
+	Mode       string `json:"mode"`
+	Duration   string `json:"duration"`
+	Offered    int64  `json:"offered"`
+	Acked      int64  `json:"acked"`
+	Delivered  int64  `json:"delivered"` // distinct ids in Kafka
+	Lost       int64  `json:"lost"`      // acknowledged, not in Kafka
+	Duplicates int64  `json:"duplicates"`
 	// Refused is nil where the test does not count refused requests
 	// (the table then says so rather than show a zero nobody counted).
 	Refused    *int64  `json:"refused_requests,omitempty"`
