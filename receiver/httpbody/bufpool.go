@@ -84,7 +84,7 @@ func (p *bufPool) readAll(r io.Reader, hint, max int64, grow func(b *Buf, old in
 			if int64(len(b.B)) > max {
 				return b, errTooLarge
 			}
-			if false && int64(len(b.B)) == max {
+			if int64(len(b.B)) == max {
 				// At the limit: one more byte decides between "exactly
 				// max" and too large, with no buffer past the limit (a
 				// bomb costs the limit, not the next size class).
