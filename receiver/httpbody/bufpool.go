@@ -64,16 +64,30 @@ func (p *bufPool) put(b *Buf) {
 	p.classes[b.class].Put(b)
 }
 
+// getAtMost is get(n) with no more than max bytes of capacity: a limit
+// that is not a power of two (10MB) must not cost the next size class.
+func (p *bufPool) getAtMost(n int, max int64) *Buf {
+	b := p.get(n)
+	if int64(cap(b.B)) > max && int64(n) <= max {
+		p.put(b)
+		b = &Buf{B: make([]byte, 0, max), class: classFor(int(max))}
+	}
+	return b
+}
+
 // readAll reads r into a pooled buffer sized from hint, refusing more than
 // max bytes. grow, if not nil, is asked before a buffer of a new capacity
 // is taken (with the old one, both are held for the copy) and may refuse
-// with errNoRoom. It always returns the buffer (also on error) for put,
-// and the bytes grow granted in held.
-func (p *bufPool) readAll(r io.Reader, hint, max int64, grow func(b *Buf, old int) error) (*Buf, error) {
+// with errNoRoom; release then gives back the old buffer's reservation once
+// its bytes are copied. A full buffer is grown only when the body has
+// more: one byte is read first, so a body that fills its buffer exactly
+// (its Content-Length) costs that buffer and no more. It always returns
+// the buffer (also on error) for put.
+func (p *bufPool) readAll(r io.Reader, hint, max int64, grow func(b *Buf, old int) error, release func(*Buf)) (*Buf, error) {
 	if hint <= 0 {
 		hint = 16 << 10
 	}
-	b := p.get(int(min(hint, max)))
+	b := p.getAtMost(int(min(hint, max)), max)
 	if grow != nil {
 		if err := grow(b, 0); err != nil {
 			return b, err
@@ -84,30 +98,30 @@ func (p *bufPool) readAll(r io.Reader, hint, max int64, grow func(b *Buf, old in
 			if int64(len(b.B)) > max {
 				return b, errTooLarge
 			}
-			if int64(len(b.B)) == max {
-				// At the limit: one more byte decides between "exactly
-				// max" and too large, with no buffer past the limit (a
-				// bomb costs the limit, not the next size class).
-				var one [1]byte
-				n, err := io.ReadFull(r, one[:])
-				switch {
-				case n > 0:
-					return b, errTooLarge
-				case errors.Is(err, io.EOF):
-					return b, nil
-				}
+			// Full: one more byte decides between "that was all" and a
+			// bigger buffer (at the limit: too large), so no buffer is
+			// taken that the body does not need.
+			var one [1]byte
+			n, err := io.ReadFull(r, one[:])
+			switch {
+			case n == 0 && errors.Is(err, io.EOF):
+				return b, nil
+			case n == 0:
 				return b, err
+			case int64(len(b.B)) == max:
+				return b, errTooLarge
 			}
-			nb := p.get(min(2*cap(b.B), int(max)))
+			nb := p.getAtMost(min(2*cap(b.B), int(max)), max)
 			if grow != nil {
 				if err := grow(nb, cap(b.B)); err != nil {
-					nb.reserved, b.reserved = b.reserved+nb.reserved, 0
-					p.put(b)
-					return nb, err
+					p.put(nb)
+					return b, err
 				}
-				nb.reserved, b.reserved = b.reserved+nb.reserved, 0
 			}
-			nb.B = append(nb.B, b.B...)
+			nb.B = append(append(nb.B, b.B...), one[0])
+			if release != nil {
+				release(b)
+			}
 			p.put(b)
 			b = nb
 		}

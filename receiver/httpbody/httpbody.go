@@ -155,7 +155,7 @@ func (r *Reader) grow(nb *Buf, old int) error {
 // (more than max), or src's own. The buffer comes back on error too (give
 // it to Put).
 func (r *Reader) ReadAll(src io.Reader, hint, max int64) (*Buf, error) {
-	b, err := r.bufs.readAll(src, hint, max, r.growF)
+	b, err := r.bufs.readAll(src, hint, max, r.growF, r.Release)
 	if err == nil {
 		r.trim(b)
 	}
@@ -200,7 +200,7 @@ func (r *Reader) Read(req *http.Request) (*Buf, *Error) {
 	default:
 		return nil, &Error{http.StatusUnsupportedMediaType, "unsupported_content_encoding", fmt.Sprintf("unsupported Content-Encoding %q: use gzip, zstd or none", enc)}
 	}
-	raw, err := r.bufs.readAll(req.Body, req.ContentLength, max, r.growF)
+	raw, err := r.bufs.readAll(req.Body, req.ContentLength, max, r.growF, r.Release)
 	if err != nil {
 		r.Put(raw) // readAll returns its buffer even on error
 		if errors.Is(err, errNoRoom) {
@@ -245,7 +245,7 @@ func (r *Reader) Read(req *http.Request) (*Buf, *Error) {
 		defer func() { _ = zr.Reset(nil); r.zstdP.Put(zr) }()
 		dec = zr
 	}
-	out, err := r.bufs.readAll(dec, int64(len(raw.B))*4, max, r.growF)
+	out, err := r.bufs.readAll(dec, int64(len(raw.B))*4, max, r.growF, r.Release)
 	if err == nil {
 		r.trim(out)
 	}
