@@ -224,3 +224,17 @@ func TestUnknownReceiver(t *testing.T) {
 func kafkaCfg(c *Config) *kafkaexporter.Config {
 	return c.Exporter.Config("kafka").(*kafkaexporter.Config)
 }
+
+// Every invalid field of a section is reported at once, each with its full
+// key path, so a user fixes a file in one pass.
+func TestEveryErrorAtOnce(t *testing.T) {
+	_, err := Parse(nil, []string{"exporter.kafka.acks=most", "exporter.kafka.linger=2m", "exporter.kafka.partitioner=hash", "queue.memory_limit=1KiB"})
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{"exporter.kafka.acks", "exporter.kafka.linger", "exporter.kafka.partitioner", "queue.memory_limit"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %s:\n%v", want, err)
+		}
+	}
+}

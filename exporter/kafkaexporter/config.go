@@ -1,6 +1,7 @@
 package kafkaexporter
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -44,52 +45,60 @@ type Config struct {
 	SASL                SASLConfig    `yaml:"sasl"`
 }
 
-// Validate reports the first invalid field, named by its YAML key.
-func (c *Config) Validate() error {
+// Validate reports every invalid field, each named by its YAML key.
+func (c *Config) Validate() error { return errors.Join(c.problems()...) }
+
+// problems is every invalid field, each named by its YAML key.
+func (c *Config) problems() []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if len(c.Brokers) == 0 {
-		return fmt.Errorf("brokers: at least one broker address is required")
+		add("brokers: at least one broker address is required")
 	}
 	for _, b := range c.Brokers {
 		if !strings.Contains(b, ":") {
-			return fmt.Errorf("brokers: %q is not host:port", b)
+			add("brokers: %q is not host:port", b)
 		}
 	}
 	switch c.Acks {
 	case "all", "leader", "none":
+		if c.Idempotent && c.Acks != "all" {
+			add("idempotent: requires acks: all (set idempotent: false to use acks: %s)", c.Acks)
+		}
 	default:
-		return fmt.Errorf("acks: %q is not one of all, leader, none", c.Acks)
-	}
-	if c.Idempotent && c.Acks != "all" {
-		return fmt.Errorf("idempotent: requires acks: all (set idempotent: false to use acks: %s)", c.Acks)
+		add("acks: %q is not one of all, leader, none", c.Acks)
 	}
 	if _, err := compressionCodec(c.Compression, c.CompressionLevel); err != nil {
-		return fmt.Errorf("compression: %w", err)
+		add("compression: %w", err)
 	}
 	switch c.Partitioner {
 	case "murmur2", "round_robin", "uniform_bytes":
 	default:
-		return fmt.Errorf("partitioner: %q is not one of murmur2, round_robin, uniform_bytes", c.Partitioner)
+		add("partitioner: %q is not one of murmur2, round_robin, uniform_bytes", c.Partitioner)
 	}
 	if c.Linger < 0 || c.Linger > time.Minute {
-		return fmt.Errorf("linger: %s is outside 0..1m", c.Linger)
+		add("linger: %s is outside 0..1m", c.Linger)
 	}
 	if c.MaxBatchBytes < 1024 || c.MaxBatchBytes > 1<<30 {
-		return fmt.Errorf("max_batch_bytes: %s is outside 1KiB..1GiB", c.MaxBatchBytes)
+		add("max_batch_bytes: %s is outside 1KiB..1GiB", c.MaxBatchBytes)
 	}
 	if c.MaxPendingTopics < 1 {
-		return fmt.Errorf("max_pending_topics: %d is below 1", c.MaxPendingTopics)
+		add("max_pending_topics: %d is below 1", c.MaxPendingTopics)
 	}
 	if c.MaxBufferedBytes < 0 {
-		return fmt.Errorf("max_buffered_bytes: must not be negative")
+		add("max_buffered_bytes: must not be negative")
 	}
 	if c.RequestTimeout < time.Second {
-		return fmt.Errorf("request_timeout: %s is below 1s", c.RequestTimeout)
+		add("request_timeout: %s is below 1s", c.RequestTimeout)
 	}
 	if c.DialTimeout <= 0 || c.RetryBackoffMax <= 0 || c.HealthCheckInterval <= 0 {
-		return fmt.Errorf("dial_timeout, retry_backoff_max and health_check_interval must be positive")
+		add("dial_timeout, retry_backoff_max and health_check_interval must be positive")
 	}
 	if err := c.TLS.validate(); err != nil {
-		return err
+		errs = append(errs, err)
 	}
-	return c.SASL.validate()
+	if err := c.SASL.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
 }

@@ -37,10 +37,7 @@ func (factory) Create(cfg exporter.Config, env exporter.Env) (exporter.Exporter,
 
 // Check validates the section against the agent's bounds.
 func (c *Config) Check(b exporter.Bounds) []error {
-	var errs []error
-	if err := c.Validate(); err != nil {
-		errs = append(errs, err)
-	}
+	errs := c.problems()
 	if mb := int64(c.MaxBufferedBytes); mb != 0 && mb < b.MemoryLimit {
 		errs = append(errs, fmt.Errorf("max_buffered_bytes (%s) is below queue.memory_limit (%s): the queue admits what the Kafka client could not take, and requests fail after admission; raise it or leave it 0 (sized from the queue)",
 			c.MaxBufferedBytes, bytesize.Size(b.MemoryLimit)))
