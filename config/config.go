@@ -100,6 +100,16 @@ func (c *Config) Bounds() receiver.Bounds {
 	return b
 }
 
+// SpoolRecordBytes is the largest record the spool must hold: the
+// exporter's limit or, for an exporter that takes any record (blackhole),
+// the spool's own frame bound (8 MiB with its framing).
+func (c *Config) SpoolRecordBytes() int64 {
+	if m := c.Exporter.Limits().MaxRecordBytes; m > 0 {
+		return m
+	}
+	return 8<<20 - 4096
+}
+
 // Validate checks every section and reports every error it finds, each
 // naming its key by its full path.
 func (c *Config) Validate() error {
@@ -116,7 +126,7 @@ func (c *Config) Validate() error {
 		fail("telemetry.admin.pprof is on and telemetry.admin.listen (%s) is not a loopback address: the profiler would be open to the network", c.Telemetry.Admin.Listen)
 	}
 	b := c.Bounds()
-	maxRecord := bytesize.Size(b.MaxRecordBytes)
+	maxRecord := bytesize.Size(c.SpoolRecordBytes())
 	c.Receivers.Each(func(f receiver.Factory, rc receiver.Config) {
 		for _, err := range rc.Check(b) {
 			wrap("receivers."+f.Type(), err)

@@ -41,13 +41,26 @@ func TestDefaultYAMLIsComplete(t *testing.T) {
 	var missing []string
 	var walk func(n *yaml.Node, typ reflect.Type, path string)
 	walk = func(n *yaml.Node, typ reflect.Type, path string) {
+		for typ.Kind() == reflect.Pointer {
+			typ = typ.Elem()
+		}
 		if typ.Kind() != reflect.Struct || typ == reflect.TypeOf(time.Time{}) {
 			return
 		}
-		for i := 0; i < typ.NumField(); i++ {
-			name, _, _ := strings.Cut(typ.Field(i).Tag.Get("yaml"), ",")
-			if name == "" || name == "-" {
-				continue
+		// The keys as config reads them: each receiver's and exporter's
+		// section is its factory's Config; inline structs add their keys.
+		fields := map[string]reflect.Type{}
+		switch typ {
+		case reflect.TypeOf(Receivers{}):
+			fields = receiverKeyTypes()
+		case reflect.TypeOf(Exporter{}):
+			fields = exporterKeyTypes()
+		default:
+			yamlFields(typ, fields)
+		}
+		for name, ft := range fields {
+			if st := ft; st.Kind() == reflect.Pointer && st.Elem().Kind() == reflect.Struct && st.Elem().NumField() == 0 {
+				continue // a component without settings has no section
 			}
 			var child *yaml.Node
 			for j := 0; n != nil && j+1 < len(n.Content); j += 2 {
@@ -59,7 +72,7 @@ func TestDefaultYAMLIsComplete(t *testing.T) {
 				missing = append(missing, path+name)
 				continue
 			}
-			walk(child, typ.Field(i).Type, path+name+".")
+			walk(child, ft, path+name+".")
 		}
 	}
 	walk(doc.Content[0], reflect.TypeOf(Config{}), "")
@@ -236,5 +249,17 @@ func TestEveryErrorAtOnce(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not name %s:\n%v", want, err)
 		}
+	}
+}
+
+// Every key `ferry config default` prints is one config reads: a typo in a
+// component's own default.yaml is caught here, not by a user.
+func TestDefaultYAMLHasNoUnknownKeys(t *testing.T) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(DefaultYAML(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkKeys(doc.Content[0], reflect.TypeOf(Config{}), ""); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -30,15 +30,7 @@ type Exporter struct {
 
 // Config is one exporter's configuration, as its factory's NewConfig made
 // it and the file and defaults filled it (nil: no such exporter).
-func (e *Exporter) Config(typ string) exporter.Config {
-	if f := exporterFactory(typ); f != nil && e.cfgs[typ] == nil {
-		if e.cfgs == nil {
-			e.cfgs = map[string]exporter.Config{}
-		}
-		e.cfgs[typ] = f.NewConfig() // an exporter without settings
-	}
-	return e.cfgs[typ]
-}
+func (e *Exporter) Config(typ string) exporter.Config { return e.cfgs[typ] }
 
 // Factory is the factory of the selected exporter (nil: unknown type).
 func (e *Exporter) Factory() exporter.Factory { return exporterFactory(e.Type) }
@@ -79,6 +71,13 @@ func (e *Exporter) UnmarshalYAML(n *yaml.Node) error {
 		}
 		if err := n.Content[i+1].Decode(cfg); err != nil {
 			return err
+		}
+	}
+	// Every exporter has a configuration, those without a section (or
+	// without settings, as the blackhole) their factory's zero one.
+	for _, f := range exporterFactories {
+		if e.cfgs[f.Type()] == nil {
+			e.cfgs[f.Type()] = f.NewConfig()
 		}
 	}
 	return nil

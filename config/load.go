@@ -29,8 +29,8 @@ import (
 //go:embed default.yaml
 var topYAML []byte
 
-// defaultYAML is default.yaml with every receiver's own default section
-// in its place.
+// defaultYAML is default.yaml with every receiver's and exporter's own
+// default section in its place.
 var defaultYAML = assembleDefaults(topYAML)
 
 // DefaultYAML returns the commented default configuration.

@@ -74,10 +74,11 @@ type Env struct {
 	// exporter before it answered (its own buffer is sized above it, so
 	// the queue is the only bound).
 	BufferedBytes int64
-	// Linger, when not 0, replaces the exporter's own: in delivery mode
-	// spool no client waits for the answer, so batches wait
-	// delivery.spool.linger for more records.
-	Linger time.Duration
+	// SpoolLinger, when Spooled, replaces the exporter's own linger (0
+	// included): in delivery mode spool no client waits for the answer,
+	// so batches wait delivery.spool.linger for more records.
+	Spooled     bool
+	SpoolLinger time.Duration
 }
 
 // Exporter is the pipeline's last stage: it completes each record of a

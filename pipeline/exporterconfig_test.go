@@ -10,19 +10,20 @@ import (
 
 // In mode spool nobody waits for Kafka's ack, so the exporter's batches
 // linger for delivery.spool.linger; in modes kafka and spill clients wait
-// on the memory path, so exporter.kafka.linger stays (Env.Linger 0; the
-// Kafka exporter's factory test checks what it does with a non-zero one).
+// on the memory path, so exporter.kafka.linger stays (the Kafka exporter's
+// factory test checks what it does with Env.Spooled, 0 included).
 func TestSpoolModeLingers(t *testing.T) {
 	for _, c := range []struct {
-		mode string
-		want time.Duration
-	}{{"kafka", 0}, {"spill", 0}, {"spool", 40 * time.Millisecond}} {
+		mode    string
+		want    time.Duration
+		spooled bool
+	}{{"kafka", 0, false}, {"spill", 0, false}, {"spool", 40 * time.Millisecond, true}} {
 		cfg, err := config.Parse(nil, []string{"delivery.mode=" + c.mode, "exporter.kafka.linger=7ms", "delivery.spool.linger=40ms"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := exporterEnv(cfg, telemetry.TestSettings()).Linger; got != c.want {
-			t.Errorf("mode %s: exporter linger %v, want %v", c.mode, got, c.want)
+		if env := exporterEnv(cfg, telemetry.TestSettings()); env.Spooled != c.spooled || env.SpoolLinger != c.want {
+			t.Errorf("mode %s: Env spooled %v linger %v, want %v %v", c.mode, env.Spooled, env.SpoolLinger, c.spooled, c.want)
 		}
 	}
 	if d := config.Default().Delivery.Spool.Linger; d != 50*time.Millisecond {

@@ -87,7 +87,7 @@ func (p *Pipeline) Receiver(typ string) receiver.Receiver {
 func exporterEnv(cfg *config.Config, set telemetry.Settings) exporter.Env {
 	env := exporter.Env{Set: set, BufferedBytes: int64(cfg.Queue.MemoryLimit)}
 	if cfg.Delivery.Mode == "spool" {
-		env.Linger = cfg.Delivery.Spool.Linger
+		env.Spooled, env.SpoolLinger = true, cfg.Delivery.Spool.Linger
 	}
 	return env
 }
@@ -102,7 +102,11 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 		}
 	}()
 	typ := cfg.Exporter.Type
-	if p.Exporter, err = cfg.Exporter.Factory().Create(cfg.Exporter.Config(typ), exporterEnv(cfg, set)); err != nil {
+	f := cfg.Exporter.Factory()
+	if f == nil {
+		return nil, fmt.Errorf("exporter.type: unknown exporter %q", typ)
+	}
+	if p.Exporter, err = f.Create(cfg.Exporter.Config(typ), exporterEnv(cfg, set)); err != nil {
 		return nil, fmt.Errorf("exporter.%s: %w", typ, err)
 	}
 	// What the receivers hand their batches to, by delivery mode:
@@ -122,7 +126,7 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 		if sc.ReadAhead == 0 {
 			sc.ReadAhead = cfg.Queue.MemoryLimit / 2
 		}
-		links := spool.Links{Next: p.Exporter, MaxRecordBytes: int(cfg.Exporter.Limits().MaxRecordBytes),
+		links := spool.Links{Next: p.Exporter, MaxRecordBytes: int(cfg.SpoolRecordBytes()),
 			Budget: p.Budget, DeadLetter: p.DeadLetter, Up: p.Exporter.Up}
 		if p.Spool, err = spool.Open(sc, set, links); err != nil {
 			return nil, fmt.Errorf("delivery.spool: %w", err)
@@ -340,15 +344,12 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 	old.Processors, next.Processors = config.Processors{}, config.Processors{}
 	old.Receivers, next.Receivers = config.Receivers{}, config.Receivers{}
 	old.Exporter, next.Exporter = config.Exporter{}, config.Exporter{}
-	if exporterRestart {
-		restart = append(restart, "exporter")
-	}
 	for _, d := range []struct {
 		name string
 		a, b any
 	}{
 		{"telemetry", old.Telemetry, next.Telemetry}, {"queue", old.Queue, next.Queue}, {"delivery", old.Delivery, next.Delivery},
-		{"shutdown_timeout", old.ShutdownTimeout, next.ShutdownTimeout},
+		{"exporter", false, exporterRestart}, {"shutdown_timeout", old.ShutdownTimeout, next.ShutdownTimeout},
 		{"runtime", old.Runtime, next.Runtime},
 	} {
 		if !reflect.DeepEqual(d.a, d.b) {

@@ -10,7 +10,8 @@ import (
 )
 
 // Config is the user configuration of the Kafka exporter (YAML
-// exporter.kafka). Defaults live in config/default.yaml.
+// exporter.kafka). Defaults live in this package's default.yaml, which
+// `ferry config default` prints in its place.
 type Config struct {
 	Brokers  []string `yaml:"brokers"`
 	ClientID string   `yaml:"client_id"`

@@ -23,8 +23,8 @@ func (factory) NewConfig() exporter.Config { return &Config{} }
 func (factory) Create(cfg exporter.Config, env exporter.Env) (exporter.Exporter, error) {
 	given := *cfg.(*Config)
 	run := given
-	if env.Linger != 0 {
-		run.Linger = env.Linger
+	if env.Spooled {
+		run.Linger = env.SpoolLinger
 	}
 	e, err := New(run, env.Set, env.BufferedBytes)
 	if err != nil {

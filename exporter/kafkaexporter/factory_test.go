@@ -44,9 +44,15 @@ func create(t *testing.T, cfg *Config, env exporter.Env) *Exporter {
 func TestFactoryLingerAndReload(t *testing.T) {
 	cfg := defaults(t)
 	cfg.Linger = 7 * time.Millisecond
-	e := create(t, cfg, exporter.Env{BufferedBytes: 64 << 20, Linger: 40 * time.Millisecond})
+	if e := create(t, cfg, exporter.Env{BufferedBytes: 64 << 20}); e.cfg.Linger != 7*time.Millisecond {
+		t.Fatalf("not spooled: client linger %v, want the section's 7ms", e.cfg.Linger)
+	}
+	if e := create(t, cfg, exporter.Env{BufferedBytes: 64 << 20, Spooled: true}); e.cfg.Linger != 0 {
+		t.Fatalf("spooled with delivery.spool.linger 0: client linger %v, want 0", e.cfg.Linger)
+	}
+	e := create(t, cfg, exporter.Env{BufferedBytes: 64 << 20, Spooled: true, SpoolLinger: 40 * time.Millisecond})
 	if e.cfg.Linger != 40*time.Millisecond {
-		t.Fatalf("client linger %v, want the Env's 40ms", e.cfg.Linger)
+		t.Fatalf("client linger %v, want the spool's 40ms", e.cfg.Linger)
 	}
 	same := *cfg
 	if restart, err := e.Reload(&same); err != nil || restart {

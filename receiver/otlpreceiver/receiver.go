@@ -231,7 +231,7 @@ func (r *Receiver) encodeFailed(m *receivermetrics.Metrics, err error) outcome {
 // until export returns; export takes over and frees it) into a batch, hands
 // it on and, when waiting, waits for Kafka. Its steps are the ones every
 // receiver takes, in the same order: route (the topic check), decode and
-// build the records, charge memory, the gate's rate limit, submit, answer.
+// build the records, the gate's rate limit, charge memory, submit, answer.
 func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig encoding.Signal, raw *httpbody.Buf, claims *token.Claims, header headerSource) outcome {
 	// The request's buffers go back to the pool here unless they were
 	// handed on (then the batch's completion returns them).
