@@ -13,6 +13,12 @@
 # "context deadline exceeded" (go.dev/issue/75804, fixed in go1.27); such a
 # run is accepted when no failing input was written and it ran enough inputs.
 # Any other failure, or a written failing input, fails the run.
+#
+# A target listed with a third field, a count (5000x), runs at most that
+# many inputs when FUZZTIME is a count: those that serve each input over a
+# socket or open a spool directory with it run a few hundred to a few
+# thousand inputs a second, and make test's 50000x would take minutes each.
+# A duration FUZZTIME (make fuzz) applies to every target alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t=${FUZZTIME:-2m}
@@ -36,18 +42,28 @@ for target in \
   "FuzzEncode ./otlp/flatjson" \
   "FuzzSplitBounded ./otlp/encoding" \
   "FuzzOTLPHTTP ./receiver/otlpreceiver" \
+  "FuzzOTLPHTTPCompressed ./receiver/otlpreceiver 10000x" \
+  "FuzzOTLPGRPC ./receiver/otlpreceiver 10000x" \
   "FuzzFrames ./buffer/spool" \
   "FuzzResync ./buffer/spool" \
+  "FuzzCheckpoint ./buffer/spool 5000x" \
+  "FuzzSegmentHeader ./buffer/spool 5000x" \
   "FuzzDecode ./protocol" \
+  "FuzzVerify ./auth/token" \
   "FuzzProduce ./receiver/kafkafront" \
   "FuzzProduceSequences ./receiver/kafkafront" \
+  "FuzzRequestHeader ./receiver/kafkafront 10000x" \
+  "FuzzMetadata ./receiver/kafkafront 10000x" \
+  "FuzzSASLPlain ./receiver/kafkafront 10000x" \
   "FuzzTextMode ./receiver/localreceiver" \
   "FuzzLZ4 ./lz4frame" \
   "FuzzLZ4Block ./lz4frame"; do
   set -- $target
-  echo "-- $1 ($2) for $t"
+  tt=$t
+  case "$t" in *x) if [ $# -ge 3 ] && [ "${t%x}" -gt "${3%x}" ]; then tt=$3; fi ;; esac
+  echo "-- $1 ($2) for $tt"
   # lz4check: the lz4 encoder's unchecked loads are checked (lz4_load.go).
-  if ! go test -tags lz4check -run='^$' -fuzz="^$1\$" -fuzztime="$t" -fuzzminimizetime="$minimize" "$2" >"$log" 2>&1; then
+  if ! go test -tags lz4check -run='^$' -fuzz="^$1\$" -fuzztime="$tt" -fuzzminimizetime="$minimize" "$2" >"$log" 2>&1; then
     if deadline_race "$log"; then
       echo "   $1: the run ended with go1.26's fuzztime deadline race (go.dev/issue/75804), no failing input"
     else
@@ -61,7 +77,7 @@ for target in \
   execs=$(grep -o 'execs: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || true)
   [ -n "$execs" ] || execs=$(grep -o 'baseline coverage: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo 0)
   if [ "${execs:-0}" -lt "$min_execs" ]; then
-    echo "fuzz: $1 executed only ${execs:-0} inputs in $t (at least $min_execs wanted)"
+    echo "fuzz: $1 executed only ${execs:-0} inputs in $tt (at least $min_execs wanted)"
     exit 1
   fi
   echo "   $1: $execs inputs"

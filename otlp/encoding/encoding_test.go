@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"hash/fnv"
 	"slices"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -376,6 +377,33 @@ func TestLargeGroupsAreSplitUnderTheRecordLimit(t *testing.T) {
 	}
 	if total != 600 || len(ps) < 2 {
 		t.Fatalf("%d points in %d parts", total, len(ps))
+	}
+}
+
+// TestSplitCountsSchemaURLs: the schema URLs of a resource and a scope are
+// copied into every record of them, so a split under the record limit
+// counts them (it once did not: 19 small log records and a 6000-byte
+// resource schema URL made records of 11 kB under an 8 kB limit, found by
+// FuzzOTLPHTTP's record bound).
+func TestSplitCountsSchemaURLs(t *testing.T) {
+	for _, scope := range []bool{false, true} {
+		ld := otlpgen.New(3).Logs(100, 100)
+		if scope {
+			ld.ResourceLogs().At(0).ScopeLogs().At(0).SetSchemaUrl(strings.Repeat("s", 6000))
+		} else {
+			ld.ResourceLogs().At(0).SetSchemaUrl(strings.Repeat("s", 6000))
+		}
+		raw, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+		e := Encoder{MaxRecordBytes: 8 << 10}
+		ps, out, n, err := e.Encode(Logs, &Config{Topic: "l", Encoding: "otlp_proto", Partition: "resource"}, raw, nil)
+		if err != nil || n != 100 || len(ps) < 2 {
+			t.Fatalf("scope %v: %v, %d items in %d parts", scope, err, n, len(ps))
+		}
+		for _, p := range ps {
+			if v := value(p, raw, out); len(v) > 8<<10 {
+				t.Fatalf("scope %v: a part of %d items and %d bytes, over the 8 KiB limit", scope, p.Items, len(v))
+			}
+		}
 	}
 }
 

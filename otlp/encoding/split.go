@@ -229,6 +229,13 @@ func (g *grouper) chunk(max int) {
 		e := &g.entries[i]
 		orig := e.group
 		sz := tagged(e.item) + tagged(e.sc) + tagged(e.res) + 16
+		// The schema URLs are copied into every record too.
+		if len(e.resSchema) > 0 {
+			sz += tagged(e.resSchema)
+		}
+		if len(e.scSchema) > 0 {
+			sz += tagged(e.scSchema)
+		}
 		if size[orig] > 0 && size[orig]+sz > max {
 			info := g.groups[orig]
 			info.items = 0

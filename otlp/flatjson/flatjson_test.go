@@ -2,12 +2,18 @@ package flatjson
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
@@ -155,6 +161,13 @@ func TestCacheDoesNotLeakAcrossResources(t *testing.T) {
 	}
 }
 
+// FuzzEncode: every object the encoder writes for arbitrary bytes is valid
+// JSON, and where the wire decoder and pdata both accept the bytes, the
+// objects are the items pdata finds, one for one and in order: per span
+// its trace and span ids, name, kind, start and end times, status code,
+// number of events and scope name; per log record its times, severity,
+// body (when a string) and scope name; per data point its metric's name
+// and type, its time, and its value (number points) or count.
 func FuzzEncode(f *testing.F) {
 	raw, _ := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(1).Traces(3)).MarshalProto()
 	f.Add(raw)
@@ -165,30 +178,251 @@ func FuzzEncode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		var e Encoder
 		var buf []byte
+		var objs []map[string]any
 		check := func(obj []byte) {
 			if !json.Valid(obj) {
 				t.Fatalf("invalid JSON: %q", obj)
 			}
+			d := json.NewDecoder(bytes.NewReader(obj))
+			d.UseNumber()
+			var m map[string]any
+			if err := d.Decode(&m); err != nil {
+				t.Fatalf("not a JSON object: %q: %v", obj, err)
+			}
+			objs = append(objs, m)
 		}
+		objs = objs[:0]
 		ti := wire.NewTraces(raw)
 		for ti.Next() {
 			buf = e.Span(buf[:0], ti.Resource(), ti.Scope(), ti.Span())
 			check(buf)
 		}
+		if treq := ptraceotlp.NewExportRequest(); ti.Err() == nil && treq.UnmarshalProto(raw) == nil {
+			sameObjects(t, "span", objs, pdataSpans(treq.Traces()))
+		}
 		e.Reset()
+		objs = objs[:0]
 		li := wire.NewLogs(raw)
 		for li.Next() {
 			buf = e.Log(buf[:0], li.Resource(), li.Scope(), li.Record())
 			check(buf)
 		}
+		if lreq := plogotlp.NewExportRequest(); li.Err() == nil && lreq.UnmarshalProto(raw) == nil {
+			sameObjects(t, "log record", objs, pdataLogs(lreq.Logs()))
+		}
 		e.Reset()
+		objs = objs[:0]
 		mi := wire.NewMetrics(raw)
 		for mi.Next() {
 			buf = e.Point(buf[:0], mi.Resource(), mi.Scope(), mi.Metric(), mi.Point())
 			check(buf)
 		}
-		_ = bytes.MinRead
+		if mreq := pmetricotlp.NewExportRequest(); mi.Err() == nil && mreq.UnmarshalProto(raw) == nil {
+			sameObjects(t, "data point", objs, pdataPoints(mreq.Metrics()))
+		}
 	})
+}
+
+// want is what one object must hold: a path of keys ("status.code") to the
+// value's text (a JSON string's content, or a number's literal). A value
+// of anyOf is satisfied by any of its texts, "" standing for an absent key.
+type want map[string]any
+
+type anyOf []string
+
+// sameObjects fails unless objs are as many as wants and each holds its
+// want's values.
+func sameObjects(t *testing.T, what string, objs []map[string]any, wants []want) {
+	t.Helper()
+	if len(objs) != len(wants) {
+		t.Fatalf("%d %s objects, pdata has %d items", len(objs), what, len(wants))
+	}
+	for i, w := range wants {
+		for path, v := range w {
+			got := lookup(objs[i], path)
+			ok := false
+			switch v := v.(type) {
+			case string:
+				ok = got == v
+			case anyOf:
+				for _, alt := range v {
+					ok = ok || got == alt
+				}
+			}
+			if !ok {
+				t.Fatalf("%s %d: %s = %q, pdata says %q\n%v", what, i, path, got, v, objs[i])
+			}
+		}
+	}
+}
+
+// lookup is the text of the value at path in o ("" if absent).
+func lookup(o map[string]any, path string) string {
+	var v any = o
+	for _, k := range strings.Split(path, ".") {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return ""
+		}
+		if v, ok = m[k]; !ok {
+			return ""
+		}
+	}
+	switch v := v.(type) {
+	case string:
+		return v
+	case json.Number:
+		return v.String()
+	case []any:
+		return strconv.Itoa(len(v))
+	case nil:
+		return "null"
+	}
+	return fmt.Sprint(v)
+}
+
+// jsonText is s as it reads back from JSON: invalid UTF-8 replaced as
+// encoding/json replaces it.
+func jsonText(s string) string {
+	b, _ := json.Marshal(s)
+	var out string
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
+// idText is an id as an object shows it: its hex, or (an id of zero bytes,
+// which pdata cannot tell from none) its hex or nothing.
+func idText(id []byte) any {
+	if bytes.Count(id, []byte{0}) == len(id) {
+		return anyOf{"", hex.EncodeToString(id)}
+	}
+	return hex.EncodeToString(id)
+}
+
+func enumText(names []string, v int32, prefix string) string {
+	if v >= 0 && int(v) < len(names) {
+		return names[v]
+	}
+	return prefix + strconv.Itoa(int(v))
+}
+
+func floatText(f float64) string {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+func u64(v uint64) string { return strconv.FormatUint(v, 10) }
+
+func pdataSpans(td ptrace.Traces) []want {
+	var out []want
+	rss := td.ResourceSpans()
+	for i := 0; i < rss.Len(); i++ {
+		for j := 0; j < rss.At(i).ScopeSpans().Len(); j++ {
+			ss := rss.At(i).ScopeSpans().At(j)
+			for k := 0; k < ss.Spans().Len(); k++ {
+				sp := ss.Spans().At(k)
+				tid, sid := sp.TraceID(), sp.SpanID()
+				evs := ""
+				if n := sp.Events().Len(); n > 0 {
+					evs = strconv.Itoa(n)
+				}
+				out = append(out, want{
+					"trace_id":             idText(tid[:]),
+					"span_id":              idText(sid[:]),
+					"name":                 jsonText(sp.Name()),
+					"kind":                 enumText(wire.SpanKindNames[:], int32(sp.Kind()), "SPAN_KIND_"),
+					"start_time_unix_nano": u64(uint64(sp.StartTimestamp())),
+					"end_time_unix_nano":   u64(uint64(sp.EndTimestamp())),
+					"status.code":          enumText(wire.StatusCodeNames[:], int32(sp.Status().Code()), "STATUS_CODE_"),
+					"events":               evs,
+					"scope.name":           jsonText(ss.Scope().Name()),
+				})
+			}
+		}
+	}
+	return out
+}
+
+func pdataLogs(ld plog.Logs) []want {
+	var out []want
+	rls := ld.ResourceLogs()
+	for i := 0; i < rls.Len(); i++ {
+		for j := 0; j < rls.At(i).ScopeLogs().Len(); j++ {
+			sl := rls.At(i).ScopeLogs().At(j)
+			for k := 0; k < sl.LogRecords().Len(); k++ {
+				lr := sl.LogRecords().At(k)
+				w := want{"time_unix_nano": u64(uint64(lr.Timestamp())), "observed_time_unix_nano": u64(uint64(lr.ObservedTimestamp())),
+					"severity_number": strconv.Itoa(int(lr.SeverityNumber())), "severity_text": jsonText(lr.SeverityText()),
+					"scope.name": jsonText(sl.Scope().Name())}
+				if lr.Body().Type() == pcommon.ValueTypeStr {
+					w["body"] = jsonText(lr.Body().Str())
+				}
+				out = append(out, w)
+			}
+		}
+	}
+	return out
+}
+
+func pdataPoints(md pmetric.Metrics) []want {
+	var out []want
+	rms := md.ResourceMetrics()
+	for i := 0; i < rms.Len(); i++ {
+		for j := 0; j < rms.At(i).ScopeMetrics().Len(); j++ {
+			sm := rms.At(i).ScopeMetrics().At(j)
+			for k := 0; k < sm.Metrics().Len(); k++ {
+				m := sm.Metrics().At(k)
+				base := func(t pcommon.Timestamp) want {
+					return want{"name": jsonText(m.Name()), "type": wire.MetricTypeNames[m.Type()], "time_unix_nano": u64(uint64(t)),
+						"scope.name": jsonText(sm.Scope().Name())}
+				}
+				number := func(dps pmetric.NumberDataPointSlice) {
+					for p := 0; p < dps.Len(); p++ {
+						dp := dps.At(p)
+						w := base(dp.Timestamp())
+						if dp.ValueType() == pmetric.NumberDataPointValueTypeInt {
+							w["value"] = strconv.FormatInt(dp.IntValue(), 10)
+						} else {
+							w["value"] = floatText(dp.DoubleValue())
+						}
+						out = append(out, w)
+					}
+				}
+				counted := func(t pcommon.Timestamp, n uint64) {
+					w := base(t)
+					w["count"] = u64(n)
+					out = append(out, w)
+				}
+				switch m.Type() {
+				case pmetric.MetricTypeGauge:
+					number(m.Gauge().DataPoints())
+				case pmetric.MetricTypeSum:
+					number(m.Sum().DataPoints())
+				case pmetric.MetricTypeHistogram:
+					for p := 0; p < m.Histogram().DataPoints().Len(); p++ {
+						counted(m.Histogram().DataPoints().At(p).Timestamp(), m.Histogram().DataPoints().At(p).Count())
+					}
+				case pmetric.MetricTypeExponentialHistogram:
+					for p := 0; p < m.ExponentialHistogram().DataPoints().Len(); p++ {
+						dp := m.ExponentialHistogram().DataPoints().At(p)
+						counted(dp.Timestamp(), dp.Count())
+					}
+				case pmetric.MetricTypeSummary:
+					for p := 0; p < m.Summary().DataPoints().Len(); p++ {
+						counted(m.Summary().DataPoints().At(p).Timestamp(), m.Summary().DataPoints().At(p).Count())
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 func TestNeedsEscape8(t *testing.T) {
