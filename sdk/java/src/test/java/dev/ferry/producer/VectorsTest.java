@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
+import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -13,6 +14,7 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.stream.Stream;
 
 import org.junit.jupiter.api.DynamicTest;
@@ -22,7 +24,10 @@ import org.junit.jupiter.api.TestFactory;
  * The shared protocol vectors (testdata/protocol, written from the Go
  * implementation): every valid one decodes to its description and, but for
  * compressed bodies, encodes back to the same bytes; every invalid one fails
- * with the error it names.
+ * with the error it names. And the vectors assembled by hand from
+ * docs/protocol.md (testdata/protocol/spec, annotated hex; see its
+ * README.md), which the Go encoder did not write: decoded, and encoded back
+ * to the same bytes unless the spec leaves the encoder a choice.
  */
 class VectorsTest {
     static Path dir() {
@@ -77,6 +82,125 @@ class VectorsTest {
         if (!compressed) {
             assertArrayEquals(raw, encode(frames), "re-encoded bytes");
         }
+    }
+
+    @TestFactory
+    Stream<DynamicTest> specVectors() throws IOException {
+        List<Path> files = new ArrayList<>();
+        try (Stream<Path> s = Files.list(dir().resolve("spec"))) {
+            s.filter(p -> p.toString().endsWith(".json")).sorted().forEach(files::add);
+        }
+        assertTrue(files.size() >= 8, "hand-assembled vectors found: " + files.size());
+        return files.stream().map(f -> DynamicTest.dynamicTest("spec/" + f.getFileName(), () -> checkSpec(f)));
+    }
+
+    static final Set<String> SPEC_FIELDS = Set.of("description", "clauses", "encoder_differs", "hex", "decompressed_body", "frames");
+
+    /** Joins annotated hex ([hex, comment] pairs), refusing a group without its comment. */
+    @SuppressWarnings("unchecked")
+    static byte[] assemble(Object groups) {
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        for (Object o : (List<Object>) groups) {
+            List<Object> g = (List<Object>) o;
+            assertEquals(2, g.size(), "a byte group is [hex, comment]: " + g);
+            String hex = ((String) g.get(0)).replaceAll("\\s+", "");
+            assertTrue(!((String) g.get(1)).isBlank(), "byte group " + g.get(0) + " has no comment naming its clause");
+            assertTrue(!hex.isEmpty() && hex.length() % 2 == 0, "not hex bytes: " + g.get(0));
+            for (int i = 0; i < hex.length(); i += 2) {
+                out.write(Integer.parseInt(hex.substring(i, i + 2), 16));
+            }
+        }
+        return out.toByteArray();
+    }
+
+    /** A frame as it is on the wire. */
+    static final class RawFrame {
+        final Protocol.Header h;
+        final byte[] body;
+
+        RawFrame(Protocol.Header h, byte[] body) {
+            this.h = h;
+            this.body = body;
+        }
+    }
+
+    /** Cuts b (after an optional preamble) into frames. */
+    static List<RawFrame> split(byte[] b) throws IOException {
+        int off = b.length >= 4 && b[0] == 'F' && b[1] == 'R' && b[2] == 'Y' && b[3] == 1 ? 4 : 0;
+        List<RawFrame> out = new ArrayList<>();
+        while (off < b.length) {
+            assertTrue(b.length - off >= 10, "a truncated frame header");
+            byte[] h = java.util.Arrays.copyOfRange(b, off, off + 10);
+            Protocol.Header fh = Protocol.parseHeader(h, Protocol.Limits.DEFAULT.maxFrameBytes);
+            assertTrue(b.length - off >= 4 + fh.length, "a truncated frame");
+            out.add(new RawFrame(fh, java.util.Arrays.copyOfRange(b, off + 10, off + 4 + (int) fh.length)));
+            off += 4 + (int) fh.length;
+        }
+        return out;
+    }
+
+    static void compareFrames(String what, List<Object> frames, List<Map<String, Object>> got) {
+        assertEquals(frames.size(), got.size(), what + ": frames");
+        for (int i = 0; i < frames.size(); i++) {
+            @SuppressWarnings("unchecked")
+            Map<String, Object> want = (Map<String, Object>) frames.get(i);
+            for (Map.Entry<String, Object> e : want.entrySet()) {
+                assertEquals(norm(e.getValue()), norm(got.get(i).get(e.getKey())), what + " frame " + i + " field " + e.getKey());
+            }
+        }
+    }
+
+    @SuppressWarnings("unchecked")
+    static void checkSpec(Path jf) throws IOException {
+        Map<String, Object> v = (Map<String, Object>) Json.parse(Files.readString(jf));
+        assertTrue(SPEC_FIELDS.containsAll(v.keySet()), "unknown fields in " + jf.getFileName() + ": " + v.keySet());
+        byte[] raw = assemble(v.get("hex"));
+        List<Object> frames = (List<Object>) v.get("frames");
+        List<Map<String, Object>> got;
+        try {
+            got = decodeAll(raw, Protocol.Limits.DEFAULT);
+        } catch (Protocol.ProtocolException e) {
+            throw new AssertionError("decoding the hand-assembled bytes: " + e.getMessage(), e);
+        }
+        compareFrames("decoded", frames, got);
+        // Encoded uncompressed (encode ignores flags): the bytes of a vector
+        // without a choice, the bodies before compression of one with.
+        byte[] enc = encode(frames);
+        String differs = (String) v.get("encoder_differs");
+        if (differs == null) {
+            assertArrayEquals(raw, enc, "the encoder's bytes differ from the hand-assembled ones");
+            assertTrue(v.get("decompressed_body") == null, "decompressed_body given for a vector the encoder must match");
+            return;
+        }
+        // The spec leaves the encoder a choice: its bytes, compressed as the
+        // producer compresses, must decode to the same frames, and the
+        // vector's compressed bodies must decompress to the annotated body,
+        // which is the encoder's body before compression.
+        List<RawFrame> plain = split(enc), ours = split(raw);
+        assertEquals(ours.size(), plain.size(), "frames encoded");
+        Protocol.Buf again = new Protocol.Buf(256);
+        if (raw.length >= 4 && raw[0] == 'F') {
+            again.raw(Protocol.PREAMBLE, 0, 4);
+        }
+        int compressed = 0;
+        for (int i = 0; i < ours.size(); i++) {
+            RawFrame f = ours.get(i);
+            byte[] body = plain.get(i).body;
+            int codec = f.h.type == Protocol.PRODUCE ? f.h.flags & 3 : 0;
+            if (codec != 0) {
+                compressed++;
+                byte[] dec = Protocol.decompress(f.body, codec, Protocol.Limits.DEFAULT.maxFrameBytes);
+                assertArrayEquals(assemble(v.get("decompressed_body")), dec, "frame " + i + ": the vector's body decompressed vs the annotated body");
+                assertArrayEquals(body, dec, "frame " + i + ": the encoder's uncompressed body vs the vector's, decompressed");
+                body = Protocol.compress(body, 0, body.length, (byte) codec);
+            }
+            Protocol.Header ph = plain.get(i).h;
+            int at = Protocol.beginFrame(again, (byte) ph.type, codec, ph.requestId);
+            again.raw(body, 0, body.length);
+            Protocol.endFrame(again, at);
+        }
+        assertEquals(compressed > 0, v.get("decompressed_body") != null, "decompressed_body is given for compressed frames, and only for them");
+        compareFrames("the encoder's bytes (" + differs + ")", frames, decodeAll(again.toArray(), Protocol.Limits.DEFAULT));
     }
 
     /** Empty lists and missing headers compare equal. */
