@@ -25,8 +25,10 @@ test:
 # Every seed's table measured on this machine beside Kafka's own tools, and
 # OTLP into Kafka beside the OpenTelemetry Collector (built once by
 # scripts/otelcol-local), in one run (about 45 min on 2 cores): rewrites
-# BENCHMARKS.md and docs/bench/*.svg.
+# BENCHMARKS.md and docs/bench/*.svg. First, the runtime.adaptive_procs
+# tests under a real load, which need a core to themselves (FERRY_REAL_LOAD).
 bench: build
+	FERRY_REAL_LOAD=1 $(GO) test -count=1 -run 'TestControllerFollowsRealLoad|TestAdaptiveProcs' ./cmd/ferry/...
 	scripts/kafka-local jars
 	bin/ferry-bench suite
 

@@ -227,6 +227,30 @@ func TestLZ4RoundTrip(t *testing.T) {
 		if bound := 7 + len(src) + 4*(len(src)/lz4BlockSize+1) + 4; len(frame) > bound {
 			t.Fatalf("%s: %d bytes of frame for %d, above the bound %d", name, len(frame), len(src), bound)
 		}
+		checkStoredBlocks(t, frame, src)
+	}
+	// Compressible input comes out smaller than it went in.
+	in := lz4Inputs()
+	for _, name := range []string{"text", "kafka-like", "zeros 1M", "zeros 64K+1", "otlp logs, text"} {
+		if n, m := len(compressLZ4(in[name])), len(in[name]); n >= m {
+			t.Fatalf("%s: %d bytes of frame for %d", name, n, m)
+		}
+	}
+}
+
+// checkStoredBlocks walks the frame ferry wrote for src and fails if a
+// block is stored where mayStore says that chunk of src had to be
+// compressed.
+func checkStoredBlocks(t testing.TB, frame, src []byte) {
+	t.Helper()
+	for p := 7; len(src) > 0; {
+		size := binary.LittleEndian.Uint32(frame[p:])
+		chunk := src[:min(len(src), lz4BlockSize)]
+		src = src[len(chunk):]
+		if size&lz4Stored != 0 && !mayStore(chunk) {
+			t.Fatalf("a block of %d bytes stored, which pierrec/lz4 compresses to %d", len(chunk), pierrecBlock(chunk))
+		}
+		p += 4 + int(size&^lz4Stored)
 	}
 }
 
@@ -267,11 +291,64 @@ func TestLZ4BlockEveryLength(t *testing.T) {
 			checkLZ4Block(t, in[name][len(in[name])-n:])
 		}
 	}
+	// Repeated text is compressed at every length past two periods and
+	// a few words, to about one period's literals and one long match
+	// (the period's bytes, the sequences' tokens and offsets, the match's
+	// length bytes, the last literals).
+	for p := 1; p <= 64; p++ {
+		for n := 2*p + 32; n <= 2*p+300; n++ {
+			checkPeriodicBlock(t, periodic(in["text"][:p], n), p+24+n/255)
+		}
+	}
+}
+
+// checkPeriodicBlock checks src, a pattern of at most 64 bytes repeated
+// over at least two periods and 32 bytes, with checkLZ4Block, and that it
+// was compressed, not refused, to at most bound bytes, and at most three
+// quarters of src whatever the bound (a pattern with repeats of its own
+// inside, cut off at its end, takes a short sequence a period: 55% at
+// worst over 300,000 random ones).
+func checkPeriodicBlock(t testing.TB, src []byte, bound int) {
+	t.Helper()
+	checkLZ4Block(t, src)
+	bound = min(bound, 3*len(src)/4)
+	if o := putLZ4Block(make([]byte, len(src)), 0, src); o < 0 || o > bound {
+		t.Fatalf("%d bytes of a pattern repeated: block of %d, want at most %d", len(src), o, bound)
+	}
+}
+
+// pierrecBlock is the size of src as one LZ4 block by pierrec/lz4, the
+// compressor franz-go uses by default, or 0 if it does not compress src.
+func pierrecBlock(src []byte) int {
+	var c lz4.Compressor
+	n, err := c.CompressBlock(src, make([]byte, lz4.CompressBlockBound(len(src))))
+	if err != nil || n >= len(src) {
+		return 0
+	}
+	return n
+}
+
+// mayStore reports whether storing src uncompressed is an acceptable
+// answer: pierrec/lz4 does not save a quarter of it either. ferry's
+// search skips faster through incompressible runs, so on input pierrec
+// barely compresses (kafka-like's 4 KiB of random bodies: 0.5%) it may
+// find nothing worth writing; on input with a quarter to save it must
+// not store.
+func mayStore(src []byte) bool {
+	n := pierrecBlock(src)
+	return n == 0 || 4*n > 3*len(src)
+}
+
+// periodic is pat repeated to n bytes: input any LZ4 encoder must
+// compress once n is past a couple of periods.
+func periodic(pat []byte, n int) []byte {
+	return bytes.Repeat(pat, n/len(pat)+1)[:n]
 }
 
 // checkLZ4Block compresses src as one block after a 3-byte prefix, in
 // room for a stored block exactly: the prefix is untouched, the block is
-// smaller than src or refused, and it decodes to src.
+// smaller than src and decodes to src, and it is refused (to be stored)
+// only where mayStore says storing is acceptable.
 func checkLZ4Block(t testing.TB, src []byte) {
 	t.Helper()
 	buf := make([]byte, 3+len(src))
@@ -281,6 +358,9 @@ func checkLZ4Block(t testing.TB, src []byte) {
 		t.Fatalf("%d bytes: the prefix was written over: % x", len(src), buf[:3])
 	}
 	if o < 0 {
+		if !mayStore(src) {
+			t.Fatalf("%d bytes refused, which pierrec/lz4 compresses to %d", len(src), pierrecBlock(src))
+		}
 		return
 	}
 	if o >= len(buf) {
@@ -314,6 +394,20 @@ func FuzzLZ4(f *testing.F) {
 		if got, err := strictLZ4Frame(frame); err != nil || !bytes.Equal(got, src) {
 			t.Fatalf("strict decoder: %v (%d bytes back of %d)", err, len(got), len(src))
 		}
+		checkStoredBlocks(t, frame, src)
+		// The input's first bytes repeated over a block and 4 KiB:
+		// compressible, so the frame is far smaller than the input.
+		if len(src) > 0 {
+			p := min(len(src), 64)
+			rep := periodic(src[:p], lz4BlockSize+4096)
+			frame := compressLZ4(rep)
+			if got, err := strictLZ4Frame(frame); err != nil || !bytes.Equal(got, rep) {
+				t.Fatalf("repeated: strict decoder: %v (%d bytes back of %d)", err, len(got), len(rep))
+			}
+			if bound := 3 * len(rep) / 4; len(frame) > bound {
+				t.Fatalf("a %d-byte pattern repeated to %d bytes: frame of %d, want at most %d", p, len(rep), len(frame), bound)
+			}
+		}
 	})
 }
 
@@ -333,6 +427,11 @@ func FuzzLZ4Block(f *testing.F) {
 			src = bytes.Repeat(src, 4096/len(src)+1)
 		}
 		checkLZ4Block(t, src[:min(len(src), lz4BlockSize)])
+		// Its first bytes repeated: compressed, never refused.
+		if len(src) > 0 {
+			p := min(len(src), 64)
+			checkPeriodicBlock(t, periodic(src[:p], 2*p+32+int(src[len(src)-1])), lz4BlockSize)
+		}
 	})
 }
 

@@ -265,10 +265,26 @@ func TestDeadLetterNotDurableKeepsRecord(t *testing.T) {
 		return nil
 	}}
 	dl := &deadLetters{hold: true}
+	manualCheckpoints(s)
 	_ = start(t, s, Links{Next: c, DeadLetter: dl})
 	appendOK(t, s, recs(0, 10))
-	c.waitFor(t, 9)
-	time.Sleep(1500 * time.Millisecond) // a checkpoint would have passed it
+	// Kafka has answered every record and the dead letter is written,
+	// not yet acknowledged (the chunk would be done by now if it did not
+	// wait for that), and a checkpoint pass ran after (it would have
+	// recorded a watermark past the chunk).
+	c.waitAnswered(t, 10)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		dl.mu.Lock()
+		n := len(dl.held)
+		dl.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no dead letter written")
+		}
+	}
+	checkpoint(t, s)
 	if b := s.Backlog(); b == 0 {
 		t.Fatal("the chunk completed while its dead letter was not durable")
 	}

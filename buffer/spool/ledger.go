@@ -15,13 +15,17 @@ import (
 // checkpointer writes the watermark once a second when it moved.
 func (s *Spool) checkpointer() {
 	defer s.syncWG.Done()
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
+	var tick <-chan time.Time = s.ckptTick
+	if tick == nil {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
 		case <-s.stopSync:
 			return
-		case <-t.C:
+		case <-tick:
 		}
 		s.ackMu.Lock()
 		wm, ck := s.wm, s.ckpt

@@ -116,7 +116,8 @@ func TestRecycledSegmentCrash(t *testing.T) {
 		n += 20
 		c.waitFor(t, n)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	c.waitAnswered(t, int64(n))
+	checkpoint(t, s)
 	c.hold.Store(true)
 	from := n
 	appendOK(t, s, recs(n, 20))

@@ -183,6 +183,10 @@ type ledger struct {
 	ckptFile   *os.File
 	replayDone bool
 	startedAt  time.Time
+
+	// ckptTick, when a test sets it before Start, replaces the
+	// checkpointer's one-second ticker: each value received is one pass.
+	ckptTick chan time.Time
 }
 
 // finisher runs the I/O that completions must not run on the Kafka

@@ -90,6 +90,9 @@ type collector struct {
 	got  []record.Record
 	fail func(r *record.Record) error
 	hold atomic.Bool // take batches but never answer (Kafka down)
+	// answered counts the records answered, each batch's once all its
+	// AckAt calls have returned.
+	answered atomic.Int64
 }
 
 func (c *collector) Consume(_ context.Context, b *record.Batch) error {
@@ -122,8 +125,23 @@ func (c *collector) Consume(_ context.Context, b *record.Batch) error {
 		for i, err := range errs {
 			b.AckAt(i, err)
 		}
+		c.answered.Add(int64(len(errs)))
 	}()
 	return nil
+}
+
+// waitAnswered waits until n records have been answered, the last AckAt
+// of their batches returned: whatever the spool does on Kafka's answer
+// (completing a chunk, moving the watermark) is done.
+func (c *collector) waitAnswered(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for c.answered.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("answered %d of %d records", c.answered.Load(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func (c *collector) values() []string {
@@ -277,7 +295,8 @@ func TestCrashWithoutCloseReplaysFromCheckpoint(t *testing.T) {
 		appendOK(t, s, recs(i*100, 100))
 	}
 	c.waitFor(t, 2000)
-	time.Sleep(1500 * time.Millisecond) // one checkpoint
+	c.waitAnswered(t, 2000)
+	checkpoint(t, s)
 	c.hold.Store(true)
 	for i := 20; i < 30; i++ {
 		appendOK(t, s, recs(i*100, 100))
@@ -291,15 +310,35 @@ func TestCrashWithoutCloseReplaysFromCheckpoint(t *testing.T) {
 }
 
 // openFsyncAlways opens a spool in a new directory with fsync always and
-// starts it delivering to a collector.
+// starts it delivering to a collector. Its checkpointer runs only when the
+// test calls checkpoint.
 func openFsyncAlways(t *testing.T) (Config, *Spool, *collector) {
 	t.Helper()
 	cfg := testConfig(t.TempDir())
 	cfg.Fsync = "always"
 	s := open(t, cfg)
+	manualCheckpoints(s)
 	c := &collector{}
 	_ = start(t, s, Links{Next: c})
 	return cfg, s, c
+}
+
+// manualCheckpoints makes s's checkpointer (s not started yet) run a pass
+// only when the test calls checkpoint, instead of once a second.
+func manualCheckpoints(s *Spool) { s.ckptTick = make(chan time.Time) }
+
+// checkpoint runs one pass of s's checkpointer and returns when it is over:
+// the checkpointer takes the second tick only after the pass the first
+// one started (it writes the watermark if it moved since the last pass).
+func checkpoint(t *testing.T, s *Spool) {
+	t.Helper()
+	for range 2 {
+		select {
+		case s.ckptTick <- time.Now():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the checkpointer takes no tick")
+		}
+	}
 }
 
 // crash abandons s as process death would: no Shutdown, no Close; the
@@ -520,31 +559,51 @@ func TestDeadLetterAndRetry(t *testing.T) {
 }
 
 // TestGroupCommit: with fsync always, concurrent appends share fsyncs, and
-// every completion comes after an fsync.
+// every completion comes after an fsync that covers the append: one that
+// began once its last byte was in the segment.
 func TestGroupCommit(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(dir)
 	cfg.Fsync = "always"
 	cfg.SegmentBytes = 16 << 20
 	s := open(t, cfg)
+	// durable is how far into the segment a finished fsync reaches: the
+	// file's size when it began, every byte written before it. The
+	// segment is the only one (16 MiB; no roll) and new (no spare's old
+	// bytes past what was written).
+	var durable atomic.Int64
+	fsync := s.fsync
+	s.fsync = func(f *os.File) error {
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if err := fsync(f); err != nil {
+			return err
+		}
+		for d := durable.Load(); d < fi.Size() && !durable.CompareAndSwap(d, fi.Size()); d = durable.Load() {
+		}
+		return nil
+	}
 	c := &collector{}
 	_ = start(t, s, Links{Next: c})
 	var wg sync.WaitGroup
 	const writers, each = 32, 20
+	// seen[k] is durable when append k (records k*5..k*5+4) completed.
+	var seen [writers * each]atomic.Int64
 	for w := 0; w < writers; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
-				b := recs((w*each+i)*5, 5)
+				k := w*each + i
+				b := recs(k*5, 5)
 				done := make(chan struct{})
 				b.OnDone(func(err error) {
 					if err != nil {
 						t.Error(err)
 					}
-					if testutil.ToFloat64(s.m.fsyncs) == 0 {
-						t.Error("append completed before any fsync")
-					}
+					seen[k].Store(durable.Load())
 					close(done)
 				})
 				if err := s.Consume(context.Background(), b); err != nil {
@@ -556,6 +615,27 @@ func TestGroupCommit(t *testing.T) {
 		}(w)
 	}
 	wg.Wait()
+	// Where each append ends in the segment: its last record's value is
+	// unique, and its frame's bytes after the value are known.
+	s.mu.Lock()
+	seg := s.path(segName(s.wseg))
+	s.mu.Unlock()
+	file, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range seen {
+		last := recs(k*5+4, 1).Records[0]
+		frame := appendFrame(nil, &last, s.wfmt.Load())
+		tail := len(frame) - bytes.Index(frame, last.Value) - len(last.Value)
+		at := bytes.Index(file, last.Value)
+		if at < 0 {
+			t.Fatalf("append %d is not in the segment", k)
+		}
+		if end := int64(at + len(last.Value) + tail); seen[k].Load() < end {
+			t.Fatalf("append %d (bytes up to %d) completed when an fsync had covered %d bytes", k, end, seen[k].Load())
+		}
+	}
 	fsyncs := testutil.ToFloat64(s.m.fsyncs)
 	t.Logf("%d appends, %v fsyncs", writers*each, fsyncs)
 	if fsyncs >= writers*each {

@@ -89,7 +89,7 @@ func TestBodiesReserveBeforeRead(t *testing.T) {
 func TestMaxConnections(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxConnections = 4
-	_, url := start(t, cfg, &consumertest.Sink{})
+	r, url := start(t, cfg, &consumertest.Sink{})
 	addr := strings.TrimPrefix(url, "http://")
 	var idle []net.Conn
 	for i := 0; i < 4; i++ {
@@ -99,7 +99,7 @@ func TestMaxConnections(t *testing.T) {
 		}
 		idle = append(idle, c)
 	}
-	time.Sleep(100 * time.Millisecond) // let the server accept them
+	waitConnections(t, r, 4) // the server has accepted them
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +110,7 @@ func TestMaxConnections(t *testing.T) {
 		t.Fatalf("fifth connection got %q", out)
 	}
 	idle[0].Close()
-	time.Sleep(100 * time.Millisecond)
+	waitConnections(t, r, 3) // the server has seen it close
 	res := post(t, url+"/v1/messages/t", "text/plain", "", []byte("x"))
 	if res.code != 200 {
 		t.Fatalf("after a connection closed: %d %v", res.code, res.body)
@@ -118,4 +118,33 @@ func TestMaxConnections(t *testing.T) {
 	for _, c := range idle[1:] {
 		c.Close()
 	}
+}
+
+// waitConnections waits until r's listener counts n connections open
+// (ferry_receiver_connections).
+func waitConnections(t *testing.T, r *Receiver, n float64) {
+	t.Helper()
+	var got float64
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		mfs, err := r.set.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "ferry_receiver_connections" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "receiver" && l.GetValue() == "http" {
+						got = m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+		if got == n {
+			return
+		}
+	}
+	t.Fatalf("%v connections open, want %v", got, n)
 }

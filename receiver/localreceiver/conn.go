@@ -247,6 +247,7 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 			topic = string(pr.Topic)
 		}
 		if rej := cn.check(topic); rej != nil {
+			r.m.Error(consumer.Reason(rej))
 			fr.reject(i, rej)
 			continue
 		}
@@ -291,6 +292,7 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 	}
 	// Headers are charged to memory and sent to Kafka: they count too.
 	if err := r.gate.Limit(cn.claims, len(b.Records), payload+headerBytes); err != nil {
+		r.m.Error(consumer.Reason(err))
 		b.Reset()
 		r.batchP.Put(b)
 		r.body.Put(raw)

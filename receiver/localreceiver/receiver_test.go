@@ -175,8 +175,11 @@ func TestHelloAndLimits(t *testing.T) {
 	rec := protocol.Record{Topic: []byte("t"), Value: []byte("v")}
 	_, _ = c.Write(produce(5, rec))
 	_, _ = c.Write(produce(5, rec))
-	// What is in flight is answered first; the Error frame is the last.
-	time.Sleep(100 * time.Millisecond)
+	// What is in flight is answered first; the Error frame is the last:
+	// once the first frame is held and the second refused, the first is
+	// answered.
+	waitFor(t, "the first frame held", func() bool { return h.Held() == 1 })
+	waitFor(t, "the duplicate refused", func() bool { return testutil.ToFloat64(r.m.Errors("malformed_frame")) == 1 })
 	h.Release(nil)
 	fh, _ := readFrame(t, c, br)
 	if fh.Type != protocol.TypeResult || fh.RequestID != 5 {
@@ -211,7 +214,7 @@ func TestAckTimeout(t *testing.T) {
 	}
 	h.Release(nil)
 	_, _ = c.Write(produce(2, protocol.Record{Topic: []byte("t"), Value: []byte("w")}))
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, "the second frame held", func() bool { return h.Held() == 1 })
 	h.Release(nil)
 	fh, fb = readFrame(t, c, br)
 	if fh.RequestID != 2 {
@@ -219,5 +222,15 @@ func TestAckTimeout(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(r.m.Errors("ack_timeout")); v != 1 {
 		t.Fatalf("ack_timeout counted %v times", v)
+	}
+}
+
+// waitFor waits until cond holds (5 s at most).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 5s", what)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"github.com/ferryhq/ferry/receiver"
 	"net/http"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -50,14 +51,23 @@ func refusedWith(t *testing.T, url, ctype, enc string, body []byte, code int, re
 // TestAmplificationRefusedBeforeBuilt: a request whose records would be far
 // larger than itself (one big resource copied into each of many traces'
 // records) is refused with 413 naming max_expanded_bytes, and the output is
-// not built past the bound.
+// not built past the bound: protobuf records are sized before a byte of
+// them is written (otlp/encoding), so the whole request, from the client's
+// write to its answer, allocates less than max_expanded_bytes (about 1 MiB
+// here, the first time; ~100 MB if the records were built).
 func TestAmplificationRefusedBeforeBuilt(t *testing.T) {
 	cfg := testConfig()
 	sink := &consumertest.Sink{}
 	r := start(t, cfg, sink)
-	body := payloads.Amplifier(100<<10, 1000) // ~150 KB; ~100 MB of records
-	refusedWith(t, "http://"+r.HTTPAddr()+"/v1/traces", "application/x-protobuf", "gzip", payloads.Gzip(body),
+	body := payloads.Gzip(payloads.Amplifier(100<<10, 1000)) // ~150 KB; ~100 MB of records
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	refusedWith(t, "http://"+r.HTTPAddr()+"/v1/traces", "application/x-protobuf", "gzip", body,
 		413, "receivers.otlp.max_expanded_bytes", sink)
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n >= uint64(cfg.MaxExpandedBytes) {
+		t.Fatalf("the refused request allocated %d bytes, max_expanded_bytes is %d: its records were built", n, cfg.MaxExpandedBytes)
+	}
 }
 
 // TestItemBombRefused: many empty spans in a few KB of gzip are refused

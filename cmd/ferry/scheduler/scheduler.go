@@ -116,11 +116,18 @@ type Controller struct {
 
 	cancel context.CancelFunc
 	done   sync.WaitGroup
+
+	// The load the Controller follows: the process's CPU time, the wall
+	// clock, and a tick every Interval. A test replaces them before Start
+	// to drive it sample by sample.
+	cpu   func() time.Duration
+	now   func() time.Time
+	ticks <-chan time.Time
 }
 
 // New registers the Controller's metrics.
 func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) *Controller {
-	c := &Controller{cfg: cfg, log: log,
+	c := &Controller{cfg: cfg, log: log, cpu: cpuTime, now: time.Now,
 		procs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_runtime_procs",
 			Help: "GOMAXPROCS the agent runs with: 1 under a light load, every core above it (runtime.adaptive_procs)."}),
 		changes: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_runtime_procs_changes_total",
@@ -155,15 +162,19 @@ func (c *Controller) Start(context.Context) error {
 }
 
 func (c *Controller) run(ctx context.Context, p *policy) {
-	t := time.NewTicker(Interval)
-	defer t.Stop()
-	lastCPU, lastWall := cpuTime(), time.Now()
+	ticks := c.ticks
+	if ticks == nil {
+		t := time.NewTicker(Interval)
+		defer t.Stop()
+		ticks = t.C
+	}
+	lastCPU, lastWall := c.cpu(), c.now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
-			cpu := cpuTime()
+		case now := <-ticks:
+			cpu := c.cpu()
 			wall := now.Sub(lastWall)
 			if wall <= 0 {
 				continue

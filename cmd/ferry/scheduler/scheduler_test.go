@@ -2,9 +2,12 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -93,10 +96,124 @@ func TestPolicy(t *testing.T) {
 	}
 }
 
-// TestControllerFollowsTheLoad runs the Controller in this process: idle, it
-// goes to one P; a goroutine burning CPU brings every core back; idle
-// again, one P; Shutdown leaves Go's default.
+// load drives a Controller sample by sample: the CPU time and wall clock
+// it reads and the ticks it samples on are the test's.
+type load struct {
+	t     *testing.T
+	cpu   atomic.Int64 // ns
+	wall  time.Time
+	ticks chan time.Time
+}
+
+// drive makes c (not started) sample l instead of the process; started
+// must be called after c.Start.
+func drive(t *testing.T, c *Controller) *load {
+	start := time.Unix(1700000000, 0)
+	l := &load{t: t, wall: start, ticks: make(chan time.Time)}
+	c.cpu = func() time.Duration { return time.Duration(l.cpu.Load()) }
+	c.now = func() time.Time { return start }
+	c.ticks = l.ticks
+	return l
+}
+
+// tick sends the Controller a tick at the current wall time.
+func (l *load) tick() {
+	l.t.Helper()
+	select {
+	case l.ticks <- l.wall:
+	case <-time.After(10 * time.Second):
+		l.t.Fatal("the controller takes no tick")
+	}
+}
+
+// started returns once the started Controller has read the clocks it
+// measures the first sample from: it takes a tick (one at the start time,
+// no wall time passed, which it skips) only after.
+func (l *load) started() { l.t.Helper(); l.tick() }
+
+// sample is one Interval in which the process used cores of CPU; it
+// returns once the Controller has acted on it: a second tick at the same
+// time (skipped, as above) is taken only after the first one's sample is
+// done.
+func (l *load) sample(cores float64) {
+	l.t.Helper()
+	l.wall = l.wall.Add(Interval)
+	l.cpu.Add(int64(cores * float64(Interval)))
+	l.tick()
+	l.tick()
+}
+
+// TestControllerFollowsTheLoad runs the Controller on a load the test
+// makes, sample by sample: idle, it goes to one P after a window of
+// samples and not before; a saturated sample brings every core back at
+// once; idle again, one P; a steady load over RaiseAt brings every core
+// back after RaiseFor samples and not before; each change moves
+// GOMAXPROCS, ferry_runtime_procs and the change counter; Shutdown leaves
+// Go's default. (TestControllerFollowsRealLoad does the same with this
+// process's own CPU, outside make test.)
 func TestControllerFollowsTheLoad(t *testing.T) {
+	max := runtime.GOMAXPROCS(0)
+	if max < 2 {
+		t.Skip("one core: nothing to adapt")
+	}
+	t.Setenv("GOMAXPROCS", "")
+	defer runtime.SetDefaultGOMAXPROCS()
+	reg := prometheus.NewRegistry()
+	c := New(Config{Adaptive: true}, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
+	l := drive(t, c)
+	c.Start(context.Background())
+	defer c.Shutdown(context.Background())
+	l.started()
+	changes := 0
+	is := func(what string, want int) {
+		t.Helper()
+		if got := runtime.GOMAXPROCS(0); got != want {
+			t.Fatalf("%s: GOMAXPROCS %d, want %d", what, got, want)
+		}
+		if got := testutil.ToFloat64(c.procs); got != float64(want) {
+			t.Fatalf("%s: ferry_runtime_procs %v, want %d", what, got, want)
+		}
+		if got := testutil.ToFloat64(c.changes); got != float64(changes) {
+			t.Fatalf("%s: %v changes counted, want %d", what, got, changes)
+		}
+	}
+	idle := func(what string) {
+		t.Helper()
+		for i := 1; i < LowerFor; i++ {
+			l.sample(0.02)
+			is(fmt.Sprintf("%s, sample %d", what, i), max)
+		}
+		l.sample(0.02)
+		changes++
+		is(what, 1)
+	}
+	idle("idle")
+	l.sample(SaturatedAt + 0.3)
+	changes++
+	is("one P saturated", max)
+	idle("idle again")
+	for i := 1; i < RaiseFor; i++ {
+		l.sample(RaiseAt + 0.1)
+		is(fmt.Sprintf("busy, sample %d", i), 1)
+	}
+	l.sample(RaiseAt + 0.1)
+	changes++
+	is("busy", max)
+	c.Shutdown(context.Background())
+	if got := runtime.GOMAXPROCS(0); got != max {
+		t.Fatalf("after Shutdown: GOMAXPROCS %d, want Go's default %d", got, max)
+	}
+}
+
+// TestControllerFollowsRealLoad runs the Controller on this process's own
+// CPU: idle, it goes to one P; goroutines burning CPU bring every core
+// back; idle again, one P. It needs the test to get close to a whole core
+// of CPU, which a busy machine does not give it, so it runs only with
+// FERRY_REAL_LOAD=1 (make bench), not in make test.
+func TestControllerFollowsRealLoad(t *testing.T) {
+	if os.Getenv("FERRY_REAL_LOAD") != "1" {
+		t.Skip("needs a whole core of CPU: FERRY_REAL_LOAD=1 (make bench)")
+	}
 	max := runtime.GOMAXPROCS(0)
 	if max < 2 {
 		t.Skip("one core: nothing to adapt")
@@ -123,8 +240,11 @@ func TestControllerFollowsTheLoad(t *testing.T) {
 	wait("idle", 1, 10*time.Second)
 	ctx, stop := context.WithCancel(context.Background())
 	var spins atomic.Int64
+	var burners sync.WaitGroup
 	for range 2 {
+		burners.Add(1)
 		go func() {
+			defer burners.Done()
 			for ctx.Err() == nil {
 				spins.Add(1)
 			}
@@ -132,6 +252,7 @@ func TestControllerFollowsTheLoad(t *testing.T) {
 	}
 	wait("busy", max, 20*time.Second)
 	stop()
+	burners.Wait()
 	wait("idle again", 1, 10*time.Second)
 	if n := testutil.ToFloat64(c.changes); n < 3 {
 		t.Fatalf("%v changes counted, want at least 3", n)
