@@ -210,6 +210,7 @@ func (a *appender) passed(wm pos) []uint64 {
 			gone = append(gone, id)
 			a.disk -= size
 			delete(a.segs, id)
+			delete(a.v1, id)
 		}
 	}
 	return gone

@@ -75,6 +75,11 @@ func (s *Spool) recover() error {
 		}
 		if f, err := readSegFormat(s.path(segName(id))); err == nil && !f.v1 {
 			s.maxSegFrame = max(s.maxSegFrame, f.maxFrame)
+		} else if err == nil {
+			if s.v1 == nil {
+				s.v1 = map[uint64]bool{}
+			}
+			s.v1[id] = true
 		}
 		s.segs[id] = size
 		s.disk += size

@@ -110,6 +110,9 @@ type appender struct {
 	woff    int64
 	written int64
 	segs    map[uint64]int64 // bytes of every segment on disk, the active one included
+	// v1 are the segments of the old format (FRYSPL01) found at recovery,
+	// whose records start after an 8-byte header, not segHeader.
+	v1      map[uint64]bool
 	disk    int64
 	failErr error // sticky: a failed fsync or segment roll
 	durable int64 // written bytes a segment roll's fsync has made durable
@@ -306,11 +309,17 @@ func (s *Spool) Backlog() int64 {
 	defer s.mu.Unlock()
 	var n int64
 	for id, size := range s.segs {
+		start := segHeader
+		if s.v1[id] {
+			start = segHeaderV1
+		}
 		switch {
 		case id == wm.seg:
-			n += max(0, size-max(wm.off, segHeader))
+			n += max(0, size-max(wm.off, start))
 		case id > wm.seg:
-			n += size - segHeader
+			// Clamped: a damaged segment shorter than its header holds
+			// nothing, and must not hide the others' bytes.
+			n += max(0, size-start)
 		}
 	}
 	return n
