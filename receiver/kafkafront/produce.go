@@ -248,6 +248,7 @@ func (cn *conn) handOn(req *kmsg.ProduceRequest, corr int32, raw *httpbody.Buf, 
 	}
 	// Headers are charged to memory and sent to Kafka: they count too.
 	if err := r.gate.Limit(cn.claims, len(b.Records), d.payload+d.headerBytes); err != nil {
+		r.m.Error(consumer.Reason(err)) // rate_limited, as every receiver counts it
 		release()
 		pr.settle(err, true)
 		pr.failAll(err)

@@ -735,6 +735,9 @@ func TestProduceRetriable(t *testing.T) {
 		if n := f.refused("duplicate_in_flight"); n != 0 {
 			t.Errorf("a rate-limited batch's retry was taken for a duplicate %v times", n)
 		}
+		if n := f.refused("rate_limited"); n != 2 {
+			t.Errorf("ferry_receiver_errors_total{reason=rate_limited} %v, want the 2 refused requests", n)
+		}
 	})
 }
 
