@@ -26,6 +26,7 @@ import (
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/buffer/budget"
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/proofs/harness/kafkatest"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
@@ -422,54 +423,12 @@ func plain(values ...string) tbatch {
 
 func (b tbatch) bytes(t *testing.T) []byte {
 	t.Helper()
-	var recs []byte
+	kb := kafkatest.Batch{ProducerID: b.pid, Epoch: b.epoch, Seq: b.seq, Timestamp: time.UnixMilli(tsMillis),
+		Attrs: b.attrs, Codec: b.codec, Records: make([]kafkatest.Record, len(b.recs))}
 	for i, r := range b.recs {
-		var x []byte
-		x = append(x, 0)                     // attributes
-		x = binary.AppendVarint(x, 0)        // timestamp delta
-		x = binary.AppendVarint(x, int64(i)) // offset delta
-		if r.key == nil {
-			x = binary.AppendVarint(x, -1)
-		} else {
-			x = binary.AppendVarint(x, int64(len(r.key)))
-			x = append(x, r.key...)
-		}
-		x = binary.AppendVarint(x, int64(len(r.value)))
-		x = append(x, r.value...)
-		x = binary.AppendVarint(x, int64(len(r.headers)))
-		for _, h := range r.headers {
-			x = binary.AppendVarint(x, int64(len(h[0])))
-			x = append(x, h[0]...)
-			x = binary.AppendVarint(x, int64(len(h[1])))
-			x = append(x, h[1]...)
-		}
-		recs = binary.AppendVarint(recs, int64(len(x)))
-		recs = append(recs, x...)
+		kb.Records[i] = kafkatest.Record{Key: r.key, Value: r.value, Headers: r.headers}
 	}
-	attrs := b.attrs
-	if b.codec != (kgo.CompressionCodec{}) {
-		comp, err := kgo.DefaultCompressor(b.codec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		z, typ := comp.Compress(new(bytes.Buffer), recs)
-		recs = bytes.Clone(z)
-		attrs |= int16(typ)
-	}
-	out := make([]byte, batchHeader, batchHeader+len(recs))
-	binary.BigEndian.PutUint32(out[8:], uint32(batchHeader-12+len(recs)))
-	out[16] = 2
-	binary.BigEndian.PutUint16(out[21:], uint16(attrs))
-	binary.BigEndian.PutUint32(out[23:], uint32(len(b.recs)-1))
-	binary.BigEndian.PutUint64(out[27:], tsMillis)
-	binary.BigEndian.PutUint64(out[35:], tsMillis)
-	binary.BigEndian.PutUint64(out[43:], uint64(b.pid))
-	binary.BigEndian.PutUint16(out[51:], uint16(b.epoch))
-	binary.BigEndian.PutUint32(out[53:], uint32(b.seq))
-	binary.BigEndian.PutUint32(out[57:], uint32(len(b.recs)))
-	out = append(out, recs...)
-	binary.BigEndian.PutUint32(out[17:], crc32.Checksum(out[batchCRCStart:], crc32c))
-	return out
+	return kb.Bytes()
 }
 
 // newProduce is an empty produce request.

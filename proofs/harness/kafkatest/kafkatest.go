@@ -523,30 +523,55 @@ func UpTo(t testing.TB, brokers, topic string, timeout time.Duration) []*kgo.Rec
 	return nil
 }
 
-// Batch is a Kafka record batch (magic v2) as a producer sends it, one
-// record per value, for tests that speak the protocol themselves.
+// Batch is a Kafka record batch (magic v2) as a producer writes it, for
+// tests that speak the protocol themselves.
 type Batch struct {
 	ProducerID int64 // -1: not idempotent (epoch and sequence are then -1 too)
 	Epoch      int16
 	Seq        int32
 	Timestamp  time.Time   // of every record; zero: now. A retry must repeat it (it is under the CRC).
-	Headers    [][2]string // on every record
-	Values     []string
+	Headers    [][2]string // on every record of Values
+	Values     []string    // records with a null key and Headers
+	// Records, when set, are the batch's records instead of Values.
+	Records []Record
+	// Attrs are the batch attributes besides the codec (transactional
+	// 0x10, control 0x20); Codec compresses the records (zero: none).
+	Attrs int16
+	Codec kgo.CompressionCodec
 }
 
-// Bytes encodes the batch: header, records, CRC-32C.
+// Record is one record of a Batch.
+type Record struct {
+	Key     []byte // nil: a null key
+	Value   []byte
+	Headers [][2]string
+}
+
+// Bytes encodes the batch: header, records (compressed with Codec),
+// CRC-32C. It panics on a codec franz-go cannot write.
 func (b Batch) Bytes() []byte {
+	rs := b.Records
+	if rs == nil {
+		for _, v := range b.Values {
+			rs = append(rs, Record{Value: []byte(v), Headers: b.Headers})
+		}
+	}
 	var recs []byte
-	for i, v := range b.Values {
+	for i, rec := range rs {
 		var r []byte
-		r = append(r, 0)                          // attributes
-		r = binary.AppendVarint(r, 0)             // timestamp delta
-		r = binary.AppendVarint(r, int64(i))      // offset delta
-		r = binary.AppendVarint(r, -1)            // null key
-		r = binary.AppendVarint(r, int64(len(v))) // value
-		r = append(r, v...)
-		r = binary.AppendVarint(r, int64(len(b.Headers)))
-		for _, h := range b.Headers {
+		r = append(r, 0)                     // attributes
+		r = binary.AppendVarint(r, 0)        // timestamp delta
+		r = binary.AppendVarint(r, int64(i)) // offset delta
+		if rec.Key == nil {
+			r = binary.AppendVarint(r, -1)
+		} else {
+			r = binary.AppendVarint(r, int64(len(rec.Key)))
+			r = append(r, rec.Key...)
+		}
+		r = binary.AppendVarint(r, int64(len(rec.Value)))
+		r = append(r, rec.Value...)
+		r = binary.AppendVarint(r, int64(len(rec.Headers)))
+		for _, h := range rec.Headers {
 			r = binary.AppendVarint(r, int64(len(h[0])))
 			r = append(r, h[0]...)
 			r = binary.AppendVarint(r, int64(len(h[1])))
@@ -555,6 +580,16 @@ func (b Batch) Bytes() []byte {
 		recs = binary.AppendVarint(recs, int64(len(r)))
 		recs = append(recs, r...)
 	}
+	attrs := b.Attrs
+	if b.Codec != (kgo.CompressionCodec{}) {
+		comp, err := kgo.DefaultCompressor(b.Codec)
+		if err != nil {
+			panic(err)
+		}
+		z, typ := comp.Compress(new(bytes.Buffer), recs)
+		recs = bytes.Clone(z)
+		attrs |= int16(typ)
+	}
 	ts := b.Timestamp
 	if ts.IsZero() {
 		ts = time.Now()
@@ -562,7 +597,8 @@ func (b Batch) Bytes() []byte {
 	out := make([]byte, 61, 61+len(recs))
 	binary.BigEndian.PutUint32(out[8:], uint32(49+len(recs)))
 	out[16] = 2 // magic
-	binary.BigEndian.PutUint32(out[23:], uint32(len(b.Values)-1))
+	binary.BigEndian.PutUint16(out[21:], uint16(attrs))
+	binary.BigEndian.PutUint32(out[23:], uint32(len(rs)-1))
 	binary.BigEndian.PutUint64(out[27:], uint64(ts.UnixMilli()))
 	binary.BigEndian.PutUint64(out[35:], uint64(ts.UnixMilli()))
 	epoch, seq := b.Epoch, b.Seq
@@ -572,7 +608,7 @@ func (b Batch) Bytes() []byte {
 	binary.BigEndian.PutUint64(out[43:], uint64(b.ProducerID))
 	binary.BigEndian.PutUint16(out[51:], uint16(epoch))
 	binary.BigEndian.PutUint32(out[53:], uint32(seq))
-	binary.BigEndian.PutUint32(out[57:], uint32(len(b.Values)))
+	binary.BigEndian.PutUint32(out[57:], uint32(len(rs)))
 	out = append(out, recs...)
 	binary.BigEndian.PutUint32(out[17:], crc32.Checksum(out[21:], crc32.MakeTable(crc32.Castagnoli)))
 	return out
