@@ -155,6 +155,11 @@ func (s *HTTP) Shutdown(ctx context.Context) error {
 	for {
 		select {
 		case err := <-done:
+			if err != nil {
+				// ctx ended with requests still running: net/http
+				// leaves their connections open; cut them, as promised.
+				_ = s.srv.Close()
+			}
 			return err
 		case <-tick.C:
 			if s.Active() == 0 {
