@@ -178,7 +178,10 @@ func TestHTTPSListener(t *testing.T) {
 	if _, err := get(s.Addr(), tls12); err == nil {
 		t.Fatal("a TLS 1.2 client was served though min_version is 1.3")
 	}
-	// max_connections 1: hold one handshaken connection, the next is closed.
+	// max_connections 1: once the connections above are gone, hold one
+	// handshaken connection; the next is closed.
+	waitCounter(t, shared(reg, connectionsVec()).WithLabelValues("tls"), 0)
+	refusedBefore := testutil.ToFloat64(shared(reg, refusedVec()).WithLabelValues("tls"))
 	held, err := tls.Dial("tcp", s.Addr(), certs.Client(false))
 	if err != nil {
 		t.Fatal(err)
@@ -193,7 +196,7 @@ func TestHTTPSListener(t *testing.T) {
 	if err == nil {
 		t.Fatal("a TLS connection over max_connections was served")
 	}
-	waitCounter(t, shared(reg, refusedVec()).WithLabelValues("tls"), 1)
+	waitCounter(t, shared(reg, refusedVec()).WithLabelValues("tls"), refusedBefore+1)
 	held.Close()
 
 	m := NewHTTP("mtls", HTTPConfig{Listen: "127.0.0.1:0", ReadTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 4096,
