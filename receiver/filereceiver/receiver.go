@@ -470,11 +470,12 @@ func (r *Receiver) hand(f *file, s *span, now time.Time) bool {
 		return true
 	}
 	s.sent = now
+	n := len(s.b.Records) // the batch may complete before Consume returns
 	s.b.OnDone(s.doneFn)
 	err := r.next.Consume(r.ctx, &s.b)
 	if err == nil {
-		r.m.Received(r.set.Topics.Get(f.topic), len(s.b.Records), s.bytes)
-		r.m.Items("logs", len(s.b.Records))
+		r.m.Received(r.set.Topics.Get(f.topic), n, s.bytes)
+		r.m.Items("logs", n)
 		return true
 	}
 	s.b.PopDone()
@@ -483,7 +484,7 @@ func (r *Receiver) hand(f *file, s *span, now time.Time) bool {
 		// Refused for good before it was taken (a record too large for the
 		// spool, a topic Kafka does not have): counted and skipped.
 		r.m.Error(pe.Reason)
-		r.drop(pe.Reason, len(s.b.Records), err, f)
+		r.drop(pe.Reason, n, err, f)
 		r.settle(s, false)
 		return true
 	}
@@ -550,6 +551,10 @@ func (r *Receiver) complete(s *span, err error) {
 // skipped for good), or to be read again (retry).
 func (r *Receiver) settle(s *span, retry bool) {
 	f := s.f
+	// Every stage is done with the batch (this completion, attached first,
+	// runs last): its buffers go now, even while the span waits in f.spans
+	// for an older one, as the in-flight bytes say.
+	s.b.Records = nil
 	r.mu.Lock()
 	r.handed--
 	r.inflight -= s.mem

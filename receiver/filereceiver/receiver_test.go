@@ -207,7 +207,8 @@ func TestLinesWithHeaders(t *testing.T) {
 	path := filepath.Join(dir, "app.log")
 	write(t, path, "a\nb\r\n\nccc\ndd")
 	p := &pipe{}
-	start(t, testConfig(t, dir), p)
+	cfg := testConfig(t, dir)
+	r := start(t, cfg, p)
 	eventually(t, "three lines", func() bool { return len(p.records()) == 3 })
 	want := []got{
 		{topic: "logs", key: strings.TrimLeft(path, "/"), path: path, value: "a", off: 0},
@@ -222,6 +223,7 @@ func TestLinesWithHeaders(t *testing.T) {
 	if g := p.records()[3]; g.value != "ddd" || g.off != 10 {
 		t.Fatalf("completed line: %+v", g)
 	}
+	eventually(t, "no lag", func() bool { return testutil.ToFloat64(r.fm.lag.WithLabelValues(cfg.Include[0])) == 0 })
 }
 
 // TestTopicTemplate: {file.name} makes a valid topic of the file's name.
@@ -434,6 +436,57 @@ func TestRotationKeepsOrder(t *testing.T) {
 	if got[n] != fmt.Sprintf("line-%d", n) {
 		t.Fatalf("the new file's line came before the old file's end: last is %q", got[n])
 	}
+}
+
+// TestRenameWithinGlobs: a file renamed to a name the globs also match
+// keeps its identity and position: nothing is read twice.
+func TestRenameWithinGlobs(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app.log")
+	write(t, path, "line-0\nline-1\n")
+	cfg := testConfig(t, dir)
+	cfg.Include = []string{filepath.Join(dir, "app.log*")}
+	p := &pipe{}
+	r := start(t, cfg, p)
+	eventually(t, "the lines", func() bool { return len(p.records()) == 2 })
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, path+".1", "line-2\n")
+	write(t, path, "line-3\n")
+	eventually(t, "the new lines", func() bool { return len(p.records()) == 4 })
+	time.Sleep(5 * cfg.PollInterval)
+	checkExactlyOnce(t, p.values(), 4)
+	if got := testutil.ToFloat64(r.fm.rotations.WithLabelValues(cfg.Include[0])); got != 1 {
+		t.Fatalf("rotations: %v", got)
+	}
+}
+
+// TestRotatedWhileStopped: a file rotated away (out of the globs) while
+// ferry was stopped is found by its inode beside its old path and read
+// from its checkpoint to its end; the new file from its start.
+func TestRotatedWhileStopped(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app.log")
+	write(t, path, "line-0\nline-1\n")
+	cfg := testConfig(t, dir)
+	cfg.Include = []string{path}
+	p := &pipe{}
+	r := start(t, cfg, p)
+	eventually(t, "the lines", func() bool { return len(p.records()) == 2 })
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	write(t, path, "line-2\n")
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, path, "line-3\n")
+	r = start(t, cfg, p)
+	eventually(t, "the lines of both", func() bool { return len(p.records()) == 4 })
+	time.Sleep(5 * cfg.PollInterval)
+	checkExactlyOnce(t, p.values(), 4)
+	eventually(t, "the rotated file let go", func() bool { return testutil.ToFloat64(r.fm.open) == 1 })
 }
 
 // TestCopyTruncate: the file is copied away and truncated in place; the
