@@ -65,7 +65,10 @@
 // (its lines are sent again: exclude it); a file truncated and written past
 // the old position between two polls looks like one that grew (the
 // new lines before that position are not read); lines written between the
-// last read and a truncation are only in the copy. Multiline records,
+// last read and a truncation are only in the copy; a file must stay under
+// a matched path for one poll_interval to be seen at all; a file closed
+// by max_open_files and deleted before it is opened again cannot be read
+// to its end (counted, reason file_gone). Multiline records,
 // compressed rotated files and parsing are not done here.
 package filereceiver
 
@@ -285,8 +288,10 @@ func (r *Receiver) sleep(now time.Time) time.Duration {
 		}
 	}
 	for _, o := range r.orphans {
-		if o.examined >= o.size {
-			d = min(d, o.still.Add(r.cfg.RotateWait).Sub(now))
+		// When an orphan read to its end may be let go (a deadline past is
+		// waiting for a completion, which wakes the loop itself).
+		if t := o.still.Add(r.cfg.RotateWait); o.examined >= o.size && t.After(now) {
+			d = min(d, t.Sub(now))
 		}
 	}
 	if r.cfg.ReadRateBytes > 0 && r.tokens <= 0 {
@@ -352,13 +357,13 @@ func (r *Receiver) step(f *file, now time.Time) bool {
 	if f.pending != nil {
 		return r.hand(f, f.pending, now)
 	}
-	if !room || r.olderUnread(f) {
-		return false
-	}
 	if f.examined >= f.size {
 		if f.orphan && !now.Before(f.still.Add(r.cfg.RotateWait)) {
 			return r.letGo(f, now)
 		}
+		return false
+	}
+	if !room || r.olderUnread(f) {
 		return false
 	}
 	if !r.rateOK(now) {
@@ -382,7 +387,7 @@ func (r *Receiver) olderUnread(f *file) bool {
 		return false
 	}
 	for _, o := range r.orphans {
-		if o.path == f.path && !o.released && (o.examined < o.size || o.pending != nil) {
+		if o.path == f.path && o.orphan && !o.released && (o.examined < o.size || o.pending != nil) {
 			return true
 		}
 	}
@@ -398,6 +403,9 @@ func (r *Receiver) letGo(f *file, now time.Time) bool {
 	if f.readOff < f.size && r.ensureOpen(f, now) {
 		if s := r.read(f, now, true); s != nil {
 			return r.hand(f, s, now)
+		}
+		if f.readOff < f.size {
+			return false // a read error: tried again
 		}
 	}
 	r.closeFile(f)
@@ -425,7 +433,7 @@ func (r *Receiver) reap() {
 	r.list = keep
 	ok := r.orphans[:0]
 	for _, o := range r.orphans {
-		if !o.released {
+		if o.orphan && !o.released {
 			ok = append(ok, o)
 		}
 	}
