@@ -60,6 +60,12 @@ func frame(buf []byte, maxLine, maxLines int, final, inLong bool, out []lineRef)
 				if buf[end-1] == '\r' {
 					end--
 				}
+				for end-pos > maxLine && len(out) < maxLines {
+					piece()
+				}
+				if end-pos > maxLine {
+					break // out of records: the rest next time
+				}
 				if end > pos {
 					out = append(out, lineRef{pos, end, false})
 				}
