@@ -161,6 +161,14 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	r.m = receivermetrics.New(env.Set.Registry, "files")
 	r.fm = newFileMetrics(env.Set.Registry)
 	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.tokens = float64(cfg.ReadRateBytes) // a second's worth to start with
+	for _, g := range cfg.Include {
+		// Every group's series exists from the start, at 0.
+		r.fm.rotations.WithLabelValues(g)
+		r.fm.truncations.WithLabelValues(g)
+		r.fm.watched.WithLabelValues(g)
+		r.fm.lag.WithLabelValues(g)
+	}
 	return r, nil
 }
 

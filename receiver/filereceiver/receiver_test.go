@@ -772,7 +772,7 @@ func TestDamagedCheckpoint(t *testing.T) {
 func TestCheckErrors(t *testing.T) {
 	c := Config{Enabled: true, Include: []string{"[bad"}, Exclude: []string{""}, PollInterval: time.Millisecond,
 		StartAt: "middle", MaxOpenFiles: 0, MaxLineBytes: 1 << 20, Topic: "a b", Key: "{nope}", Encoding: "utf-16",
-		ReadRateBytes: 10, FingerprintBytes: 1, RotateWait: -1, MaxInflightBytes: 1 << 20, MaxFileInflightBytes: 2 << 20}
+		ReadRateBytes: 10, FingerprintBytes: 1, RotateWait: -1, MaxInflightBytes: 1 << 20, MaxFileInflightBytes: 1 << 20}
 	errs := c.Check(receiver.Bounds{MemoryLimit: 1 << 20, MaxRecordBytes: 1 << 20})
 	var all []string
 	for _, e := range errs {
@@ -781,7 +781,7 @@ func TestCheckErrors(t *testing.T) {
 	text := strings.Join(all, "\n")
 	for _, key := range []string{"include:", "exclude:", "poll_interval:", "start_at:", "max_open_files:", "max_line_bytes:",
 		"topic:", "key:", "encoding:", "read_rate_bytes:", "fingerprint_bytes:", "checkpoint_dir:", "rotate_wait:",
-		"max_inflight_bytes:"} {
+		"max_inflight_bytes:", "max_file_inflight_bytes:"} {
 		if !strings.Contains(text, key) {
 			t.Errorf("no error names %s:\n%s", key, text)
 		}
@@ -795,5 +795,52 @@ func TestCheckErrors(t *testing.T) {
 	ok := testConfig(t, t.TempDir())
 	if errs := ok.Check(receiver.Bounds{MemoryLimit: 256 << 20, MaxRecordBytes: 1000000}); errs != nil {
 		t.Fatalf("a valid section: %v", errs)
+	}
+}
+
+// TestReadRate: read_rate_bytes is kept on average: a read may overdraw
+// it, and reading waits until the overdraft is paid back.
+func TestReadRate(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.ReadRateBytes = 1024
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if !r.rateOK(now) {
+		t.Fatal("no second's worth to start with")
+	}
+	r.tokens -= 3 * 1024 // a read of 3 KiB
+	if r.rateOK(now.Add(time.Second)) {
+		t.Fatal("read again 1 s after a 3 KiB read at 1 KiB/s")
+	}
+	r.nextScan = now.Add(time.Hour)
+	if d := r.sleep(now.Add(time.Second)); d < 900*time.Millisecond || d > 1100*time.Millisecond {
+		t.Fatalf("sleeps %s for the overdraft's last KiB", d)
+	}
+	if !r.rateOK(now.Add(2*time.Second + time.Millisecond)) {
+		t.Fatal("still waiting once the overdraft is paid")
+	}
+}
+
+// TestReload: any change needs a restart (it resumes at the checkpoint).
+func TestReload(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := cfg
+	if r.Reload(&same) {
+		t.Fatal("the same configuration asks for a restart")
+	}
+	other := cfg
+	other.Include = []string{"/elsewhere/*.log"}
+	if !r.Reload(&other) {
+		t.Fatal("new include globs do not ask for a restart")
+	}
+	if got := fmt.Sprint(r.Listening()); !strings.Contains(got, cfg.Include[0]) {
+		t.Fatalf("Listening: %s", got)
 	}
 }
