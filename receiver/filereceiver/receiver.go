@@ -402,8 +402,9 @@ func (r *Receiver) olderUnread(f *file) bool {
 	return false
 }
 
-// letGo sends an orphan's unterminated last line, if any, and closes it;
-// it is forgotten once nothing of it is in flight.
+// letGo sends an orphan's unterminated last line, if any, and closes it
+// once every span of it is complete (one that fails retryably is read
+// again through the descriptor, which only this one holds).
 func (r *Receiver) letGo(f *file, now time.Time) bool {
 	if f.pending != nil {
 		return false
@@ -415,6 +416,12 @@ func (r *Receiver) letGo(f *file, now time.Time) bool {
 		if f.readOff < f.size {
 			return false // a read error: tried again
 		}
+	}
+	r.mu.Lock()
+	busy := len(f.spans) > 0 || f.rewind
+	r.mu.Unlock()
+	if busy {
+		return false // a completion wakes the loop
 	}
 	r.closeFile(f)
 	f.released = true

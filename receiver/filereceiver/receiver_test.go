@@ -844,3 +844,28 @@ func TestReload(t *testing.T) {
 		t.Fatalf("Listening: %s", got)
 	}
 }
+
+// TestDeletedFileKeptUntilAcknowledged: a deleted file read to its end is
+// not let go while its lines are in flight: one that fails retryably after
+// it was taken is read again through the descriptor still open.
+func TestDeletedFileKeptUntilAcknowledged(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app.log")
+	write(t, path, "line-0\n")
+	cfg := testConfig(t, dir)
+	p := &pipe{hold: true}
+	r := start(t, cfg, p)
+	eventually(t, "a held batch", func() bool { return p.heldCount() == 1 })
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deletion", func() bool { return testutil.ToFloat64(r.fm.rotations.WithLabelValues(cfg.Include[0])) == 1 })
+	time.Sleep(3 * cfg.RotateWait)
+	p.release(0, consumer.ErrShutdownTimeout)
+	eventually(t, "the line again", func() bool { return p.heldCount() == 2 })
+	p.release(1, nil)
+	if got := p.values(); fmt.Sprint(got) != "[line-0 line-0]" {
+		t.Fatalf("got %q", got)
+	}
+	eventually(t, "the file let go", func() bool { return testutil.ToFloat64(r.fm.open) == 0 })
+}
