@@ -15,8 +15,10 @@
 // is committed only when every line before it is durable. The committed
 // offsets are written to checkpoint_dir/checkpoints.json (temp file, fsync,
 // rename, fsync of the directory) at most once a second and at Shutdown; at
-// Start a file resumes at its committed offset, so a kill -9 repeats at
-// most the lines that were in flight (at-least-once), and never skips one.
+// Start a file resumes at its last checkpointed offset, so a kill -9
+// repeats at most the lines that were in flight or acknowledged within the
+// last second (at-least-once), and never skips one; a graceful stop waits
+// for the acknowledgements (within its deadline) and checkpoints them.
 //
 // A refusal that retrying can fix (queue full, Kafka unreachable) keeps the
 // span and hands the same lines on again later; nothing more of that file
