@@ -51,6 +51,7 @@ type file struct {
 // files that left: a rotation, a deletion or a truncation.
 func (r *Receiver) scan(now time.Time) {
 	r.scanGen++
+	var unopened map[fileID]bool // checkpointed files matched but not opened
 	for _, m := range r.match() {
 		fi, err := os.Stat(m.path)
 		if err != nil || !fi.Mode().IsRegular() {
@@ -75,13 +76,23 @@ func (r *Receiver) scan(now time.Time) {
 			r.observe(f, fi.Size(), now)
 			continue
 		}
-		r.discover(m.path, m.group, id, fi.Size(), now)
+		if !r.discover(m.path, m.group, id, fi.Size(), now) {
+			if _, ok := r.saved[id]; ok {
+				if unopened == nil {
+					unopened = map[fileID]bool{}
+				}
+				unopened[id] = true
+			}
+		}
 	}
 	if r.firstScan {
 		r.firstScan = false
 		// Files of the checkpoint not under the globs any more were
 		// perhaps rotated while ferry was stopped: read them to their end.
 		for id, e := range r.saved {
+			if unopened[id] {
+				continue
+			}
 			path := e.Current
 			if path == "" {
 				path = e.Path
@@ -93,8 +104,16 @@ func (r *Receiver) scan(now time.Time) {
 				}
 			}
 		}
+	}
+	// A checkpointed file that could not be opened keeps its entry (and its
+	// offset) for the next poll; the others are known or gone.
+	if len(r.saved) > 0 {
 		r.mu.Lock()
-		clear(r.saved)
+		for id := range r.saved {
+			if !unopened[id] {
+				delete(r.saved, id)
+			}
+		}
 		r.dirty = true
 		r.mu.Unlock()
 	}
@@ -209,21 +228,28 @@ func (r *Receiver) truncated(f *file) {
 	f.retryAt = time.Time{}
 }
 
-// discover adds a file not known by its inode.
-func (r *Receiver) discover(path string, group int, id fileID, size int64, now time.Time) {
+// discover adds a file not known by its inode; false if it cannot be
+// opened (tried again at the next poll).
+func (r *Receiver) discover(path string, group int, id fileID, size int64, now time.Time) bool {
 	var saved *entry
+	first := path
 	if e, ok := r.saved[id]; ok {
 		saved = &e
-		delete(r.saved, id)
-	}
-	first := path
-	if saved != nil && saved.Path != "" {
-		first = saved.Path
+		if e.Path != "" {
+			first = e.Path
+		}
 	}
 	f := r.adopt(first, path, group, id, size, now, saved)
-	if f != nil {
-		f.seen = r.scanGen
+	if f == nil {
+		return false
 	}
+	f.seen = r.scanGen
+	if saved != nil {
+		r.mu.Lock()
+		delete(r.saved, id)
+		r.mu.Unlock()
+	}
+	return true
 }
 
 // adopt starts tracking the file at path: from the checkpoint's offset when
