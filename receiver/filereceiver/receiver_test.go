@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"gopkg.in/yaml.v3"
 
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/consumer/consumertest"
@@ -868,4 +869,150 @@ func TestDeletedFileKeptUntilAcknowledged(t *testing.T) {
 		t.Fatalf("got %q", got)
 	}
 	eventually(t, "the file let go", func() bool { return testutil.ToFloat64(r.fm.open) == 0 })
+}
+
+// TestExclude: a file the include globs match and an exclude glob too is
+// not read.
+func TestExclude(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "app.log"), "kept-0\n")
+	write(t, filepath.Join(dir, "debug-skip.log"), "skipped\n")
+	cfg := testConfig(t, dir)
+	cfg.Exclude = []string{filepath.Join(dir, "*skip*")}
+	p := &pipe{}
+	start(t, cfg, p)
+	eventually(t, "the kept line", func() bool { return len(p.records()) == 1 })
+	time.Sleep(5 * cfg.PollInterval)
+	if got := p.values(); fmt.Sprint(got) != "[kept-0]" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+// TestRefusedForGoodAtHandOff: a batch the pipeline refuses for good when
+// it is handed on (a topic Kafka does not have) is counted and skipped,
+// and the offset moves past it.
+func TestRefusedForGoodAtHandOff(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app.log")
+	write(t, path, "a\nb\n")
+	cfg := testConfig(t, dir)
+	p := &pipe{refuse: consumer.UnknownTopic("logs", nil)}
+	r := start(t, cfg, p)
+	eventually(t, "the drops counted", func() bool {
+		return testutil.ToFloat64(r.fm.dropped.WithLabelValues("unknown_topic")) == 2
+	})
+	p.set(func(p *pipe) { p.refuse = nil })
+	write(t, path, "c\n")
+	eventually(t, "the next line", func() bool { return len(p.records()) == 1 })
+	if got := p.values(); got[0] != "c" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+// TestWholeBatchFailures: a batch completed with one error for all its
+// records (as the spool does) is read again when the error is retryable,
+// and counted and skipped when it is permanent.
+func TestWholeBatchFailures(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app.log")
+	write(t, path, "a\n")
+	cfg := testConfig(t, dir)
+	h := &consumertest.Holder{}
+	r := start(t, cfg, h)
+	eventually(t, "a held batch", func() bool { return h.Held() == 1 })
+	h.Release(consumer.ErrShutdownTimeout)
+	eventually(t, "the batch again", func() bool { return h.Held() == 1 })
+	h.Release(consumer.TooLarge("record", 2, 1, nil))
+	eventually(t, "the drop counted", func() bool {
+		return testutil.ToFloat64(r.fm.dropped.WithLabelValues("record_too_large")) == 1
+	})
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if off := savedOffset(t, cfg.CheckpointDir, path); off != 2 {
+		t.Fatalf("committed %d, want 2", off)
+	}
+}
+
+// TestClosedFileRotated: a file closed for max_open_files and renamed out
+// of the globs with lines not yet read is found by its inode beside its
+// old path and read to its end.
+func TestClosedFileRotated(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.log"), filepath.Join(dir, "b.log")
+	write(t, a, "a-0\n")
+	cfg := testConfig(t, dir)
+	cfg.MaxOpenFiles = 1
+	p := &pipe{}
+	r := start(t, cfg, p)
+	eventually(t, "a's line", func() bool { return len(p.records()) == 1 })
+	write(t, b, "b-1\n") // takes the one descriptor
+	eventually(t, "b's line", func() bool { return len(p.records()) == 2 })
+	write(t, a, "a-2\n")
+	if err := os.Rename(a, filepath.Join(dir, "a.old")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a's last line", func() bool { return len(p.records()) == 3 })
+	checkExactlyOnce(t, p.values(), 3)
+	if got := testutil.ToFloat64(r.fm.rotations.WithLabelValues(cfg.Include[0])); got != 1 {
+		t.Fatalf("rotations: %v", got)
+	}
+}
+
+// TestNewContentUnderTheSameInode: a closed file whose first bytes changed
+// (rewritten in place, or its inode reused) is read from its start.
+func TestNewContentUnderTheSameInode(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.log"), filepath.Join(dir, "b.log")
+	write(t, a, "aaaaaaaaaaaaaaaa-0\n")
+	cfg := testConfig(t, dir)
+	cfg.MaxOpenFiles = 1
+	cfg.FingerprintBytes = 16 // complete: only the check at reopening sees the change
+	p := &pipe{}
+	start(t, cfg, p)
+	eventually(t, "a's line", func() bool { return len(p.records()) == 1 })
+	write(t, b, "bbbb-1\n")
+	eventually(t, "b's line", func() bool { return len(p.records()) == 2 })
+	fd, err := os.OpenFile(a, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Same inode, never shorter: only the first bytes tell.
+	if _, err := fd.WriteAt([]byte("cccccccccccccccc-2\ncccccccccccccccc-3\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	fd.Close()
+	eventually(t, "the new content", func() bool { return len(p.records()) == 4 })
+	checkExactlyOnce(t, p.values(), 4)
+}
+
+// TestFactory: the factory's section decodes into its Config, which is
+// off, and valid once given a glob.
+func TestFactory(t *testing.T) {
+	f := NewFactory()
+	if f.Type() != "files" || !strings.HasPrefix(string(f.DefaultYAML()), "  files:\n") {
+		t.Fatalf("type %q, section %.20q", f.Type(), f.DefaultYAML())
+	}
+	var doc map[string]yaml.Node
+	if err := yaml.Unmarshal(f.DefaultYAML(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	n := doc["files"]
+	cfg := f.NewConfig().(*Config)
+	if err := n.Decode(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.On() || cfg.CheckpointDir != "ferry-data/files" || cfg.FingerprintBytes != 1000 || cfg.StartAt != "end" {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+	cfg.Enabled = true
+	cfg.Include = []string{"/var/log/*.log"}
+	if errs := cfg.Check(receiver.Bounds{MemoryLimit: 256 << 20, MaxRecordBytes: 1000000}); errs != nil {
+		t.Fatalf("the defaults do not pass: %v", errs)
+	}
+	cfg.CheckpointDir = filepath.Join(t.TempDir(), "ckpt")
+	rc, err := f.Create(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: &pipe{}})
+	if err != nil || rc == nil {
+		t.Fatal(err)
+	}
 }
