@@ -1016,3 +1016,46 @@ func TestFactory(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTotalInflightBound: with acknowledgements held, what every file
+// read together stays within max_inflight_bytes plus one read.
+func TestTotalInflightBound(t *testing.T) {
+	dir := t.TempDir()
+	var b strings.Builder
+	for i := 0; i < 20000; i++ {
+		fmt.Fprintf(&b, "line-%d\n", i)
+	}
+	for f := 0; f < 4; f++ {
+		write(t, filepath.Join(dir, fmt.Sprintf("f%d.log", f)), b.String())
+	}
+	cfg := testConfig(t, dir)
+	cfg.MaxFileInflightBytes = 2 * 260 << 10
+	cfg.MaxInflightBytes = cfg.MaxFileInflightBytes
+	p := &pipe{hold: true}
+	r := start(t, cfg, p)
+	eventually(t, "held batches", func() bool { return p.heldCount() >= 1 })
+	time.Sleep(10 * cfg.PollInterval)
+	p.mu.Lock()
+	var mem, most int64
+	for _, hb := range p.held {
+		mem += hb.MemBytes
+		most = max(most, hb.MemBytes)
+	}
+	p.mu.Unlock()
+	if mem > int64(cfg.MaxInflightBytes)+most {
+		t.Fatalf("%d bytes held, over %s plus one read (%d)", mem, cfg.MaxInflightBytes, most)
+	}
+	r.mu.Lock()
+	accounted := r.inflight
+	r.mu.Unlock()
+	if accounted != mem {
+		t.Fatalf("the receiver counts %d bytes in flight, the batches hold %d", accounted, mem)
+	}
+	p.releaseAll()
+	eventually(t, "every line", func() bool { return len(p.records()) == 4*20000 })
+	eventually(t, "nothing left in flight", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.inflight == 0 && r.handed == 0
+	})
+}
