@@ -10,6 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ferryhq/ferry/receiver"
+	"github.com/ferryhq/ferry/receiver/filereceiver"
 	"github.com/ferryhq/ferry/receiver/httpreceiver"
 	"github.com/ferryhq/ferry/receiver/kafkafront"
 	"github.com/ferryhq/ferry/receiver/localreceiver"
@@ -24,6 +25,7 @@ var receiverFactories = []receiver.Factory{
 	otlpreceiver.NewFactory(),
 	localreceiver.NewFactory(),
 	kafkafront.NewFactory(),
+	filereceiver.NewFactory(),
 }
 
 // Receivers is every receiver's section (YAML receivers.<type>), each

@@ -3,7 +3,8 @@
 // Bounds, Receiver), the shared pre-checks and the topic check. The
 // receivers themselves are its subpackages: httpreceiver (messages),
 // otlpreceiver (OTLP over HTTP and gRPC), localreceiver (the local record
-// protocol and its text mode), kafkafront (unmodified Kafka producers); the
+// protocol and its text mode), kafkafront (unmodified Kafka producers),
+// filereceiver (files on the host, tailed line by line); the
 // plumbing they share is in httpbody (bounded body reading), submit (the
 // hand-off to the pipeline and the wait for Kafka), origin (browser
 // requests) and receivermetrics.

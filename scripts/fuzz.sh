@@ -56,6 +56,7 @@ for target in \
   "FuzzMetadata ./receiver/kafkafront 10000x" \
   "FuzzSASLPlain ./receiver/kafkafront 10000x" \
   "FuzzTextMode ./receiver/localreceiver" \
+  "FuzzFrame ./receiver/filereceiver" \
   "FuzzLZ4 ./lz4frame" \
   "FuzzLZ4Block ./lz4frame"; do
   set -- $target
