@@ -256,6 +256,9 @@ func (cn *conn) handle(key, ver int16, corr int32, body []byte) *connErr {
 			return cn.fail("too_many_topics", "a Metadata request for %d topics (at most %d)", n, maxMetadataTopics)
 		}
 	}
+	if err := checkBody(key, ver, body); err != nil {
+		return cn.fail("malformed_request", "API key %d v%d: %v", key, ver, err)
+	}
 	if err := req.ReadFrom(body); err != nil {
 		return cn.fail("malformed_request", "API key %d v%d: %v", key, ver, err)
 	}
@@ -380,7 +383,7 @@ func (cn *conn) apiVersions(ver int16, corr int32, body []byte) *connErr {
 		req := kmsg.NewPtrApiVersionsRequest()
 		req.SetVersion(ver)
 		b, ok := skipHeader(body, req.IsFlexible())
-		if !ok || req.ReadFrom(b) != nil {
+		if !ok || checkBody(18, ver, b) != nil || req.ReadFrom(b) != nil {
 			return cn.fail("malformed_request", "ApiVersions v%d", ver)
 		}
 		resp.SetVersion(ver)
@@ -432,7 +435,7 @@ func (cn *conn) unsupported(key, ver int16, corr int32, body []byte) *connErr {
 		r := kmsg.NewPtrFindCoordinatorRequest()
 		r.SetVersion(ver)
 		b, ok := skipHeader(body, r.IsFlexible())
-		if !ok || r.ReadFrom(b) != nil {
+		if !ok || checkBody(10, ver, b) != nil || r.ReadFrom(b) != nil {
 			return cn.fail("malformed_request", "FindCoordinator v%d", ver)
 		}
 		for _, k := range r.CoordinatorKeys {
