@@ -347,14 +347,20 @@ func (r *Receiver) round(now time.Time) bool {
 // on the next one, or let a drained orphan go.
 func (r *Receiver) step(f *file, now time.Time) bool {
 	if f.released {
-		return false
+		return r.stepReleased(f, now)
 	}
 	r.mu.Lock()
 	if f.rewind {
 		// A span failed retryably after it was taken: read again from the
-		// committed offset (later spans' lines are sent again).
+		// committed offset (later spans' lines are sent again). Every span
+		// still listed was read at the old position: a new generation, so
+		// none of them (nor one being read now) can move the committed
+		// offset past the failed lines.
 		f.rewind = false
 		r.dropPendingLocked(f)
+		f.gen++
+		clear(f.spans)
+		f.spans = nil
 		f.readOff, f.examined, f.inLong = f.committed, f.committed, false
 		f.retryAt = now.Add(100 * time.Millisecond)
 	}
@@ -456,6 +462,31 @@ func (r *Receiver) reap() {
 	}
 	clear(r.orphans[len(ok):])
 	r.orphans = ok
+}
+
+// stepReleased is the turn of a file that is gone (deleted while closed,
+// or not found again): a span already read and refused is still in memory
+// and is handed on again like any other; a span that failed after it was
+// taken cannot be read again, so its lines are counted lost (file_gone)
+// and its memory given back, and the file is reaped.
+func (r *Receiver) stepReleased(f *file, now time.Time) bool {
+	r.mu.Lock()
+	if f.rewind {
+		f.rewind = false
+		r.dropPendingLocked(f)
+		f.gen++
+		clear(f.spans)
+		f.spans = nil
+		r.mu.Unlock()
+		r.m.Error("file_gone")
+		return false
+	}
+	r.mu.Unlock()
+	if f.pending == nil || now.Before(f.retryAt) {
+		return false
+	}
+	f.retryAt = time.Time{}
+	return r.hand(f, f.pending, now)
 }
 
 // rateOK: read_rate_bytes has bytes left (a read may overdraw it; the next

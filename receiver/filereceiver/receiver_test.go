@@ -1059,3 +1059,25 @@ func TestTotalInflightBound(t *testing.T) {
 		return r.inflight == 0 && r.handed == 0
 	})
 }
+
+// TestStartAtEndOnlyOnce: start_at applies to the very first start, even
+// when no file matched then: a file that appears while ferry is stopped is
+// read from its first byte at the next start (the first scan leaves a
+// checkpoint of no file; without it the restart read the file from its end).
+func TestStartAtEndOnlyOnce(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	cfg.StartAt = "end"
+	r := start(t, cfg, &pipe{})
+	eventually(t, "the first poll", func() bool { return testutil.ToFloat64(r.fm.checkpoints) > 0 })
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "while-stopped.log"), "first\nsecond\n")
+	p := &pipe{}
+	start(t, cfg, p)
+	eventually(t, "both lines", func() bool { return len(p.records()) == 2 })
+	if got := p.values(); got[0] != "first" || got[1] != "second" {
+		t.Fatalf("got %q", got)
+	}
+}

@@ -87,6 +87,14 @@ func (r *Receiver) scan(now time.Time) {
 	}
 	if r.firstScan {
 		r.firstScan = false
+		// The first scan always leaves a checkpoint, even of no file:
+		// start_at applies to the very first start only, and a restart
+		// must read the files that appeared meanwhile from their start.
+		if !r.hadCheckpoint {
+			r.mu.Lock()
+			r.dirty = true
+			r.mu.Unlock()
+		}
 		// Files of the checkpoint not under the globs any more were
 		// perhaps rotated while ferry was stopped: read them to their end.
 		for id, e := range r.saved {
