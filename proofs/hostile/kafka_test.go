@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -216,6 +218,24 @@ func TestKafkaFrontAttacks(t *testing.T) {
 		b[len(b)-1] ^= 1
 		codes, err := produceCodes(c, produceV7(target, map[int32][]byte{0: b}))
 		return fmt.Sprintf("partition error %d", codes[0]), err == nil && codes[0] == 2, "CORRUPT_MESSAGE; the connection stays usable"
+	}, nil)
+
+	attack(t, a, "Kafka front: a 10-byte Metadata request claiming 2^28 tagged fields (CPU)", func() (string, bool, string) {
+		c := dial()
+		defer c.Close()
+		body := append([]byte{1, 0, 0}, binary.AppendUvarint(nil, 1<<28)...) // no topics, two bools, the tag count
+		start := time.Now()
+		if _, err := c.Write(kafkaRequest(3, 12, 1, true, body)); err != nil {
+			return err.Error(), false, ""
+		}
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := c.Read(make([]byte, 1))
+		took := time.Since(start)
+		if errors.Is(err, os.ErrDeadlineExceeded) || err == nil {
+			return fmt.Sprintf("no close within %s", took.Round(time.Millisecond)), false, ""
+		}
+		return fmt.Sprintf("closed after %s", took.Round(time.Millisecond)), took < time.Second,
+			"the tagged fields are walked before kmsg decodes the body (kmsg looped over the count: ~9 s of CPU per request)"
 	}, nil)
 
 	attack(t, a, "Kafka front: LZ4 bomb, 1 MiB inflating to 256 MiB", func() (string, bool, string) {
