@@ -356,11 +356,7 @@ func (r *Receiver) step(f *file, now time.Time) bool {
 		// still listed was read at the old position: a new generation, so
 		// none of them (nor one being read now) can move the committed
 		// offset past the failed lines.
-		f.rewind = false
-		r.dropPendingLocked(f)
-		f.gen++
-		clear(f.spans)
-		f.spans = nil
+		r.forgetLocked(f)
 		f.readOff, f.examined, f.inLong = f.committed, f.committed, false
 		f.retryAt = now.Add(100 * time.Millisecond)
 	}
@@ -464,6 +460,18 @@ func (r *Receiver) reap() {
 	r.orphans = ok
 }
 
+// forgetLocked answers a rewind: the refused span and every span listed
+// (read at positions a failure has made stale) no longer count, under a new
+// generation, so none of them, nor one being read now, can move the
+// committed offset past the failed lines.
+func (r *Receiver) forgetLocked(f *file) {
+	f.rewind = false
+	r.dropPendingLocked(f)
+	f.gen++
+	clear(f.spans)
+	f.spans = nil
+}
+
 // stepReleased is the turn of a file that is gone (deleted while closed,
 // or not found again): a span already read and refused is still in memory
 // and is handed on again like any other; a span that failed after it was
@@ -472,11 +480,7 @@ func (r *Receiver) reap() {
 func (r *Receiver) stepReleased(f *file, now time.Time) bool {
 	r.mu.Lock()
 	if f.rewind {
-		f.rewind = false
-		r.dropPendingLocked(f)
-		f.gen++
-		clear(f.spans)
-		f.spans = nil
+		r.forgetLocked(f)
 		r.mu.Unlock()
 		r.m.Error("file_gone")
 		return false
