@@ -57,6 +57,7 @@ for target in \
   "FuzzSASLPlain ./receiver/kafkafront 10000x" \
   "FuzzTextMode ./receiver/localreceiver" \
   "FuzzFrame ./receiver/filereceiver" \
+  "FuzzMultiline ./receiver/filereceiver 20000x" \
   "FuzzLZ4 ./lz4frame" \
   "FuzzLZ4Block ./lz4frame"; do
   set -- $target

@@ -3,6 +3,7 @@ package filereceiver
 import (
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"time"
 
 	"github.com/ferryhq/ferry/bytesize"
@@ -45,6 +46,21 @@ type Config struct {
 	// not yet acknowledged, over all files and per file.
 	MaxInflightBytes     bytesize.Size `yaml:"max_inflight_bytes"`
 	MaxFileInflightBytes bytesize.Size `yaml:"max_file_inflight_bytes"`
+	// Multiline joins lines into one record (stack traces).
+	Multiline Multiline `yaml:"multiline"`
+}
+
+// Multiline is receivers.files.multiline: at most one of the patterns.
+type Multiline struct {
+	// StartPattern matches the first line of every record.
+	StartPattern string `yaml:"start_pattern"`
+	// ContinuePattern matches the lines that belong to the line before.
+	ContinuePattern string `yaml:"continue_pattern"`
+	// MaxLines: a longer group is cut into records of this many lines.
+	MaxLines int `yaml:"max_lines"`
+	// FlushTimeout: a group whose file has not grown for this long is
+	// sent as it is.
+	FlushTimeout time.Duration `yaml:"flush_timeout"`
 }
 
 // On reports whether the receiver runs.
@@ -120,6 +136,22 @@ func (c *Config) Check(b receiver.Bounds) []error {
 	}
 	if c.RotateWait < 0 || c.RotateWait > time.Hour {
 		add("rotate_wait: %s is outside 0..1h", c.RotateWait)
+	}
+	if m := c.Multiline; m.StartPattern != "" || m.ContinuePattern != "" {
+		if m.StartPattern != "" && m.ContinuePattern != "" {
+			add("multiline: start_pattern and continue_pattern are both set; give one")
+		}
+		for key, p := range map[string]string{"start_pattern": m.StartPattern, "continue_pattern": m.ContinuePattern} {
+			if _, err := regexp.Compile(p); err != nil {
+				add("multiline.%s: %v", key, err)
+			}
+		}
+		if m.MaxLines < 2 || m.MaxLines > maxBatchRecords {
+			add("multiline.max_lines: %d is outside 2..%d", m.MaxLines, maxBatchRecords)
+		}
+		if m.FlushTimeout < 10*time.Millisecond || m.FlushTimeout > time.Hour {
+			add("multiline.flush_timeout: %s is outside 10ms..1h", m.FlushTimeout)
+		}
 	}
 	chunk := bytesize.Size(c.chunkBytes())
 	if c.MaxFileInflightBytes < 2*chunk {

@@ -95,11 +95,13 @@ func frame(buf []byte, maxLine, maxLines int, final, inLong bool, out []lineRef)
 }
 
 // read reads f from readOff into one span (nil when nothing complete was
-// there: a partial last line waits for the file to grow, or for final).
-func (r *Receiver) read(f *file, now time.Time, final bool) *span {
+// there: a partial last line waits for the file to grow, or for final; a
+// multiline group that may still grow waits for its next line, or for
+// flush or final).
+func (r *Receiver) read(f *file, now time.Time, final, flush bool) *span {
 	maxLine := int(r.cfg.MaxLineBytes)
 	want := min(int64(r.chunk), f.size-f.readOff)
-	if f.lineHint > 0 {
+	if f.lineHint > 0 && r.ml == nil {
 		// As much as maxBatchRecords lines like the last ones take, but
 		// always room for a longest line.
 		want = min(want, int64(max(f.lineHint*maxBatchRecords, maxLine+2, 64<<10)))
@@ -122,7 +124,8 @@ func (r *Receiver) read(f *file, now time.Time, final bool) *span {
 	if r.cfg.ReadRateBytes > 0 {
 		r.tokens -= float64(n)
 	}
-	lines, consumed, inLong, split := frame(buf, maxLine, maxBatchRecords, final && f.readOff+int64(n) >= f.size, f.inLong, r.lines[:0])
+	atEnd := f.readOff+int64(n) >= f.size
+	lines, consumed, inLong, split := frame(buf, maxLine, maxBatchRecords, final && atEnd, f.inLong, r.lines[:0])
 	r.lines = lines
 	if split > 0 {
 		r.m.Errors("line_too_long").Add(float64(split))
@@ -131,6 +134,20 @@ func (r *Receiver) read(f *file, now time.Time, final bool) *span {
 		f.examined = f.readOff + int64(consumed)
 	} else {
 		f.examined = f.readOff + int64(n)
+	}
+	if r.ml != nil {
+		stuck := len(lines) == maxBatchRecords || n == r.chunk
+		var held bool
+		var cut int
+		lines, consumed, held, cut = r.ml.group(buf, lines, consumed, maxLine, f.inLong, (final || flush) && atEnd, stuck)
+		if cut > 0 {
+			r.m.Errors("multiline_cut").Add(float64(cut))
+		}
+		if f.held = held; held {
+			// Lines after a group are lines of their own, never a piece.
+			inLong = false
+			f.heldAt = now
+		}
 	}
 	if consumed == 0 {
 		return nil
@@ -149,7 +166,7 @@ func (r *Receiver) read(f *file, now time.Time, final bool) *span {
 	}
 	f.readOff += int64(consumed)
 	f.inLong = inLong
-	if len(lines) > 0 {
+	if len(lines) > 0 && r.ml == nil {
 		f.lineHint = max(consumed/len(lines), 1)
 	}
 	if len(lines) > 0 {

@@ -61,7 +61,10 @@
 // counted once (ferry_receiver_errors_total{reason="line_too_long"}), so
 // nothing is lost. The last line of a file without a final "\n" is sent
 // when the file is let go (rotated or deleted), not while it may still be
-// written. encoding latin-1 converts each line to UTF-8.
+// written. encoding latin-1 converts each line to UTF-8. With a multiline
+// pattern, a group of lines (a stack trace) is one record (multiline.go):
+// a group is cut out of one read like a line, so a committed offset never
+// falls inside one.
 //
 // Known limits: a copytruncate copy that matches include is a new file
 // (its lines are sent again: exclude it); a file truncated and written past
@@ -70,8 +73,7 @@
 // last read and a truncation are only in the copy; a file must stay under
 // a matched path for one poll_interval to be seen at all; a file closed
 // by max_open_files and deleted before it is opened again cannot be read
-// to its end (counted, reason file_gone). Multiline records,
-// compressed rotated files and parsing are not done here.
+// to its end (counted, reason file_gone).
 package filereceiver
 
 import (
@@ -109,7 +111,8 @@ type Receiver struct {
 	next  consumer.Consumer
 	host  string
 	topic *template
-	key   *template // nil: no key
+	key   *template  // nil: no key
+	ml    *multiline // nil: one record per line
 	chunk int
 
 	ctx    context.Context
@@ -159,6 +162,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 		r.key, _ = parseTemplate(cfg.Key)
 	}
 	r.host, _ = os.Hostname()
+	r.ml = newMultiline(cfg.Multiline)
 	r.log = telemetry.NewLimited(env.Set.Logger.With("component", "receiver/files"), 10*time.Second)
 	r.m = receivermetrics.New(env.Set.Registry, "files")
 	r.fm = newFileMetrics(env.Set.Registry)
@@ -304,6 +308,13 @@ func (r *Receiver) sleep(now time.Time) time.Duration {
 			d = min(d, t.Sub(now))
 		}
 	}
+	if r.ml != nil {
+		for _, f := range r.list {
+			if t := f.heldAt.Add(r.ml.flush); f.held && t.After(now) {
+				d = min(d, t.Sub(now))
+			}
+		}
+	}
 	if r.cfg.ReadRateBytes > 0 && r.tokens <= 0 {
 		d = min(d, time.Duration(-r.tokens/float64(r.cfg.ReadRateBytes)*float64(time.Second))+time.Millisecond)
 	}
@@ -357,7 +368,7 @@ func (r *Receiver) step(f *file, now time.Time) bool {
 		// none of them (nor one being read now) can move the committed
 		// offset past the failed lines.
 		r.forgetLocked(f)
-		f.readOff, f.examined, f.inLong = f.committed, f.committed, false
+		f.readOff, f.examined, f.inLong, f.held = f.committed, f.committed, false, false
 		f.retryAt = now.Add(100 * time.Millisecond)
 	}
 	room := r.inflight < int64(r.cfg.MaxInflightBytes) && f.inflight < int64(r.cfg.MaxFileInflightBytes)
@@ -369,11 +380,14 @@ func (r *Receiver) step(f *file, now time.Time) bool {
 	if f.pending != nil {
 		return r.hand(f, f.pending, now)
 	}
+	flush := false
 	if f.examined >= f.size {
 		if f.orphan && !now.Before(f.still.Add(r.cfg.RotateWait)) {
 			return r.letGo(f, now)
 		}
-		return false
+		if flush = r.flushDue(f, now); !flush {
+			return false
+		}
 	}
 	if !room || r.olderUnread(f) {
 		return false
@@ -384,11 +398,17 @@ func (r *Receiver) step(f *file, now time.Time) bool {
 	if !r.ensureOpen(f, now) {
 		return false
 	}
-	s := r.read(f, now, false)
+	s := r.read(f, now, false, flush)
 	if s == nil {
 		return false
 	}
 	return r.hand(f, s, now)
+}
+
+// flushDue: f holds back a multiline group and has been quiet for
+// flush_timeout since.
+func (r *Receiver) flushDue(f *file, now time.Time) bool {
+	return f.held && r.ml != nil && !now.Before(f.heldAt.Add(r.ml.flush))
 }
 
 // olderUnread: an orphan first seen under f's path still has bytes to read
@@ -399,7 +419,7 @@ func (r *Receiver) olderUnread(f *file) bool {
 		return false
 	}
 	for _, o := range r.orphans {
-		if o.path == f.path && o.orphan && !o.released && (o.examined < o.size || o.pending != nil) {
+		if o.path == f.path && o.orphan && !o.released && (o.examined < o.size || o.pending != nil || o.held) {
 			return true
 		}
 	}
@@ -414,7 +434,7 @@ func (r *Receiver) letGo(f *file, now time.Time) bool {
 		return false
 	}
 	if f.readOff < f.size && r.ensureOpen(f, now) {
-		if s := r.read(f, now, true); s != nil {
+		if s := r.read(f, now, true, true); s != nil {
 			return r.hand(f, s, now)
 		}
 		if f.readOff < f.size {

@@ -32,19 +32,19 @@ func TestSpanReadDuringRewindDoesNotCommit(t *testing.T) {
 	write(t, path, "line-0\n")
 	r.scan(now)
 	f := r.list[0]
-	r.hand(f, r.read(f, now, false), now) // held 0: [0,7)
+	r.hand(f, r.read(f, now, false, false), now) // held 0: [0,7)
 	write(t, path, "line-1\n")
 	r.scan(now)
-	r.hand(f, r.read(f, now, false), now) // held 1: [7,14)
+	r.hand(f, r.read(f, now, false, false), now) // held 1: [7,14)
 	write(t, path, "line-2\n")
 	r.scan(now)
 	// step(f) would check f.rewind here (false) ... then, on the exporter's
 	// goroutine, batch 0 fails retryably:
 	p.release(0, consumer.ErrShutdownTimeout)
 	// ... and step goes on to read at the old readOff:
-	s3 := r.read(f, now, false) // [14,21)
-	r.hand(f, s3, now)          // held 2
-	r.step(f, now)              // the rewind is seen now: readOff = 0
+	s3 := r.read(f, now, false, false) // [14,21)
+	r.hand(f, s3, now)                 // held 2
+	r.step(f, now)                     // the rewind is seen now: readOff = 0
 	p.release(1, nil)
 	p.release(2, nil) // line-2 acknowledged; line-0 failed and not yet sent again
 	r.mu.Lock()

@@ -29,6 +29,8 @@ type file struct {
 	readOff, examined int64
 	lineHint          int  // bytes per line of the last read
 	inLong            bool // the last piece sent was part of a line longer than max_line_bytes
+	held              bool // a multiline group at readOff may still grow
+	heldAt            time.Time
 	orphan            bool // renamed out of the globs or deleted: read to its end, then let go
 	still             time.Time
 	released          bool
@@ -232,7 +234,7 @@ func (r *Receiver) truncated(f *file) {
 	r.dropPendingLocked(f)
 	r.dirty = true
 	r.mu.Unlock()
-	f.readOff, f.examined, f.inLong, f.fp = 0, 0, false, f.fp[:0]
+	f.readOff, f.examined, f.inLong, f.held, f.fp = 0, 0, false, false, f.fp[:0]
 	f.retryAt = time.Time{}
 }
 
