@@ -38,9 +38,41 @@ type Vars struct {
 	Header   func(name string) string
 }
 
-type part struct {
-	lit   string
-	field string
+type part = Part
+
+// Part is one piece of a template: a literal, or a {Field}.
+type Part struct {
+	Lit   string
+	Field string
+}
+
+// SplitTemplate cuts s into literals and {fields}, each field checked by
+// known (hint lists the fields for the error). Every receiver's templates
+// (topics, keys, headers) share this syntax; each has its own fields.
+func SplitTemplate(s string, known func(field string) bool, hint string) ([]Part, error) {
+	raw := s
+	var parts []Part
+	for len(s) > 0 {
+		i := strings.IndexByte(s, '{')
+		if i < 0 {
+			parts = append(parts, Part{Lit: s})
+			break
+		}
+		if i > 0 {
+			parts = append(parts, Part{Lit: s[:i]})
+		}
+		j := strings.IndexByte(s[i:], '}')
+		if j < 0 {
+			return nil, fmt.Errorf("%q: unclosed {", raw)
+		}
+		f := s[i+1 : i+j]
+		if !known(f) {
+			return nil, fmt.Errorf("%q: unknown placeholder {%s} (use %s)", raw, f, hint)
+		}
+		parts = append(parts, Part{Field: f})
+		s = s[i+j+1:]
+	}
+	return parts, nil
 }
 
 // Template is a parsed topic template.
@@ -52,42 +84,29 @@ type Template struct {
 
 var fields = map[string]bool{"signal": true, "tenant": true, "app": true, "business_id": true, "data_id": true}
 
+func knownField(f string) bool {
+	return fields[f] || strings.HasPrefix(f, "resource.") && len(f) > 9 || strings.HasPrefix(f, "header.") && len(f) > 7
+}
+
 // Parse reads a template; unknown placeholders are errors.
 func Parse(s string) (*Template, error) {
-	t := &Template{raw: s}
-	for len(s) > 0 {
-		i := strings.IndexByte(s, '{')
-		if i < 0 {
-			t.parts = append(t.parts, part{lit: s})
-			break
-		}
-		if i > 0 {
-			t.parts = append(t.parts, part{lit: s[:i]})
-		}
-		j := strings.IndexByte(s[i:], '}')
-		if j < 0 {
-			return nil, fmt.Errorf("%q: unclosed {", t.raw)
-		}
-		f := s[i+1 : i+j]
-		if !fields[f] && !(strings.HasPrefix(f, "resource.") && len(f) > 9) && !(strings.HasPrefix(f, "header.") && len(f) > 7) {
-			return nil, fmt.Errorf("%q: unknown placeholder {%s} (use signal, tenant, business_id, data_id, resource.<key>, header.<name>)", t.raw, f)
-		}
-		t.parts = append(t.parts, part{field: f})
-		s = s[i+j+1:]
-	}
-	if t.raw == "" {
+	if s == "" {
 		return nil, errors.New("empty topic")
 	}
-	return t, nil
+	parts, err := SplitTemplate(s, knownField, "signal, tenant, business_id, data_id, resource.<key>, header.<name>")
+	if err != nil {
+		return nil, err
+	}
+	return &Template{raw: s, parts: parts}, nil
 }
 
 // Static reports whether the template is a plain topic.
-func (t *Template) Static() bool { return len(t.parts) == 1 && t.parts[0].field == "" }
+func (t *Template) Static() bool { return len(t.parts) == 1 && t.parts[0].Field == "" }
 
 // PerResource reports whether the result depends on the record's resource.
 func (t *Template) PerResource() bool {
 	for _, p := range t.parts {
-		if strings.HasPrefix(p.field, "resource.") {
+		if strings.HasPrefix(p.Field, "resource.") {
 			return true
 		}
 	}
@@ -129,10 +148,10 @@ func (t *Template) separators() string {
 	nfree := 0
 	seps := ""
 	for _, p := range t.parts {
-		if free(p.field) {
+		if free(p.Field) {
 			nfree++
 		}
-		for _, c := range p.lit {
+		for _, c := range p.Lit {
 			if (c == '.' || c == '_' || c == '-') && !strings.ContainsRune(seps, c) {
 				seps += string(c)
 			}
@@ -169,9 +188,9 @@ func (t *Template) expand(v Vars, sanitize bool) (string, error) {
 	}
 	var b strings.Builder
 	for _, p := range t.parts {
-		switch p.field {
+		switch p.Field {
 		case "":
-			b.WriteString(p.lit)
+			b.WriteString(p.Lit)
 		case "signal":
 			b.WriteString(v.Signal)
 		case "tenant", "app":
@@ -179,7 +198,7 @@ func (t *Template) expand(v Vars, sanitize bool) (string, error) {
 				return "", ErrNeedsToken
 			}
 			if sanitize {
-				if err := t.checkValue(p.field, v.Tenant); err != nil {
+				if err := t.checkValue(p.Field, v.Tenant); err != nil {
 					return "", err
 				}
 			}
@@ -196,16 +215,16 @@ func (t *Template) expand(v Vars, sanitize bool) (string, error) {
 			b.WriteString(strconv.FormatUint(v.DataID, 10))
 		default:
 			val := ""
-			if k, ok := strings.CutPrefix(p.field, "resource."); ok && v.Resource != nil {
+			if k, ok := strings.CutPrefix(p.Field, "resource."); ok && v.Resource != nil {
 				val, _ = v.Resource(k)
-			} else if k, ok := strings.CutPrefix(p.field, "header."); ok && v.Header != nil {
+			} else if k, ok := strings.CutPrefix(p.Field, "header."); ok && v.Header != nil {
 				val = v.Header(k)
 			}
 			if val == "" {
 				val = "unknown"
 			}
 			if sanitize {
-				if err := t.checkValue(p.field, val); err != nil {
+				if err := t.checkValue(p.Field, val); err != nil {
 					return "", err
 				}
 			}

@@ -58,6 +58,7 @@ for target in \
   "FuzzTextMode ./receiver/localreceiver" \
   "FuzzFrame ./receiver/filereceiver" \
   "FuzzMultiline ./receiver/filereceiver 20000x" \
+  "FuzzJSONFields ./receiver/filereceiver 20000x" \
   "FuzzLZ4 ./lz4frame" \
   "FuzzLZ4Block ./lz4frame"; do
   set -- $target

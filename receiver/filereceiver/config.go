@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/ferryhq/ferry/bytesize"
@@ -48,7 +49,26 @@ type Config struct {
 	MaxFileInflightBytes bytesize.Size `yaml:"max_file_inflight_bytes"`
 	// Multiline joins lines into one record (stack traces).
 	Multiline Multiline `yaml:"multiline"`
+	// Headers are added to every record: name -> template (as topic).
+	Headers map[string]string `yaml:"headers"`
+	// JSON reads the key and timestamp from JSON-object lines.
+	JSON JSONLines `yaml:"json"`
 }
+
+// JSONLines is receivers.files.json.
+type JSONLines struct {
+	Enabled bool `yaml:"enabled"`
+	// KeyField: a top-level field whose value is the record's key.
+	KeyField string `yaml:"key_field"`
+	// TimestampField: a top-level field whose value is the record's
+	// timestamp, in TimestampFormat.
+	TimestampField  string `yaml:"timestamp_field"`
+	TimestampFormat string `yaml:"timestamp_format"`
+}
+
+// maxExtraHeaders bounds headers:, so a record's overhead stays within
+// keyOverhead.
+const maxExtraHeaders = 16
 
 // Multiline is receivers.files.multiline: at most one of the patterns.
 type Multiline struct {
@@ -151,6 +171,30 @@ func (c *Config) Check(b receiver.Bounds) []error {
 		}
 		if m.FlushTimeout < 10*time.Millisecond || m.FlushTimeout > time.Hour {
 			add("multiline.flush_timeout: %s is outside 10ms..1h", m.FlushTimeout)
+		}
+	}
+	if len(c.Headers) > maxExtraHeaders {
+		add("headers: %d given, at most %d", len(c.Headers), maxExtraHeaders)
+	}
+	for name, tmpl := range c.Headers {
+		switch {
+		case name == "" || len(name) > 256:
+			add("headers: a name must be 1 to 256 bytes")
+		case strings.HasPrefix(name, routing.ReservedHeaderPrefix):
+			add("headers: %q: names starting with %q are ferry's own", name, routing.ReservedHeaderPrefix)
+		}
+		if _, err := parseTemplate(tmpl); err != nil {
+			add("headers.%s: %v", name, err)
+		}
+	}
+	if j := c.JSON; j.Enabled {
+		if j.KeyField == "" && j.TimestampField == "" {
+			add("json: enabled with neither key_field nor timestamp_field: nothing to read from the lines")
+		}
+		switch j.TimestampFormat {
+		case "rfc3339", "unix", "unix_ms", "unix_us", "unix_ns":
+		default:
+			add("json.timestamp_format: %q is not one of rfc3339, unix, unix_ms, unix_us, unix_ns", j.TimestampFormat)
 		}
 	}
 	chunk := bytesize.Size(c.chunkBytes())

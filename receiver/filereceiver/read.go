@@ -201,7 +201,7 @@ func (r *Receiver) build(f *file, s *span, buf []byte, lines []lineRef, now time
 			ncont++
 		}
 	}
-	hdrs := make([]record.Header, 0, 2*len(lines)+ncont)
+	hdrs := make([]record.Header, 0, (2+len(f.extra))*len(lines)+ncont)
 	recs := make([]record.Record, len(lines))
 	copied := 0
 	for i, l := range lines {
@@ -212,6 +212,7 @@ func (r *Receiver) build(f *file, s *span, buf []byte, lines []lineRef, now time
 		if l.cont {
 			hdrs = append(hdrs, record.Header{Key: HeaderContinued, Value: trueValue})
 		}
+		hdrs = append(hdrs, f.extra...)
 		val := buf[l.start:l.end:l.end]
 		if latin {
 			// latin1 wrote the values one after another: take this one.
@@ -219,9 +220,13 @@ func (r *Receiver) build(f *file, s *span, buf []byte, lines []lineRef, now time
 			val = data[dpos : dpos+n : dpos+n]
 			dpos += n
 		}
-		recs[i] = record.Record{Topic: f.topic, Key: f.key, Value: val, Headers: hdrs[h:len(hdrs):len(hdrs)], Timestamp: now}
+		key, ts := f.key, now
+		if r.json != nil && !l.cont {
+			key, ts = r.fromJSON(val, key, ts)
+		}
+		recs[i] = record.Record{Topic: f.topic, Key: key, Value: val, Headers: hdrs[h:len(hdrs):len(hdrs)], Timestamp: ts}
 		copied += len(f.key) + record.HeaderBytes(recs[i].Headers)
-		s.bytes += len(f.key) + len(val)
+		s.bytes += len(key) + len(val)
 	}
 	s.b.Records = recs
 	bufs := cap(arena) + cap(hdrs)*int(unsafe.Sizeof(record.Header{}))
@@ -267,4 +272,29 @@ func latin1(buf []byte, lines []lineRef) []byte {
 		}
 	}
 	return out
+}
+
+// fromJSON is a JSON line's key and timestamp (json:), or key and ts as
+// given when the line or its field cannot be read (counted).
+func (r *Receiver) fromJSON(val, key []byte, ts time.Time) ([]byte, time.Time) {
+	kv, tv, ok := jsonFields(val, r.json.KeyField, r.json.TimestampField)
+	if !ok {
+		r.m.Error("invalid_json")
+		return key, ts
+	}
+	if r.json.KeyField != "" {
+		if kv != nil {
+			key = keyBytes(kv)
+		} else {
+			r.m.Error("invalid_json")
+		}
+	}
+	if r.json.TimestampField != "" {
+		if t, ok := parseTimestamp(tv, r.json.TimestampFormat); tv != nil && ok {
+			ts = t
+		} else {
+			r.m.Error("invalid_timestamp")
+		}
+	}
+	return key, ts
 }

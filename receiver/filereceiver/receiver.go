@@ -81,7 +81,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -103,17 +105,19 @@ const checkpointEvery = time.Second
 
 // Receiver tails files.
 type Receiver struct {
-	cfg   Config
-	set   telemetry.Settings
-	log   *telemetry.Limited
-	m     *receivermetrics.Metrics
-	fm    *fileMetrics
-	next  consumer.Consumer
-	host  string
-	topic *template
-	key   *template  // nil: no key
-	ml    *multiline // nil: one record per line
-	chunk int
+	cfg     Config
+	set     telemetry.Settings
+	log     *telemetry.Limited
+	m       *receivermetrics.Metrics
+	fm      *fileMetrics
+	next    consumer.Consumer
+	host    string
+	topic   *template
+	key     *template  // nil: no key
+	ml      *multiline // nil: one record per line
+	headers []namedTemplate
+	json    *JSONLines // nil: lines are not read as JSON
+	chunk   int
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -149,6 +153,11 @@ type Receiver struct {
 	dirty    bool  // the checkpoint is behind
 }
 
+type namedTemplate struct {
+	name string
+	t    *template
+}
+
 // New builds the receiver; it reads nothing before Start.
 func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	if errs := cfg.Check(env.Bounds); len(errs) > 0 {
@@ -163,6 +172,13 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	}
 	r.host, _ = os.Hostname()
 	r.ml = newMultiline(cfg.Multiline)
+	for _, name := range slices.Sorted(maps.Keys(cfg.Headers)) {
+		t, _ := parseTemplate(cfg.Headers[name])
+		r.headers = append(r.headers, namedTemplate{name, t})
+	}
+	if cfg.JSON.Enabled {
+		r.json = &cfg.JSON
+	}
 	r.log = telemetry.NewLimited(env.Set.Logger.With("component", "receiver/files"), 10*time.Second)
 	r.m = receivermetrics.New(env.Set.Registry, "files")
 	r.fm = newFileMetrics(env.Set.Registry)

@@ -40,6 +40,9 @@ type pipe struct {
 	refuse  error
 	refused int
 	fail    error // acknowledge every record with it
+	// Called for every record, under mu.
+	onRecord  func(key []byte, ts time.Time)
+	onHeaders func(map[string]string)
 }
 
 func (p *pipe) Consume(_ context.Context, b *record.Batch) error {
@@ -62,6 +65,16 @@ func (p *pipe) Consume(_ context.Context, b *record.Batch) error {
 			}
 		}
 		p.got = append(p.got, g)
+		if p.onRecord != nil {
+			p.onRecord(r.Key, r.Timestamp)
+		}
+		if p.onHeaders != nil {
+			h := map[string]string{}
+			for _, x := range r.Headers {
+				h[x.Key] = string(x.Value)
+			}
+			p.onHeaders(h)
+		}
 	}
 	b.Arm()
 	if p.hold {

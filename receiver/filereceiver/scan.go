@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/ferryhq/ferry/record"
 )
 
 // file is one file being read. The run goroutine owns it, except the
@@ -39,7 +41,8 @@ type file struct {
 	seen              uint64 // the poll it was last found in
 	topic             string
 	key               []byte
-	pathV             []byte // the ferry.file.path header's value
+	pathV             []byte          // the ferry.file.path header's value
+	extra             []record.Header // headers:, expanded for this file
 
 	// Guarded by Receiver.mu.
 	gen       uint64  // bumped when the file is read again from an offset: older spans no longer count
@@ -272,6 +275,9 @@ func (r *Receiver) adopt(first, path string, group int, id fileID, size int64, n
 		f.key = []byte(r.key.expand(first, r.host))
 	}
 	f.pathV = []byte(first)
+	for _, h := range r.headers {
+		f.extra = append(f.extra, record.Header{Key: h.name, Value: []byte(h.t.expand(first, r.host))})
+	}
 	fd, err := os.Open(path)
 	if err != nil {
 		r.m.Error("open_error")

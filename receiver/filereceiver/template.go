@@ -2,54 +2,48 @@ package filereceiver
 
 import (
 	"errors"
-	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/ferryhq/ferry/routing"
 )
 
-// template is a topic or key template over a file's name, path and the
-// host: routing's templates are over a request's signal and token, which
-// a file has none of.
+// template is a topic, key or header template over a file's name, path
+// and the host, in routing's syntax: routing's fields are a request's
+// signal and token, which a file has none of.
 type template struct {
 	raw   string
-	parts []tpart
+	parts []routing.Part
 }
 
-type tpart struct{ lit, field string }
+const templateHint = "file.name, file.dir, file.path, path.<n>, host"
 
-var templateFields = map[string]bool{"file.name": true, "file.path": true, "host": true}
+// knownField: file.name (base name), file.dir (the parent directory's
+// name), file.path (the path without its leading /), path.<n> (the n-th
+// part of the path, from 1), host.
+func knownField(f string) bool {
+	switch f {
+	case "file.name", "file.dir", "file.path", "host":
+		return true
+	}
+	n, ok := strings.CutPrefix(f, "path.")
+	i, err := strconv.Atoi(n)
+	return ok && err == nil && i >= 1 && i <= 64
+}
 
 func parseTemplate(s string) (*template, error) {
 	if s == "" {
 		return nil, errors.New("empty")
 	}
-	t := &template{raw: s}
-	for len(s) > 0 {
-		i := strings.IndexByte(s, '{')
-		if i < 0 {
-			t.parts = append(t.parts, tpart{lit: s})
-			break
-		}
-		if i > 0 {
-			t.parts = append(t.parts, tpart{lit: s[:i]})
-		}
-		j := strings.IndexByte(s[i:], '}')
-		if j < 0 {
-			return nil, fmt.Errorf("%q: unclosed {", t.raw)
-		}
-		f := s[i+1 : i+j]
-		if !templateFields[f] {
-			return nil, fmt.Errorf("%q: unknown placeholder {%s} (use file.name, file.path, host)", t.raw, f)
-		}
-		t.parts = append(t.parts, tpart{field: f})
-		s = s[i+j+1:]
+	parts, err := routing.SplitTemplate(s, knownField, templateHint)
+	if err != nil {
+		return nil, err
 	}
-	return t, nil
+	return &template{raw: s, parts: parts}, nil
 }
 
-func (t *template) static() bool { return len(t.parts) == 1 && t.parts[0].field == "" }
+func (t *template) static() bool { return len(t.parts) == 1 && t.parts[0].Field == "" }
 
 // expand fills the template for a file found at path.
 func (t *template) expand(path, host string) string {
@@ -58,15 +52,23 @@ func (t *template) expand(path, host string) string {
 	}
 	var b strings.Builder
 	for _, p := range t.parts {
-		switch p.field {
+		switch f := p.Field; f {
 		case "":
-			b.WriteString(p.lit)
+			b.WriteString(p.Lit)
 		case "file.name":
 			b.WriteString(filepath.Base(path))
+		case "file.dir":
+			b.WriteString(filepath.Base(filepath.Dir(path)))
 		case "file.path":
 			b.WriteString(strings.TrimLeft(path, "/"))
 		case "host":
 			b.WriteString(host)
+		default: // path.<n>; a path with fewer parts gives ""
+			n, _ := strconv.Atoi(f[len("path."):])
+			parts := strings.Split(strings.Trim(path, "/"), "/")
+			if n <= len(parts) {
+				b.WriteString(parts[n-1])
+			}
 		}
 	}
 	return b.String()
