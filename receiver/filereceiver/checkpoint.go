@@ -38,6 +38,8 @@ type entry struct {
 type checkpointDoc struct {
 	Version int     `json:"version"`
 	Files   []entry `json:"files"`
+	// Done are files read to their end and let go (compression on).
+	Done []doneEntry `json:"done,omitempty"`
 }
 
 func fpHash(fp []byte) string {
@@ -65,31 +67,30 @@ func lockDir(dir string) (*os.File, error) {
 // (the first start). A damaged checkpoint is moved aside to
 // checkpoints.json.bad and reported in err, with found true: ferry then
 // reads every file from its first byte (duplicates rather than loss).
-func loadCheckpoint(dir string) (entries []entry, found bool, err error) {
+func loadCheckpoint(dir string) (doc checkpointDoc, found bool, err error) {
 	p := filepath.Join(dir, checkpointName)
 	data, err := os.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, false, nil
+		return doc, false, nil
 	}
 	if err != nil {
-		return nil, true, err
+		return doc, true, err
 	}
-	var doc checkpointDoc
 	if err = json.Unmarshal(data, &doc); err == nil && doc.Version != checkpointVersion {
 		err = fmt.Errorf("version %d, not %d", doc.Version, checkpointVersion)
 	}
 	if err != nil {
 		_ = os.Rename(p, p+".bad")
-		return nil, true, fmt.Errorf("%s is damaged (%v); moved to %s.bad, every file is read from its start", p, err, checkpointName)
+		return checkpointDoc{}, true, fmt.Errorf("%s is damaged (%v); moved to %s.bad, every file is read from its start", p, err, checkpointName)
 	}
-	return doc.Files, true, nil
+	return doc, true, nil
 }
 
 // writeCheckpoint replaces dir's checkpoint: a temporary file, fsync'd,
 // renamed over the old one, and the directory fsync'd, so a crash leaves
 // the old checkpoint or the new one, never a mix.
-func writeCheckpoint(dir string, entries []entry) error {
-	data, err := json.Marshal(checkpointDoc{Version: checkpointVersion, Files: entries})
+func writeCheckpoint(dir string, entries []entry, done []doneEntry) error {
+	data, err := json.Marshal(checkpointDoc{Version: checkpointVersion, Files: entries, Done: done})
 	if err != nil {
 		return err
 	}

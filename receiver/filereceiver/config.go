@@ -47,6 +47,8 @@ type Config struct {
 	// not yet acknowledged, over all files and per file.
 	MaxInflightBytes     bytesize.Size `yaml:"max_inflight_bytes"`
 	MaxFileInflightBytes bytesize.Size `yaml:"max_file_inflight_bytes"`
+	// Compression: none, gzip (every file), auto (names ending in .gz).
+	Compression string `yaml:"compression"`
 	// Multiline joins lines into one record (stack traces).
 	Multiline Multiline `yaml:"multiline"`
 	// Headers are added to every record: name -> template (as topic).
@@ -139,6 +141,9 @@ func (c *Config) Check(b receiver.Bounds) []error {
 		if _, err := parseTemplate(c.Key); err != nil {
 			add("key: %v", err)
 		}
+	}
+	if c.Compression != "none" && c.Compression != "gzip" && c.Compression != "auto" {
+		add("compression: %q is not one of none, gzip, auto", c.Compression)
 	}
 	if c.Encoding != "utf-8" && c.Encoding != "latin-1" {
 		add("encoding: %q is not one of utf-8, latin-1", c.Encoding)

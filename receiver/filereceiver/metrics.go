@@ -19,6 +19,8 @@ type fileMetrics struct {
 	dropped     *prometheus.CounterVec
 	inflight    prometheus.Gauge
 	checkpoints prometheus.Counter
+	// compressedCopies: gzip files found to hold a file already read.
+	compressedCopies prometheus.Counter
 }
 
 func newFileMetrics(reg prometheus.Registerer) *fileMetrics {
@@ -39,5 +41,7 @@ func newFileMetrics(reg prometheus.Registerer) *fileMetrics {
 			Help: "Bytes read from files and not yet acknowledged (max_inflight_bytes bounds it)."})),
 		checkpoints: telemetry.Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_files_checkpoints_total",
 			Help: "Checkpoints written."})),
+		compressedCopies: telemetry.Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_files_compressed_copies_total",
+			Help: "Gzip files found to hold the lines of a file already read to its end (logrotate's compress): those lines are not sent again."})),
 	}
 }

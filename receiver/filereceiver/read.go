@@ -110,7 +110,13 @@ func (r *Receiver) read(f *file, now time.Time, final, flush bool) *span {
 		return nil
 	}
 	buf := make([]byte, want)
-	n, err := f.f.ReadAt(buf, f.readOff)
+	var n int
+	var err error
+	if f.gz {
+		n, err = f.gzReadAt(buf, f.readOff)
+	} else {
+		n, err = f.f.ReadAt(buf, f.readOff)
+	}
 	if err != nil && err != io.EOF {
 		r.m.Error("read_error")
 		r.log.Log(slog.LevelError, "read", "files: read failed; tried again at the next poll", "path", f.path, "err", err)

@@ -143,7 +143,8 @@ type Receiver struct {
 	lastCkpt      time.Time
 	tokens        float64
 	tokensAt      time.Time
-	lines         []lineRef // scratch for framing
+	lines         []lineRef   // scratch for framing
+	finished      []doneEntry // files read to their end (gzip.go)
 
 	// mu guards what completions touch: every file's spans, committed
 	// offset, generation and bytes in flight, and these.
@@ -202,15 +203,16 @@ func (r *Receiver) Start(context.Context) error {
 		return fmt.Errorf("checkpoint_dir: %w", err)
 	}
 	r.lock = lf
-	entries, found, err := loadCheckpoint(r.cfg.CheckpointDir)
+	doc, found, err := loadCheckpoint(r.cfg.CheckpointDir)
 	if err != nil {
 		r.m.Error("checkpoint_read")
 		r.set.Logger.Error("files: checkpoint not read", "component", "receiver/files", "err", err)
 	}
 	r.hadCheckpoint = found
-	for _, e := range entries {
+	for _, e := range doc.Files {
 		r.saved[fileID{e.Dev, e.Ino}] = e
 	}
+	r.finished = doc.Done
 	go r.run()
 	return nil
 }
@@ -414,6 +416,9 @@ func (r *Receiver) step(f *file, now time.Time) bool {
 	if !r.ensureOpen(f, now) {
 		return false
 	}
+	if !f.decided && !r.decide(f) {
+		return false
+	}
 	s := r.read(f, now, false, flush)
 	if s == nil {
 		return false
@@ -463,6 +468,7 @@ func (r *Receiver) letGo(f *file, now time.Time) bool {
 	if busy {
 		return false // a completion wakes the loop
 	}
+	r.remember(f)
 	r.closeFile(f)
 	f.released = true
 	r.mu.Lock()
@@ -716,7 +722,7 @@ func (r *Receiver) checkpoint(force bool) error {
 	r.dirty = false
 	r.lastCkpt = now
 	r.mu.Unlock()
-	if err := writeCheckpoint(r.cfg.CheckpointDir, entries); err != nil {
+	if err := writeCheckpoint(r.cfg.CheckpointDir, entries, r.finished); err != nil {
 		r.mu.Lock()
 		r.dirty = true
 		r.mu.Unlock()

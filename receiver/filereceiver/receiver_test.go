@@ -142,7 +142,7 @@ func (p *pipe) set(fn func(p *pipe)) {
 
 func testConfig(t *testing.T, dir string) Config {
 	return Config{Enabled: true, Include: []string{filepath.Join(dir, "*.log")}, PollInterval: 10 * time.Millisecond,
-		StartAt: "beginning", MaxOpenFiles: 16, MaxLineBytes: 1024, Topic: "logs", Key: "{file.path}", Encoding: "utf-8",
+		StartAt: "beginning", MaxOpenFiles: 16, MaxLineBytes: 1024, Topic: "logs", Key: "{file.path}", Encoding: "utf-8", Compression: "none",
 		FingerprintBytes: 1000, CheckpointDir: filepath.Join(t.TempDir(), "ckpt"), RotateWait: 50 * time.Millisecond,
 		MaxInflightBytes: 32 << 20, MaxFileInflightBytes: 4 << 20}
 }

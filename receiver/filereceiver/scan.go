@@ -5,6 +5,7 @@ package filereceiver
 
 import (
 	"bytes"
+	"compress/gzip"
 	"io"
 	"log/slog"
 	"os"
@@ -43,6 +44,12 @@ type file struct {
 	key               []byte
 	pathV             []byte          // the ferry.file.path header's value
 	extra             []record.Header // headers:, expanded for this file
+	// gzip (gzip.go): read through a decompressor; size is decompressed.
+	gz            bool
+	zr            *gzip.Reader
+	zpos          int64 // the decompressed offset zr is at
+	zsize, zTried int64 // the compressed sizes size was taken at, and last failed at
+	decided       bool  // its start offset is known (gzip files wait for rotations to end)
 
 	// Guarded by Receiver.mu.
 	gen       uint64  // bumped when the file is read again from an offset: older spans no longer count
@@ -215,6 +222,9 @@ func (r *Receiver) excluded(p string) bool {
 // observe takes a file's current size: a file shorter than what was read
 // was truncated (copytruncate) and is read again from its start.
 func (r *Receiver) observe(f *file, size int64, now time.Time) {
+	if f.gz {
+		size = r.gzSize(f, nil, size)
+	}
 	if size < f.examined || size < f.readOff {
 		r.truncated(f)
 	}
@@ -288,6 +298,13 @@ func (r *Receiver) adopt(first, path string, group int, id fileID, size int64, n
 		fd.Close() // replaced between the poll's stat and the open: the next poll sees it
 		return nil
 	}
+	if f.gz = r.isGzip(path); f.gz {
+		f.size = 0
+		f.size = r.gzSize(f, fd, size)
+		size = f.size
+	} else {
+		f.decided = true
+	}
 	off := int64(0)
 	switch {
 	case saved != nil:
@@ -302,6 +319,9 @@ func (r *Receiver) adopt(first, path string, group int, id fileID, size int64, n
 		}
 	case r.firstScan && !r.hadCheckpoint && r.cfg.StartAt == "end":
 		off = size
+	}
+	if saved != nil || off > 0 {
+		f.decided = true
 	}
 	f.readOff, f.examined, f.committed = off, off, off
 	r.files[id] = f
@@ -346,7 +366,7 @@ func readPrefix(fd *os.File, n int, size int64) []byte {
 // fillFP grows an open file's fingerprint while it is shorter than
 // fingerprint_bytes and the file has more.
 func (r *Receiver) fillFP(f *file) {
-	if len(f.fp) >= r.cfg.FingerprintBytes || int64(len(f.fp)) >= f.size || f.f == nil {
+	if len(f.fp) >= r.cfg.FingerprintBytes || int64(len(f.fp)) >= f.size || f.f == nil || f.gz && len(f.fp) > 0 {
 		return
 	}
 	p := readPrefix(f.f, r.cfg.FingerprintBytes, f.size)
@@ -415,6 +435,7 @@ func (r *Receiver) closeFile(f *file) {
 	}
 	f.f.Close()
 	f.f = nil
+	f.zr = nil
 	r.open--
 	r.fm.open.Set(float64(r.open))
 }
