@@ -92,6 +92,16 @@ func (c *Config) On() bool { return c.Enabled }
 // path header (each up to a path's length) and the offset headers.
 const keyOverhead = 16 << 10
 
+// recordBytes is the largest record a line makes: latin-1 doubles the
+// bytes above 0x7F in UTF-8.
+func (c *Config) recordBytes() int64 {
+	n := int64(c.MaxLineBytes)
+	if c.Encoding == "latin-1" {
+		n *= 2
+	}
+	return n + keyOverhead
+}
+
 // chunkBytes is the most one read (and one batch) takes from a file: a
 // whole longest line and its line end always fit.
 func (c *Config) chunkBytes() int { return max(256<<10, int(c.MaxLineBytes)) + 4<<10 }
@@ -128,9 +138,9 @@ func (c *Config) Check(b receiver.Bounds) []error {
 	}
 	if c.MaxLineBytes < 16 || c.MaxLineBytes > 64<<20 {
 		add("max_line_bytes: %s is outside 16B..64MiB", c.MaxLineBytes)
-	} else if b.MaxRecordBytes > 0 && int64(c.MaxLineBytes)+keyOverhead > b.MaxRecordBytes {
-		add("max_line_bytes: %s and the key and headers (up to %s) exceed the exporter's largest record (%s)",
-			c.MaxLineBytes, bytesize.Size(keyOverhead), bytesize.Size(b.MaxRecordBytes))
+	} else if b.MaxRecordBytes > 0 && c.recordBytes() > b.MaxRecordBytes {
+		add("max_line_bytes: %s (%s once converted to UTF-8 with encoding %s) and the key and headers (up to %s) exceed the exporter's largest record (%s)",
+			c.MaxLineBytes, bytesize.Size(c.recordBytes()-keyOverhead), c.Encoding, bytesize.Size(keyOverhead), bytesize.Size(b.MaxRecordBytes))
 	}
 	if t, err := parseTemplate(c.Topic); err != nil {
 		add("topic: %v", err)

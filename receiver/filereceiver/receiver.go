@@ -83,6 +83,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -143,8 +144,9 @@ type Receiver struct {
 	lastCkpt      time.Time
 	tokens        float64
 	tokensAt      time.Time
-	lines         []lineRef   // scratch for framing
-	finished      []doneEntry // files read to their end (gzip.go)
+	lines         []lineRef                              // scratch for framing
+	finished      []doneEntry                            // files read to their end (gzip.go)
+	glob          func(pattern string) ([]string, error) // filepath.Glob; tests make it miss
 
 	// mu guards what completions touch: every file's spans, committed
 	// offset, generation and bytes in flight, and these.
@@ -166,7 +168,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	}
 	r := &Receiver{cfg: cfg, set: env.Set, next: env.Next, chunk: cfg.chunkBytes(),
 		stop: make(chan struct{}), done: make(chan struct{}), kick: make(chan struct{}, 1),
-		files: map[fileID]*file{}, saved: map[fileID]entry{}, firstScan: true}
+		files: map[fileID]*file{}, saved: map[fileID]entry{}, firstScan: true, glob: filepath.Glob}
 	r.topic, _ = parseTemplate(cfg.Topic) // checked by Check
 	if cfg.Key != "" {
 		r.key, _ = parseTemplate(cfg.Key)
@@ -440,7 +442,9 @@ func (r *Receiver) olderUnread(f *file) bool {
 		return false
 	}
 	for _, o := range r.orphans {
-		if o.path == f.path && o.orphan && !o.released && (o.examined < o.size || o.pending != nil || o.held) {
+		// readOff < size: bytes not sent yet, including an unterminated
+		// last line or a multiline group that waits for the let-go.
+		if o.path == f.path && o.orphan && !o.released && (o.readOff < o.size || o.pending != nil) {
 			return true
 		}
 	}
@@ -712,7 +716,7 @@ func (r *Receiver) checkpoint(force bool) error {
 			continue
 		}
 		entries = append(entries, entry{Path: f.path, Current: f.cur, Dev: f.id.dev, Ino: f.id.ino,
-			FPLen: len(f.fp), FPHash: fpHash(f.fp), Offset: f.committed})
+			FPLen: len(f.fp), FPHash: f.fpH, Offset: f.committed})
 	}
 	// Files of the checkpoint not found again yet keep their entries until
 	// the first poll has looked for them.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -786,7 +787,9 @@ func TestDamagedCheckpoint(t *testing.T) {
 func TestCheckErrors(t *testing.T) {
 	c := Config{Enabled: true, Include: []string{"[bad"}, Exclude: []string{""}, PollInterval: time.Millisecond,
 		StartAt: "middle", MaxOpenFiles: 0, MaxLineBytes: 1 << 20, Topic: "a b", Key: "{nope}", Encoding: "utf-16",
-		ReadRateBytes: 10, FingerprintBytes: 1, RotateWait: -1, MaxInflightBytes: 1 << 20, MaxFileInflightBytes: 1 << 20}
+		ReadRateBytes: 10, FingerprintBytes: 1, RotateWait: -1, MaxInflightBytes: 1 << 20, MaxFileInflightBytes: 1 << 20,
+		Compression: "zip", Headers: map[string]string{"ferry.x": "{nope}"}, JSON: JSONLines{Enabled: true, TimestampFormat: "iso"},
+		Multiline: Multiline{StartPattern: "(", ContinuePattern: "x", MaxLines: 1, FlushTimeout: time.Microsecond}}
 	errs := c.Check(receiver.Bounds{MemoryLimit: 1 << 20, MaxRecordBytes: 1 << 20})
 	var all []string
 	for _, e := range errs {
@@ -795,7 +798,9 @@ func TestCheckErrors(t *testing.T) {
 	text := strings.Join(all, "\n")
 	for _, key := range []string{"include:", "exclude:", "poll_interval:", "start_at:", "max_open_files:", "max_line_bytes:",
 		"topic:", "key:", "encoding:", "read_rate_bytes:", "fingerprint_bytes:", "checkpoint_dir:", "rotate_wait:",
-		"max_inflight_bytes:", "max_file_inflight_bytes:"} {
+		"max_inflight_bytes:", "max_file_inflight_bytes:", "compression:", `headers: "ferry.x"`, "headers.ferry.x:",
+		"json: enabled with neither", "json.timestamp_format:", "both set", "multiline.start_pattern:", "multiline.max_lines:",
+		"multiline.flush_timeout:"} {
 		if !strings.Contains(text, key) {
 			t.Errorf("no error names %s:\n%s", key, text)
 		}
@@ -809,6 +814,17 @@ func TestCheckErrors(t *testing.T) {
 	ok := testConfig(t, t.TempDir())
 	if errs := ok.Check(receiver.Bounds{MemoryLimit: 256 << 20, MaxRecordBytes: 1000000}); errs != nil {
 		t.Fatalf("a valid section: %v", errs)
+	}
+	// latin-1 doubles a line's bytes above 0x7F: 600 KB lines fit a 1 MB
+	// record, but not once converted.
+	ok.MaxLineBytes = 600000
+	if errs := ok.Check(receiver.Bounds{MemoryLimit: 256 << 20, MaxRecordBytes: 1000000}); errs != nil {
+		t.Fatalf("utf-8: %v", errs)
+	}
+	ok.MaxFileInflightBytes = 2 << 20
+	ok.Encoding = "latin-1"
+	if errs := ok.Check(receiver.Bounds{MemoryLimit: 256 << 20, MaxRecordBytes: 1000000}); len(errs) != 1 || !strings.Contains(errs[0].Error(), "latin-1") {
+		t.Fatalf("latin-1: %v", errs)
 	}
 }
 
@@ -1092,5 +1108,62 @@ func TestStartAtEndOnlyOnce(t *testing.T) {
 	eventually(t, "both lines", func() bool { return len(p.records()) == 2 })
 	if got := p.values(); got[0] != "first" || got[1] != "second" {
 		t.Fatalf("got %q", got)
+	}
+}
+
+// TestGlobMissIsNotRotation: a poll whose glob misses a file that is still
+// where it was (a directory unreadable for a moment, out of descriptors)
+// is not a rotation: the file is not let go and read again from its start.
+func TestGlobMissIsNotRotation(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app.log")
+	write(t, path, "line-0\nline-1\n")
+	cfg := testConfig(t, dir)
+	p := &pipe{}
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var miss atomic.Bool
+	r.glob = func(pat string) ([]string, error) {
+		if miss.Load() {
+			return nil, nil
+		}
+		return filepath.Glob(pat)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+	eventually(t, "two lines", func() bool { return len(p.records()) == 2 })
+	miss.Store(true)
+	time.Sleep(10 * cfg.RotateWait) // long past rotate_wait
+	write(t, path, "line-2\n")
+	miss.Store(false)
+	eventually(t, "three lines", func() bool { return len(p.records()) >= 3 })
+	time.Sleep(10 * cfg.PollInterval)
+	checkExactlyOnce(t, p.values(), 3)
+	if n := testutil.ToFloat64(r.fm.rotations.WithLabelValues(cfg.Include[0])); n != 0 {
+		t.Fatalf("%v rotations counted", n)
+	}
+}
+
+// TestRotationUnterminatedLastLine: a file renamed away with a last line
+// without "\n" sends it (at the let-go) before the new file's lines.
+func TestRotationUnterminatedLastLine(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app.log")
+	write(t, path, "line-0\nline-1")
+	cfg := testConfig(t, dir)
+	p := &pipe{}
+	start(t, cfg, p)
+	eventually(t, "the first line", func() bool { return len(p.records()) == 1 })
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, path, "line-2\n")
+	eventually(t, "three lines", func() bool { return len(p.records()) == 3 })
+	if got := fmt.Sprint(p.values()); got != "[line-0 line-1 line-2]" {
+		t.Fatalf("order: %s", got)
 	}
 }

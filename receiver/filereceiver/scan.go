@@ -6,7 +6,9 @@ package filereceiver
 import (
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -22,7 +24,8 @@ type file struct {
 	path  string // where first seen: its headers, key and topic
 	cur   string // where last seen ("" when gone from the globs)
 	group int    // the include glob it matched (metrics)
-	fp    []byte // its first bytes, up to fingerprint_bytes
+	fp    []byte // its first bytes, up to fingerprint_bytes (setFP)
+	fpH   string // fpHash(fp), for the checkpoint: hashed once, not under Receiver.mu
 	f     *os.File
 	used  uint64 // the round it was last read in (LRU)
 	size  int64  // its size as last seen
@@ -117,7 +120,7 @@ func (r *Receiver) scan(now time.Time) {
 			if path == "" {
 				path = e.Path
 			}
-			if p, size, ok := findInDir(filepath.Dir(path), id); ok {
+			if p, size, ok, _ := findInDir(filepath.Dir(path), id); ok {
 				f := r.adopt(e.Path, p, 0, id, size, now, &e)
 				if f != nil {
 					r.setOrphan(f, true)
@@ -141,6 +144,20 @@ func (r *Receiver) scan(now time.Time) {
 		if f.seen == r.scanGen || f.released {
 			continue
 		}
+		if f.cur != "" {
+			// Not matched: renamed or deleted, unless the glob missed it (a
+			// directory unreadable for a moment, out of descriptors):
+			// only a file gone from where it was is a rotation, else a
+			// whole file would be let go and read again when matched.
+			fi, err := os.Stat(f.cur)
+			if err == nil && sameID(fi, f.id) {
+				r.observe(f, fi.Size(), now)
+				continue
+			}
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				continue // cannot tell now: the next poll looks again
+			}
+		}
 		if f.f != nil {
 			if !f.orphan {
 				r.fm.rotations.WithLabelValues(r.cfg.Include[f.group]).Inc()
@@ -156,7 +173,11 @@ func (r *Receiver) scan(now time.Time) {
 		// Closed (max_open_files) and gone from the globs: look for it by
 		// inode where it was, to read it to its end.
 		if f.cur != "" {
-			if p, size, ok := findInDir(filepath.Dir(f.cur), f.id); ok {
+			p, size, ok, err := findInDir(filepath.Dir(f.cur), f.id)
+			if err != nil {
+				continue // the directory cannot be read now: looked for again
+			}
+			if ok {
 				if !f.orphan {
 					r.fm.rotations.WithLabelValues(r.cfg.Include[f.group]).Inc()
 					r.setOrphan(f, true)
@@ -198,7 +219,7 @@ func (r *Receiver) match() []match {
 	var out []match
 	seen := map[string]bool{}
 	for g, pat := range r.cfg.Include {
-		paths, _ := filepath.Glob(pat) // patterns are checked by Check
+		paths, _ := r.glob(pat) // patterns are checked by Check
 		for _, p := range paths {
 			if seen[p] || r.excluded(p) {
 				continue
@@ -247,7 +268,8 @@ func (r *Receiver) truncated(f *file) {
 	r.dropPendingLocked(f)
 	r.dirty = true
 	r.mu.Unlock()
-	f.readOff, f.examined, f.inLong, f.held, f.fp = 0, 0, false, false, f.fp[:0]
+	f.readOff, f.examined, f.inLong, f.held = 0, 0, false, false
+	f.setFP(f.fp[:0])
 	f.retryAt = time.Time{}
 }
 
@@ -336,7 +358,7 @@ func (r *Receiver) adopt(first, path string, group int, id fileID, size int64, n
 		r.fm.open.Set(float64(r.open))
 		r.fillFP(f)
 	} else {
-		f.fp = readPrefix(fd, r.cfg.FingerprintBytes, size)
+		f.setFP(readPrefix(fd, r.cfg.FingerprintBytes, size))
 		fd.Close()
 	}
 	return f
@@ -363,6 +385,12 @@ func readPrefix(fd *os.File, n int, size int64) []byte {
 	return buf[:k]
 }
 
+// setFP sets f's fingerprint and its hash.
+func (f *file) setFP(p []byte) {
+	f.fp = p
+	f.fpH = fpHash(p)
+}
+
 // fillFP grows an open file's fingerprint while it is shorter than
 // fingerprint_bytes and the file has more.
 func (r *Receiver) fillFP(f *file) {
@@ -375,7 +403,7 @@ func (r *Receiver) fillFP(f *file) {
 		// shorter than what was read: new content.
 		r.truncated(f)
 	}
-	f.fp = p
+	f.setFP(p)
 }
 
 // ensureOpen opens f if it is closed, closing the least recently read file
@@ -442,10 +470,13 @@ func (r *Receiver) closeFile(f *file) {
 
 // findInDir looks in dir for the file with inode id (rotated to another
 // name there).
-func findInDir(dir string, id fileID) (path string, size int64, ok bool) {
+func findInDir(dir string, id fileID) (path string, size int64, ok bool, err error) {
 	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", 0, false, nil
+	}
 	if err != nil {
-		return "", 0, false
+		return "", 0, false, err
 	}
 	for _, e := range ents {
 		if !e.Type().IsRegular() {
@@ -456,10 +487,10 @@ func findInDir(dir string, id fileID) (path string, size int64, ok bool) {
 			continue
 		}
 		if sameID(fi, id) {
-			return filepath.Join(dir, e.Name()), fi.Size(), true
+			return filepath.Join(dir, e.Name()), fi.Size(), true, nil
 		}
 	}
-	return "", 0, false
+	return "", 0, false, nil
 }
 
 // gauges sets the per-group gauges: files known and bytes not committed.
