@@ -12,6 +12,8 @@ import (
 // fixed set.
 type fileMetrics struct {
 	open        prometheus.Gauge
+	lines       *prometheus.CounterVec
+	bytes       *prometheus.CounterVec
 	watched     *prometheus.GaugeVec
 	lag         *prometheus.GaugeVec
 	rotations   *prometheus.CounterVec
@@ -27,6 +29,10 @@ func newFileMetrics(reg prometheus.Registerer) *fileMetrics {
 	return &fileMetrics{
 		open: telemetry.Shared(reg, prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_files_open_files",
 			Help: "Files held open (max_open_files bounds it)."})),
+		lines: telemetry.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_files_lines_total",
+			Help: "Records (lines, or multiline events) handed to the pipeline, by include glob."}, []string{"group"})),
+		bytes: telemetry.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_files_bytes_total",
+			Help: "Bytes of those records (key and value), by include glob."}, []string{"group"})),
 		watched: telemetry.Shared(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ferry_files_watched_files",
 			Help: "Files known (open or not), by include glob."}, []string{"group"})),
 		lag: telemetry.Shared(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ferry_files_lag_bytes",

@@ -90,6 +90,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
@@ -106,19 +108,21 @@ const checkpointEvery = time.Second
 
 // Receiver tails files.
 type Receiver struct {
-	cfg     Config
-	set     telemetry.Settings
-	log     *telemetry.Limited
-	m       *receivermetrics.Metrics
-	fm      *fileMetrics
-	next    consumer.Consumer
-	host    string
-	topic   *template
-	key     *template  // nil: no key
-	ml      *multiline // nil: one record per line
-	headers []namedTemplate
-	json    *JSONLines // nil: lines are not read as JSON
-	chunk   int
+	cfg Config
+	set telemetry.Settings
+	log *telemetry.Limited
+	m   *receivermetrics.Metrics
+	fm  *fileMetrics
+	// groupLines and groupBytes: fm.lines and fm.bytes by include glob.
+	groupLines, groupBytes []prometheus.Counter
+	next                   consumer.Consumer
+	host                   string
+	topic                  *template
+	key                    *template  // nil: no key
+	ml                     *multiline // nil: one record per line
+	headers                []namedTemplate
+	json                   *JSONLines // nil: lines are not read as JSON
+	chunk                  int
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -192,6 +196,8 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 		r.fm.rotations.WithLabelValues(g)
 		r.fm.truncations.WithLabelValues(g)
 		r.fm.watched.WithLabelValues(g)
+		r.groupLines = append(r.groupLines, r.fm.lines.WithLabelValues(g))
+		r.groupBytes = append(r.groupBytes, r.fm.bytes.WithLabelValues(g))
 		r.fm.lag.WithLabelValues(g)
 	}
 	return r, nil
@@ -581,6 +587,8 @@ func (r *Receiver) hand(f *file, s *span, now time.Time) bool {
 	err := r.next.Consume(r.ctx, &s.b)
 	if err == nil {
 		r.m.Received(r.set.Topics.Get(f.topic), n, s.bytes)
+		r.groupLines[f.group].Add(float64(n))
+		r.groupBytes[f.group].Add(float64(s.bytes))
 		r.m.Items("logs", n)
 		return true
 	}

@@ -239,6 +239,9 @@ func TestLinesWithHeaders(t *testing.T) {
 		t.Fatalf("completed line: %+v", g)
 	}
 	eventually(t, "no lag", func() bool { return testutil.ToFloat64(r.fm.lag.WithLabelValues(cfg.Include[0])) == 0 })
+	if n, b := testutil.ToFloat64(r.fm.lines.WithLabelValues(cfg.Include[0])), testutil.ToFloat64(r.fm.bytes.WithLabelValues(cfg.Include[0])); n != 4 || b != float64(4*len(strings.TrimLeft(path, "/"))+1+1+3+3) {
+		t.Fatalf("lines %v bytes %v by group", n, b)
+	}
 }
 
 // TestTopicTemplate: {file.name} makes a valid topic of the file's name.
