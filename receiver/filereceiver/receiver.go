@@ -12,7 +12,11 @@
 // Kafka acknowledged every line (or, in delivery.mode spool, when the spool
 // fsync'd them: the same completion), and the file's committed offset
 // advances only past a contiguous prefix of completed spans, so an offset
-// is committed only when every line before it is durable. The committed
+// is committed only when every line before it is durable. A file found
+// new is read only once a checkpoint that knows it (at its first offset)
+// is written, one write for the files of a poll: were ferry killed after
+// handing its lines on and the file renamed away before the restart, the
+// restart still finds it by inode. The committed
 // offsets are written to checkpoint_dir/checkpoints.json (temp file, fsync,
 // rename, fsync of the directory) at most once a second and at Shutdown; at
 // Start a file resumes at its last checkpointed offset, so a kill -9
@@ -150,6 +154,7 @@ type Receiver struct {
 	tokensAt      time.Time
 	lines         []lineRef                              // scratch for framing
 	finished      []doneEntry                            // files read to their end (gzip.go)
+	unsaved       int                                    // files adopted since the last checkpoint written
 	glob          func(pattern string) ([]string, error) // filepath.Glob; tests make it miss
 
 	// mu guards what completions touch: every file's spans, committed
@@ -293,6 +298,18 @@ func (r *Receiver) run() {
 			r.scan(now)
 			r.nextScan = now.Add(r.cfg.PollInterval)
 		}
+		if r.unsaved > 0 && now.Sub(r.forcedAt) >= r.cfg.PollInterval {
+			r.forcedAt = now
+			// New files are read only once the checkpoint knows them:
+			// were ferry killed after handing their lines on, and the
+			// files renamed away before it is back, the restart finds
+			// them by inode and reads them again. One write for every
+			// file found in the poll.
+			if err := r.checkpoint(true); err != nil {
+				r.m.Error("checkpoint_write")
+				r.log.Log(slog.LevelError, "checkpoint", "files: checkpoint not written; new files wait until it is", "err", err)
+			}
+		}
 		progress := r.round(now)
 		if err := r.checkpoint(false); err != nil {
 			r.m.Error("checkpoint_write")
@@ -385,6 +402,9 @@ func (r *Receiver) round(now time.Time) bool {
 func (r *Receiver) step(f *file, now time.Time) bool {
 	if f.released {
 		return r.stepReleased(f, now)
+	}
+	if f.unsaved {
+		return false // until a checkpoint knows it (run)
 	}
 	r.mu.Lock()
 	if f.rewind {
@@ -741,6 +761,13 @@ func (r *Receiver) checkpoint(force bool) error {
 		return err
 	}
 	r.fm.checkpoints.Inc()
+	if r.unsaved > 0 {
+		// Every file listed is in the checkpoint now: new ones may be read.
+		for _, f := range r.list {
+			f.unsaved = false
+		}
+		r.unsaved = 0
+	}
 	return nil
 }
 

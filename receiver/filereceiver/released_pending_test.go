@@ -27,6 +27,10 @@ func TestReleasedFileHandsItsPendingSpan(t *testing.T) {
 	write(t, path, "line-0\nline-1\n")
 	r.scan(now)
 	f := r.list[0]
+	_ = os.MkdirAll(cfg.CheckpointDir, 0o700)
+	if err := r.checkpoint(true); err != nil { // as run does before reading a new file
+		t.Fatal(err)
+	}
 	r.step(f, now)
 	if f.pending == nil {
 		t.Fatal("no pending span")

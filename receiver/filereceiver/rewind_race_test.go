@@ -32,6 +32,11 @@ func TestSpanReadDuringRewindDoesNotCommit(t *testing.T) {
 	write(t, path, "line-0\n")
 	r.scan(now)
 	f := r.list[0]
+	// As run does: a new file is read once a checkpoint knows it.
+	_ = os.MkdirAll(cfg.CheckpointDir, 0o700)
+	if err := r.checkpoint(true); err != nil || f.unsaved {
+		t.Fatalf("checkpoint: %v (unsaved %v)", err, f.unsaved)
+	}
 	r.hand(f, r.read(f, now, false, false), now) // held 0: [0,7)
 	write(t, path, "line-1\n")
 	r.scan(now)
@@ -50,7 +55,6 @@ func TestSpanReadDuringRewindDoesNotCommit(t *testing.T) {
 	r.mu.Lock()
 	c := f.committed
 	r.mu.Unlock()
-	_ = os.MkdirAll(cfg.CheckpointDir, 0o700)
 	_ = r.checkpoint(true)
 	t.Logf("committed=%d checkpoint=%d values=%q", c, savedOffset(t, cfg.CheckpointDir, path), p.values())
 	if c > 0 {

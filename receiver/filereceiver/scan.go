@@ -53,6 +53,7 @@ type file struct {
 	zpos          int64 // the decompressed offset zr is at
 	zsize, zTried int64 // the compressed sizes size was taken at, and last failed at
 	decided       bool  // its start offset is known (gzip files wait for rotations to end)
+	unsaved       bool  // not in a checkpoint written yet: not read until it is
 
 	// Guarded by Receiver.mu.
 	gen       uint64  // bumped when the file is read again from an offset: older spans no longer count
@@ -346,6 +347,10 @@ func (r *Receiver) adopt(first, path string, group int, id fileID, size int64, n
 		f.decided = true
 	}
 	f.readOff, f.examined, f.committed = off, off, off
+	if saved == nil {
+		f.unsaved = true
+		r.unsaved++
+	}
 	r.files[id] = f
 	r.list = append(r.list, f)
 	r.mu.Lock()
