@@ -155,6 +155,7 @@ type Receiver struct {
 	lines         []lineRef                              // scratch for framing
 	finished      []doneEntry                            // files read to their end (gzip.go)
 	unsaved       int                                    // files adopted since the last checkpoint written
+	forcedAt      time.Time                              // the last checkpoint written for new files (at most one a poll)
 	glob          func(pattern string) ([]string, error) // filepath.Glob; tests make it miss
 
 	// mu guards what completions touch: every file's spans, committed
