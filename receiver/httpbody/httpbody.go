@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -196,9 +197,9 @@ func (r *Reader) Read(req *http.Request) (*Buf, *Error) {
 	}
 	enc := strings.ToLower(strings.TrimSpace(req.Header.Get("Content-Encoding")))
 	switch enc {
-	case "", "identity", "gzip", "zstd":
+	case "", "identity", "gzip", "zstd", "snappy":
 	default:
-		return nil, &Error{http.StatusUnsupportedMediaType, "unsupported_content_encoding", fmt.Sprintf("unsupported Content-Encoding %q: use gzip, zstd or none", enc)}
+		return nil, &Error{http.StatusUnsupportedMediaType, "unsupported_content_encoding", fmt.Sprintf("unsupported Content-Encoding %q: use gzip, zstd, snappy or none", enc)}
 	}
 	raw, err := r.bufs.readAll(req.Body, req.ContentLength, max, r.growF, r.Release)
 	if err != nil {
@@ -215,6 +216,9 @@ func (r *Reader) Read(req *http.Request) (*Buf, *Error) {
 		return raw, nil
 	}
 	defer r.Put(raw)
+	if enc == "snappy" {
+		return r.snappy(raw, max)
+	}
 	var dec io.Reader
 	switch enc {
 	case "gzip":
@@ -259,5 +263,31 @@ func (r *Reader) Read(req *http.Request) (*Buf, *Error) {
 		}
 		return nil, &Error{http.StatusBadRequest, "corrupt_body", fmt.Sprintf("invalid %s body: %v", enc, err)}
 	}
+	return out, nil
+}
+
+// snappy decodes a snappy block (Prometheus remote write's body): its
+// header states the decoded length, which is checked against max and
+// reserved before a byte is decoded, so a small body that claims a large
+// one costs nothing.
+func (r *Reader) snappy(raw *Buf, max int64) (*Buf, *Error) {
+	n, err := s2.DecodedLen(raw.B)
+	if err != nil {
+		return nil, &Error{http.StatusBadRequest, "corrupt_body", "invalid snappy body: " + err.Error()}
+	}
+	if int64(n) > max {
+		return nil, &Error{http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("snappy body declares %d bytes, over max_request_bytes (%d)", n, max)}
+	}
+	out := r.bufs.get(n)
+	if r.budget != nil && !r.Reserve(out, int64(cap(out.B))) {
+		r.Put(out)
+		return nil, errFull()
+	}
+	b, err := s2.Decode(out.B[:n], raw.B)
+	if err != nil {
+		r.Put(out)
+		return nil, &Error{http.StatusBadRequest, "corrupt_body", "invalid snappy body: " + err.Error()}
+	}
+	out.B = b
 	return out, nil
 }

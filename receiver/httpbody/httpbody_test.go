@@ -19,6 +19,7 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ferryhq/ferry/buffer/budget"
@@ -411,6 +412,7 @@ func TestCompressed(t *testing.T) {
 		enc  func(*testing.T, []byte) []byte
 	}{
 		{"gzip", gzipped}, {" GZIP ", gzipped}, {"zstd", zstdFrame}, {"Zstd", zstdStream},
+		{"snappy", func(_ *testing.T, b []byte) []byte { return s2.EncodeSnappy(nil, b) }},
 	}
 	for _, c := range encodings {
 		// Twice each: the second time the pooled decoder is reused.
@@ -968,4 +970,30 @@ func TestConcurrentReads(t *testing.T) {
 		t.Error(err)
 	}
 	w.empty(t, "after all")
+}
+
+// TestSnappyBomb: a snappy block whose header declares more than the limit
+// is refused from its header (nothing reserved); a damaged one is a 400
+// with its reservation given back.
+func TestSnappyBomb(t *testing.T) {
+	w := newWatched(1 << 30)
+	r := NewReader(testMax)
+	r.SetBudget(w)
+	big := s2.EncodeSnappy(nil, make([]byte, testMax+1))
+	req, _ := request(big, "snappy", int64(len(big)))
+	w.reset()
+	if _, e := r.Read(req); e == nil || e.Status != http.StatusRequestEntityTooLarge || !strings.Contains(e.Msg, "declares") {
+		t.Fatalf("bomb: %+v", e)
+	}
+	if w.largest > int64(len(big))*2 {
+		t.Fatalf("reserved %d for a body of %d that declares too much", w.largest, len(big))
+	}
+	w.empty(t, "bomb")
+	bad := s2.EncodeSnappy(nil, bytes.Repeat([]byte("abcd"), 1000))
+	bad = bad[:len(bad)-3]
+	req, _ = request(bad, "snappy", int64(len(bad)))
+	if _, e := r.Read(req); e == nil || e.Status != http.StatusBadRequest || e.Reason != "corrupt_body" {
+		t.Fatalf("damaged: %+v", e)
+	}
+	w.empty(t, "damaged")
 }

@@ -61,6 +61,8 @@ type Config struct {
 	Logs       encoding.Config `yaml:"logs"`
 	// Auth: application tokens on both transports (see docs/tokens.md).
 	Auth auth.ReceiverConfig `yaml:"auth"`
+	// Doors: other wire formats served on the HTTP listener (door.go).
+	Doors []string `yaml:"doors"`
 }
 
 // Validate names the first invalid field.
@@ -72,6 +74,12 @@ func (c *Config) Validate() error {
 		if err := c.HTTP.HTTPConfig.Validate(); err != nil {
 			return fmt.Errorf("http.%w", err)
 		}
+	}
+	if err := checkDoors(c.Doors); err != nil {
+		return err
+	}
+	if len(c.Doors) > 0 && !c.HTTP.Enabled {
+		return fmt.Errorf("doors: served on the HTTP listener, which is not enabled")
 	}
 	if c.GRPC.Enabled && c.GRPC.Listen == "" {
 		return fmt.Errorf("grpc.listen: required when enabled")

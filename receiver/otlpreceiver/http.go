@@ -33,6 +33,7 @@ func newHTTPServer(r *Receiver) *httpServer {
 	mux.HandleFunc("/v1/traces", func(w http.ResponseWriter, q *http.Request) { h.handle(w, q, encoding.Traces) })
 	mux.HandleFunc("/v1/metrics", func(w http.ResponseWriter, q *http.Request) { h.handle(w, q, encoding.Metrics) })
 	mux.HandleFunc("/v1/logs", func(w http.ResponseWriter, q *http.Request) { h.handle(w, q, encoding.Logs) })
+	h.openDoors(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, q *http.Request) {
 		h.fail(w, false, answer{httpStatus: http.StatusNotFound, code: codes.NotFound, reason: "not_found",
 			msg: fmt.Sprintf("no such endpoint %s; OTLP/HTTP serves /v1/traces, /v1/metrics and /v1/logs", q.URL.Path)})

@@ -72,7 +72,10 @@ type Receiver struct {
 	// batchP: *record.Batch, taken back when Kafka (or the spool) is done
 	// with one, so a request's records (100 per request of spans, with
 	// pointers the collector scans) are not a new allocation each time.
-	batchP sync.Pool
+	batchP  sync.Pool
+	recycle func(*record.Batch)
+	// doorSubs: the submitter of each door served (door.go).
+	doorSubs []doorSub
 }
 
 // signalOut is a signal's fixed output: its encoding config and the Kafka
@@ -110,9 +113,9 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	r.httpM = receivermetrics.New(set.Registry, "otlp_http")
 	r.grpcM = receivermetrics.New(set.Registry, "otlp_grpc")
 	r.batchP.New = func() any { return new(record.Batch) }
-	recycle := func(b *record.Batch) { b.Reset(); r.batchP.Put(b) }
-	r.httpSub = &submit.Submitter{Next: next, Bodies: r.body, AckTimeout: cfg.AckTimeout, M: r.httpM, Recycle: recycle}
-	r.grpcSub = &submit.Submitter{Next: next, Bodies: r.body, AckTimeout: cfg.AckTimeout, M: r.grpcM, Recycle: recycle}
+	r.recycle = func(b *record.Batch) { b.Reset(); r.batchP.Put(b) }
+	r.httpSub = &submit.Submitter{Next: next, Bodies: r.body, AckTimeout: cfg.AckTimeout, M: r.httpM, Recycle: r.recycle}
+	r.grpcSub = &submit.Submitter{Next: next, Bodies: r.body, AckTimeout: cfg.AckTimeout, M: r.grpcM, Recycle: r.recycle}
 	for i, c := range []*encoding.Config{&r.cfg.Traces, &r.cfg.Metrics, &r.cfg.Logs} {
 		tmpl, err := routing.Parse(c.Topic)
 		if err != nil {
@@ -477,6 +480,11 @@ type topicRecord struct {
 func (r *Receiver) submitter(m *receivermetrics.Metrics) *submit.Submitter {
 	if m == r.grpcM {
 		return r.grpcSub
+	}
+	for _, d := range r.doorSubs {
+		if d.m == m {
+			return d.sub
+		}
 	}
 	return r.httpSub
 }

@@ -1,0 +1,205 @@
+package otlpreceiver
+
+// Doors: other wire formats of OTLP's signals — Zipkin, Prometheus remote
+// write and push, Jaeger — served on the OTLP/HTTP listener, as
+// bk-collector serves them on its one HTTP port. A door is a package of its
+// own (under otlp/) that turns a request body into an OTLP
+// Export<Signal>ServiceRequest in protobuf, plus one line in doorList.
+// From there the request takes every step an OTLP request takes (export):
+// the token, the topic, the signal's encoding (otlp_proto, otlp_json,
+// flat_json), sampling and span metrics, rate limits, memory, delivery and
+// the answer's status, so consumers read one format whatever the sender
+// spoke. receivers.otlp.doors lists the doors served (none by default: each
+// is a surface an operator chooses to open).
+//
+// Memory: the body is read within max_request_bytes and decoded per its
+// Content-Encoding (gzip, zstd, snappy) by httpbody, reserving from the
+// budget as it grows; the converted request is written into a buffer
+// reserved before the conversion starts, of the door's Amplify times the
+// body's length (at most max_request_bytes): a conversion that would write
+// more is refused (413), so no sender makes ferry hold more than a bounded
+// multiple of what it sent.
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/ferryhq/ferry/auth/token"
+	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/receiver/receivermetrics"
+	"github.com/ferryhq/ferry/receiver/submit"
+)
+
+// Door is one foreign wire format of a signal.
+type Door struct {
+	// Name is its entry in receivers.otlp.doors and its metrics' receiver
+	// label ("zipkin").
+	Name   string
+	Signal encoding.Signal
+	// Patterns are the net/http ServeMux patterns it answers on the
+	// OTLP/HTTP listener ("/api/v2/spans"); each must be a path of its own.
+	Patterns []string
+	// Convert appends to dst the OTLP protobuf request made of body (read
+	// within max_request_bytes and decoded per its Content-Encoding),
+	// writing no more than max bytes in all: beyond it, it returns an
+	// error wrapping ErrDoorTooLarge. Any other error is the sender's
+	// (400, its message in the answer).
+	Convert func(q *http.Request, body []byte, dst []byte, max int) ([]byte, error)
+	// Amplify bounds the OTLP bytes per body byte the conversion may
+	// write (the reservation made before it starts).
+	Amplify int
+	// OK is the status its senders expect of a success (Zipkin 202,
+	// Prometheus 204).
+	OK int
+}
+
+// ErrDoorTooLarge: the converted request would pass its reservation.
+var ErrDoorTooLarge = errors.New("the request converted to OTLP exceeds its bound")
+
+// doorList holds every door ferry has; receivers.otlp.doors picks. A new
+// door is its package and one line here.
+var doorList = []Door{}
+
+// DoorNames lists the doors ferry has, for validation and docs.
+func DoorNames() []string {
+	var out []string
+	for _, d := range doorList {
+		out = append(out, d.Name)
+	}
+	return out
+}
+
+func findDoor(name string) *Door {
+	for i := range doorList {
+		if doorList[i].Name == name {
+			return &doorList[i]
+		}
+	}
+	return nil
+}
+
+// checkDoors names a door that does not exist.
+func checkDoors(names []string) error {
+	for i, n := range names {
+		if findDoor(n) == nil {
+			return fmt.Errorf("doors[%d]: %q is not a door ferry has (%s)", i, n, strings.Join(DoorNames(), ", "))
+		}
+		if slices.Index(names, n) != i {
+			return fmt.Errorf("doors[%d]: %q is listed twice", i, n)
+		}
+	}
+	return nil
+}
+
+// openDoors mounts the configured doors on mux, each with its metrics and
+// submitter.
+func (h *httpServer) openDoors(mux *http.ServeMux) {
+	r := h.r
+	for _, name := range r.cfg.Doors {
+		d := findDoor(name)
+		m := receivermetrics.New(r.set.Registry, d.Name)
+		r.doorSubs = append(r.doorSubs, doorSub{m, &submit.Submitter{Next: r.next, Bodies: r.body, AckTimeout: r.cfg.AckTimeout, M: m, Recycle: r.recycle}})
+		for _, p := range d.Patterns {
+			mux.HandleFunc(p, func(w http.ResponseWriter, q *http.Request) { h.door(w, q, d, m) })
+		}
+	}
+}
+
+type doorSub struct {
+	m   *receivermetrics.Metrics
+	sub *submit.Submitter
+}
+
+// door serves one request of d: the OTLP request's steps, answered in
+// plain text (what Zipkin, Prometheus and Jaeger senders log).
+func (h *httpServer) door(w http.ResponseWriter, q *http.Request, d *Door, m *receivermetrics.Metrics) {
+	r := h.r
+	fail := func(a answer) {
+		m.Error(a.reason)
+		doorWrite(w, m, a)
+	}
+	if q.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		fail(answer{httpStatus: http.StatusMethodNotAllowed, code: codes.Unimplemented, reason: "method_not_allowed", msg: "use POST"})
+		return
+	}
+	var claims *token.Claims
+	if r.gate.Enabled() {
+		var err error
+		if claims, err = r.gate.Check(r.gate.HTTPToken(q)); err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="ferry"`)
+			fail(answer{httpStatus: http.StatusUnauthorized, code: codes.Unauthenticated, reason: "unauthenticated", msg: err.Error()})
+			return
+		}
+	}
+	body, berr := r.body.Read(q)
+	if berr != nil {
+		if berr.Status == http.StatusTooManyRequests {
+			a := classify(consumer.ErrFull)
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(a.retryAfter.Seconds()))))
+			fail(a)
+			return
+		}
+		fail(answer{httpStatus: berr.Status, code: codes.InvalidArgument, reason: berr.Reason, msg: berr.Msg})
+		return
+	}
+	limit := min(int(r.cfg.MaxRequestBytes), d.Amplify*len(body.B)+4096)
+	out := r.body.Get(limit)
+	if r.body.Budgeted() && !r.body.Reserve(out, int64(cap(out.B))) {
+		r.body.Put(body)
+		r.body.Put(out)
+		a := classify(consumer.ErrFull)
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(a.retryAfter.Seconds()))))
+		fail(a)
+		return
+	}
+	pb, err := d.Convert(q, body.B, out.B[:0], limit)
+	r.body.Put(body)
+	if err == nil && (len(pb) > limit || len(pb) > cap(out.B)) {
+		err = fmt.Errorf("%w (%d bytes converted, %d allowed)", ErrDoorTooLarge, len(pb), limit)
+	}
+	if err != nil {
+		r.body.Put(out)
+		if errors.Is(err, ErrDoorTooLarge) {
+			fail(answer{httpStatus: http.StatusRequestEntityTooLarge, code: codes.ResourceExhausted, reason: "request_too_large",
+				msg: fmt.Sprintf("%s: %v (%d× the body, at most receivers.otlp.max_request_bytes)", d.Name, err, d.Amplify)})
+			return
+		}
+		fail(answer{httpStatus: http.StatusBadRequest, code: codes.InvalidArgument, reason: "invalid_payload", msg: d.Name + ": " + err.Error()})
+		return
+	}
+	out.B = pb
+	o := r.export(q.Context(), m, d.Signal, out, claims, q.Header)
+	if o.err != nil {
+		a := classify(o.err)
+		if a.reason == "client_gone" {
+			return
+		}
+		if a.retryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(a.retryAfter.Seconds()))))
+		}
+		doorWrite(w, m, a) // export counted the error
+		return
+	}
+	m.Request(d.OK)
+	if o.rejected > 0 {
+		w.Header().Set("X-Ferry-Rejected", strconv.Itoa(o.rejected))
+	}
+	w.WriteHeader(d.OK)
+}
+
+// doorWrite answers a refusal in plain text.
+func doorWrite(w http.ResponseWriter, m *receivermetrics.Metrics, a answer) {
+	m.Request(a.httpStatus)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Ferry-Reason", a.reason)
+	w.WriteHeader(a.httpStatus)
+	_, _ = w.Write([]byte(a.msg + "\n"))
+}

@@ -1,0 +1,127 @@
+package otlpreceiver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/klauspost/compress/s2"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+
+	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/consumer/consumertest"
+	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/record"
+)
+
+// linesDoor is a door for the tests: each line of the body is a log record.
+var linesDoor = Door{Name: "lines", Signal: encoding.Logs, Patterns: []string{"/lines"}, Amplify: 8, OK: http.StatusAccepted,
+	Convert: func(_ *http.Request, body, dst []byte, max int) ([]byte, error) {
+		if bytes.HasPrefix(body, []byte("bad")) {
+			return nil, errors.New("a line says bad")
+		}
+		ld := plog.NewLogs()
+		lr := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
+		for _, l := range strings.Split(strings.TrimSpace(string(body)), "\n") {
+			lr.AppendEmpty().Body().SetStr(l)
+		}
+		pb, err := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+		if err != nil {
+			return nil, err
+		}
+		if len(pb) > max {
+			return nil, ErrDoorTooLarge
+		}
+		return append(dst, pb...), nil
+	}}
+
+func withLinesDoor(t *testing.T) {
+	doorList = append(doorList, linesDoor)
+	t.Cleanup(func() { doorList = doorList[:len(doorList)-1] })
+}
+
+// TestDoor: a door's request becomes OTLP records on the signal's topic,
+// through every step of an OTLP request, answered as its senders expect;
+// bad input is a 400 with the reason, a conversion past its bound a 413,
+// and each is counted under the door's name.
+func TestDoor(t *testing.T) {
+	withLinesDoor(t)
+	cfg := testConfig()
+	cfg.Doors = []string{"lines"}
+	sink := &consumertest.Sink{}
+	r := start(t, cfg, sink)
+	url := "http://" + r.HTTPAddr() + "/lines"
+
+	code, hdr, _ := postOTLP(t, url, "text/plain", "", []byte("one\ntwo\nthree\n"))
+	if code != http.StatusAccepted {
+		t.Fatalf("status %d", code)
+	}
+	recs := sink.Records()
+	if len(recs) != 3 || recs[0].Topic != "logs" || !strings.Contains(string(recs[1].Value), `"two"`) {
+		t.Fatalf("records %d %v", len(recs), recs)
+	}
+	_ = hdr
+	m := r.doorSubs[0].m
+	if v := testutil.ToFloat64(m.Records("logs")); v != 3 {
+		t.Fatalf("the door's received counter: %v", v)
+	}
+
+	// snappy, as Prometheus remote write sends it.
+	sink.Reset()
+	if code, _, _ := postOTLP(t, url, "text/plain", "snappy", s2.EncodeSnappy(nil, []byte("a\nb\n"))); code != http.StatusAccepted || len(sink.Records()) != 2 {
+		t.Fatalf("snappy: %d, %d records", code, len(sink.Records()))
+	}
+
+	code, hdr, body := postOTLP(t, url, "text/plain", "", []byte("bad input"))
+	if code != 400 || hdr.Get("X-Ferry-Reason") != "invalid_payload" || !strings.Contains(string(body), "lines: a line says bad") {
+		t.Fatalf("bad input: %d %q %s", code, hdr.Get("X-Ferry-Reason"), body)
+	}
+	if v := testutil.ToFloat64(m.Errors("invalid_payload")); v != 1 {
+		t.Fatalf("invalid_payload counted %v", v)
+	}
+	// A request whose OTLP form passes Amplify × its size (one-byte lines
+	// become ~10 bytes each... many empty-ish lines) is refused whole.
+	big := bytes.Repeat([]byte("x\n"), 20000)
+	if code, _, body := postOTLP(t, url, "text/plain", "", big); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("amplified: %d %s", code, body)
+	}
+	if code, _, _ := postOTLP(t, "http://"+r.HTTPAddr()+"/lines?x", "text/plain", "", nil); code != http.StatusAccepted {
+		t.Fatalf("an empty request: %d", code)
+	}
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("GET: %d", res.StatusCode)
+	}
+}
+
+// TestDoorRefusals: the pipeline's refusal is the door's answer, with
+// Retry-After when it may be retried; a door not configured is a 404.
+func TestDoorRefusals(t *testing.T) {
+	withLinesDoor(t)
+	cfg := testConfig()
+	cfg.Doors = []string{"lines"}
+	r := start(t, cfg, consumer.Func(func(context.Context, *record.Batch) error { return consumer.ErrFull }))
+	code, hdr, _ := postOTLP(t, "http://"+r.HTTPAddr()+"/lines", "text/plain", "", []byte("x\n"))
+	if code != http.StatusServiceUnavailable && code != http.StatusTooManyRequests || hdr.Get("Retry-After") == "" {
+		t.Fatalf("queue full: %d, Retry-After %q", code, hdr.Get("Retry-After"))
+	}
+	r2 := start(t, testConfig(), &consumertest.Sink{})
+	if code, _, _ := postOTLP(t, "http://"+r2.HTTPAddr()+"/lines", "text/plain", "", []byte("x\n")); code != http.StatusNotFound {
+		t.Fatalf("a door not configured: %d", code)
+	}
+	bad := testConfig()
+	bad.Doors = []string{"lines", "nope"}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `doors[1]: "nope"`) {
+		t.Fatalf("Validate: %v", err)
+	}
+}
