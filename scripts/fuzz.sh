@@ -57,6 +57,9 @@ for target in \
   "FuzzSASLPlain ./receiver/kafkafront 10000x" \
   "FuzzTextMode ./receiver/localreceiver" \
   "FuzzFrame ./receiver/filereceiver" \
+  "FuzzRFC5424 ./receiver/syslogreceiver 10000x" \
+  "FuzzRFC3164 ./receiver/syslogreceiver 10000x" \
+  "FuzzFrame ./receiver/syslogreceiver 10000x" \
   "FuzzLZ4 ./lz4frame" \
   "FuzzLZ4Block ./lz4frame"; do
   set -- $target

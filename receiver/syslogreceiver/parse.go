@@ -460,6 +460,14 @@ func parseStamp3164(b []byte) (stamp, int) {
 		return s, 0
 	}
 	i++
+	// Cisco ASA: "Mmm dd yyyy hh:mm:ss".
+	if i+13 <= len(b) && isDigit(b[i]) && isDigit(b[i+1]) && isDigit(b[i+2]) && isDigit(b[i+3]) && b[i+4] == ' ' {
+		s.hasYear, s.year = true, int(b[i]-'0')*1000+int(b[i+1]-'0')*100+int(b[i+2]-'0')*10+int(b[i+3]-'0')
+		i += 5
+	}
+	if i+8 > len(b) {
+		return s, 0
+	}
 	t := b[i : i+8]
 	if !isDigit(t[0]) || !isDigit(t[1]) || t[2] != ':' || !isDigit(t[3]) || !isDigit(t[4]) || t[5] != ':' || !isDigit(t[6]) || !isDigit(t[7]) {
 		return s, 0
