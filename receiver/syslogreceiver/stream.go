@@ -50,21 +50,25 @@ func (s *stream) remote() any { return s.c.RemoteAddr().String() }
 
 // run reads frames until the sender leaves, breaks the framing, or stalls.
 func (s *stream) run() {
-	r := s.r
+	for s.drain() && s.readMore() {
+	}
+}
+
+// drain hands on every whole frame buffered (frames already read go before
+// any more is read); false when the stream cannot go on (counted).
+func (s *stream) drain() bool {
 	for {
 		fatal := s.take()
 		if len(s.raws) > 0 {
 			s.hand()
-			continue // frames already buffered go before any read
+			continue
 		}
 		if fatal != "" {
-			r.m.Error(fatal)
-			r.drop(s.tr, fatal, 1, "remote", s.remote())
-			return
+			s.r.m.Error(fatal)
+			s.r.drop(s.tr, fatal, 1, "remote", s.remote())
+			return false
 		}
-		if !s.readMore() {
-			return
-		}
+		return true
 	}
 }
 
@@ -170,7 +174,7 @@ func (s *stream) readMore() bool {
 	// After setting it: Stream.Shutdown ends ctx, then sets a deadline of
 	// now to wake readers, which a later deadline would undo.
 	if s.ctx.Err() != nil {
-		if partial {
+		if s.wr > s.rd {
 			r.drop(s.tr, "shutting_down", 1, "remote", s.remote())
 		}
 		return false
@@ -183,17 +187,30 @@ func (s *stream) readMore() bool {
 	if err == nil {
 		return true
 	}
-	switch {
-	case errors.Is(err, io.EOF):
+	if errors.Is(err, io.EOF) {
 		s.atEOF()
-	case s.ctx.Err() != nil:
-		if s.wr > s.rd || s.skipping {
-			r.drop(s.tr, "shutting_down", 1, "remote", s.remote())
+		return false
+	}
+	// Bytes that came with the error are framed first: their whole frames
+	// go on. What is left is one partial frame, read and lost: counted. A
+	// truncated line being skipped is not one: its message went on.
+	if !s.drain() {
+		return false
+	}
+	timeout := errors.Is(err, os.ErrDeadlineExceeded) && s.ctx.Err() == nil
+	switch {
+	case s.wr > s.rd:
+		reason := "read_error"
+		if s.ctx.Err() != nil {
+			reason = "shutting_down"
+		} else if timeout {
+			// A frame (and its reservation) held past frame_timeout.
+			reason = "frame_timeout"
 		}
-	case errors.Is(err, os.ErrDeadlineExceeded) && (s.wr > s.rd || s.skipping):
-		// A frame (and its reservation) held past frame_timeout.
+		r.m.Error(reason)
+		r.drop(s.tr, reason, 1, "remote", s.remote(), "err", err)
+	case s.skipping && timeout:
 		r.m.Error("frame_timeout")
-		r.drop(s.tr, "frame_timeout", 1, "remote", s.remote())
 	}
 	return false
 }
@@ -203,15 +220,7 @@ func (s *stream) readMore() bool {
 // octet-counted frame is counted.
 func (s *stream) atEOF() {
 	r := s.r
-	if fatal := s.take(); len(s.raws) > 0 {
-		s.hand()
-		if fatal == "" {
-			s.atEOF()
-			return
-		}
-	} else if fatal != "" {
-		r.m.Error(fatal)
-		r.drop(s.tr, fatal, 1, "remote", s.remote())
+	if !s.drain() {
 		return
 	}
 	rest := s.buf[s.rd:s.wr]

@@ -1,0 +1,135 @@
+package syslogreceiver
+
+import (
+	"context"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ferryhq/ferry/consumer/consumertest"
+	"github.com/ferryhq/ferry/receiver"
+	"github.com/ferryhq/ferry/telemetry"
+)
+
+// scriptConn is a connection whose reads are scripted: each step's bytes
+// (over as many reads as the reader's buffer needs), the last of them
+// returned together with the step's error, as a TLS connection returns a
+// record's bytes with the close_notify that follows it.
+type scriptConn struct {
+	net.Conn // not used: only the methods below are
+	steps    []scriptStep
+}
+
+type scriptStep struct {
+	data string
+	err  error
+}
+
+func (c *scriptConn) Read(b []byte) (int, error) {
+	if len(c.steps) == 0 {
+		return 0, io.EOF
+	}
+	s := &c.steps[0]
+	n := copy(b, s.data)
+	s.data = s.data[n:]
+	if len(s.data) > 0 {
+		return n, nil
+	}
+	err := s.err
+	c.steps = c.steps[1:]
+	return n, err
+}
+
+func (c *scriptConn) SetReadDeadline(time.Time) error { return nil }
+func (c *scriptConn) RemoteAddr() net.Addr {
+	return &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 514}
+}
+func (c *scriptConn) Close() error { return nil }
+
+// serveScript runs one stream connection over steps to its end.
+func serveScript(t *testing.T, cfg Config, steps ...scriptStep) (*Receiver, *consumertest.Sink) {
+	t.Helper()
+	sink := &consumertest.Sink{}
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.cancel)
+	r.streamHandler(tTCP)(context.Background(), &scriptConn{steps: steps})
+	return r, sink
+}
+
+func (r *Receiver) droppedCount(reason string) float64 {
+	return testutil.ToFloat64(r.sm.dropped.WithLabelValues("tcp", reason))
+}
+
+// A connection that fails (reset by the peer, a broken TLS record) after
+// whole frames and a partial one: the whole frames are delivered, the
+// partial one counted. Nothing read is lost silently.
+func TestReadErrorKeepsWholeFramesCountsPartial(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		steps []scriptStep
+	}{
+		{"error with the bytes", []scriptStep{{"<13>1 - h a - - - one\n<13>part", syscall.ECONNRESET}}},
+		{"error after the bytes", []scriptStep{{"<13>1 - h a - - - one\n<13>part", nil}, {"", syscall.ECONNRESET}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, sink := serveScript(t, testConfig(t), c.steps...)
+			if n := len(sink.Records()); n != 1 {
+				t.Errorf("%d records delivered, want 1", n)
+			}
+			if got := r.droppedCount("read_error"); got != 1 {
+				t.Errorf("read_error dropped %v, want 1 (the partial frame)", got)
+			}
+		})
+	}
+}
+
+// Bytes that come with EOF are framed as any others: the whole frames go
+// on, and a fatal frame after them is counted under its own reason.
+func TestEOFWithBytesFatalReason(t *testing.T) {
+	r, sink := serveScript(t, testConfig(t), scriptStep{"<13>one\n999999999999 x", io.EOF})
+	if n := len(sink.Records()); n != 1 {
+		t.Errorf("%d records delivered, want 1", n)
+	}
+	if got := r.droppedCount("frame_too_large"); got != 1 {
+		t.Errorf("frame_too_large dropped %v, want 1 (truncated_frame: %v)", got, r.droppedCount("truncated_frame"))
+	}
+}
+
+// A truncated line is delivered (truncated): when the rest of it, being
+// skipped, stalls past frame_timeout, the connection is closed and the
+// error counted, but no message is counted as dropped: none was.
+func TestSkippedLineTimeoutNotDropped(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MaxMessageBytes = 480
+	for _, end := range []struct {
+		name string
+		err  error
+	}{{"frame_timeout", os.ErrDeadlineExceeded}, {"reset", syscall.ECONNRESET}} {
+		t.Run(end.name, func(t *testing.T) {
+			r, sink := serveScript(t, cfg, scriptStep{"<13>" + strings.Repeat("x", 1000), nil}, scriptStep{"", end.err})
+			recs := sink.Records()
+			if len(recs) != 1 || header(recs[0], HeaderTruncated) != "true" {
+				t.Fatalf("%d records, want 1 truncated", len(recs))
+			}
+			for _, reason := range []string{"frame_timeout", "read_error"} {
+				if got := r.droppedCount(reason); got != 0 {
+					t.Errorf("%s dropped %v: the message was delivered (truncated)", reason, got)
+				}
+			}
+			if end.name == "frame_timeout" {
+				if got := testutil.ToFloat64(r.m.Errors("frame_timeout")); got != 1 {
+					t.Errorf("frame_timeout errors %v, want 1", got)
+				}
+			}
+		})
+	}
+}
