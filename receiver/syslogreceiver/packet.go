@@ -79,18 +79,21 @@ func (r *Receiver) servePackets(pc net.PacketConn, tr int) {
 // handDatagrams hands one batch of datagrams on, or drops and counts it:
 // a datagram's sender cannot be made to wait.
 func (r *Receiver) handDatagrams(b *builder, raws [][]byte, trun []bool) {
-	need := b.prepare(raws)
-	buf := r.body.Get(need)
-	if !r.body.Reserve(buf, int64(cap(buf.B))) {
-		r.body.Put(buf)
-		// prepare counted nothing: these are counted as read here.
-		for i := range raws {
-			r.sm.messages[b.tr][b.msgs[i].Proto].Inc()
+	for len(raws) > 0 {
+		k, need := b.prepare(raws)
+		buf := r.body.Get(need)
+		if !r.body.Reserve(buf, int64(cap(buf.B))) {
+			r.body.Put(buf)
+			// fill counted nothing: these are counted as read here.
+			for i := range k {
+				r.sm.messages[b.tr][b.msgs[i].Proto].Inc()
+			}
+			r.m.Error("queue_full")
+			r.drop(b.tr, "queue_full", k)
+		} else {
+			bt, buf, n := b.fill(buf, raws[:k], trun[:k], time.Now())
+			b.handOn(bt, buf, n, false)
 		}
-		r.m.Error("queue_full")
-		r.drop(b.tr, "queue_full", len(raws))
-		return
+		raws, trun = raws[k:], trun[k:]
 	}
-	bt, buf, n := b.fill(buf, raws, trun, time.Now())
-	b.handOn(bt, buf, n, false)
 }

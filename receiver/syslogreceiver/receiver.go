@@ -120,7 +120,9 @@ type Receiver struct {
 	host   string
 	max    int
 	json   bool
-	batchP sync.Pool
+	// batchBound: the most one batch's records may take (prepare).
+	batchBound int
+	batchP     sync.Pool
 
 	tcp, tls *server.Stream
 	udp      net.PacketConn
@@ -146,6 +148,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 		r.key, _ = parseTemplate(cfg.Key)
 	}
 	r.host, _ = os.Hostname()
+	r.batchBound = int(cfg.recordBound())
 	r.log = telemetry.NewLimited(env.Set.Logger.With("component", "receiver/syslog"), 10*time.Second)
 	r.m = receivermetrics.New(env.Set.Registry, "syslog")
 	r.sm = newSyslogMetrics(env.Set.Registry)
@@ -318,27 +321,34 @@ type recSpan struct {
 	trunc                          bool
 }
 
-// prepare parses raws and returns the most their records can take, to be
-// reserved before a byte of them is written.
-func (b *builder) prepare(raws [][]byte) int {
+// prepare parses the first of raws, as many as one batch may hold (at
+// least one), and returns how many it took and the most their records can
+// take, to be reserved before a byte of them is written. A batch's bound is
+// at most a message's largest record (Check keeps that within a quarter of
+// the memory budget): tiny messages bound far more than their bytes, and a
+// batch whose reservation exceeded the budget could never be made.
+func (b *builder) prepare(raws [][]byte) (k, need int) {
 	b.msgs = b.msgs[:0]
-	need := 0
 	r := b.r
-	for _, raw := range raws {
+	for i, raw := range raws {
 		b.msgs = append(b.msgs, Message{})
 		m := &b.msgs[len(b.msgs)-1]
 		parse(raw, m)
+		n := len(raw)
 		if r.json {
-			need += jsonBound(m, raw)
-		} else {
-			need += len(raw)
+			n = jsonBound(m, raw)
 		}
-		need += len(m.Hostname) + len(m.AppName) // their headers' values
+		n += len(m.Hostname) + len(m.AppName) // their headers' values
 		if r.key != nil {
-			need += r.key.bound(len(raw), r.host)
+			n += r.key.bound(len(raw), r.host)
 		}
+		if i > 0 && need+n > r.batchBound {
+			b.msgs = b.msgs[:i]
+			return i, need
+		}
+		need += n
 	}
-	return need
+	return len(raws), need
 }
 
 // fill writes the prepared messages into buf (reserved for prepare's

@@ -118,20 +118,23 @@ func (s *stream) take() (fatal string) {
 	return ""
 }
 
-// hand writes s.raws into a batch and hands it on, waiting for room.
+// hand writes s.raws into batches and hands them on, waiting for room.
 func (s *stream) hand() {
 	r := s.r
-	need := s.b.prepare(s.raws)
-	buf := r.body.Get(need)
-	if !r.reserveWait(buf, int64(cap(buf.B))) {
-		r.body.Put(buf)
-		r.drop(s.tr, "shutting_down", len(s.raws))
-		s.raws = s.raws[:0]
-		return
+	raws, trun := s.raws, s.trun
+	for len(raws) > 0 {
+		k, need := s.b.prepare(raws)
+		buf := r.body.Get(need)
+		if !r.reserveWait(buf, int64(cap(buf.B))) {
+			r.body.Put(buf)
+			r.drop(s.tr, "shutting_down", len(raws))
+			break
+		}
+		bt, buf, n := s.b.fill(buf, raws[:k], trun[:k], time.Now())
+		s.b.handOn(bt, buf, n, true)
+		raws, trun = raws[k:], trun[k:]
 	}
-	bt, buf, n := s.b.fill(buf, s.raws, s.trun, time.Now())
 	s.raws = s.raws[:0]
-	s.b.handOn(bt, buf, n, true)
 	s.shrink()
 }
 

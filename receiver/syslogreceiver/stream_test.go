@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/ferryhq/ferry/buffer/budget"
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/telemetry"
@@ -132,4 +133,52 @@ func TestSkippedLineTimeoutNotDropped(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The smallest budget Check allows (4 of a message's largest record) must
+// take every batch: a burst of tiny messages makes a batch whose bound
+// (each message's JSON bound, its key, the fixed part) is far larger than
+// its bytes. A batch larger than the budget could never be reserved: a
+// connection would wait for it forever, a datagram batch be dropped whole.
+func TestBatchesFitTheSmallestBudget(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MaxMessageBytes = 480
+	limit := 4 * cfg.recordBound()
+	if errs := cfg.Check(receiver.Bounds{MemoryLimit: limit}); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	line := "<13>1 - h a - - - x\n"
+	const n = 2000
+	t.Run("tcp", func(t *testing.T) {
+		bud := budget.New(limit)
+		sink := &consumertest.Sink{}
+		r := start(t, cfg, receiver.Env{Next: sink, Bodies: bud})
+		c, err := net.Dial("tcp", r.TCPAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write([]byte(strings.Repeat(line, n))); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		waitFor(t, sink, n)
+	})
+	t.Run("datagrams", func(t *testing.T) {
+		bud := budget.New(limit)
+		sink := &consumertest.Sink{}
+		r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: sink, Bodies: bud})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.cancel)
+		raws := make([][]byte, maxBatchMessages)
+		for i := range raws {
+			raws[i] = []byte(strings.TrimSuffix(line, "\n"))
+		}
+		r.handDatagrams(&builder{r: r, tr: tUDP}, raws, make([]bool, len(raws)))
+		if got := len(sink.Records()); got != len(raws) {
+			t.Fatalf("%d of %d records delivered (queue_full dropped %v)", got, len(raws),
+				testutil.ToFloat64(r.sm.dropped.WithLabelValues("udp", "queue_full")))
+		}
+	})
 }
