@@ -122,7 +122,11 @@ type Receiver struct {
 	json   bool
 	// batchBound: the most one batch's records may take (prepare).
 	batchBound int
-	batchP     sync.Pool
+	// bud is the memory budget (nil: none); growCeiling the most of it
+	// stream buffers' growth may hold (growReserve).
+	bud         httpbody.Budget
+	growCeiling int64
+	batchP      sync.Pool
 
 	tcp, tls *server.Stream
 	udp      net.PacketConn
@@ -142,6 +146,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 		claims: &token.Claims{App: cfg.App}}
 	if env.Bodies != nil {
 		r.body.SetBudget(env.Bodies)
+		r.bud = env.Bodies
 	}
 	r.topic, _ = parseTemplate(cfg.Topic) // checked by Check
 	if cfg.Key != "" {
@@ -149,6 +154,11 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	}
 	r.host, _ = os.Hostname()
 	r.batchBound = int(cfg.recordBound())
+	if r.bud != nil {
+		// A batch's pooled buffer is at most twice its bound; Check keeps
+		// the bound within a quarter of the budget.
+		r.growCeiling = max(r.bud.Limit()-2*int64(r.batchBound), r.bud.Limit()/2)
+	}
 	r.log = telemetry.NewLimited(env.Set.Logger.With("component", "receiver/syslog"), 10*time.Second)
 	r.m = receivermetrics.New(env.Set.Registry, "syslog")
 	r.sm = newSyslogMetrics(env.Set.Registry)
@@ -551,6 +561,25 @@ func (r *Receiver) reserveWait(buf *httpbody.Buf, n int64) bool {
 		if r.ctx.Err() != nil {
 			return false
 		}
+	}
+	return true
+}
+
+// growReserve reserves n bytes of a stream buffer's growth for res while
+// all the growth stays below growCeiling, waiting for room until until or
+// ctx ends. A connection that grew holds its growth while it waits for its
+// batch's room: were growth allowed the whole budget, connections holding
+// it could all wait for batches none could get, for ever, and with them
+// every receiver sharing the budget.
+func (r *Receiver) growReserve(ctx context.Context, res *httpbody.Buf, n int64, until time.Time) bool {
+	if r.bud == nil {
+		return true
+	}
+	for !r.body.ReserveBelow(res, n, r.growCeiling) {
+		if ctx.Err() != nil || !time.Now().Before(until) {
+			return false
+		}
+		r.bud.Wait(ctx, until)
 	}
 	return true
 }

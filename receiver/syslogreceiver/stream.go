@@ -153,17 +153,15 @@ func (s *stream) readMore() bool {
 		// A partial frame fills the buffer: splitFrame decides within
 		// max_message_bytes + maxPrefix, so this never goes past it.
 		n := min(2*len(s.buf), r.max+maxPrefix+1)
-		if !r.body.Reserve(&s.res, int64(n-len(s.buf))) {
-			// No room: wait (not reading) until the frame's deadline.
-			if !r.body.ReserveWait(s.ctx, &s.res, int64(n-len(s.buf)), s.frameAt.Add(r.cfg.FrameTimeout)) {
-				reason := "queue_full"
-				if s.ctx.Err() != nil {
-					reason = "shutting_down"
-				}
-				r.m.Error(reason)
-				r.drop(s.tr, reason, 1, "remote", s.remote())
-				return false
+		// No room: wait (not reading) until the frame's deadline.
+		if !r.growReserve(s.ctx, &s.res, int64(n-len(s.buf)), s.frameAt.Add(r.cfg.FrameTimeout)) {
+			reason := "queue_full"
+			if s.ctx.Err() != nil {
+				reason = "shutting_down"
 			}
+			r.m.Error(reason)
+			r.drop(s.tr, reason, 1, "remote", s.remote())
+			return false
 		}
 		nb := make([]byte, n)
 		copy(nb, s.buf[:s.wr])

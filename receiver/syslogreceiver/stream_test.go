@@ -182,3 +182,43 @@ func TestBatchesFitTheSmallestBudget(t *testing.T) {
 		}
 	})
 }
+
+// Connections whose buffers grew for long lines must not take the whole
+// budget: each, holding its growth, would wait for its batch's room, which
+// none could get, and every receiver sharing the budget with them would
+// wait with them, for ever.
+func TestGrowthLeavesRoomForBatches(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.FrameTimeout = time.Minute
+	cfg.MaxConnections = 64
+	limit := 4 * cfg.recordBound()
+	bud := budget.New(limit)
+	sink := &consumertest.Sink{}
+	r := start(t, cfg, receiver.Env{Next: sink, Bodies: bud})
+	const line = 60000 // a buffer of 64 KiB: 60 KiB reserved
+	n := int(limit/(64<<10-streamStart)) - 1
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		c, err := net.Dial("tcp", r.TCPAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns[i] = c
+		go func() { _, _ = c.Write([]byte("<13>" + strings.Repeat("x", line))) }()
+	}
+	// Every connection has grown as far as it may: the budget holds still.
+	for last, still := int64(-1), 0; still < 5; time.Sleep(50 * time.Millisecond) {
+		if u := bud.Used(); u == last && u > 0 {
+			still++
+		} else {
+			last, still = u, 0
+		}
+	}
+	for _, c := range conns {
+		if _, err := c.Write([]byte("\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, sink, n)
+}
