@@ -3,6 +3,7 @@ package syslogreceiver
 import (
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/ferryhq/ferry/bytesize"
@@ -74,9 +75,15 @@ func (c *Config) Check(b receiver.Bounds) []error {
 		if a.addr == "" {
 			continue
 		}
-		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+		_, port, err := net.SplitHostPort(a.addr)
+		if err != nil {
 			add("%s: %q is not host:port", a.key, a.addr)
+		} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+			add("%s: %q: the port is not a number from 0 to 65535", a.key, a.addr)
 		}
+	}
+	if c.TCP != "" && c.tlsOn() && c.TCP == c.TLSListen {
+		add("tls_listen: %q is also tcp's address: one of them could not listen", c.TLSListen)
 	}
 	if err := c.TLS.Validate(); err != nil {
 		add("%v", err)
