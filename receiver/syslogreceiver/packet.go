@@ -80,20 +80,7 @@ func (r *Receiver) servePackets(pc net.PacketConn, tr int) {
 // a datagram's sender cannot be made to wait.
 func (r *Receiver) handDatagrams(b *builder, raws [][]byte, trun []bool) {
 	for len(raws) > 0 {
-		k, need := b.prepare(raws)
-		buf := r.body.Get(need)
-		if !r.body.Reserve(buf, int64(cap(buf.B))) {
-			r.body.Put(buf)
-			// fill counted nothing: these are counted as read here.
-			for i := range k {
-				r.sm.messages[b.tr][b.msgs[i].Proto].Inc()
-			}
-			r.m.Error("queue_full")
-			r.drop(b.tr, "queue_full", k)
-		} else {
-			bt, buf, n := b.fill(buf, raws[:k], trun[:k], time.Now())
-			b.handOn(bt, buf, n, false)
-		}
+		k := b.handBatch(raws, trun, false)
 		raws, trun = raws[k:], trun[k:]
 	}
 }

@@ -58,6 +58,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -359,6 +360,53 @@ func (b *builder) prepare(raws [][]byte) (k, need int) {
 		need += n
 	}
 	return len(raws), need
+}
+
+// handBatch makes one batch of the first of raws and hands it on; it
+// returns how many it took (all of them when the receiver stops while a
+// stream waits for room: counted). wait: a stream, which waits for room; a
+// datagram batch that finds none is dropped and counted.
+//
+// A panic (a bug reached by a sender's bytes) costs the batch, counted
+// (internal_error), and its reservation, given back: not the agent (a
+// datagram listener has no one else to recover it) nor the budget.
+func (b *builder) handBatch(raws [][]byte, trun []bool, wait bool) (k int) {
+	r := b.r
+	var buf *httpbody.Buf
+	defer func() {
+		if v := recover(); v != nil {
+			if buf != nil {
+				r.body.Release(buf) // not Put: a batch may still point into it
+			}
+			k = max(k, 1)
+			r.m.Error("internal_error")
+			r.drop(b.tr, "internal_error", k)
+			r.set.Logger.Error("syslog: a batch's handling panicked; its messages are dropped", "transport", transportNames[b.tr],
+				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		}
+	}()
+	k, need := b.prepare(raws)
+	buf = r.body.Get(need)
+	if wait {
+		if !r.reserveWait(buf, int64(cap(buf.B))) {
+			r.body.Put(buf)
+			r.drop(b.tr, "shutting_down", len(raws))
+			return len(raws)
+		}
+	} else if !r.body.Reserve(buf, int64(cap(buf.B))) {
+		r.body.Put(buf)
+		// fill counted nothing: these are counted as read here.
+		for i := range k {
+			r.sm.messages[b.tr][b.msgs[i].Proto].Inc()
+		}
+		r.m.Error("queue_full")
+		r.drop(b.tr, "queue_full", k)
+		return k
+	}
+	bt, nb, n := b.fill(buf, raws[:k], trun[:k], time.Now())
+	buf = nb
+	b.handOn(bt, buf, n, wait)
+	return k
 }
 
 // fill writes the prepared messages into buf (reserved for prepare's

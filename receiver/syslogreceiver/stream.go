@@ -120,18 +120,8 @@ func (s *stream) take() (fatal string) {
 
 // hand writes s.raws into batches and hands them on, waiting for room.
 func (s *stream) hand() {
-	r := s.r
-	raws, trun := s.raws, s.trun
-	for len(raws) > 0 {
-		k, need := s.b.prepare(raws)
-		buf := r.body.Get(need)
-		if !r.reserveWait(buf, int64(cap(buf.B))) {
-			r.body.Put(buf)
-			r.drop(s.tr, "shutting_down", len(raws))
-			break
-		}
-		bt, buf, n := s.b.fill(buf, raws[:k], trun[:k], time.Now())
-		s.b.handOn(bt, buf, n, true)
+	for raws, trun := s.raws, s.trun; len(raws) > 0; {
+		k := s.b.handBatch(raws, trun, true)
 		raws, trun = raws[k:], trun[k:]
 	}
 	s.raws = s.raws[:0]

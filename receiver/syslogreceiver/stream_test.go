@@ -2,10 +2,12 @@ package syslogreceiver
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/ferryhq/ferry/buffer/budget"
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/receiver"
+	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -221,4 +224,56 @@ func TestGrowthLeavesRoomForBatches(t *testing.T) {
 		}
 	}
 	waitFor(t, sink, n)
+}
+
+// panicOnce panics on its first batch, as a bug reached by a sender's bytes
+// would, then passes batches on.
+type panicOnce struct {
+	done atomic.Bool
+	next *consumertest.Sink
+}
+
+func (p *panicOnce) Consume(ctx context.Context, b *record.Batch) error {
+	if p.done.CompareAndSwap(false, true) {
+		panic("a bug")
+	}
+	return p.next.Consume(ctx, b)
+}
+
+// A panic while a batch is handled costs that batch (counted), not the
+// agent (a datagram listener had no recover: the process died) and not the
+// budget (the batch's reservation is given back).
+func TestPanicCostsTheBatchOnly(t *testing.T) {
+	for _, tr := range []string{"udp", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			bud := budget.New(64 << 20)
+			sink := &consumertest.Sink{}
+			r := start(t, testConfig(t), receiver.Env{Next: &panicOnce{next: sink}, Bodies: bud})
+			addr := r.UDPAddr()
+			if tr == "tcp" {
+				addr = r.TCPAddr()
+			}
+			c, err := net.Dial(tr, addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			fmt.Fprint(c, "<13>1 - h a - - - first\n")
+			for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(r.sm.dropped.WithLabelValues(tr, "internal_error")) != 1; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the batch lost to the panic is not counted")
+				}
+			}
+			fmt.Fprint(c, "<13>1 - h a - - - second\n")
+			waitFor(t, sink, 1)
+			if tr == "tcp" {
+				c.Close()
+			}
+			for deadline := time.Now().Add(5 * time.Second); bud.Used() != 0; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d bytes of the budget still held", bud.Used())
+				}
+			}
+		})
+	}
 }
