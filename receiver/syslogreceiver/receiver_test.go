@@ -231,9 +231,11 @@ func TestSlowFrameCut(t *testing.T) {
 	}
 	defer c.Close()
 	fmt.Fprintf(c, "60000 <13>%s", strings.Repeat("x", 20000)) // grows the buffer past 4 KiB: reserved
-	time.Sleep(100 * time.Millisecond)
-	if bud.Used() == 0 {
-		t.Fatal("the partial frame's growth is not reserved")
+	// Polled, not slept on: a loaded machine may take its time to read.
+	for deadline := time.Now().Add(5 * time.Second); bud.Used() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the partial frame's growth is not reserved")
+		}
 	}
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	start := time.Now()
@@ -243,7 +245,7 @@ func TestSlowFrameCut(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("closed after %s", d)
 	}
-	time.Sleep(50 * time.Millisecond)
+	// Counted and released before the handler returns, so before the close.
 	if got := testutil.ToFloat64(r.sm.dropped.WithLabelValues("tcp", "frame_timeout")); got != 1 {
 		t.Fatalf("frame_timeout %v, want 1", got)
 	}
@@ -348,4 +350,49 @@ func TestMaxConnections(t *testing.T) {
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
+}
+
+// alwaysFull refuses every batch, as a queue whose Kafka is away.
+type alwaysFull struct{ calls atomic.Int64 }
+
+func (f *alwaysFull) Consume(context.Context, *record.Batch) error {
+	f.calls.Add(1)
+	return consumer.ErrFull
+}
+
+// Shutdown does not wait on a connection that waits for room, nor on the
+// UDP reader: the batch waiting is counted (shutting_down), the budget
+// given back.
+func TestShutdownWhileWaitingForRoom(t *testing.T) {
+	bud := budget.New(64 << 20)
+	full := &alwaysFull{}
+	r, err := New(testConfig(t), receiver.Env{Set: telemetry.TestSettings(), Next: full, Bodies: bud})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", r.TCPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "<13>1 - h a - - - waits\n")
+	for deadline := time.Now().Add(5 * time.Second); full.calls.Load() < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the batch was not tried")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(r.sm.dropped.WithLabelValues("tcp", "shutting_down")); got != 1 {
+		t.Fatalf("shutting_down %v, want 1", got)
+	}
+	if bud.Used() != 0 {
+		t.Fatalf("%d bytes of the budget still held", bud.Used())
+	}
 }
