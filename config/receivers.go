@@ -15,6 +15,7 @@ import (
 	"github.com/ferryhq/ferry/receiver/kafkafront"
 	"github.com/ferryhq/ferry/receiver/localreceiver"
 	"github.com/ferryhq/ferry/receiver/otlpreceiver"
+	"github.com/ferryhq/ferry/receiver/syslogreceiver"
 )
 
 // receiverFactories are the receivers ferry is built with, in the order
@@ -26,6 +27,7 @@ var receiverFactories = []receiver.Factory{
 	localreceiver.NewFactory(),
 	kafkafront.NewFactory(),
 	filereceiver.NewFactory(),
+	syslogreceiver.NewFactory(),
 }
 
 // Receivers is every receiver's section (YAML receivers.<type>), each

@@ -59,6 +59,9 @@ for target in \
   "FuzzFrame ./receiver/filereceiver" \
   "FuzzMultiline ./receiver/filereceiver 20000x" \
   "FuzzJSONFields ./receiver/filereceiver 20000x" \
+  "FuzzRFC5424 ./receiver/syslogreceiver 10000x" \
+  "FuzzRFC3164 ./receiver/syslogreceiver 10000x" \
+  "FuzzFrame ./receiver/syslogreceiver 10000x" \
   "FuzzLZ4 ./lz4frame" \
   "FuzzLZ4Block ./lz4frame"; do
   set -- $target

@@ -20,6 +20,9 @@ tgver=$(sed -n 's/^const TelemetrygenVersion = "\(.*\)"/\1/p' proofs/harness/kaf
 tgdir="${FERRY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ferry}/telemetrygen-$tgver"
 [ -x "$tgdir/telemetrygen" ] || GOBIN="$tgdir" go install "github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen@$tgver"
 
+echo "== rsyslog (for the syslog receiver's tests: a real rsyslogd forwarding over TCP and TLS)"
+scripts/rsyslog-local >/dev/null
+
 echo "== gofmt, go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted"; exit 1; fi

@@ -1,0 +1,6 @@
+package syslogreceiver
+
+import "os"
+
+func filepathTemp() (string, error) { return os.MkdirTemp("", "fsl") }
+func removeAll(d string)            { os.RemoveAll(d) }
