@@ -25,7 +25,10 @@ type Result struct {
 	OutOfOrder int64 `json:"out_of_order"`
 	Foreign    int64 `json:"foreign"` // records without this run's ids
 	// PerFileLost is each file's lost lines.
-	PerFileLost []int64       `json:"per_file_lost,omitempty"`
+	PerFileLost []int64 `json:"per_file_lost,omitempty"`
+	// LostRanges is each file's first lost id ranges [from, to) (at most
+	// 8 a file), to see where a loss happened.
+	LostRanges [][][2]int64 `json:"lost_ranges,omitempty"`
 	Took        time.Duration `json:"took"`
 }
 
@@ -102,6 +105,7 @@ func (c *Counter) Result() Result {
 	r := c.res
 	r.Lost, r.LostInWindow = 0, 0
 	r.PerFileLost = make([]int64, len(c.written))
+	r.LostRanges = make([][][2]int64, len(c.written))
 	for f, n := range c.written {
 		w := c.windows
 		for s := int64(0); s < n; s++ {
@@ -110,6 +114,11 @@ func (c *Counter) Result() Result {
 			}
 			r.Lost++
 			r.PerFileLost[f]++
+			if k := len(r.LostRanges[f]); k > 0 && r.LostRanges[f][k-1][1] == s {
+				r.LostRanges[f][k-1][1] = s + 1
+			} else if k < 8 {
+				r.LostRanges[f] = append(r.LostRanges[f], [2]int64{s, s + 1})
+			}
 			if f < len(w) {
 				for _, rg := range w[f] {
 					if s >= rg[0] && s < rg[1] {
@@ -124,8 +133,8 @@ func (c *Counter) Result() Result {
 }
 
 // Check reads topic from its start until every written line is there, or
-// nothing new came for quiet (after at least one record), or timeout; then
-// it keeps reading for quiet more to count late duplicates. progress, if
+// nothing new came for quiet, or timeout; then it keeps reading until
+// nothing came for a third of quiet, to count late duplicates. progress, if
 // set, is called about every 5 s.
 func Check(ctx context.Context, brokers, topic string, c *Counter, quiet, timeout time.Duration, progress func(Result)) (Result, error) {
 	start := time.Now()
@@ -154,7 +163,7 @@ func Check(ctx context.Context, brokers, topic string, c *Counter, quiet, timeou
 		if c.Missing() == 0 && complete.IsZero() {
 			complete = time.Now()
 		}
-		if !complete.IsZero() && time.Since(complete) > quiet && time.Since(lastNew) > quiet/2 {
+		if !complete.IsZero() && time.Since(complete) > quiet/3 && time.Since(lastNew) > quiet/3 {
 			break
 		}
 		if complete.IsZero() && time.Since(lastNew) > quiet {

@@ -138,11 +138,13 @@ func (w *Writer) appendLine(dst []byte, i int, seq int64) []byte {
 
 func (w *Writer) run(ctx context.Context) {
 	defer close(w.done)
-	var rot <-chan time.Time
+	// The rotator runs beside the writer, as logrotate beside a program:
+	// copytruncate's copy races the writes, as it does there.
 	if w.spec.Rotate != NoRotation && w.spec.RotateEvery > 0 {
-		t := time.NewTicker(w.spec.RotateEvery)
-		defer t.Stop()
-		rot = t.C
+		rctx, stop := context.WithCancel(ctx)
+		rdone := make(chan struct{})
+		go w.rotator(rctx, rdone)
+		defer func() { stop(); <-rdone }()
 	}
 	const tick = 10 * time.Millisecond
 	ticker := time.NewTicker(tick)
@@ -198,16 +200,29 @@ func (w *Writer) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-rot:
-			for i := range w.files {
-				if err := w.rotate(i); err != nil {
-					w.fail(err)
-					return
-				}
-			}
-			w.rotated.Add(1)
 		case <-ticker.C:
 		}
+	}
+}
+
+// rotator rotates every file each RotateEvery until ctx ends.
+func (w *Writer) rotator(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(w.spec.RotateEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for i := range w.files {
+			if err := w.rotate(i); err != nil {
+				w.fail(err)
+				return
+			}
+		}
+		w.rotated.Add(1)
 	}
 }
 
