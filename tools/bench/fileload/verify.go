@@ -28,8 +28,8 @@ type Result struct {
 	PerFileLost []int64 `json:"per_file_lost,omitempty"`
 	// LostRanges is each file's first lost id ranges [from, to) (at most
 	// 8 a file), to see where a loss happened.
-	LostRanges [][][2]int64 `json:"lost_ranges,omitempty"`
-	Took        time.Duration `json:"took"`
+	LostRanges [][][2]int64  `json:"lost_ranges,omitempty"`
+	Took       time.Duration `json:"took"`
 }
 
 func (r Result) String() string {
@@ -69,8 +69,13 @@ func NewCounter(run string, written []int64, windows [][][2]int64) *Counter {
 	return c
 }
 
-// Add counts one record's value.
+// Add counts one record's value. A value in double quotes is read inside
+// them: the Collector's kafka exporter (encoding raw) writes a string log
+// body JSON-quoted.
 func (c *Counter) Add(v []byte) {
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		v = v[1 : len(v)-1]
+	}
 	p, f, seq, ok := verify.ParseSeq(v)
 	if !ok || p != c.run || f < 0 || f >= len(c.seen) {
 		c.res.Foreign++
@@ -166,8 +171,10 @@ func Check(ctx context.Context, brokers, topic string, c *Counter, quiet, timeou
 		if !complete.IsZero() && time.Since(complete) > quiet/3 && time.Since(lastNew) > quiet/3 {
 			break
 		}
-		if complete.IsZero() && time.Since(lastNew) > quiet {
-			break // lines are missing and nothing more comes
+		// Lines are missing and nothing more comes (before the first
+		// record, the consumer's own start counts too: wait longer).
+		if complete.IsZero() && time.Since(lastNew) > quiet && (c.res.Delivered+c.res.Foreign > 0 || time.Since(start) > max(quiet, 20*time.Second)) {
+			break
 		}
 		if progress != nil && time.Since(lastProgress) > 5*time.Second {
 			lastProgress = time.Now()
