@@ -138,7 +138,7 @@ func checkFiles(t *testing.T, brokers, topic string, w *fileload.Writer) fileloa
 	return r
 }
 
-// 6. Many files at a fixed rate, rotated every few seconds by rename and
+// 8. Many files at a fixed rate, rotated every few seconds by rename and
 // create, and by copytruncate. Rename and create loses nothing and repeats
 // nothing. copytruncate loses what the truncation removes before ferry has
 // read it: the lines written between the copy and the truncation (the
@@ -179,7 +179,7 @@ func TestFilesRotation(t *testing.T) {
 				note += fmt.Sprintf("; lost: %d in copytruncate's window (written between copy and truncate; %d lines in all windows), %d written before the copy but not yet read when truncated (they are in the copy, outside include); bound checked: %d (two polls of lines per file per rotation + the windows)",
 					r.LostInWindow, w.WindowLines(), r.Lost-r.LostInWindow, ctBound)
 			}
-			record(t, filesOutcome(fmt.Sprintf("6. files rotated by %s under load", rot), "kafka", w, r, mib(a.peakRSS.Load()),
+			record(t, filesOutcome(fmt.Sprintf("8. files rotated by %s under load", rot), "kafka", w, r, mib(a.peakRSS.Load()),
 				fmt.Sprintf("all read back %.1fs after the load", r.Took.Seconds()), note))
 			if r.Written < int64(float64(spec.Rate)*total.Seconds()*0.8) {
 				t.Fatalf("only %d lines written in %s at %d/s", r.Written, total, spec.Rate)
@@ -214,7 +214,7 @@ func TestFilesRotation(t *testing.T) {
 	}
 }
 
-// 7. The agent is SIGKILLed several times while the files rotate (rename
+// 9. The agent is SIGKILLed several times while the files rotate (rename
 // and create every second, so rotations also happen while it is down):
 // after each restart it resumes at its checkpoint. Nothing is lost; the
 // lines repeated are at most, per kill, what was in flight
@@ -282,7 +282,7 @@ func TestFilesAgentKilledMidRotation(t *testing.T) {
 	a.Alive()
 	peak = max(peak, mib(a.peakRSS.Load()))
 	a.Stop()
-	record(t, filesOutcome(fmt.Sprintf("7. agent SIGKILL ×%d mid-rotation (rename every 1 s), restarted", kills), "kafka", w, r, peak,
+	record(t, filesOutcome(fmt.Sprintf("9. files: agent SIGKILL ×%d mid-rotation (rename every 1 s), restarted", kills), "kafka", w, r, peak,
 		"serving again after "+strings.Join(restarts, ", "),
 		fmt.Sprintf("duplicates bound checked: %d (per kill: max_inflight_bytes %d MiB / line size + one read + lines sent in the 1.5 s before the kill)", bound, filesMaxInflight>>20)))
 	if r.Lost != 0 {
@@ -296,7 +296,7 @@ func TestFilesAgentKilledMidRotation(t *testing.T) {
 	}
 }
 
-// 8. Kafka is down for a while (30 s in make faults) mid-run: the files
+// 10. Kafka is down for a while (30 s in make faults) mid-run: the files
 // are the buffer. ferry reads no further than max_inflight_bytes ahead,
 // its memory stays bounded, and once Kafka is back every line arrives,
 // in order, none twice.
@@ -345,7 +345,7 @@ func TestFilesKafkaDown(t *testing.T) {
 	}
 	a.Alive()
 	a.Stop()
-	record(t, filesOutcome(fmt.Sprintf("8. Kafka down %s mid-run (files rotated by rename)", down), "kafka", w, r, mib(a.peakRSS.Load()),
+	record(t, filesOutcome(fmt.Sprintf("10. files: Kafka down %s mid-run (rotated by rename)", down), "kafka", w, r, mib(a.peakRSS.Load()),
 		fmt.Sprintf("every file committed %.1fs after the restart began (%.1fs after the load)", time.Since(back).Seconds()-time.Since(drainedAt).Seconds(), drain.Seconds()),
 		fmt.Sprintf("peak in flight %.1f MiB (bound %d MiB + one read), peak lag %.1f MiB: the files were the buffer", peakInflight/(1<<20), filesMaxInflight>>20, peakLag/(1<<20))))
 	if r.Lost != 0 {
@@ -367,7 +367,7 @@ func TestFilesKafkaDown(t *testing.T) {
 	}
 }
 
-// 9. The disk holding the checkpoint is full (a small tmpfs as
+// 11. The disk holding the checkpoint is full (a small tmpfs as
 // checkpoint_dir, filled to its last byte): ferry goes on reading and
 // sending, says so (checkpoint_write errors, the log), is killed while the
 // disk is full and started again on its old checkpoint (it repeats the
@@ -457,7 +457,7 @@ func TestFilesCheckpointDiskFull(t *testing.T) {
 	// that reached the disk, which the full disk let grow for as long as it
 	// was full; plus what was in flight.
 	bound := int64(sentFull) + int64(float64(spec.Rate)*1.5) + inflightLines(spec.LineSize)
-	record(t, filesOutcome("9. checkpoint disk full (256 KiB tmpfs), agent SIGKILLed while full, space returned", "kafka", w, r, peak,
+	record(t, filesOutcome("11. files: checkpoint disk full (256 KiB tmpfs), agent SIGKILLed while full, space returned", "kafka", w, r, peak,
 		fmt.Sprintf("checkpoints written again %.1fs after space returned", back.Seconds()),
 		fmt.Sprintf("%0.f checkpoint_write errors while full, lines sent on meanwhile (%0.f, then %0.f after the restart); duplicates = what was sent since the last checkpoint on disk (bound checked: %d)", errs, sentFull, sentSecond, bound)))
 	if r.Lost != 0 {

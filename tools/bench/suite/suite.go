@@ -79,6 +79,7 @@ type suite struct {
 	ferry                 string
 	only                  string
 	otelcol, rsyslogd     string
+	filesNote             string // what the files section could not measure
 	self                  string
 	work                  string
 	brokers               string
