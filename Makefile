@@ -23,8 +23,9 @@ test:
 	scripts/test.sh
 
 # Every seed's table measured on this machine beside Kafka's own tools, and
-# OTLP into Kafka beside the OpenTelemetry Collector (built once by
-# scripts/otelcol-local), in one run (about 45 min on 2 cores): rewrites
+# OTLP and log files into Kafka beside the OpenTelemetry Collector (built
+# once by scripts/otelcol-local) and rsyslog (scripts/rsyslog-local install,
+# apt-get when missing), in one run (about 45 min on 2 cores): rewrites
 # BENCHMARKS.md and docs/bench/*.svg. First, the runtime.adaptive_procs
 # tests under a real load, which need a core to themselves (FERRY_REAL_LOAD).
 bench: build

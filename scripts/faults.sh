@@ -2,7 +2,9 @@
 # make faults: the fault tests at full length (about 15 minutes): broker
 # SIGKILL under 60 s of load in every delivery mode, agent SIGKILL in spool
 # mode, Kafka down for 3 minutes of overload, a damaged spool, a full disk,
-# and a 3-broker cluster whose partition leader is killed, then paused.
+# the files receiver (rotation both ways, SIGKILL mid-rotation, Kafka down,
+# checkpoint disk full), and a 3-broker cluster whose partition leader is
+# killed, then paused.
 # Each test prints a "result:" line; the table in docs/reliability.md is
 # rewritten from them. Short versions of the same tests run in make test.
 set -euo pipefail

@@ -37,24 +37,56 @@ type prodRow struct {
 	use, localUse          agentUsage
 }
 
-func (s *suite) run() error {
-	defer func() {
-		_, _ = s.exec("scripts/kafka-local", "stop", "--port", strconv.Itoa(s.port))
-	}()
+// startKafka starts a fresh local broker and warms its JVM, so the first
+// measured tool is not penalised; the returned func stops it.
+func (s *suite) startKafka() (func(), error) {
+	stop := func() { _, _ = s.exec("scripts/kafka-local", "stop", "--port", strconv.Itoa(s.port)) }
 	s.stepf("a fresh local Kafka on %s", s.brokers)
-	_, _ = s.exec("scripts/kafka-local", "stop", "--port", strconv.Itoa(s.port))
+	stop()
 	if _, err := s.exec("scripts/kafka-local", "start", "--port", strconv.Itoa(s.port)); err != nil {
-		return err
+		return stop, err
 	}
 	cp, err := s.exec("scripts/kafka-local", "classpath")
 	if err != nil {
-		return err
+		return stop, err
 	}
 	s.cp = strings.TrimSpace(cp)
-	// Warm the broker's JVM so the first measured tool is not penalised.
 	if t, err := s.topic("warmup", 3); err == nil {
-		_, _ = s.bench("produce", "--target", "kafka://"+s.brokers, "--topic", t, "--num-records", "300000", "--record-size", "100")
+		n := "300000"
+		if s.quick {
+			n = "30000"
+		}
+		_, _ = s.bench("produce", "--target", "kafka://"+s.brokers, "--topic", t, "--num-records", n, "--record-size", "100")
 		s.deleteTopic(t)
+	}
+	return stop, nil
+}
+
+// runFiles is --only files: the log files section alone, rewritten in
+// place in the report.
+func (s *suite) runFiles() error {
+	stop, err := s.startKafka()
+	defer stop()
+	if err != nil {
+		return err
+	}
+	rows, err := s.filesBench()
+	if err != nil {
+		return err
+	}
+	s.stepf("rewriting the files section of %s and %s/files-cpu.svg", s.doc.Out, s.doc.Charts)
+	s.writeFiles(rows)
+	if _, err := os.Stat(s.doc.Out); err != nil {
+		return os.WriteFile(s.doc.Out, []byte(s.doc.String()), 0o644)
+	}
+	return replaceFilesSection(s.doc.Out, s.doc.String())
+}
+
+func (s *suite) run() error {
+	stop, err := s.startKafka()
+	defer stop()
+	if err != nil {
+		return err
 	}
 
 	prod, err := s.producers()
@@ -97,8 +129,12 @@ func (s *suite) run() error {
 	if err != nil {
 		return err
 	}
+	files, err := s.filesBench()
+	if err != nil {
+		return err
+	}
 	s.stepf("writing %s and the charts in %s", s.doc.Out, s.doc.Charts)
-	return s.write(prod, front, pan, cons, otlp, lingers, col, modes, micro, java)
+	return s.write(prod, front, pan, cons, otlp, lingers, col, modes, micro, java, files)
 }
 
 func (s *suite) sizes() []int {

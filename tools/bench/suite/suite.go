@@ -42,6 +42,7 @@ func Cmd(args []string) error {
 	fs.StringVar(&s.doc.Charts, "charts", "docs/bench", "directory for the SVG charts (linked from the report)")
 	fs.IntVar(&s.port, "port", 29392, "port of the local Kafka the suite starts (and the next one for its controller)")
 	fs.StringVar(&s.ferry, "ferry", "bin/ferry", "the ferry binary")
+	fs.StringVar(&s.only, "only", "", "run one section and rewrite it in place in --out: files (log files beside the Collector's filelog and rsyslog)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -57,8 +58,15 @@ func Cmd(args []string) error {
 	}
 	defer os.RemoveAll(s.work)
 	s.brokers = fmt.Sprintf("127.0.0.1:%d", s.port)
-	s.total = 12
-	return s.run()
+	s.total = 13
+	switch s.only {
+	case "":
+		return s.run()
+	case "files":
+		s.total = 3
+		return s.runFiles()
+	}
+	return fmt.Errorf("--only %q: the sections that run alone are: files", s.only)
 }
 
 type suite struct {
@@ -69,6 +77,9 @@ type suite struct {
 	switchCost, sleepCost string
 	port                  int
 	ferry                 string
+	only                  string
+	otelcol, rsyslogd     string
+	filesNote             string // what the files section could not measure
 	self                  string
 	work                  string
 	brokers               string
