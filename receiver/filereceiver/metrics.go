@@ -23,6 +23,8 @@ type fileMetrics struct {
 	checkpoints prometheus.Counter
 	// compressedCopies: gzip files found to hold a file already read.
 	compressedCopies prometheus.Counter
+	// copies: copytruncate copies read from the truncated file's offset.
+	copies prometheus.Counter
 }
 
 func newFileMetrics(reg prometheus.Registerer) *fileMetrics {
@@ -47,6 +49,8 @@ func newFileMetrics(reg prometheus.Registerer) *fileMetrics {
 			Help: "Bytes read from files and not yet acknowledged (max_inflight_bytes bounds it)."})),
 		checkpoints: telemetry.Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_files_checkpoints_total",
 			Help: "Checkpoints written."})),
+		copies: telemetry.Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_files_copytruncate_copies_total",
+			Help: "Copies of truncated files (logrotate's copytruncate) found and read from the truncated file's committed offset."})),
 		compressedCopies: telemetry.Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_files_compressed_copies_total",
 			Help: "Gzip files found to hold the lines of a file already read to its end (logrotate's compress): those lines are not sent again."})),
 	}

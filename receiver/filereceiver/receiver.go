@@ -465,13 +465,14 @@ func (r *Receiver) flushDue(f *file, now time.Time) bool {
 // (f replaced it in a rotation), so f waits and the path's lines stay in
 // order.
 func (r *Receiver) olderUnread(f *file) bool {
-	if f.orphan {
+	if f.orphan || f.first {
 		return false
 	}
 	for _, o := range r.orphans {
 		// readOff < size: bytes not sent yet, including an unterminated
-		// last line or a multiline group that waits for the let-go.
-		if o.path == f.path && o.orphan && !o.released && (o.readOff < o.size || o.pending != nil) {
+		// last line or a multiline group that waits for the let-go. A
+		// copytruncate copy under the globs (first) is drained likewise.
+		if o.path == f.path && o != f && (o.orphan || o.first) && !o.released && (o.readOff < o.size || o.pending != nil) {
 			return true
 		}
 	}
@@ -525,7 +526,10 @@ func (r *Receiver) reap() {
 	r.list = keep
 	ok := r.orphans[:0]
 	for _, o := range r.orphans {
-		if o.orphan && !o.released {
+		if o.first && o.readOff >= o.size && o.pending == nil {
+			o.first = false // drained: an ordinary file under the globs
+		}
+		if (o.orphan || o.first) && !o.released {
 			ok = append(ok, o)
 		}
 	}

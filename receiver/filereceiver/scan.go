@@ -54,6 +54,7 @@ type file struct {
 	zsize, zTried int64 // the compressed sizes size was taken at, and last failed at
 	decided       bool  // its start offset is known (gzip files wait for rotations to end)
 	unsaved       bool  // not in a checkpoint written yet: not read until it is
+	first         bool  // a copytruncate copy under the globs: drained before its path's file (in Receiver.orphans)
 
 	// Guarded by Receiver.mu.
 	gen       uint64  // bumped when the file is read again from an offset: older spans no longer count
@@ -248,6 +249,7 @@ func (r *Receiver) observe(f *file, size int64, now time.Time) {
 		size = r.gzSize(f, nil, size)
 	}
 	if size < f.examined || size < f.readOff {
+		r.recoverCopy(f, now)
 		r.truncated(f)
 	}
 	if f.orphan && size != f.size {

@@ -1,0 +1,102 @@
+package filereceiver
+
+// copytruncate: logrotate's copytruncate copies app.log to app.log.1 and
+// then truncates app.log in place. The lines written since ferry's last
+// read (up to a poll_interval of them), and those read but not yet
+// acknowledged, are no longer in app.log: they are only in the copy. So when
+// ferry finds a file truncated, it looks in the file's directory for the
+// copy — a file it does not know whose first bytes are the truncated
+// file's fingerprint and which is at least as long as its committed offset — and
+// reads it from that offset, as a rotated file of the same path (its lines
+// before the new ones, the same path header and key). What stays lost is
+// only what the writer added between the copy and the truncation, which
+// no reader can see (docs/files.md). A copy outside the include globs is let
+// go once read to its end; one inside them stays known by its inode, so it
+// is never read again from its start.
+
+import (
+	"bytes"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// maxCopyCandidates bounds the directory entries looked at for a copy.
+const maxCopyCandidates = 4096
+
+// recoverCopy adopts the copy of f, which was just found truncated; called
+// before f forgets its old content.
+func (r *Receiver) recoverCopy(f *file, now time.Time) {
+	if len(f.fp) == 0 || f.cur == "" || f.gz {
+		return
+	}
+	r.mu.Lock()
+	from := f.committed
+	r.mu.Unlock()
+	dir := filepath.Dir(f.cur)
+	d, err := os.Open(dir)
+	if err != nil {
+		return
+	}
+	names, _ := d.Readdirnames(maxCopyCandidates)
+	d.Close()
+	var best string
+	var bestID fileID
+	var bestSize int64
+	var bestMod time.Time
+	for _, n := range names {
+		p := filepath.Join(dir, n)
+		fi, err := os.Lstat(p)
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() < from || int64(len(f.fp)) > fi.Size() {
+			continue
+		}
+		id, ok := idOf(fi)
+		if !ok || id == f.id || r.files[id] != nil {
+			continue
+		}
+		fd, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		same := bytes.Equal(readPrefix(fd, len(f.fp), int64(len(f.fp))), f.fp)
+		fd.Close()
+		if same && (best == "" || fi.ModTime().After(bestMod)) {
+			best, bestID, bestSize, bestMod = p, id, fi.Size(), fi.ModTime()
+		}
+	}
+	if best == "" {
+		return
+	}
+	g := r.adopt(f.path, best, f.group, bestID, bestSize, now,
+		&entry{Path: f.path, FPLen: len(f.fp), FPHash: f.fpH, Offset: from})
+	if g == nil {
+		return
+	}
+	// Read once a checkpoint knows it, as any file new to ferry.
+	g.unsaved = true
+	r.unsaved++
+	g.seen = r.scanGen
+	if !r.matched(best) {
+		r.setOrphan(g, true)
+		g.still = now
+	} else {
+		// It stays known under the globs; its lines still go before the
+		// truncated file's new ones.
+		g.first = true
+		r.orphans = append(r.orphans, g)
+	}
+	r.fm.copies.Inc()
+	r.log.Log(slog.LevelInfo, "copytruncate", "files: a truncated file's copy is read from the truncated file's committed offset",
+		"path", f.path, "copy", best, "from_offset", from)
+}
+
+// matched: p is under the include globs and not excluded.
+func (r *Receiver) matched(p string) bool {
+	for _, pat := range r.cfg.Include {
+		if ok, _ := filepath.Match(pat, p); ok {
+			return !r.excluded(p)
+		}
+	}
+	return false
+}

@@ -1,0 +1,138 @@
+package filereceiver
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/receiver"
+	"github.com/ferryhq/ferry/telemetry"
+)
+
+// drive runs the receiver's loop by hand (scan, checkpoint, rounds) until
+// nothing moves, the clock stepping past rotate_wait.
+func drive(t *testing.T, r *Receiver, now *time.Time) {
+	t.Helper()
+	for i := 0; i < 8; i++ {
+		*now = now.Add(r.cfg.RotateWait + time.Millisecond)
+		r.scan(*now)
+		if err := r.checkpoint(true); err != nil {
+			t.Fatal(err)
+		}
+		for r.round(*now) {
+		}
+	}
+}
+
+func manual(t *testing.T, cfg Config, p *pipe) *Receiver {
+	t.Helper()
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(cfg.CheckpointDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, f := range r.list {
+			r.closeFile(f)
+		}
+	})
+	return r
+}
+
+func copyTruncate(t *testing.T, path, copy string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(copy, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCopyTruncateReadsTheCopy: lines written after ferry's last read and
+// before logrotate's copy and truncation are only in the copy: ferry finds
+// it (its first bytes are the truncated file's) and reads it from the
+// committed offset, before the file's new lines. With the copy outside the
+// globs or inside them, nothing is lost or sent twice.
+func TestCopyTruncateReadsTheCopy(t *testing.T) {
+	for _, inGlobs := range []bool{false, true} {
+		t.Run(fmt.Sprintf("copy in globs=%v", inGlobs), func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "app.log")
+			cfg := testConfig(t, dir)
+			cfg.Include = []string{path}
+			if inGlobs {
+				cfg.Include = []string{path + "*"}
+			}
+			p := &pipe{}
+			r := manual(t, cfg, p)
+			now := time.Now()
+			write(t, path, lines("line", 0, 3))
+			drive(t, r, &now)
+			write(t, path, lines("line", 3, 5)) // not read before the rotation
+			copyTruncate(t, path, path+".1")
+			write(t, path, lines("line", 5, 6))
+			drive(t, r, &now)
+			if got := fmt.Sprint(p.values()); got != "[line-0 line-1 line-2 line-3 line-4 line-5]" {
+				t.Fatalf("got %s", got)
+			}
+			if n := testutil.ToFloat64(r.fm.copies); n != 1 {
+				t.Fatalf("copies counted %v", n)
+			}
+			// The next rotation (app.log.1 -> app.log.2, a new copy): no
+			// copy is read again, even one with nothing left to read.
+			write(t, path, lines("line", 6, 7))
+			drive(t, r, &now)
+			if err := os.Rename(path+".1", path+".2"); err != nil {
+				t.Fatal(err)
+			}
+			copyTruncate(t, path, path+".1")
+			write(t, path, lines("line", 7, 8))
+			drive(t, r, &now)
+			checkExactlyOnce(t, p.values(), 8)
+			for _, g := range p.records() {
+				if g.path != path {
+					t.Fatalf("a record with path %q, not the file's", g.path)
+				}
+			}
+		})
+	}
+}
+
+// TestCopyTruncateInFlight: lines handed on and not acknowledged when the
+// file is truncated, then failed, come again from the copy.
+func TestCopyTruncateInFlight(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app.log")
+	cfg := testConfig(t, dir)
+	cfg.Include = []string{path}
+	p := &pipe{hold: true}
+	r := manual(t, cfg, p)
+	now := time.Now()
+	write(t, path, lines("line", 0, 3))
+	drive(t, r, &now)
+	if p.heldCount() != 1 {
+		t.Fatalf("%d batches held", p.heldCount())
+	}
+	copyTruncate(t, path, path+".1")
+	write(t, path, lines("line", 3, 4))
+	r.scan(now.Add(time.Millisecond)) // the truncation, the copy found
+	p.release(0, consumer.ErrShutdownTimeout)
+	p.set(func(p *pipe) { p.hold = false })
+	drive(t, r, &now)
+	got := p.values()
+	if fmt.Sprint(got[len(got)-4:]) != "[line-0 line-1 line-2 line-3]" {
+		t.Fatalf("got %q", got)
+	}
+}
