@@ -70,14 +70,18 @@
 // a group is cut out of one read like a line, so a committed offset never
 // falls inside one.
 //
-// Known limits: a copytruncate copy that matches include is a new file
-// (its lines are sent again: exclude it); a file truncated and written past
-// the old position between two polls looks like one that grew (the
-// new lines before that position are not read); lines written between the
-// last read and a truncation are only in the copy; a file must stay under
-// a matched path for one poll_interval to be seen at all; a file closed
-// by max_open_files and deleted before it is opened again cannot be read
-// to its end (counted, reason file_gone).
+// A truncated file's copy (copytruncate.go) is read from the committed
+// offset before the file's new lines, so what was not read yet when the
+// file was truncated comes from the copy.
+//
+// Known limits: the lines written between copytruncate's copy and its
+// truncation are in neither file; a copy in another directory is not
+// looked for; a file truncated and written past the old position between
+// two polls looks like one that grew (the new lines before that position
+// are not read); a file must stay under a matched path for one
+// poll_interval to be seen at all; a file closed by max_open_files and
+// deleted before it is opened again cannot be read to its end (counted,
+// reason file_gone).
 package filereceiver
 
 import (
