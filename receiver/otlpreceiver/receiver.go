@@ -38,6 +38,7 @@ import (
 	"github.com/ferryhq/ferry/otlp/wire"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
+	"github.com/ferryhq/ferry/processor/spanmetrics"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
@@ -65,6 +66,9 @@ type Receiver struct {
 	sampler *sampler.Sampler
 	attrs   *attributes.Processor
 	allow   *routing.Allow
+	// spans: RED metrics from spans (nil: off); spanM counts its flushes.
+	spans *spanmetrics.Processor
+	spanM *receivermetrics.Metrics
 	// maxRecordBytes: see New.
 	maxRecordBytes int
 	httpSub        *submit.Submitter
@@ -106,6 +110,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	if pre != nil {
 		r.sampler, r.attrs = pre.Sampler, pre.Attributes
 	}
+	r.attachSpanMetrics(pre)
 	r.allow, _ = routing.NewAllow(cfg.Topics) // checked by Validate
 	r.httpM = receivermetrics.New(set.Registry, "otlp_http")
 	r.grpcM = receivermetrics.New(set.Registry, "otlp_grpc")
@@ -267,6 +272,9 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	out.B = buf
 	if err != nil {
 		return r.encodeFailed(m, err)
+	}
+	if sig == encoding.Traces {
+		r.spans.Observe(raw.B) // every span the decoder accepted, the sampled-out ones too
 	}
 	r.sampler.Dropped(sig, rt.vars.Tenant, enc.Dropped)
 	if items == 0 {
