@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -100,6 +101,46 @@ func FuzzSpanSkim(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSpanSkimMutations: 100,000 random corruptions of real requests
+// (bytes changed, cut short) end the skim without a panic, and the ones the
+// full walk still accepts are skimmed to the same spans. A deterministic
+// companion of FuzzSpanSkim that runs in every go test.
+func TestSpanSkimMutations(t *testing.T) {
+	raw, _ := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(1).Traces(3)).MarshalProto()
+	rich, _ := ptraceotlp.NewExportRequestFromTraces(richTraces()).MarshalProto()
+	rng := rand.New(rand.NewPCG(1, 2))
+	n := 100000
+	if testing.Short() {
+		n = 10000
+	}
+	for i := range n {
+		src := raw
+		if i%2 == 1 {
+			src = rich
+		}
+		b := append([]byte{}, src...)
+		for range 1 + rng.IntN(4) {
+			b[rng.IntN(len(b))] = byte(rng.IntN(256))
+		}
+		if rng.IntN(3) == 0 {
+			b = b[:rng.IntN(len(b))]
+		}
+		got, _ := skimAll(b)
+		want, err := walkAll(b)
+		if err != nil {
+			continue
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%x: %d spans, the walk %d", b, len(got), len(want))
+		}
+		for j := range got {
+			if got[j].name != want[j].name || got[j].kind != want[j].kind || got[j].status != want[j].status {
+				t.Fatalf("%x: span %d: %+v, the walk %+v", b, j, got[j], want[j])
+			}
+		}
+	}
 }
 
 func BenchmarkSpanSkim_100_Spans(b *testing.B) {
