@@ -90,6 +90,19 @@ func (s *SpanSkim) enterResource(rb []byte) {
 	s.items = Repeated{}
 }
 
+// SpanFacts is what RED metrics need of one span: views into the request
+// (its Resource message, its name) and its scalars.
+type SpanFacts struct {
+	Res          []byte // the span's Resource message
+	Name         []byte
+	Kind, Status int32
+	Start, End   uint64
+}
+
+// ServiceName is the string value of the service.name attribute of a
+// Resource message, or nil.
+func ServiceName(res []byte) []byte { return serviceName(res) }
+
 // serviceName is the string value of the service.name attribute of a
 // Resource message, or nil.
 func serviceName(res []byte) []byte {

@@ -268,14 +268,13 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	enc.MaxItems, enc.MaxBytes, enc.RecordCost = r.cfg.MaxItems, int(r.cfg.MaxExpandedBytes), record.Overhead
 	enc.FlatExtra = rt.extra
 	enc.Sample = r.sampler.Decide(sig, rt.vars.Tenant)
+	enc.RecordSpans = r.spans != nil
 	parts, buf, items, err := enc.Encode(sig, so.cfg, raw.B, out.B)
 	out.B = buf
 	if err != nil {
 		return r.encodeFailed(m, err)
 	}
-	if sig == encoding.Traces {
-		r.spans.Observe(raw.B) // every span the decoder accepted, the sampled-out ones too
-	}
+	r.spans.Add(enc.Spans) // every span the encoder decoded, the sampled-out ones too
 	r.sampler.Dropped(sig, rt.vars.Tenant, enc.Dropped)
 	if items == 0 {
 		return outcome{}
