@@ -17,6 +17,7 @@ import (
 	"github.com/ferryhq/ferry/exporter"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
+	"github.com/ferryhq/ferry/processor/spanmetrics"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -61,6 +62,8 @@ type Telemetry struct {
 type Processors struct {
 	Sampler    sampler.Config    `yaml:"sampler"`
 	Attributes attributes.Config `yaml:"attributes"`
+	// SpanMetrics: RED metrics derived from spans (docs/span-metrics.md).
+	SpanMetrics spanmetrics.Config `yaml:"span_metrics"`
 }
 
 // Delivery chooses when a client is answered and whether a disk spool
@@ -164,6 +167,12 @@ func (c *Config) Validate() error {
 	wrap("rate_limits", c.RateLimits.Validate())
 	wrap("processors.sampler", c.Processors.Sampler.Validate())
 	wrap("processors.attributes", c.Processors.Attributes.Validate())
+	wrap("processors.span_metrics", c.Processors.SpanMetrics.Validate())
+	if c.Processors.SpanMetrics.Enabled {
+		if rc := c.Receivers.ReceiverConfig("otlp"); rc == nil || !rc.On() {
+			fail("processors.span_metrics.enabled is true and receivers.otlp.enabled is false: spans reach span metrics, and their metrics reach Kafka, through the OTLP receiver")
+		}
+	}
 	if c.ShutdownTimeout < time.Second {
 		fail("shutdown_timeout: %s is below 1s", c.ShutdownTimeout)
 	}

@@ -83,17 +83,22 @@ func TestDefaultYAMLIsComplete(t *testing.T) {
 
 func TestErrorsNameTheKey(t *testing.T) {
 	cases := map[string]string{
-		"exporter:\n  kafka:\n    compresion: lz4\n":           "unknown key exporter.kafka.compresion",
-		"queue:\n  memory_limit: lots\n":                       "queue.memory_limit",
-		"exporter:\n  kafka:\n    linger: 5\n":                 "exporter.kafka.linger",
-		"exporter:\n  kafka:\n    acks: some\n":                "exporter.kafka.acks",
-		"exporter:\n  kafka:\n    brokers: []\n":               "exporter.kafka.brokers",
-		"exporter:\n  kafka:\n    acks: leader\n":              "exporter.kafka.idempotent",
-		"receivers:\n  http:\n    max_request_bytes: 1GiB\n":   "max_request_bytes",
-		"exporter:\n  type: nats\n":                            "exporter.type",
-		"exporter:\n  nats:\n    url: x\n":                     "unknown key exporter.nats",
-		"telemetry:\n  log:\n    level: loud\n":                "telemetry.log.level",
-		"delivery:\n  mode: spool\n  spool:\n    linger: 2m\n": "delivery.spool.linger",
+		"exporter:\n  kafka:\n    compresion: lz4\n":                                 "unknown key exporter.kafka.compresion",
+		"queue:\n  memory_limit: lots\n":                                             "queue.memory_limit",
+		"exporter:\n  kafka:\n    linger: 5\n":                                       "exporter.kafka.linger",
+		"exporter:\n  kafka:\n    acks: some\n":                                      "exporter.kafka.acks",
+		"exporter:\n  kafka:\n    brokers: []\n":                                     "exporter.kafka.brokers",
+		"exporter:\n  kafka:\n    acks: leader\n":                                    "exporter.kafka.idempotent",
+		"receivers:\n  http:\n    max_request_bytes: 1GiB\n":                         "max_request_bytes",
+		"exporter:\n  type: nats\n":                                                  "exporter.type",
+		"exporter:\n  nats:\n    url: x\n":                                           "unknown key exporter.nats",
+		"telemetry:\n  log:\n    level: loud\n":                                      "telemetry.log.level",
+		"delivery:\n  mode: spool\n  spool:\n    linger: 2m\n":                       "delivery.spool.linger",
+		"processors:\n  span_metrics:\n    enabled: true\n    max_series: 0\n":       "processors.span_metrics.max_series",
+		"processors:\n  span_metrics:\n    enabled: true\n    buckets: [1s, 10ms]\n": "processors.span_metrics.buckets[1]",
+		"processors:\n  span_metrics:\n    enabled: true\n    interval: 10ms\n":      "processors.span_metrics.interval",
+		"processors:\n  span_metrics:\n    enabled: true\n    expire_after: 1s\n":    "processors.span_metrics.expire_after",
+		"processors:\n  span_metrics:\n    intervall: 1s\n":                          "unknown key processors.span_metrics.intervall",
 	}
 	for src, want := range cases {
 		_, err := Parse([]byte(src), nil)
@@ -166,6 +171,7 @@ func TestRefusesConfigurationsThatCannotWork(t *testing.T) {
 		"spool smaller than a request":  {"delivery.mode=spill", "delivery.spool.max_bytes=4MiB", "delivery.spool.segment_bytes=1MiB"},
 		"client buffer below the queue": {"exporter.kafka.max_buffered_bytes=64MiB"},
 		"pprof off loopback":            {"telemetry.admin.pprof=true", "telemetry.admin.listen=0.0.0.0:8089"},
+		"span metrics without otlp":     {"processors.span_metrics.enabled=true", "receivers.otlp.enabled=false"},
 	}
 	want := map[string][]string{
 		"spool reader cannot hold a record": {"queue.memory_limit", "exporter.kafka.max_batch_bytes"},
@@ -174,6 +180,7 @@ func TestRefusesConfigurationsThatCannotWork(t *testing.T) {
 		"spool smaller than a request":      {"delivery.spool.max_bytes", "max_request_bytes"},
 		"client buffer below the queue":     {"exporter.kafka.max_buffered_bytes", "queue.memory_limit"},
 		"pprof off loopback":                {"telemetry.admin.pprof", "telemetry.admin.listen"},
+		"span metrics without otlp":         {"processors.span_metrics.enabled", "receivers.otlp.enabled"},
 	}
 	for name, set := range cases {
 		_, err := Parse(nil, set)

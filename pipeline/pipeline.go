@@ -36,6 +36,7 @@ import (
 	"github.com/ferryhq/ferry/exporter"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
+	"github.com/ferryhq/ferry/processor/spanmetrics"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -59,10 +60,12 @@ type Pipeline struct {
 	Limiter   *ratelimit.Limiter
 	Sampler   *sampler.Sampler
 	Attrs     *attributes.Processor
-	reloadMu  sync.Mutex
-	life      *lifecycle
-	stop      chan struct{}
-	done      chan struct{}
+	// SpanMetrics is nil unless processors.span_metrics.enabled.
+	SpanMetrics *spanmetrics.Processor
+	reloadMu    sync.Mutex
+	life        *lifecycle
+	stop        chan struct{}
+	done        chan struct{}
 }
 
 // Receiver is one running receiver and its section's name.
@@ -157,7 +160,10 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 	if p.Attrs, err = attributes.New(cfg.Processors.Attributes, set); err != nil {
 		return nil, fmt.Errorf("processors.attributes: %w", err)
 	}
-	pre := &receiver.Prechecks{Checker: p.Auth, Limiter: p.Limiter, Sampler: p.Sampler, Attributes: p.Attrs}
+	if p.SpanMetrics, err = spanmetrics.New(cfg.Processors.SpanMetrics, set); err != nil {
+		return nil, fmt.Errorf("processors.span_metrics: %w", err)
+	}
+	pre := &receiver.Prechecks{Checker: p.Auth, Limiter: p.Limiter, Sampler: p.Sampler, Attributes: p.Attrs, SpanMetrics: p.SpanMetrics}
 	// Request bodies reserve their memory before they are read: from the
 	// shared budget, except in spill mode, where a full queue must send
 	// requests to disk rather than refuse them, so bodies have a budget of
@@ -223,6 +229,12 @@ func (p *Pipeline) components() *lifecycle {
 	}
 	l.add("queue", p.Queue)
 	l.add("auth", p.Auth)
+	if p.SpanMetrics != nil {
+		// Stopped after the receivers, so the spans of their last requests
+		// are in its last flush, which goes through the queue and the
+		// exporter, still running.
+		l.add("processors.span_metrics", p.SpanMetrics)
+	}
 	for _, r := range p.Receivers {
 		l.add("receivers."+r.Type, r)
 	}
@@ -338,6 +350,11 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 			restart = append(restart, "receivers."+f.Type())
 		}
 	})
+	// Span metrics keep the configuration they started with.
+	running := p.cfg.Processors.SpanMetrics
+	if !reflect.DeepEqual(running, cfg.Processors.SpanMetrics) {
+		restart = append(restart, "processors.span_metrics")
+	}
 	old, next := *p.cfg, *cfg
 	old.Auth, next.Auth = auth.Config{}, auth.Config{}
 	old.RateLimits, next.RateLimits = ratelimit.Config{}, ratelimit.Config{}
@@ -357,6 +374,7 @@ func (p *Pipeline) Reload(cfg *config.Config) (warning string, err error) {
 		}
 	}
 	p.cfg.Auth, p.cfg.RateLimits, p.cfg.Processors = cfg.Auth, cfg.RateLimits, cfg.Processors
+	p.cfg.Processors.SpanMetrics = running
 	p.Set.Logger.Info("configuration reloaded", "applied", "auth keys, rate limits, sampler, attribute filters, receivers' auth, Kafka TLS and SASL")
 	if len(restart) > 0 {
 		warning = "changes to " + strings.Join(restart, ", ") + " need a restart and were not applied"

@@ -19,18 +19,22 @@ import (
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
+	"github.com/ferryhq/ferry/processor/spanmetrics"
 	"github.com/ferryhq/ferry/routing"
 )
 
 // Prechecks are the shared stages every receiver runs on a request before
 // anything is queued: token verification, per-application rate limits, and
 // the processors the OTLP receiver applies in its single decode pass
-// (sampler, attribute filters). Any may be nil.
+// (sampler, attribute filters, span metrics). Any may be nil.
 type Prechecks struct {
 	Checker    *auth.Checker
 	Limiter    *ratelimit.Limiter
 	Sampler    *sampler.Sampler
 	Attributes *attributes.Processor
+	// SpanMetrics sees every traces request the OTLP receiver decodes,
+	// before sampling, and flushes through the receiver's metrics path.
+	SpanMetrics *spanmetrics.Processor
 }
 
 // Gate returns the token and rate-limit gate for one receiver's auth

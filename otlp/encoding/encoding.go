@@ -109,6 +109,11 @@ type Encoder struct {
 	// Dropped is how many the last Encode dropped.
 	Sample  sampling.Decision
 	Dropped int
+	// RecordSpans: Encode of traces keeps in Spans what span metrics need
+	// of every span it decodes, sampled out or not, so that they read the
+	// request in the same pass (views into raw, valid while raw is).
+	RecordSpans bool
+	Spans       []wire.SpanFacts
 
 	fj    flatjson.Encoder
 	parts []Part
@@ -147,6 +152,10 @@ func (e *Encoder) over(n, start, end, parts int) error {
 func (e *Encoder) Encode(sig Signal, c *Config, raw []byte, out []byte) ([]Part, []byte, int, error) {
 	e.parts = e.parts[:0]
 	e.Dropped = 0
+	if cap(e.Spans) > 1<<16 { // a pooled encoder does not keep a huge one
+		e.Spans = nil
+	}
+	e.Spans = e.Spans[:0]
 	e.fj.Reset()
 	e.fj.Extra = e.FlatExtra
 	e.hash.reset()
@@ -157,7 +166,7 @@ func (e *Encoder) Encode(sig Signal, c *Config, raw []byte, out []byte) ([]Part,
 		// Some items may go: re-frame what is kept as one record.
 		return e.split(sig, c, raw, out)
 	case c.Partition == "none":
-		n, err := CountItems(sig, raw, e.MaxItems)
+		n, err := e.count(sig, raw)
 		if err != nil || n == 0 {
 			return nil, out, 0, err
 		}
@@ -203,6 +212,7 @@ func (e *Encoder) flat(sig Signal, c *Config, raw []byte, out []byte) ([]Part, [
 	case Traces:
 		it := wire.NewTraces(raw)
 		for it.Next() {
+			e.record(&it)
 			if !e.Sample.Keep(it.Span().TraceID) {
 				e.Dropped++
 				continue
@@ -279,6 +289,31 @@ func CountItems(sig Signal, raw []byte, maxItems int) (int, error) {
 		err = it.Err()
 	}
 	return n, err
+}
+
+// record keeps the current span's facts when RecordSpans.
+func (e *Encoder) record(it *wire.Traces) {
+	if e.RecordSpans {
+		sp := it.Span()
+		e.Spans = append(e.Spans, wire.SpanFacts{Res: it.Resource().Raw, Name: sp.Name, Kind: sp.Kind,
+			Status: sp.StatusCode, Start: sp.Start, End: sp.End})
+	}
+}
+
+// count is CountItems, keeping the spans' facts when RecordSpans.
+func (e *Encoder) count(sig Signal, raw []byte) (int, error) {
+	if !e.RecordSpans || sig != Traces {
+		return CountItems(sig, raw, e.MaxItems)
+	}
+	n := 0
+	it := wire.NewTraces(raw)
+	for it.Next() {
+		if n++; e.MaxItems > 0 && n > e.MaxItems {
+			return n, &LimitError{Items: true, Limit: e.MaxItems}
+		}
+		e.record(&it)
+	}
+	return n, it.Err()
 }
 
 // appendJSON appends raw (protobuf) re-encoded as OTLP/JSON.

@@ -263,6 +263,7 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 	case Traces:
 		it := wire.NewTraces(raw)
 		for it.Next() {
+			e.record(&it)
 			if !e.Sample.Keep(it.Span().TraceID) {
 				e.Dropped++
 				continue

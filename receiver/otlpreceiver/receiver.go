@@ -38,6 +38,7 @@ import (
 	"github.com/ferryhq/ferry/otlp/wire"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
+	"github.com/ferryhq/ferry/processor/spanmetrics"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
@@ -65,6 +66,9 @@ type Receiver struct {
 	sampler *sampler.Sampler
 	attrs   *attributes.Processor
 	allow   *routing.Allow
+	// spans: RED metrics from spans (nil: off); spanM counts its flushes.
+	spans *spanmetrics.Processor
+	spanM *receivermetrics.Metrics
 	// maxRecordBytes: see New.
 	maxRecordBytes int
 	httpSub        *submit.Submitter
@@ -109,6 +113,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	if pre != nil {
 		r.sampler, r.attrs = pre.Sampler, pre.Attributes
 	}
+	r.attachSpanMetrics(pre)
 	r.allow, _ = routing.NewAllow(cfg.Topics) // checked by Validate
 	r.httpM = receivermetrics.New(set.Registry, "otlp_http")
 	r.grpcM = receivermetrics.New(set.Registry, "otlp_grpc")
@@ -266,11 +271,13 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	enc.MaxItems, enc.MaxBytes, enc.RecordCost = r.cfg.MaxItems, int(r.cfg.MaxExpandedBytes), record.Overhead
 	enc.FlatExtra = rt.extra
 	enc.Sample = r.sampler.Decide(sig, rt.vars.Tenant)
+	enc.RecordSpans = r.spans != nil
 	parts, buf, items, err := enc.Encode(sig, so.cfg, raw.B, out.B)
 	out.B = buf
 	if err != nil {
 		return r.encodeFailed(m, err)
 	}
+	r.spans.Add(enc.Spans) // every span the encoder decoded, the sampled-out ones too
 	r.sampler.Dropped(sig, rt.vars.Tenant, enc.Dropped)
 	if items == 0 {
 		return outcome{}
