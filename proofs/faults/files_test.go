@@ -175,7 +175,7 @@ func TestFilesRotation(t *testing.T) {
 				note += fmt.Sprintf("; lost: %d in copytruncate's window (written between copy and truncate; %d lines in all windows), %d outside it; %0.f copies read from the truncated file's offset",
 					r.LostInWindow, w.WindowLines(), r.Lost-r.LostInWindow, copies)
 			}
-			record(t, filesOutcome(fmt.Sprintf("8. files rotated by %s under load", rot), "kafka", w, r, mib(a.peakRSS.Load()),
+			recordFiles(t, filesOutcome(fmt.Sprintf("8. files rotated by %s under load", rot), "kafka", w, r, mib(a.peakRSS.Load()),
 				fmt.Sprintf("all read back %.1fs after the load", r.Took.Seconds()), note))
 			if r.Written < int64(float64(spec.Rate)*total.Seconds()*0.8) {
 				t.Fatalf("only %d lines written in %s at %d/s", r.Written, total, spec.Rate)
@@ -278,7 +278,7 @@ func TestFilesAgentKilledMidRotation(t *testing.T) {
 	a.Alive()
 	peak = max(peak, mib(a.peakRSS.Load()))
 	a.Stop()
-	record(t, filesOutcome(fmt.Sprintf("9. files: agent SIGKILL ×%d mid-rotation (rename every 1 s), restarted", kills), "kafka", w, r, peak,
+	recordFiles(t, filesOutcome(fmt.Sprintf("9. files: agent SIGKILL ×%d mid-rotation (rename every 1 s), restarted", kills), "kafka", w, r, peak,
 		"serving again after "+strings.Join(restarts, ", "),
 		fmt.Sprintf("duplicates bound checked: %d (per kill: max_inflight_bytes %d MiB / line size + one read + lines sent in the 1.5 s before the kill)", bound, filesMaxInflight>>20)))
 	if r.Lost != 0 {
@@ -341,7 +341,7 @@ func TestFilesKafkaDown(t *testing.T) {
 	}
 	a.Alive()
 	a.Stop()
-	record(t, filesOutcome(fmt.Sprintf("10. files: Kafka down %s mid-run (rotated by rename)", down), "kafka", w, r, mib(a.peakRSS.Load()),
+	recordFiles(t, filesOutcome(fmt.Sprintf("10. files: Kafka down %s mid-run (rotated by rename)", down), "kafka", w, r, mib(a.peakRSS.Load()),
 		fmt.Sprintf("every file committed %.1fs after the restart began (%.1fs after the load)", time.Since(back).Seconds()-time.Since(drainedAt).Seconds(), drain.Seconds()),
 		fmt.Sprintf("peak in flight %.1f MiB (bound %d MiB + one read), peak lag %.1f MiB: the files were the buffer", peakInflight/(1<<20), filesMaxInflight>>20, peakLag/(1<<20))))
 	if r.Lost != 0 {
@@ -453,7 +453,7 @@ func TestFilesCheckpointDiskFull(t *testing.T) {
 	// that reached the disk, which the full disk let grow for as long as it
 	// was full; plus what was in flight.
 	bound := int64(sentFull) + int64(float64(spec.Rate)*1.5) + inflightLines(spec.LineSize)
-	record(t, filesOutcome("11. files: checkpoint disk full (256 KiB tmpfs), agent SIGKILLed while full, space returned", "kafka", w, r, peak,
+	recordFiles(t, filesOutcome("11. files: checkpoint disk full (256 KiB tmpfs), agent SIGKILLed while full, space returned", "kafka", w, r, peak,
 		fmt.Sprintf("checkpoints written again %.1fs after space returned", back.Seconds()),
 		fmt.Sprintf("%0.f checkpoint_write errors while full, lines sent on meanwhile (%0.f, then %0.f after the restart); duplicates = what was sent since the last checkpoint on disk (bound checked: %d)", errs, sentFull, sentSecond, bound)))
 	if r.Lost != 0 {

@@ -34,7 +34,8 @@ func TestMain(m *testing.M) {
 	ferryBin = bin
 	report.M = m
 	clusterReport.M = report
-	kafkatest.Main(clusterReport)
+	filesReport.M = clusterReport
+	kafkatest.Main(filesReport)
 }
 
 // dur picks the short or the full duration.
@@ -294,7 +295,14 @@ var report = &agenttest.Report[outcome]{Env: "FERRY_FAULTS_REPORT", Begin: "<!--
 // that its tests can be run (and their table rewritten) alone.
 var clusterReport = &agenttest.Report[outcome]{Env: "FERRY_FAULTS_REPORT", Begin: "<!-- cluster:begin -->", End: "<!-- cluster:end -->", Render: render}
 
+// filesReport is the files receiver's table (tests 8 to 11), a section of
+// its own so that its tests can be run (and their table rewritten) alone:
+// FERRY_FAULTS=full go test -run TestFiles ./proofs/faults.
+var filesReport = &agenttest.Report[outcome]{Env: "FERRY_FAULTS_REPORT", Begin: "<!-- files:begin -->", End: "<!-- files:end -->", Render: render}
+
 func record(t *testing.T, o outcome) { report.Add(t, o) }
+
+func recordFiles(t *testing.T, o outcome) { filesReport.Add(t, o) }
 
 func render(results []outcome) string {
 	var b strings.Builder
