@@ -136,3 +136,29 @@ func TestCopyTruncateInFlight(t *testing.T) {
 		t.Fatalf("got %q", got)
 	}
 }
+
+// TestTruncationBehindTheReader: ferry has read only the start of a file
+// (busy elsewhere) when it is copied and truncated, and the new content
+// grows past ferry's position before the next poll: still a truncation
+// (the file is shorter than it was), the rest read from the copy, the new
+// content from its first byte.
+func TestTruncationBehindTheReader(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app.log")
+	cfg := testConfig(t, dir)
+	cfg.Include = []string{path}
+	p := &pipe{}
+	r := manual(t, cfg, p)
+	now := time.Now()
+	write(t, path, lines("line", 0, 2))
+	drive(t, r, &now)
+	write(t, path, lines("line", 2, 100)) // seen by a poll, not read yet
+	r.scan(now)
+	copyTruncate(t, path, path+".1")
+	write(t, path, lines("line", 100, 110)) // past ferry's position (2 lines)
+	drive(t, r, &now)
+	checkExactlyOnce(t, p.values(), 110)
+	if got := p.values(); got[len(got)-1] != "line-109" || got[99] != "line-99" {
+		t.Fatalf("order: %q", got)
+	}
+}

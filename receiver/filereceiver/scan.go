@@ -242,13 +242,17 @@ func (r *Receiver) excluded(p string) bool {
 	return false
 }
 
-// observe takes a file's current size: a file shorter than what was read
-// was truncated (copytruncate) and is read again from its start.
+// observe takes a file's current size: a file shorter than it was, or
+// than what was read, was truncated (copytruncate) and is read again from
+// its start. Against the size last seen, not only the position read: a
+// reader behind its file (ferry busy with many files) would otherwise miss
+// a truncation as soon as the file grew again past that position, and read
+// on in the new content from the old offset.
 func (r *Receiver) observe(f *file, size int64, now time.Time) {
 	if f.gz {
 		size = r.gzSize(f, nil, size)
 	}
-	if size < f.examined || size < f.readOff {
+	if size < f.size || size < f.examined || size < f.readOff {
 		r.recoverCopy(f, now)
 		r.truncated(f)
 	}
