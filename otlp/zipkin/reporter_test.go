@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -22,6 +25,7 @@ import (
 	"github.com/ferryhq/ferry/auth/authtest"
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/otlp/zipkin"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/receiver/otlpreceiver"
 	"github.com/ferryhq/ferry/server"
@@ -227,5 +231,50 @@ func CheckSpans(t testing.TB, want []zipkinmodel.SpanModel, values [][]byte) {
 				t.Fatalf("span %x: event %q at %v, want %q at %v", sid, e.Name(), e.Timestamp().AsTime(), an.Value, an.Timestamp)
 			}
 		}
+	}
+}
+
+// TestTooLargeIsTheDoors: the package's ErrTooLarge is the door's
+// ErrDoorTooLarge (which it cannot import), so the door answers 413.
+func TestTooLargeIsTheDoors(t *testing.T) {
+	if !errors.Is(fmt.Errorf("x: %w", zipkin.ErrTooLarge), otlpreceiver.ErrDoorTooLarge) {
+		t.Fatal("zipkin.ErrTooLarge is not the door's ErrDoorTooLarge")
+	}
+	if errors.Is(errors.New("other"), zipkin.ErrTooLarge) {
+		t.Fatal("any error is ErrTooLarge")
+	}
+}
+
+// TestDoorAnswers: through the real receiver, the answers a Zipkin sender
+// gets: 202, 400 naming the problem, 413 past a bound, 415-like refusals
+// of other content types as 400, and the configured
+// max_items_per_request applied to the converted request.
+func TestDoorAnswers(t *testing.T) {
+	sink := &consumertest.Sink{}
+	addr, tok := startReceiver(t, sink)
+	post := func(path, ct string, body []byte) (int, string, string) {
+		q, _ := http.NewRequest(http.MethodPost, "http://"+addr+path, bytes.NewReader(body))
+		q.Header.Set("Content-Type", ct)
+		q.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, res.Header.Get("X-Ferry-Reason"), string(b)
+	}
+	if code, _, _ := post("/api/v2/spans", "application/json", []byte(`[{"traceId":"1","id":"1","name":"a"}]`)); code != 202 || len(sink.Records()) != 1 {
+		t.Fatalf("one span: %d, %d records", code, len(sink.Records()))
+	}
+	if code, _, _ := post("/api/v1/spans", "application/json", []byte(`[{"traceId":"0000000000000001","id":"0000000000000002","name":"a"}]`)); code != 202 || len(sink.Records()) != 2 {
+		t.Fatalf("v1: %d, %d records", code, len(sink.Records()))
+	}
+	if code, reason, msg := post("/api/v2/spans", "application/json", []byte(`[{"id":"1"}]`)); code != 400 || reason != "invalid_payload" || !strings.Contains(msg, "zipkin: ") {
+		t.Fatalf("bad span: %d %s %q", code, reason, msg)
+	}
+	flood := []byte(`[{"traceId":"1","id":"1","tags":{` + strings.Repeat(`"a":"",`, zipkin.MaxEntriesPerSpan) + `"b":""}}]`)
+	if code, reason, msg := post("/api/v2/spans", "application/json", flood); code != 413 || reason != "request_too_large" {
+		t.Fatalf("tag flood: %d %s %q", code, reason, msg)
 	}
 }

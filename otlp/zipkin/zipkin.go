@@ -36,19 +36,20 @@ import (
 
 const (
 	// Amplify bounds the OTLP protobuf bytes per body byte (the door's
-	// reservation). The worst case measured (TestAmplification): proto3
-	// spans of only the required ids and a local and remote endpoint of one
-	// IPv6 address and port each convert to ~6.6 bytes a body byte (the
-	// 16-byte address becomes up to 39 characters under a 21-byte key, a
-	// 2-byte port an attribute of ~20). Anything more is refused (413).
-	Amplify = 8
+	// reservation). The worst case measured (TestAmplification, and
+	// FuzzConvert holds every input to it) is 3.0×: JSON spans of only
+	// their ids, `{"traceId":"1","id":"1"}`, whose missing timestamp the
+	// translator marks with the attribute otel.zipkin.absentField.startTime
+	// (~75 OTLP bytes from 25). proto3 spans reach 2.5× (IPv6 endpoints and
+	// ports: 16 bytes become 39 characters under a 21-byte key). A request
+	// that would convert to more than Amplify × its size is refused (413).
+	Amplify = 4
 	// MaxSpans bounds the spans of one request, counted before any is
 	// decoded (receivers.otlp.max_items_per_request, 100000 by default,
 	// applies again to the converted request).
 	MaxSpans = 100000
-	// MaxEntriesPerSpan bounds a span's tags and annotations (in JSON: its
-	// members and elements nested below the span's own fields, so an
-	// endpoint's fields count too).
+	// MaxEntriesPerSpan bounds a span's tags and annotations (in JSON an
+	// endpoint's fields count too; in v1 binary annotations).
 	MaxEntriesPerSpan = 4096
 	// maxDepth: a Zipkin v2 JSON body nests 4 levels (list, span,
 	// annotations, annotation), v1 5 (binaryAnnotations' endpoints).
@@ -235,10 +236,13 @@ func convertProto(body, dst []byte, max int, debug bool) ([]byte, error) {
 	return dst, nil
 }
 
-// checkModel applies maxAttrTokens to the strings of a decoded span that
+// checkModel refuses a span without a trace id and applies maxAttrTokens to the strings of a decoded span that
 // the translator parses as JSON (after decoding: JSON escapes hide them
 // from a scan).
 func checkModel(s *zipkinmodel.SpanModel) error {
+	if s.TraceID.Empty() {
+		return errors.New("a span without a traceId") // the translator would make it all zeros, which OTLP forbids
+	}
 	for _, a := range s.Annotations {
 		if err := attrTokens(a.Value); err != nil {
 			return err
@@ -313,11 +317,11 @@ func scanJSON(b []byte, fn func(s, e int) error) (int, error) {
 			if depth > maxDepth {
 				return spans, fmt.Errorf("JSON nested deeper than %d levels: not a Zipkin span", maxDepth)
 			}
-			if depth >= 4 {
+			if depth == 4 { // an annotation (v1: or binary annotation)
 				entries++
 			}
-		case ',':
-			if depth >= 3 {
+		case ':':
+			if depth == 3 { // a tag (or an endpoint's field)
 				entries++
 			}
 		case '}', ']':
