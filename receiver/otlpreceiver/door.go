@@ -33,6 +33,7 @@ import (
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/otlp/zipkin"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
 	"github.com/ferryhq/ferry/receiver/submit"
 )
@@ -65,7 +66,9 @@ var ErrDoorTooLarge = errors.New("the request converted to OTLP exceeds its boun
 
 // doorList holds every door ferry has; receivers.otlp.doors picks. A new
 // door is its package and one line here.
-var doorList = []Door{}
+var doorList = []Door{
+	{Name: "zipkin", Signal: encoding.Traces, Patterns: zipkin.Paths, Convert: zipkin.Convert, Amplify: zipkin.Amplify, OK: http.StatusAccepted},
+}
 
 // DoorNames lists the doors ferry has, for validation and docs.
 func DoorNames() []string {
