@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ferryhq/ferry/otlp/door"
 	"mime"
 	"net/http"
 	"strings"
@@ -69,19 +70,9 @@ const (
 // Paths are the door's paths on the OTLP/HTTP listener.
 var Paths = []string{"/api/v2/spans", "/api/v1/spans"}
 
-// ErrTooLarge: the converted request would pass Convert's max. It is the
-// door's ErrDoorTooLarge (receiver/otlpreceiver, which imports this
-// package, so it cannot be named here): errors.Is matches it by message,
-// which TestTooLargeIsTheDoors holds to.
-var ErrTooLarge error = tooLarge{}
-
-const doorTooLarge = "the request converted to OTLP exceeds its bound"
-
-type tooLarge struct{}
-
-func (tooLarge) Error() string { return doorTooLarge }
-
-func (tooLarge) Is(target error) bool { return target != nil && target.Error() == doorTooLarge }
+// ErrTooLarge: the converted request would pass Convert's max (the door's
+// door.ErrTooLarge: the receiver answers 413).
+var ErrTooLarge = door.ErrTooLarge
 
 var errNotArray = errors.New("a Zipkin JSON body is an array of spans")
 

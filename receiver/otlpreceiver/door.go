@@ -32,6 +32,7 @@ import (
 
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/otlp/door"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/otlp/zipkin"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
@@ -61,8 +62,9 @@ type Door struct {
 	OK int
 }
 
-// ErrDoorTooLarge: the converted request would pass its reservation.
-var ErrDoorTooLarge = errors.New("the request converted to OTLP exceeds its bound")
+// ErrDoorTooLarge: the converted request would pass its reservation
+// (door.ErrTooLarge, which the doors' packages can name).
+var ErrDoorTooLarge = door.ErrTooLarge
 
 // doorList holds every door ferry has; receivers.otlp.doors picks. A new
 // door is its package and one line here.
