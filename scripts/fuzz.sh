@@ -44,6 +44,7 @@ for target in \
   "FuzzOTLPHTTP ./receiver/otlpreceiver" \
   "FuzzOTLPHTTPCompressed ./receiver/otlpreceiver 10000x" \
   "FuzzOTLPGRPC ./receiver/otlpreceiver 10000x" \
+  "FuzzConvert ./otlp/zipkin 20000x" \
   "FuzzFrames ./buffer/spool" \
   "FuzzResync ./buffer/spool" \
   "FuzzCheckpoint ./buffer/spool 5000x" \

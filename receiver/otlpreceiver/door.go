@@ -32,7 +32,9 @@ import (
 
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/otlp/door"
 	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/otlp/zipkin"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
 	"github.com/ferryhq/ferry/receiver/submit"
 )
@@ -60,12 +62,15 @@ type Door struct {
 	OK int
 }
 
-// ErrDoorTooLarge: the converted request would pass its reservation.
-var ErrDoorTooLarge = errors.New("the request converted to OTLP exceeds its bound")
+// ErrDoorTooLarge: the converted request would pass its reservation
+// (door.ErrTooLarge, which the doors' packages can name).
+var ErrDoorTooLarge = door.ErrTooLarge
 
 // doorList holds every door ferry has; receivers.otlp.doors picks. A new
 // door is its package and one line here.
-var doorList = []Door{}
+var doorList = []Door{
+	{Name: "zipkin", Signal: encoding.Traces, Patterns: zipkin.Paths, Convert: zipkin.Convert, Amplify: zipkin.Amplify, OK: http.StatusAccepted},
+}
 
 // DoorNames lists the doors ferry has, for validation and docs.
 func DoorNames() []string {
