@@ -33,6 +33,7 @@ import (
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/otlp/jaeger"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
 	"github.com/ferryhq/ferry/receiver/submit"
 )
@@ -65,7 +66,9 @@ var ErrDoorTooLarge = errors.New("the request converted to OTLP exceeds its boun
 
 // doorList holds every door ferry has; receivers.otlp.doors picks. A new
 // door is its package and one line here.
-var doorList = []Door{}
+var doorList = []Door{
+	{Name: "jaeger", Signal: encoding.Traces, Patterns: jaeger.Patterns, Convert: jaeger.Converter(ErrDoorTooLarge), Amplify: jaeger.Amplify, OK: jaeger.OK},
+}
 
 // DoorNames lists the doors ferry has, for validation and docs.
 func DoorNames() []string {
