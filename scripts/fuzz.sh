@@ -59,6 +59,7 @@ for target in \
   "FuzzFrame ./receiver/filereceiver" \
   "FuzzMultiline ./receiver/filereceiver 20000x" \
   "FuzzJSONFields ./receiver/filereceiver 20000x" \
+  "FuzzConvert ./otlp/jaeger 10000x" \
   "FuzzLZ4 ./lz4frame" \
   "FuzzLZ4Block ./lz4frame"; do
   set -- $target
