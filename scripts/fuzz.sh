@@ -63,6 +63,7 @@ for target in \
   "FuzzRFC5424 ./receiver/syslogreceiver 10000x" \
   "FuzzRFC3164 ./receiver/syslogreceiver 10000x" \
   "FuzzFrame ./receiver/syslogreceiver 10000x" \
+  "FuzzConvert ./otlp/jaeger 10000x" \
   "FuzzLZ4 ./lz4frame" \
   "FuzzLZ4Block ./lz4frame"; do
   set -- $target

@@ -34,6 +34,7 @@ import (
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/otlp/door"
 	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/otlp/jaeger"
 	"github.com/ferryhq/ferry/otlp/zipkin"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
 	"github.com/ferryhq/ferry/receiver/submit"
@@ -70,6 +71,7 @@ var ErrDoorTooLarge = door.ErrTooLarge
 // door is its package and one line here.
 var doorList = []Door{
 	{Name: "zipkin", Signal: encoding.Traces, Patterns: zipkin.Paths, Convert: zipkin.Convert, Amplify: zipkin.Amplify, OK: http.StatusAccepted},
+	{Name: "jaeger", Signal: encoding.Traces, Patterns: jaeger.Patterns, Convert: jaeger.Converter(ErrDoorTooLarge), Amplify: jaeger.Amplify, OK: jaeger.OK},
 }
 
 // DoorNames lists the doors ferry has, for validation and docs.
