@@ -87,6 +87,9 @@ func (r *Receiver) gzSize(f *file, fd *os.File, zsize int64) int64 {
 		return f.size
 	}
 	f.zsize = zsize
+	// The file grew (another gzip member): a decompressor kept from before
+	// has buffered the old end of file and would answer EOF there.
+	f.zr = nil
 	return n
 }
 
@@ -111,6 +114,11 @@ func (f *file) gzReadAt(buf []byte, off int64) (int, error) {
 	f.zpos += int64(n)
 	if errors.Is(err, io.ErrUnexpectedEOF) {
 		err = io.EOF
+	}
+	if err != nil {
+		// A gzip.Reader at its end answers EOF for good: should the file
+		// grow, the next read starts again.
+		f.zr = nil
 	}
 	return n, err
 }

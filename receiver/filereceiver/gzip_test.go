@@ -135,3 +135,23 @@ func doneInCheckpoint(t *testing.T, dir string) int {
 	}
 	return len(doc.Done)
 }
+
+// TestGzipGrows: a gzip file that grows by a whole member (gzip -c >>
+// file.gz, or a writer that closes a member at every flush) is read on:
+// the decompressor that had reached the first member's end answered EOF
+// for good, so the new size was taken back to the old one (a read shorter
+// than the poll saw) and nothing more of the file was ever read.
+func TestGzipGrows(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "old.log.gz")
+	write(t, path, string(gz(t, lines("z", 0, 5))))
+	cfg := testConfig(t, dir)
+	cfg.Include = []string{filepath.Join(dir, "*.gz")}
+	cfg.Compression = "auto"
+	p := &pipe{}
+	start(t, cfg, p)
+	eventually(t, "the first member's lines", func() bool { return len(p.records()) == 5 })
+	write(t, path, string(gz(t, lines("z", 5, 10))))
+	eventually(t, "the second member's lines", func() bool { return len(p.records()) == 10 })
+	checkExactlyOnce(t, p.values(), 10)
+}
