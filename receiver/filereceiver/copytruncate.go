@@ -77,9 +77,9 @@ func (r *Receiver) recoverCopy(f *file, now time.Time) {
 	g.unsaved = true
 	r.unsaved++
 	g.seen = r.scanGen
+	g.still = now
 	if !r.matched(best) {
 		r.setOrphan(g, true)
-		g.still = now
 	} else {
 		// It stays known under the globs; its lines still go before the
 		// truncated file's new ones.

@@ -137,6 +137,32 @@ func TestCopyTruncateInFlight(t *testing.T) {
 	}
 }
 
+// TestCopyTruncateCopyEndsMidLine: a copy under the globs that ends in the
+// middle of a line (the writer's buffer flushed at a block boundary, not a
+// line's end) is never let go, so its unterminated rest was never read:
+// the truncated file waited behind it forever. A copy does not grow; once
+// quiet for rotate_wait its rest is sent, and the file's new lines follow.
+func TestCopyTruncateCopyEndsMidLine(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app.log")
+	cfg := testConfig(t, dir)
+	cfg.Include = []string{path + "*"}
+	p := &pipe{}
+	r := manual(t, cfg, p)
+	now := time.Now()
+	write(t, path, lines("line", 0, 2))
+	drive(t, r, &now)
+	write(t, path, "line-2\nline-") // the writer's buffer, flushed mid-line
+	copyTruncate(t, path, path+".1")
+	write(t, path, "3\n") // shorter than what was read: a truncation
+	drive(t, r, &now)
+	write(t, path, lines("line", 4, 6))
+	drive(t, r, &now)
+	if got := fmt.Sprint(p.values()); got != "[line-0 line-1 line-2 line- 3 line-4 line-5]" {
+		t.Fatalf("got %s", got)
+	}
+}
+
 // TestTruncationBehindTheReader: ferry has read only the start of a file
 // (busy elsewhere) when it is copied and truncated, and the new content
 // grows past ferry's position before the next poll: still a truncation

@@ -16,7 +16,9 @@ package filereceiver
 // go (up to maxDone of them, in the checkpoint): the length and hash of its
 // first bytes, its size and a CRC-32C of its whole content. A gzip file
 // whose decompressed first bytes and CRC over that size match one of them
-// is read from that size on (usually nothing is left). A gzip file found
+// is read from that size on (usually nothing is left); a remembered file
+// shorter than fingerprint_bytes matches only a gzip file of exactly its
+// content, as its first bytes alone say too little to skip any. A gzip file found
 // while a rotated file is still being drained waits for it to be let go
 // first, so the match can be made. A copytruncate copy is not a file ferry
 // let go (its lines were read from the original), so compressing it makes
@@ -87,6 +89,9 @@ func (r *Receiver) gzSize(f *file, fd *os.File, zsize int64) int64 {
 		return f.size
 	}
 	f.zsize = zsize
+	// The file grew (another gzip member): a decompressor kept from before
+	// has buffered the old end of file and would answer EOF there.
+	f.zr = nil
 	return n
 }
 
@@ -111,6 +116,11 @@ func (f *file) gzReadAt(buf []byte, off int64) (int, error) {
 	f.zpos += int64(n)
 	if errors.Is(err, io.ErrUnexpectedEOF) {
 		err = io.EOF
+	}
+	if err != nil {
+		// A gzip.Reader at its end answers EOF for good: should the file
+		// grow, the next read starts again.
+		f.zr = nil
 	}
 	return n, err
 }
@@ -152,6 +162,12 @@ func (r *Receiver) decide(f *file) bool {
 	for i := len(r.finished) - 1; i >= 0; i-- {
 		d := r.finished[i]
 		if d.Size > f.size || d.FPLen > len(prefix) || fpHash(prefix[:d.FPLen]) != d.FPHash {
+			continue
+		}
+		if d.Size < int64(r.cfg.FingerprintBytes) && d.Size != f.size {
+			// Shorter than a fingerprint, a file is known by nothing but
+			// its whole content: a longer file that begins with it (a
+			// banner line they share) is another file, not its copy.
 			continue
 		}
 		h := crc32.New(castagnoli)

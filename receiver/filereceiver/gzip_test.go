@@ -135,3 +135,64 @@ func doneInCheckpoint(t *testing.T, dir string) int {
 	}
 	return len(doc.Done)
 }
+
+// TestGzipGrows: a gzip file that grows by a whole member (gzip -c >>
+// file.gz, or a writer that closes a member at every flush) is read on:
+// the decompressor that had reached the first member's end answered EOF
+// for good, so the new size was taken back to the old one (a read shorter
+// than the poll saw) and nothing more of the file was ever read.
+func TestGzipGrows(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "old.log.gz")
+	write(t, path, string(gz(t, lines("z", 0, 5))))
+	cfg := testConfig(t, dir)
+	cfg.Include = []string{filepath.Join(dir, "*.gz")}
+	cfg.Compression = "auto"
+	p := &pipe{}
+	start(t, cfg, p)
+	eventually(t, "the first member's lines", func() bool { return len(p.records()) == 5 })
+	write(t, path, string(gz(t, lines("z", 5, 10))))
+	eventually(t, "the second member's lines", func() bool { return len(p.records()) == 10 })
+	checkExactlyOnce(t, p.values(), 10)
+}
+
+// TestGzipShortFinishedFileIsNoPrefix: a finished file shorter than
+// fingerprint_bytes is known by nothing but its whole content. A file
+// that held only a banner line ("started"), rotated and let go, matched
+// every later gzip file that begins with the same banner, and that line of
+// each was skipped: lost. A short file's compressed copy is recognised only
+// when it is that content exactly.
+func TestGzipShortFinishedFileIsNoPrefix(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app.log")
+	cfg := testConfig(t, dir)
+	cfg.Include = []string{path + "*"}
+	cfg.Compression = "auto"
+	p := &pipe{}
+	r := manual(t, cfg, p)
+	now := time.Now()
+	write(t, path, "started\n")
+	drive(t, r, &now)
+	if err := os.Remove(path); err != nil { // let go: remembered
+		t.Fatal(err)
+	}
+	drive(t, r, &now)
+	if len(r.finished) != 1 {
+		t.Fatalf("%d files remembered", len(r.finished))
+	}
+	// Its own compressed copy is still recognised.
+	if err := os.WriteFile(path+".1.gz", gz(t, "started\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Another file that begins with the same banner is not.
+	if err := os.WriteFile(path+".2.gz", gz(t, "started\nline-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	drive(t, r, &now)
+	if got := fmt.Sprint(p.values()); got != "[started started line-1]" {
+		t.Fatalf("got %s", got)
+	}
+	if n := testutil.ToFloat64(r.fm.compressedCopies); n != 1 {
+		t.Fatalf("compressed copies %v", n)
+	}
+}

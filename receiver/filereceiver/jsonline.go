@@ -46,9 +46,11 @@ func jsonFields(line []byte, a, b string) (va, vb []byte, ok bool) {
 			return nil, nil, false
 		}
 		key := line[ks:ke]
+		// Not else: key_field and timestamp_field may be one field.
 		if a != "" && va == nil && string(key) == a {
 			va = line[vs:i]
-		} else if b != "" && vb == nil && string(key) == b {
+		}
+		if b != "" && vb == nil && string(key) == b {
 			vb = line[vs:i]
 		}
 		i = skipSpace(line, i)
@@ -255,7 +257,9 @@ func parseTimestamp(v []byte, format string) (time.Time, bool) {
 		return t, err == nil
 	}
 	f, err := strconv.ParseFloat(string(v), 64)
-	if err != nil || f < 0 {
+	if err != nil || !(f >= 0) {
+		// Negative, or NaN (ParseFloat reads "NaN"; it fails every
+		// comparison, and int64(NaN) is the year 1677).
 		return time.Time{}, false
 	}
 	ns := f

@@ -180,3 +180,27 @@ func depth(line []byte) int {
 	}
 	return most
 }
+
+// TestJSONTimestampNotANumber: strconv.ParseFloat reads "NaN" (and a
+// string may hold it); NaN fails every comparison, so it passed the range
+// checks and became the year 1677 (int64 of NaN), a time the line never
+// said, not counted as invalid_timestamp.
+func TestJSONTimestampNotANumber(t *testing.T) {
+	for _, v := range []string{`"NaN"`, `"nan"`, `"+Inf"`, `"-Inf"`, `"Infinity"`, `-1`, `1e300`} {
+		for _, format := range []string{"unix", "unix_ms", "unix_us", "unix_ns"} {
+			if got, ok := parseTimestamp([]byte(v), format); ok {
+				t.Errorf("%s %s read as %v", v, format, got)
+			}
+		}
+	}
+}
+
+// TestJSONKeyAndTimestampOneField: key_field and timestamp_field may name
+// the same field (an id that is a time); the second was never found, so
+// every line counted invalid_timestamp and kept the time it was read.
+func TestJSONKeyAndTimestampOneField(t *testing.T) {
+	va, vb, ok := jsonFields([]byte(`{"ts":1764064800}`), "ts", "ts")
+	if !ok || string(va) != "1764064800" || string(vb) != "1764064800" {
+		t.Fatalf("got %q %q %v", va, vb, ok)
+	}
+}

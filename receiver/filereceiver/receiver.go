@@ -431,12 +431,18 @@ func (r *Receiver) step(f *file, now time.Time) bool {
 	if f.pending != nil {
 		return r.hand(f, f.pending, now)
 	}
-	flush := false
+	flush, final := false, false
 	if f.examined >= f.size {
-		if f.orphan && !now.Before(f.still.Add(r.cfg.RotateWait)) {
+		quiet := !now.Before(f.still.Add(r.cfg.RotateWait))
+		if f.orphan && quiet {
 			return r.letGo(f, now)
 		}
-		if flush = r.flushDue(f, now); !flush {
+		// A copytruncate copy under the globs is never let go, yet its
+		// path's file waits until it is drained (olderUnread): a copy does
+		// not grow, so once quiet its unterminated rest (a line the writer
+		// had half written when it was copied) and a held group are sent.
+		final = f.first && !f.orphan && quiet && f.readOff < f.size
+		if flush = final || r.flushDue(f, now); !flush {
 			return false
 		}
 	}
@@ -452,7 +458,7 @@ func (r *Receiver) step(f *file, now time.Time) bool {
 	if !f.decided && !r.decide(f) {
 		return false
 	}
-	s := r.read(f, now, false, flush)
+	s := r.read(f, now, final, flush)
 	if s == nil {
 		return false
 	}

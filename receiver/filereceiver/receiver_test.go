@@ -379,11 +379,22 @@ func TestRotationRenameCreate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	born := time.Now()
+	firstLine := 0 // the current file's
 	for i := 0; i < n; i++ {
 		if i > 0 && i%perFile == 0 {
-			// The file must be seen by a poll before it leaves the glob.
-			time.Sleep(time.Until(born.Add(5 * cfg.PollInterval)))
+			// The file must be seen by a poll before it leaves the glob (a
+			// documented limit): wait until a line of it was read rather
+			// than for a few poll intervals, which a loaded machine (a
+			// fsync'd checkpoint per new file) can outlast.
+			want := fmt.Sprintf("line-%d", firstLine)
+			eventually(t, want, func() bool {
+				for _, rec := range sink.Records() {
+					if string(rec.Value) == want {
+						return true
+					}
+				}
+				return false
+			})
 			if err := os.Rename(path, fmt.Sprintf("%s.%d", path, i/perFile)); err != nil {
 				t.Fatal(err)
 			}
@@ -394,7 +405,7 @@ func TestRotationRenameCreate(t *testing.T) {
 			if f, err = os.Create(path); err != nil {
 				t.Fatal(err)
 			}
-			born = time.Now()
+			firstLine = i
 		}
 		fmt.Fprintf(f, "line-%d\n", i)
 		if i%50 == 0 {

@@ -256,7 +256,7 @@ func (r *Receiver) observe(f *file, size int64, now time.Time) {
 		r.recoverCopy(f, now)
 		r.truncated(f)
 	}
-	if f.orphan && size != f.size {
+	if (f.orphan || f.first) && size != f.size {
 		f.still = now
 	}
 	f.size = size
