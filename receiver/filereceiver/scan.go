@@ -412,6 +412,7 @@ func (r *Receiver) fillFP(f *file) {
 	if !bytes.HasPrefix(p, f.fp) {
 		// Its first bytes changed under the same inode without it getting
 		// shorter than what was read: new content.
+		r.recoverCopy(f, time.Now())
 		r.truncated(f)
 	}
 	f.setFP(p)
@@ -442,6 +443,7 @@ func (r *Receiver) ensureOpen(f *file, now time.Time) bool {
 		return false
 	}
 	if len(f.fp) > 0 && !bytes.Equal(readPrefix(fd, len(f.fp), int64(len(f.fp))), f.fp) {
+		r.recoverCopy(f, now)
 		r.truncated(f)
 	}
 	f.f = fd
