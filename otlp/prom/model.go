@@ -38,6 +38,11 @@ var (
 	MaxLabelNameBytes  = 1024
 	MaxLabelValueBytes = 16 << 10
 	MaxBucketsPerPoint = 1024 // classic buckets of one histogram point, native buckets of one side
+	// MaxSeriesPerRequest bounds the series of one request (Prometheus
+	// sends 2,000; the decoding state is ~100 bytes a series).
+	MaxSeriesPerRequest = 200_000
+	// MaxSymbols bounds remote write 2.0's symbol table (8 bytes each).
+	MaxSymbols = 1 << 20
 	// minPointBytes: no OTLP data point is smaller (tag, length, a
 	// timestamp and a value: 20 bytes), so a request whose series or
 	// points pass max/minPointBytes cannot fit its reservation.
@@ -72,8 +77,6 @@ type span struct{ o, n uint32 }
 
 func (s span) of(src []byte) []byte { return src[s.o : s.o+s.n] }
 
-type label struct{ name, value span }
-
 // part: what a series is of its family.
 type part uint8
 
@@ -86,11 +89,13 @@ const (
 	pNative // native histogram samples
 )
 
-// series is one decoded time series: its labels (less __name__, job and
-// instance, empty values dropped), the raw message to walk again for its
-// samples, its family.
+// series is one decoded time series: its name, job and instance, the raw
+// message to walk again for its other labels and its samples (labels are
+// not copied: a request's decoding state is this struct a series, at most
+// MaxSeriesPerRequest), its family.
 type series struct {
-	labels     [2]int32 // range in conv.labels
+	nLabels    int32 // kept (less __name__, job, instance and empty values)
+	le, quant  bool  // has an le or quantile label
 	name       span
 	job, inst  span
 	hasJob     bool
@@ -129,7 +134,8 @@ type conv struct {
 	src    []byte
 	door   string
 	series []series
-	labels []label
+	v2     bool
+	syms   []span // v2's symbols
 	fams   []fam
 	res    []resource
 	resIdx map[string]int32
@@ -166,7 +172,7 @@ func (c *conv) group() {
 			}
 			continue
 		}
-		fname, p := familyOf(name, s.kind, c.hasLabel(s, "le"), c.hasLabel(s, "quantile"))
+		fname, p := familyOf(name, s.kind, s.le, s.quant)
 		if s.nHists > 0 {
 			fname, p = name, pNative
 		}
@@ -199,15 +205,6 @@ func (c *conv) group() {
 		f.series = append(f.series, int32(i))
 		s.fam, s.part = fi, p
 	}
-}
-
-func (c *conv) hasLabel(s *series, name string) bool {
-	for _, l := range c.labels[s.labels[0]:s.labels[1]] {
-		if string(c.str(l.name)) == name {
-			return true
-		}
-	}
-	return false
 }
 
 // familyOf: the family name and the part a series is of it, by its type.
@@ -321,9 +318,7 @@ func (c *conv) emit(samples func(s *series, fn func(v float64, ts, start int64))
 		}
 		if r.info >= 0 {
 			s := &c.series[r.info]
-			for _, l := range c.labels[s.labels[0]:s.labels[1]] {
-				w.kv(fResAttributes, c.str(l.name), c.str(l.value))
-			}
+			c.eachLabel(s, func(name, value []byte) { w.kv(fResAttributes, name, value) })
 		}
 		w.close(res)
 		sm := w.open(fRMScopeMetrics)
@@ -342,12 +337,11 @@ func (c *conv) emit(samples func(s *series, fn func(v float64, ts, start int64))
 }
 
 func (c *conv) attrs(field int, s *series, skip string) {
-	for _, l := range c.labels[s.labels[0]:s.labels[1]] {
-		if skip != "" && string(c.str(l.name)) == skip {
-			continue
+	c.eachLabel(s, func(name, value []byte) {
+		if skip == "" || string(name) != skip {
+			c.w.kv(protowireNum(field), name, value)
 		}
-		c.w.kv(protowireNum(field), c.str(l.name), c.str(l.value))
-	}
+	})
 }
 
 func (c *conv) emitFam(f *fam, samples func(s *series, fn func(v float64, ts, start int64)) error, hists func(s *series, fn func(h *nhist)) error) error {
@@ -441,19 +435,23 @@ func (c *conv) emitClassic(f *fam, samples func(s *series, fn func(v float64, ts
 		// sends sorted labels; a sender that does not splits points).
 		c.key = c.key[:0]
 		at := math.NaN()
-		for _, l := range c.labels[s.labels[0]:s.labels[1]] {
-			if string(c.str(l.name)) == skip {
-				v, err := strconv.ParseFloat(string(c.str(l.value)), 64)
+		var lerr error
+		c.eachLabel(s, func(name, value []byte) {
+			if string(name) == skip {
+				v, err := strconv.ParseFloat(string(value), 64)
 				if err != nil {
-					return fmt.Errorf("series %s: %s=%q is not a number", c.str(s.name), skip, c.str(l.value))
+					lerr = fmt.Errorf("series %s: %s=%q is not a number", c.str(s.name), skip, value)
 				}
 				at = v
-				continue
+				return
 			}
-			c.key = append(c.key, c.str(l.name)...)
+			c.key = append(c.key, name...)
 			c.key = append(c.key, 0xff)
-			c.key = append(c.key, c.str(l.value)...)
+			c.key = append(c.key, value...)
 			c.key = append(c.key, 0xfe)
+		})
+		if lerr != nil {
+			return lerr
 		}
 		n := len(c.key)
 		err := samples(s, func(v float64, ts, start int64) {

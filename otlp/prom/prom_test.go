@@ -2,6 +2,7 @@ package prom
 
 import (
 	"context"
+	"errors"
 	"io"
 	"math"
 	"net/http"
@@ -426,10 +427,25 @@ func TestBounds(t *testing.T) {
 	for range 1000 {
 		tiny = append(tiny, v1series{[]string{"__name__", "x"}, [][2]float64{{1, 1}}})
 	}
-	if _, err := rw1(t, encV1(tiny), 1000*minPointBytes-1); err == nil || !strings.Contains(err.Error(), "series") {
+	if _, err := rw1(t, encV1(tiny), 1000*minPointBytes-1); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "points") {
 		t.Fatalf("series count: %v", err)
 	}
 	if _, err := rw1(t, encV1([]v1series{{[]string{"a", "b"}, nil}}), 1<<20); err == nil {
 		t.Fatal("a series without a name accepted")
+	}
+}
+
+func TestSeriesBound(t *testing.T) {
+	defer func(n int) { MaxSeriesPerRequest = n }(MaxSeriesPerRequest)
+	MaxSeriesPerRequest = 10
+	var ss []v1series
+	for range 11 {
+		ss = append(ss, v1series{[]string{"__name__", "x"}, [][2]float64{{1, 1}}})
+	}
+	if _, err := rw1(t, encV1(ss), 1<<20); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "series") {
+		t.Fatalf("series bound: %v", err)
+	}
+	if _, err := rw1(t, encV1(ss[:10]), 1<<20); err != nil {
+		t.Fatal(err)
 	}
 }

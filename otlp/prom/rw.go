@@ -136,8 +136,11 @@ func checkLabel(name, value []byte) error {
 // counts checks the request's shape against the bounds before anything
 // is allocated.
 func checkCounts(nSeries, nPoints, max int) error {
-	if nSeries > max/minPointBytes || nPoints > max/minPointBytes {
-		return fmt.Errorf("%w: %d series, %d points cannot fit %d bytes", ErrTooLarge, nSeries, nPoints, max)
+	if nSeries > MaxSeriesPerRequest {
+		return fmt.Errorf("%w: %d series (at most %d a request)", ErrTooLarge, nSeries, MaxSeriesPerRequest)
+	}
+	if nPoints > max/minPointBytes {
+		return fmt.Errorf("%w: %d points cannot fit %d bytes", ErrTooLarge, nPoints, max)
 	}
 	return nil
 }
@@ -146,7 +149,7 @@ func (c *conv) addLabel(s *series, name, value []byte) error {
 	if err := checkLabel(name, value); err != nil {
 		return err
 	}
-	if int(s.labels[1]-s.labels[0]) >= MaxLabelsPerSeries {
+	if int(s.nLabels) >= MaxLabelsPerSeries {
 		return fmt.Errorf("a series with more than %d labels", MaxLabelsPerSeries)
 	}
 	switch string(name) {
@@ -163,9 +166,80 @@ func (c *conv) addLabel(s *series, name, value []byte) error {
 	if len(value) == 0 {
 		return nil // an empty label is no label, in Prometheus
 	}
-	c.labels = append(c.labels, label{c.spanOf(name), c.spanOf(value)})
-	s.labels[1]++
+	switch string(name) {
+	case "le":
+		s.le = true
+	case "quantile":
+		s.quant = true
+	}
+	s.nLabels++
 	return nil
+}
+
+// eachLabel calls fn with each label of s kept by addLabel, walking its
+// message again (v1 Label messages, v2 references into the symbols).
+func (c *conv) eachLabel(s *series, fn func(name, value []byte)) {
+	keep := func(name, value []byte) {
+		if len(value) == 0 {
+			return
+		}
+		switch string(name) {
+		case "__name__", "job", "instance":
+			return
+		}
+		fn(name, value)
+	}
+	if !c.v2 {
+		_ = fields(s.msg.of(c.src), func(num protowire.Number, typ protowire.Type, _ uint64, lb []byte) error {
+			if num != 1 || typ != protowire.BytesType {
+				return nil
+			}
+			var name, value []byte
+			_ = fields(lb, func(num protowire.Number, _ protowire.Type, _ uint64, b []byte) error {
+				switch num {
+				case 1:
+					name = b
+				case 2:
+					value = b
+				}
+				return nil
+			})
+			keep(name, value)
+			return nil
+		})
+		return
+	}
+	var pend []byte
+	half := false
+	ref := func(r uint64) {
+		if r >= uint64(len(c.syms)) {
+			return // decodeV2 refused it
+		}
+		if !half {
+			pend, half = c.str(c.syms[r]), true
+			return
+		}
+		half = false
+		keep(pend, c.str(c.syms[r]))
+	}
+	_ = fields(s.msg.of(c.src), func(num protowire.Number, typ protowire.Type, v uint64, fb []byte) error {
+		if num != 1 {
+			return nil
+		}
+		if typ == protowire.VarintType {
+			ref(v)
+			return nil
+		}
+		for len(fb) > 0 {
+			r, n := protowire.ConsumeVarint(fb)
+			if n < 0 {
+				return errTrunc
+			}
+			ref(r)
+			fb = fb[n:]
+		}
+		return nil
+	})
 }
 
 // decodeV1 reads a prometheus.WriteRequest: timeseries (1), metadata (3).
@@ -240,14 +314,13 @@ func (c *conv) decodeV1(max int) error {
 		return err
 	}
 	c.series = make([]series, 0, nSeries)
-	c.labels = make([]label, 0, nLabels)
 	return fields(c.src, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
 		if typ != protowire.BytesType {
 			return nil
 		}
 		switch num {
 		case 1:
-			s := series{msg: c.spanOf(b), labels: [2]int32{int32(len(c.labels)), int32(len(c.labels))}}
+			s := series{msg: c.spanOf(b)}
 			err := fields(b, func(num protowire.Number, typ protowire.Type, v uint64, lb []byte) error {
 				switch num {
 				case 1:
@@ -286,7 +359,9 @@ func (c *conv) decodeV1(max int) error {
 					s.kind, s.help, s.unit = m.kind, m.help, m.unit
 				}
 			}
-			c.series = append(c.series, s)
+			if s.nSamples+s.nHists > 0 || string(c.str(s.name)) == "target_info" {
+				c.series = append(c.series, s)
+			}
 		}
 		return nil
 	})
@@ -359,6 +434,9 @@ func (c *conv) decodeV2(max int) error {
 	if err := checkCounts(nSeries, nPoints, max); err != nil {
 		return err
 	}
+	if nSym > MaxSymbols {
+		return fmt.Errorf("%w: %d symbols (at most %d)", ErrTooLarge, nSym, MaxSymbols)
+	}
 	syms := make([]span, 0, nSym)
 	_ = fields(c.src, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
 		if num == 4 && typ == protowire.BytesType {
@@ -366,6 +444,7 @@ func (c *conv) decodeV2(max int) error {
 		}
 		return nil
 	})
+	c.syms, c.v2 = syms, true
 	sym := func(r uint64) ([]byte, error) {
 		if r >= uint64(len(syms)) {
 			return nil, fmt.Errorf("symbol reference %d past the %d symbols", r, len(syms))
@@ -373,12 +452,11 @@ func (c *conv) decodeV2(max int) error {
 		return c.str(syms[r]), nil
 	}
 	c.series = make([]series, 0, nSeries)
-	c.labels = make([]label, 0, nLabels)
 	return fields(c.src, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
 		if num != 5 || typ != protowire.BytesType {
 			return nil
 		}
-		s := series{msg: c.spanOf(b), labels: [2]int32{int32(len(c.labels)), int32(len(c.labels))}}
+		s := series{msg: c.spanOf(b)}
 		var refs []uint64
 		var buf [2 * 32]uint64
 		refs = buf[:0]
@@ -449,7 +527,9 @@ func (c *conv) decodeV2(max int) error {
 		if s.name.n == 0 {
 			return errors.New("a series without __name__")
 		}
-		c.series = append(c.series, s)
+		if s.nSamples+s.nHists > 0 || string(c.str(s.name)) == "target_info" {
+			c.series = append(c.series, s)
+		}
 		return nil
 	})
 }
