@@ -244,7 +244,7 @@ func (c *conv) eachLabel(s *series, fn func(name, value []byte)) {
 
 // decodeV1 reads a prometheus.WriteRequest: timeseries (1), metadata (3).
 func (c *conv) decodeV1(max int) error {
-	nSeries, nLabels, nPoints, nMeta := 0, 0, 0, 0
+	nSeries, nPoints, nMeta := 0, 0, 0
 	err := fields(c.src, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
@@ -262,7 +262,6 @@ func (c *conv) decodeV1(max int) error {
 				}
 				return nil
 			})
-			nLabels += nl
 			return err
 		case num == 3 && typ == protowire.BytesType:
 			nMeta++
@@ -397,7 +396,7 @@ func schemaOf(h []byte) int32 {
 // decodeV2 reads an io.prometheus.write.v2.Request: symbols (4),
 // timeseries (5) with label references into the symbols.
 func (c *conv) decodeV2(max int) error {
-	nSym, nSeries, nLabels, nPoints := 0, 0, 0, 0
+	nSym, nSeries, nPoints := 0, 0, 0
 	err := fields(c.src, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
 		switch {
 		case num == 4 && typ == protowire.BytesType:
@@ -416,7 +415,6 @@ func (c *conv) decodeV2(max int) error {
 							}
 						}
 					}
-					nLabels += n / 2
 					if n/2 > MaxLabelsPerSeries {
 						return fmt.Errorf("a series with more than %d labels", MaxLabelsPerSeries)
 					}

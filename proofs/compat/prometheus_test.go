@@ -212,7 +212,7 @@ func TestRemoteWriteClientThroughKafka(t *testing.T) {
 	ts := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
 	series := []*writev2.TimeSeries{
 		{LabelsRefs: st.SymbolizeLabels([]string{"__name__", "rw_jobs_total", "instance", "w:1", "job", "worker", "queue", "q1"}, nil),
-			Samples: []*writev2.Sample{{Value: 11, Timestamp: ts.UnixMilli()}, {Value: 12, Timestamp: ts.UnixMilli() + 1000}},
+			Samples:  []*writev2.Sample{{Value: 11, Timestamp: ts.UnixMilli()}, {Value: 12, Timestamp: ts.UnixMilli() + 1000}},
 			Metadata: &writev2.Metadata{Type: writev2.Metadata_METRIC_TYPE_COUNTER, HelpRef: st.Symbolize("Jobs.")}},
 		{LabelsRefs: st.SymbolizeLabels([]string{"__name__", "rw_queue_depth", "instance", "w:1", "job", "worker"}, nil),
 			Samples: []*writev2.Sample{{Value: 3.25, Timestamp: ts.UnixMilli()}}, Metadata: &writev2.Metadata{Type: writev2.Metadata_METRIC_TYPE_GAUGE}},
