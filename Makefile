@@ -1,6 +1,6 @@
 # ferry — see README.md. Every target installs what it needs (Kafka jars from
 # Maven Central, Go modules) so it works on a fresh machine with Go, Java, Maven.
-.PHONY: build release demo test test-short faults hostile bench bench-quick fleet fuzz vet clean kafka-start kafka-stop
+.PHONY: build release demo test test-short faults hostile bench bench-quick fleet fuzz vet clean kafka-start kafka-stop prometheus-compat
 
 GO ?= go
 BIN := bin
@@ -28,7 +28,7 @@ test:
 # apt-get when missing), in one run (about 45 min on 2 cores): rewrites
 # BENCHMARKS.md and docs/bench/*.svg. First, the runtime.adaptive_procs
 # tests under a real load, which need a core to themselves (FERRY_REAL_LOAD).
-bench: build
+bench: build prometheus-compat
 	FERRY_REAL_LOAD=1 $(GO) test -count=1 -run 'TestControllerFollowsRealLoad|TestAdaptiveProcs' ./cmd/ferry/...
 	scripts/kafka-local jars
 	bin/ferry-bench suite
@@ -48,6 +48,18 @@ bench-quick: build
 fleet: build
 	scripts/kafka-local jars
 	bin/ferry-bench fleet --out docs/scaling.md
+
+# A real Prometheus server (agent mode, built once from its Go module by
+# scripts/prometheus-local: ~8 min on 2 cores the first time) scraping and
+# remote-writing 1.0 and 2.0 to the real agent, read back from a real Kafka.
+# make test runs the client libraries' remote write and push instead.
+PROM_KAFKA_PORT ?= 29692
+prometheus-compat:
+	scripts/kafka-local jars
+	scripts/prometheus-local build >/dev/null
+	scripts/kafka-local start --port $(PROM_KAFKA_PORT)
+	FERRY_PROMETHEUS_SERVER=1 FERRY_TEST_KAFKA=127.0.0.1:$(PROM_KAFKA_PORT) $(GO) test -count=1 -run TestPrometheusServerRemoteWrite ./proofs/compat; \
+	  st=$$?; scripts/kafka-local stop --port $(PROM_KAFKA_PORT); exit $$st
 
 # The fault tests at full length (~15 min, real Kafka killed and restarted, a
 # 3-broker cluster's leader killed and paused); rewrites the results tables

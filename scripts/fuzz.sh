@@ -41,6 +41,8 @@ for target in \
   "FuzzLogsAndMetrics ./otlp/wire" \
   "FuzzEncode ./otlp/flatjson" \
   "FuzzSplitBounded ./otlp/encoding" \
+  "FuzzRemoteWrite ./otlp/prom" \
+  "FuzzPush ./otlp/prom 20000x" \
   "FuzzOTLPHTTP ./receiver/otlpreceiver" \
   "FuzzOTLPHTTPCompressed ./receiver/otlpreceiver 10000x" \
   "FuzzOTLPGRPC ./receiver/otlpreceiver 10000x" \

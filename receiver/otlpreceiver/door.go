@@ -35,6 +35,7 @@ import (
 	"github.com/ferryhq/ferry/otlp/door"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/otlp/jaeger"
+	"github.com/ferryhq/ferry/otlp/prom"
 	"github.com/ferryhq/ferry/otlp/zipkin"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
 	"github.com/ferryhq/ferry/receiver/submit"
@@ -61,6 +62,25 @@ type Door struct {
 	// OK is the status its senders expect of a success (Zipkin 202,
 	// Prometheus 204).
 	OK int
+	// Methods it accepts (nil: POST); the pushgateway's clients PUT and
+	// POST.
+	Methods []string
+	// Busy, when set, is the status of every refusal that may be retried
+	// (the queue full, Kafka unreachable): Prometheus retries a 5xx but
+	// drops a 429 unless retry_on_http_429 is set, so its door says 503.
+	Busy int
+	// Written, when set, adds headers to the success answer from the
+	// converted request (remote write 2.0's senders read how many samples
+	// and histograms were written, and take a success without them for a
+	// failure).
+	Written func(q *http.Request, otlp []byte, h http.Header)
+}
+
+// doorTooLarge: a door's package, which cannot import this one, says its
+// error is ErrDoorTooLarge with a TooLarge method.
+func doorTooLarge(err error) bool {
+	var t interface{ TooLarge() bool }
+	return errors.Is(err, ErrDoorTooLarge) || errors.As(err, &t) && t.TooLarge()
 }
 
 // ErrDoorTooLarge: the converted request would pass its reservation
@@ -72,6 +92,8 @@ var ErrDoorTooLarge = door.ErrTooLarge
 var doorList = []Door{
 	{Name: "zipkin", Signal: encoding.Traces, Patterns: zipkin.Paths, Convert: zipkin.Convert, Amplify: zipkin.Amplify, OK: http.StatusAccepted},
 	{Name: "jaeger", Signal: encoding.Traces, Patterns: jaeger.Patterns, Convert: jaeger.Converter(ErrDoorTooLarge), Amplify: jaeger.Amplify, OK: jaeger.OK},
+	{Name: "prometheus_remote_write", Signal: encoding.Metrics, Patterns: []string{"/api/v1/write"}, Convert: prom.RemoteWrite, Amplify: prom.RemoteWriteAmplify, OK: http.StatusNoContent, Busy: http.StatusServiceUnavailable, Written: prom.Written},
+	{Name: "prometheus_push", Signal: encoding.Metrics, Patterns: prom.PushPatterns, Convert: prom.Push, Amplify: prom.PushAmplify, OK: http.StatusOK, Methods: []string{http.MethodPut, http.MethodPost}},
 }
 
 // DoorNames lists the doors ferry has, for validation and docs.
@@ -132,10 +154,20 @@ func (h *httpServer) door(w http.ResponseWriter, q *http.Request, d *Door, m *re
 		m.Error(a.reason)
 		doorWrite(w, m, a)
 	}
-	if q.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		fail(answer{httpStatus: http.StatusMethodNotAllowed, code: codes.Unimplemented, reason: "method_not_allowed", msg: "use POST"})
+	if methods := d.Methods; q.Method != http.MethodPost && methods == nil || methods != nil && !slices.Contains(methods, q.Method) {
+		if methods == nil {
+			methods = []string{http.MethodPost}
+		}
+		allow := strings.Join(methods, ", ")
+		w.Header().Set("Allow", allow)
+		fail(answer{httpStatus: http.StatusMethodNotAllowed, code: codes.Unimplemented, reason: "method_not_allowed", msg: "use " + allow})
 		return
+	}
+	busy := func(a answer) answer {
+		if d.Busy != 0 && a.httpStatus == http.StatusTooManyRequests {
+			a.httpStatus = d.Busy
+		}
+		return a
 	}
 	var claims *token.Claims
 	if r.gate.Enabled() {
@@ -149,7 +181,7 @@ func (h *httpServer) door(w http.ResponseWriter, q *http.Request, d *Door, m *re
 	body, berr := r.body.Read(q)
 	if berr != nil {
 		if berr.Status == http.StatusTooManyRequests {
-			a := classify(consumer.ErrFull)
+			a := busy(classify(consumer.ErrFull))
 			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(a.retryAfter.Seconds()))))
 			fail(a)
 			return
@@ -162,7 +194,7 @@ func (h *httpServer) door(w http.ResponseWriter, q *http.Request, d *Door, m *re
 	if r.body.Budgeted() && !r.body.Reserve(out, int64(cap(out.B))) {
 		r.body.Put(body)
 		r.body.Put(out)
-		a := classify(consumer.ErrFull)
+		a := busy(classify(consumer.ErrFull))
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(a.retryAfter.Seconds()))))
 		fail(a)
 		return
@@ -174,7 +206,7 @@ func (h *httpServer) door(w http.ResponseWriter, q *http.Request, d *Door, m *re
 	}
 	if err != nil {
 		r.body.Put(out)
-		if errors.Is(err, ErrDoorTooLarge) {
+		if doorTooLarge(err) {
 			fail(answer{httpStatus: http.StatusRequestEntityTooLarge, code: codes.ResourceExhausted, reason: "request_too_large",
 				msg: fmt.Sprintf("%s: %v (%d× the body, at most receivers.otlp.max_request_bytes)", d.Name, err, d.Amplify)})
 			return
@@ -183,9 +215,14 @@ func (h *httpServer) door(w http.ResponseWriter, q *http.Request, d *Door, m *re
 		return
 	}
 	out.B = pb
+	var written http.Header
+	if d.Written != nil {
+		written = http.Header{}
+		d.Written(q, pb, written)
+	}
 	o := r.export(q.Context(), m, d.Signal, out, claims, q.Header)
 	if o.err != nil {
-		a := classify(o.err)
+		a := busy(classify(o.err))
 		if a.reason == "client_gone" {
 			return
 		}
@@ -196,6 +233,9 @@ func (h *httpServer) door(w http.ResponseWriter, q *http.Request, d *Door, m *re
 		return
 	}
 	m.Request(d.OK)
+	for k, v := range written {
+		w.Header()[k] = v
+	}
 	if o.rejected > 0 {
 		w.Header().Set("X-Ferry-Rejected", strconv.Itoa(o.rejected))
 	}

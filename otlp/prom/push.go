@@ -1,0 +1,398 @@
+package prom
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// PushAmplify bounds the OTLP bytes per body byte of a push (the worst
+// case measured: one-letter untyped samples "a 1\n", each a metric).
+const PushAmplify = 24
+
+// MaxPushSamples bounds the samples (lines, or protobuf metrics) of one
+// push, counted before the exposition is parsed: the parsed form costs a
+// few hundred bytes a sample.
+var MaxPushSamples = 65536
+
+// PushPatterns are the pushgateway's paths.
+var PushPatterns = []string{"/metrics/job/", "/metrics/job@base64/"}
+
+// now is the time of samples pushed without one (tests set it).
+var now = time.Now
+
+// Push converts a pushgateway push (PUT or POST of /metrics/job/<job>{/<label>/<value>},
+// text exposition or delimited protobuf by Content-Type) into an OTLP
+// ExportMetricsServiceRequest: the grouping labels are the resource.
+func Push(q *http.Request, body, dst []byte, max int) ([]byte, error) {
+	grouping, err := ParseGrouping(q.URL.EscapedPath())
+	if err != nil {
+		return nil, err
+	}
+	fams, err := decodeExposition(q.Header, body, max)
+	if err != nil {
+		return nil, err
+	}
+	w := &pbw{b: dst, max: max}
+	rm := w.open(fReqResourceMetrics)
+	res := w.open(fRMResource)
+	for _, l := range grouping {
+		switch l[0] {
+		case "job":
+			job := l[1]
+			if i := strings.IndexByte(job, '/'); i > 0 && strings.Count(job, "/") == 1 && i < len(job)-1 {
+				w.kv(fResAttributes, []byte("service.namespace"), []byte(job[:i]))
+				job = job[i+1:]
+			}
+			w.kv(fResAttributes, []byte("service.name"), []byte(job))
+		case "instance":
+			w.kv(fResAttributes, []byte("service.instance.id"), []byte(l[1]))
+		default:
+			w.kv(fResAttributes, []byte(l[0]), []byte(l[1]))
+		}
+	}
+	w.close(res)
+	sm := w.open(fRMScopeMetrics)
+	sc := w.open(fSMScope)
+	w.str(fScopeName, "prometheus_push")
+	w.close(sc)
+	nowMs := now().UnixMilli()
+	for _, f := range fams {
+		writeFamily(w, f, grouping, nowMs)
+	}
+	w.close(sm)
+	w.close(rm)
+	if w.err != nil {
+		return nil, w.err
+	}
+	return w.b, nil
+}
+
+// ParseGrouping reads the pushgateway's path: /metrics/job/<job>{/<label>/<value>},
+// a label name suffixed @base64 carrying its value in base64url (a lone
+// "=" is the empty value).
+func ParseGrouping(path string) ([][2]string, error) {
+	rest, ok := strings.CutPrefix(path, "/metrics/")
+	if !ok {
+		return nil, errors.New("the path is not /metrics/job/<job>{/<label>/<value>}")
+	}
+	parts := strings.Split(strings.TrimSuffix(rest, "/"), "/")
+	if len(parts)%2 != 0 {
+		return nil, fmt.Errorf("path %q: a label without a value", path)
+	}
+	if len(parts)/2 > MaxLabelsPerSeries {
+		return nil, fmt.Errorf("more than %d grouping labels", MaxLabelsPerSeries)
+	}
+	var out [][2]string
+	for i := 0; i < len(parts); i += 2 {
+		name, val := parts[i], parts[i+1]
+		var err error
+		if name, err = unescape(name); err != nil {
+			return nil, err
+		}
+		if val, err = unescape(val); err != nil {
+			return nil, err
+		}
+		if n, ok := strings.CutSuffix(name, "@base64"); ok {
+			name = n
+			if val == "=" {
+				val = ""
+			} else {
+				b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(val, "="))
+				if err != nil {
+					return nil, fmt.Errorf("label %q: invalid base64 value", name)
+				}
+				val = string(b)
+			}
+		}
+		if i == 0 && name != "job" {
+			return nil, errors.New("the path is not /metrics/job/<job>...")
+		}
+		if err := checkLabel([]byte(name), []byte(val)); err != nil {
+			return nil, err
+		}
+		if !model.UTF8Validation.IsValidLabelName(name) || strings.HasPrefix(name, "__") {
+			return nil, fmt.Errorf("invalid label name %q", name)
+		}
+		if name == "job" && val == "" {
+			return nil, errors.New("job is empty")
+		}
+		for _, g := range out {
+			if g[0] == name {
+				return nil, fmt.Errorf("label %q twice in the path", name)
+			}
+		}
+		out = append(out, [2]string{name, val})
+	}
+	return out, nil
+}
+
+func unescape(s string) (string, error) {
+	if !strings.Contains(s, "%") {
+		return s, nil
+	}
+	u, err := urlUnescape(s)
+	if err != nil {
+		return "", fmt.Errorf("path segment %q: %v", s, err)
+	}
+	return u, nil
+}
+
+// decodeExposition parses the body per its Content-Type: delimited
+// protobuf (client_golang's push default) or the text format. Its
+// samples are counted first (MaxPushSamples, and what max can hold).
+func decodeExposition(h http.Header, body []byte, max int) ([]*dto.MetricFamily, error) {
+	limit := min(MaxPushSamples, max/minPointBytes)
+	format := expfmt.ResponseFormat(h)
+	if h.Get("Content-Type") == "" {
+		format = expfmt.NewFormat(expfmt.TypeTextPlain)
+	}
+	switch format.FormatType() {
+	case expfmt.TypeProtoDelim:
+		var fams []*dto.MetricFamily
+		n := 0
+		for b := body; len(b) > 0; {
+			size, k := protowire.ConsumeVarint(b)
+			if k < 0 || size > uint64(len(b)-k) {
+				return nil, errors.New("truncated delimited protobuf")
+			}
+			msg := b[k : k+int(size)]
+			b = b[k+int(size):]
+			_ = fields(msg, func(num protowire.Number, _ protowire.Type, _ uint64, _ []byte) error {
+				if num == 4 {
+					n++
+				}
+				return nil
+			})
+			if n > limit {
+				return nil, fmt.Errorf("%w: more than %d samples in a push", ErrTooLarge, limit)
+			}
+			mf := &dto.MetricFamily{}
+			if err := proto.Unmarshal(msg, mf); err != nil {
+				return nil, err
+			}
+			fams = append(fams, mf)
+		}
+		return fams, validate(fams)
+	case expfmt.TypeTextPlain, expfmt.TypeUnknown:
+		lines := 0
+		for l := range bytes.SplitSeq(body, []byte("\n")) {
+			l = bytes.TrimSpace(l)
+			if len(l) > 0 && l[0] != '#' {
+				lines++
+			}
+		}
+		if lines > limit {
+			return nil, fmt.Errorf("%w: more than %d samples in a push", ErrTooLarge, limit)
+		}
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		m, err := p.TextToMetricFamilies(bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		fams := make([]*dto.MetricFamily, 0, len(m))
+		for _, f := range m {
+			fams = append(fams, f)
+		}
+		slices.SortFunc(fams, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
+		return fams, validate(fams)
+	}
+	return nil, fmt.Errorf("content type %q: the push format is text/plain;version=0.0.4 or delimited protobuf", h.Get("Content-Type"))
+}
+
+func validate(fams []*dto.MetricFamily) error {
+	for _, f := range fams {
+		if !model.UTF8Validation.IsValidMetricName(f.GetName()) {
+			return fmt.Errorf("invalid metric name %q", f.GetName())
+		}
+		for _, m := range f.Metric {
+			if len(m.Label) > MaxLabelsPerSeries {
+				return fmt.Errorf("a series with more than %d labels", MaxLabelsPerSeries)
+			}
+			for _, l := range m.Label {
+				if err := checkLabel([]byte(l.GetName()), []byte(l.GetValue())); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func writeAttrs(w *pbw, field int, m *dto.Metric, grouping [][2]string, skip string) {
+	for _, l := range m.Label {
+		n := l.GetName()
+		if l.GetValue() == "" || n == skip || n == "job" || n == "instance" || slices.ContainsFunc(grouping, func(g [2]string) bool { return g[0] == n }) {
+			continue
+		}
+		w.kv(protowireNum(field), []byte(n), []byte(l.GetValue()))
+	}
+}
+
+func times(w *pbw, m *dto.Metric, created interface{ AsTime() time.Time }, nowMs int64) {
+	if created != nil && !created.AsTime().IsZero() && created.AsTime().UnixNano() > 0 {
+		w.fixed64(fNDPStart, uint64(created.AsTime().UnixNano()))
+	}
+	ts := nowMs
+	if m.TimestampMs != nil {
+		ts = m.GetTimestampMs()
+	}
+	w.fixed64(fNDPTime, uint64(ts*msToNs))
+}
+
+func writeFamily(w *pbw, f *dto.MetricFamily, grouping [][2]string, nowMs int64) {
+	typ := f.GetType()
+	if typ == dto.MetricType_GAUGE_HISTOGRAM {
+		return // the spec: dropped
+	}
+	m := w.open(fSMMetrics)
+	w.str(fMetricName, f.GetName())
+	if f.GetHelp() != "" {
+		w.str(fMetricDescription, f.GetHelp())
+	}
+	if f.GetUnit() != "" {
+		w.str(fMetricUnit, f.GetUnit())
+	}
+	ptype := "unknown"
+	switch typ {
+	case dto.MetricType_COUNTER, dto.MetricType_GAUGE, dto.MetricType_UNTYPED:
+		field, sum := fMetricGauge, false
+		ptype = strings.ToLower(typ.String())
+		if typ == dto.MetricType_UNTYPED {
+			ptype = "unknown"
+		}
+		if typ == dto.MetricType_COUNTER {
+			field, sum = fMetricSum, true
+		}
+		g := w.open(protowireNum(field))
+		for _, x := range f.Metric {
+			p := w.open(fDataPoints)
+			writeAttrs(w, fNDPAttributes, x, grouping, "")
+			var v float64
+			switch {
+			case x.Counter != nil:
+				v = x.Counter.GetValue()
+				times(w, x, x.Counter.CreatedTimestamp, nowMs)
+			case x.Gauge != nil:
+				v = x.Gauge.GetValue()
+				times(w, x, nil, nowMs)
+			default:
+				v = x.GetUntyped().GetValue()
+				times(w, x, nil, nowMs)
+			}
+			w.double(fNDPDouble, v)
+			if isStale(v) {
+				w.varint(fNDPFlags, noRecordedValue)
+			}
+			w.close(p)
+		}
+		if sum {
+			w.varint(fTemporality, cumulative)
+			w.varint(fMonotonic, 1)
+		}
+		w.close(g)
+	case dto.MetricType_SUMMARY:
+		ptype = "summary"
+		g := w.open(fMetricSummary)
+		for _, x := range f.Metric {
+			s := x.GetSummary()
+			p := w.open(fDataPoints)
+			writeAttrs(w, fSDPAttributes, x, grouping, "quantile")
+			times(w, x, s.CreatedTimestamp, nowMs)
+			w.fixed64(fSDPCount, s.GetSampleCount())
+			w.double(fSDPSum, s.GetSampleSum())
+			for _, qv := range s.Quantile {
+				e := w.open(fSDPQuantiles)
+				w.double(1, qv.GetQuantile())
+				w.double(2, qv.GetValue())
+				w.close(e)
+			}
+			w.close(p)
+		}
+		w.close(g)
+	case dto.MetricType_HISTOGRAM:
+		ptype = "histogram"
+		g := w.open(fMetricHistogram)
+		for _, x := range f.Metric {
+			h := x.GetHistogram()
+			p := w.open(fDataPoints)
+			writeAttrs(w, fHDPAttributes, x, grouping, "le")
+			times(w, x, h.CreatedTimestamp, nowMs)
+			count := h.GetSampleCount()
+			if h.SampleCountFloat != nil {
+				count = f2u(h.GetSampleCountFloat())
+			}
+			w.fixed64(fHDPCount, count)
+			w.double(fHDPSum, h.GetSampleSum())
+			bs := h.Bucket
+			inf := float64(count)
+			if len(bs) > 0 && math.IsInf(bs[len(bs)-1].GetUpperBound(), 1) {
+				inf = cum(bs[len(bs)-1])
+				bs = bs[:len(bs)-1]
+			}
+			bc := w.open(fHDPBuckets)
+			prev := 0.0
+			for _, b := range bs {
+				w.appendFixed(uint64(max(0, cum(b)-prev)))
+				prev = cum(b)
+			}
+			w.appendFixed(uint64(max(0, inf-prev)))
+			w.close(bc)
+			if len(bs) > 0 {
+				eb := w.open(fHDPBounds)
+				for _, b := range bs {
+					w.appendFixed(math.Float64bits(b.GetUpperBound()))
+				}
+				w.close(eb)
+			}
+			w.close(p)
+		}
+		w.varint(fTemporality, cumulative)
+		w.close(g)
+	default: // info, stateset (OpenMetrics): non-monotonic sums
+		ptype = strings.ToLower(typ.String())
+		g := w.open(fMetricSum)
+		for _, x := range f.Metric {
+			p := w.open(fDataPoints)
+			writeAttrs(w, fNDPAttributes, x, grouping, "")
+			times(w, x, nil, nowMs)
+			v := x.GetGauge().GetValue()
+			if x.Untyped != nil {
+				v = x.GetUntyped().GetValue()
+			}
+			w.double(fNDPDouble, v)
+			w.close(p)
+		}
+		w.varint(fTemporality, cumulative)
+		w.close(g)
+	}
+	md := w.open(fMetricMetadata)
+	w.str(1, "prometheus.type")
+	a := w.open(2)
+	w.str(1, ptype)
+	w.close(a)
+	w.close(md)
+	w.close(m)
+}
+
+func cum(b *dto.Bucket) float64 {
+	if b.CumulativeCountFloat != nil {
+		return b.GetCumulativeCountFloat()
+	}
+	return float64(b.GetCumulativeCount())
+}
+
+func urlUnescape(s string) (string, error) { return url.PathUnescape(s) }
