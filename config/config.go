@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sort"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/processor/spanmetrics"
 	"github.com/ferryhq/ferry/receiver"
+	"github.com/ferryhq/ferry/routing"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -101,6 +103,35 @@ func (c *Config) Bounds() receiver.Bounds {
 		b.SpoolBytes = int64(c.Delivery.Spool.MaxBytes)
 	}
 	return b
+}
+
+// FixedTopics is every topic the configuration names in full, for the
+// exporter to create when missing (exporter.kafka.create_topics): each
+// enabled receiver's (receiver.FixedTopics: one method per receiver) and,
+// in the modes that write dead letters, the dead-letter topic. Never a
+// name a client chooses or a request fills into a template. Sorted, each
+// once.
+func (c *Config) FixedTopics() []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(names []string) {
+		for _, n := range names {
+			if !seen[n] && routing.ValidTopic(n) {
+				seen[n] = true
+				out = append(out, n)
+			}
+		}
+	}
+	c.Receivers.Each(func(_ receiver.Factory, rc receiver.Config) {
+		if ft, ok := rc.(receiver.FixedTopics); ok && rc.On() {
+			add(ft.FixedTopics())
+		}
+	})
+	if c.Delivery.Mode == "spool" || c.Delivery.Mode == "spill" {
+		add(c.Delivery.DeadLetter.FixedTopics())
+	}
+	sort.Strings(out)
+	return out
 }
 
 // SpoolRecordBytes is the largest record the spool must hold: the

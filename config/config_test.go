@@ -270,3 +270,43 @@ func TestDefaultYAMLHasNoUnknownKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The topics ferry creates are the ones the configuration names in full:
+// by default the three OTLP topics; a fixed files/syslog topic and the
+// dead-letter topic when those are on; never a template a request fills,
+// never a disabled receiver's, never a topic the receiver's patterns refuse.
+func TestFixedTopics(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		sets []string
+		want []string
+	}{
+		{"defaults", nil, []string{"otlp_logs", "otlp_metrics", "otlp_spans"}},
+		{"otlp off", []string{"receivers.otlp.enabled=false"}, nil},
+		{"signal template", []string{"receivers.otlp.traces.topic=otel-{signal}", "receivers.otlp.logs.topic=otel-{signal}-{tenant}"},
+			[]string{"otel-traces", "otlp_metrics"}},
+		{"request-filled templates", []string{"receivers.otlp.traces.topic=t-{resource.service.name}", "receivers.otlp.metrics.topic=m-{header.x}",
+			"receivers.otlp.logs.topic=l-{business_id}"}, nil},
+		{"patterns refuse", []string{`receivers.otlp.topics=["otlp_spans"]`}, []string{"otlp_spans"}},
+		{"files and syslog", []string{"receivers.files.enabled=true", `receivers.files.include=["/var/log/*.log"]`, "receivers.files.topic=host-logs",
+			"receivers.syslog.enabled=true", "receivers.syslog.topic=syslog"},
+			[]string{"host-logs", "otlp_logs", "otlp_metrics", "otlp_spans", "syslog"}},
+		{"files template", []string{"receivers.files.enabled=true", `receivers.files.include=["/var/log/*.log"]`, "receivers.files.topic=logs-{file.name}"},
+			[]string{"otlp_logs", "otlp_metrics", "otlp_spans"}},
+		{"dead letters in kafka mode", []string{"delivery.dead_letter.topic=dlq"}, []string{"otlp_logs", "otlp_metrics", "otlp_spans"}},
+		{"dead letters in spool mode", []string{"delivery.mode=spool", "delivery.dead_letter.topic=dlq"},
+			[]string{"dlq", "otlp_logs", "otlp_metrics", "otlp_spans"}},
+		{"one name once", []string{"receivers.otlp.logs.topic=otlp_spans"}, []string{"otlp_metrics", "otlp_spans"}},
+	} {
+		cfg, err := Parse(nil, c.sets)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := cfg.FixedTopics(); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: FixedTopics() = %q, want %q", c.name, got, c.want)
+		}
+	}
+	if d := kafkaCfg(Default()).CreateTopics; !d.Enabled || d.Partitions != -1 || d.ReplicationFactor != -1 {
+		t.Errorf("create_topics defaults to %+v; default.yaml and the README say enabled, -1, -1", d)
+	}
+}

@@ -30,6 +30,14 @@ var receiverFactories = []receiver.Factory{
 	syslogreceiver.NewFactory(),
 }
 
+// The receivers whose configuration names topics in full say so (the
+// exporter creates those topics); the others' clients choose theirs.
+var (
+	_ receiver.FixedTopics = (*otlpreceiver.Config)(nil)
+	_ receiver.FixedTopics = (*filereceiver.Config)(nil)
+	_ receiver.FixedTopics = (*syslogreceiver.Config)(nil)
+)
+
 // Receivers is every receiver's section (YAML receivers.<type>), each
 // decoded by its factory into its own Config.
 type Receivers struct {

@@ -131,10 +131,15 @@ func OverLimit(reason, what string, limit int64, key string) *PermanentError {
 		Msg: fmt.Sprintf("request refused: %s exceeds the limit of %d (%s)", what, limit, key)}
 }
 
-// UnknownTopic reports a topic that does not exist in Kafka.
+// UnknownTopic reports a topic that does not exist in Kafka, and what
+// the client (or its operator) can do about it: ferry creates only the
+// topics its own configuration names, never one a request chose.
 func UnknownTopic(topic string, cause error) *PermanentError {
 	return &PermanentError{Reason: "unknown_topic", Err: cause, Kind: KindUnknownTopic,
-		Msg: fmt.Sprintf("topic %q does not exist in Kafka (and auto-creation is off)", topic)}
+		Msg: fmt.Sprintf("topic %q does not exist in Kafka and ferry does not create topics a request names: "+
+			"create it (kafka-topics.sh --create --topic %s), send to a topic that exists, "+
+			"or make it a topic of ferry's configuration (created when missing with exporter.kafka.create_topics; "+
+			"see ferry's log if that failed)", topic, topic)}
 }
 
 // Reason returns the counter label of err: the Reason of a classified error,

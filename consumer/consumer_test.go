@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -31,6 +32,16 @@ func TestKindOf(t *testing.T) {
 	} {
 		if got := KindOf(c.err); got != c.want {
 			t.Errorf("%v: kind %d, want %d", c.err, got, c.want)
+		}
+	}
+}
+
+// The answer for a missing topic names it and tells the client what to do.
+func TestUnknownTopicSaysWhatToDo(t *testing.T) {
+	msg := UnknownTopic("otlp_spans", nil).Error()
+	for _, want := range []string{`topic "otlp_spans" does not exist in Kafka`, "kafka-topics.sh --create --topic otlp_spans", "exporter.kafka.create_topics"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q lacks %q", msg, want)
 		}
 	}
 }

@@ -43,6 +43,16 @@ type Config struct {
 	Topic string `yaml:"topic"`
 }
 
+// FixedTopics is the dead-letter topic, when set, for the exporter to
+// create if it is missing (the caller asks only in the delivery modes
+// that write dead letters).
+func (c *Config) FixedTopics() []string {
+	if c.Topic == "" {
+		return nil
+	}
+	return []string{c.Topic}
+}
+
 // Validate names the first invalid field.
 func (c *Config) Validate() error {
 	if c.File == "" {

@@ -79,6 +79,11 @@ type Env struct {
 	// so batches wait delivery.spool.linger for more records.
 	Spooled     bool
 	SpoolLinger time.Duration
+	// Topics are the topics the configuration names in full (config's
+	// FixedTopics: receivers' fixed topics, the dead-letter topic); an
+	// exporter that can creates those missing (exporter.kafka.create_topics).
+	// Never a name a client chose.
+	Topics []string
 }
 
 // Exporter is the pipeline's last stage: it completes each record of a

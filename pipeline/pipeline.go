@@ -86,9 +86,10 @@ func (p *Pipeline) Receiver(typ string) receiver.Receiver {
 
 // exporterEnv is what the exporter is built with: in delivery mode spool
 // no client waits for Kafka's ack, so batches linger for
-// delivery.spool.linger.
+// delivery.spool.linger; the topics the configuration names in full, for
+// the exporter to create when missing.
 func exporterEnv(cfg *config.Config, set telemetry.Settings) exporter.Env {
-	env := exporter.Env{Set: set, BufferedBytes: int64(cfg.Queue.MemoryLimit)}
+	env := exporter.Env{Set: set, BufferedBytes: int64(cfg.Queue.MemoryLimit), Topics: cfg.FixedTopics()}
 	if cfg.Delivery.Mode == "spool" {
 		env.Spooled, env.SpoolLinger = true, cfg.Delivery.Spool.Linger
 	}

@@ -44,6 +44,19 @@ type Config interface {
 	CheckFiles() error
 }
 
+// FixedTopics is implemented by a Config whose records go to topics its
+// configuration names in full (a topic key without placeholders, or with
+// only {signal}); the exporter creates those that are missing (exporter.
+// kafka.create_topics). A receiver whose clients choose the topic, or
+// whose template a request fills in, names none of those: ferry never
+// creates a topic a client chose. One method per receiver, no list to
+// keep elsewhere.
+type FixedTopics interface {
+	// FixedTopics is the names, when the receiver is enabled (nil when
+	// not).
+	FixedTopics() []string
+}
+
 // Bounds are the agent-wide facts a receiver's configuration is checked
 // against and its derived defaults are computed from, in one place.
 type Bounds struct {

@@ -103,6 +103,25 @@ func Parse(s string) (*Template, error) {
 // Static reports whether the template is a plain topic.
 func (t *Template) Static() bool { return len(t.parts) == 1 && t.parts[0].Field == "" }
 
+// Fixed is the name the template stands for in full when its only field,
+// if any, is {signal} (known from the configuration section it is in):
+// ok is false when the name depends on a request (a token, a resource
+// attribute, a header), so no one but the client knows it in advance.
+func (t *Template) Fixed(signal string) (name string, ok bool) {
+	var b strings.Builder
+	for _, p := range t.parts {
+		switch p.Field {
+		case "":
+			b.WriteString(p.Lit)
+		case "signal":
+			b.WriteString(signal)
+		default:
+			return "", false
+		}
+	}
+	return b.String(), true
+}
+
 // PerResource reports whether the result depends on the record's resource.
 func (t *Template) PerResource() bool {
 	for _, p := range t.parts {

@@ -91,3 +91,29 @@ func TestValuesNeverBlend(t *testing.T) {
 		t.Fatalf("a 300-byte tenant gave %d bytes (truncation would merge tenants sharing a prefix)", len(got))
 	}
 }
+
+// Only a name the configuration knows in full is fixed: literals and
+// {signal}; anything a request fills in (token, resource, header) is not.
+func TestFixed(t *testing.T) {
+	for _, c := range []struct {
+		tpl, want string
+		ok        bool
+	}{
+		{"otlp_spans", "otlp_spans", true},
+		{"otel-{signal}", "otel-traces", true},
+		{"{signal}", "traces", true},
+		{"otel-{signal}-{tenant}", "", false},
+		{"otel-{resource.service.name}", "", false},
+		{"otel-{header.x-topic}", "", false},
+		{"t-{business_id}", "", false},
+	} {
+		tp, err := Parse(c.tpl)
+		if err != nil {
+			t.Fatal(c.tpl, err)
+		}
+		got, ok := tp.Fixed("traces")
+		if got != c.want || ok != c.ok {
+			t.Errorf("Fixed(%q) = %q, %v; want %q, %v", c.tpl, got, ok, c.want, c.ok)
+		}
+	}
+}

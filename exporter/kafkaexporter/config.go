@@ -31,11 +31,17 @@ type Config struct {
 	MaxBufferedBytes bytesize.Size `yaml:"max_buffered_bytes"`
 	// Partitioner: murmur2 (Java-client compatible for keyed records, sticky
 	// for keyless), round_robin, or uniform_bytes (KIP-480 sticky by bytes).
-	Partitioner      string        `yaml:"partitioner"`
-	RequestTimeout   time.Duration `yaml:"request_timeout"`
-	DialTimeout      time.Duration `yaml:"dial_timeout"`
-	RetryBackoffMax  time.Duration `yaml:"retry_backoff_max"`
-	AutoCreateTopics bool          `yaml:"auto_create_topics"`
+	Partitioner     string        `yaml:"partitioner"`
+	RequestTimeout  time.Duration `yaml:"request_timeout"`
+	DialTimeout     time.Duration `yaml:"dial_timeout"`
+	RetryBackoffMax time.Duration `yaml:"retry_backoff_max"`
+	// AutoCreateTopics lets the broker create any topic a record names
+	// (the broker's auto.create.topics.enable must be on too); the
+	// receivers must then list the names allowed.
+	AutoCreateTopics bool `yaml:"auto_create_topics"`
+	// CreateTopics creates the topics the configuration names in full
+	// when they are missing (create.go).
+	CreateTopics CreateTopics `yaml:"create_topics"`
 	// MaxPendingTopics bounds the topics, not yet confirmed by Kafka, that
 	// records may be waiting on at once (each costs the Kafka client a
 	// metadata entry and a goroutine); beyond it a batch is refused (429).
@@ -95,6 +101,7 @@ func (c *Config) problems() []error {
 	if c.DialTimeout <= 0 || c.RetryBackoffMax <= 0 || c.HealthCheckInterval <= 0 {
 		add("dial_timeout, retry_backoff_max and health_check_interval must be positive")
 	}
+	errs = append(errs, c.CreateTopics.problems()...)
 	if err := c.TLS.validate(); err != nil {
 		errs = append(errs, err)
 	}

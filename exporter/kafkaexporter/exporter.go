@@ -90,6 +90,10 @@ type Exporter struct {
 	// flight has been answered.
 	drained     chan struct{}
 	drainedOnce sync.Once
+	// want are the topics the configuration names in full, created when
+	// missing (create_topics); reached tells the creator Kafka was reached.
+	want    []string
+	reached chan struct{}
 }
 
 // New builds the exporter. bufferedBytes is the queue's memory limit, used to
@@ -98,7 +102,8 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Exporter{cfg: cfg, given: cfg, set: set, stop: make(chan struct{}), drained: make(chan struct{}), topics: set.Topics, tp: newTopics(cfg.MaxPendingTopics)}
+	e := &Exporter{cfg: cfg, given: cfg, set: set, stop: make(chan struct{}), drained: make(chan struct{}), topics: set.Topics, tp: newTopics(cfg.MaxPendingTopics),
+		reached: make(chan struct{}, 1)}
 	e.log = telemetry.NewLimited(set.Logger.With("component", "exporter/kafka"), 30*time.Second)
 	e.m = newMetrics(set.Registry)
 	e.pool.New = func() any { return &exportBatch{e: e} }
@@ -226,11 +231,17 @@ func compressionCodec(name string, level int) (kgo.CompressionCodec, error) {
 	return c, nil
 }
 
-// Start begins probing the brokers for readiness. It does not wait for Kafka.
+// Start begins probing the brokers for readiness and, with create_topics,
+// creating the configured topics each time Kafka is reached. It does not
+// wait for Kafka.
 func (e *Exporter) Start(context.Context) error {
 	e.wg.Add(2)
 	go e.probe()
 	go e.purger()
+	if e.cfg.CreateTopics.Enabled && len(e.want) > 0 {
+		e.wg.Add(1)
+		go e.creator()
+	}
 	return nil
 }
 
@@ -274,6 +285,10 @@ func (e *Exporter) probe() {
 			e.up.Store(true)
 			e.m.up.Set(1)
 			downSince = time.Time{}
+			select {
+			case e.reached <- struct{}{}:
+			default: // the creator has one round pending already
+			}
 		case err != nil:
 			if e.up.Load() || downSince.IsZero() {
 				downSince = time.Now()
@@ -543,6 +558,7 @@ type metrics struct {
 	batchC    prometheus.Histogram
 	brokerErr *prometheus.CounterVec
 	purged    prometheus.Counter
+	created   prometheus.Counter
 	// requests by Kafka API key, resolved once: what this agent costs the
 	// cluster (docs/scaling.md sizes fleets from these two).
 	requests [kmsg.MaxKey + 1]prometheus.Counter
@@ -575,6 +591,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Broker connection and request errors (retried), by kind.", ConstLabels: lbl}, []string{"reason"}),
 		purged: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_exporter_kafka_purged_topics_total",
 			Help: "Topics that turned out not to exist, removed from the Kafka client's metadata.", ConstLabels: lbl}),
+		created: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_exporter_kafka_created_topics_total",
+			Help: "Topics named in the configuration that ferry created because they were missing (create_topics).", ConstLabels: lbl}),
 	}
 	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exporter_kafka_requests_total",
 		Help: "Requests written to brokers, by Kafka API (Produce, Metadata, ...).", ConstLabels: lbl}, []string{"api"})
@@ -585,7 +603,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.conns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_exporter_kafka_connections",
 		Help: "Open connections to brokers.", ConstLabels: lbl})
-	reg.MustRegister(m.sent, m.sentBytes, m.dropped, m.inflight, m.up, m.latency, m.batchRecs, m.batchB, m.batchC, m.brokerErr, m.purged, reqs, m.conns)
+	reg.MustRegister(m.sent, m.sentBytes, m.dropped, m.inflight, m.up, m.latency, m.batchRecs, m.batchB, m.batchC, m.brokerErr, m.purged, m.created, reqs, m.conns)
 	return m
 }
 

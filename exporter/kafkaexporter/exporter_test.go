@@ -22,7 +22,8 @@ import (
 func testCfg(brokers []string) Config {
 	return Config{Brokers: brokers, ClientID: "test", Acks: "all", Idempotent: true, Compression: "lz4",
 		Linger: time.Millisecond, MaxBatchBytes: 1_000_000, Partitioner: "murmur2", RequestTimeout: 5 * time.Second,
-		DialTimeout: time.Second, RetryBackoffMax: 200 * time.Millisecond, HealthCheckInterval: 100 * time.Millisecond, MaxPendingTopics: 1000}
+		DialTimeout: time.Second, RetryBackoffMax: 200 * time.Millisecond, HealthCheckInterval: 100 * time.Millisecond, MaxPendingTopics: 1000,
+		CreateTopics: CreateTopics{Partitions: -1, ReplicationFactor: -1}}
 }
 
 func newExporter(t *testing.T, cfg Config, buffered int64) *Exporter {

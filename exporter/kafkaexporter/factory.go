@@ -32,6 +32,7 @@ func (factory) Create(cfg exporter.Config, env exporter.Env) (exporter.Exporter,
 		return nil, err
 	}
 	e.given = given
+	e.want = env.Topics
 	return e, nil
 }
 

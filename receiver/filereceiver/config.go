@@ -88,6 +88,18 @@ type Multiline struct {
 // On reports whether the receiver runs.
 func (c *Config) On() bool { return c.Enabled }
 
+// FixedTopics is the topic when it has no placeholders (a template's
+// names depend on what is read, so ferry does not create them).
+func (c *Config) FixedTopics() []string {
+	if !c.Enabled {
+		return nil
+	}
+	if t, err := parseTemplate(c.Topic); err == nil && t.static() && routing.ValidTopic(c.Topic) {
+		return []string{c.Topic}
+	}
+	return nil
+}
+
 // keyOverhead is what a record may carry besides its line: the key and the
 // path header (each up to a path's length) and the offset headers.
 const keyOverhead = 16 << 10

@@ -29,6 +29,34 @@ func (factory) Create(cfg receiver.Config, env receiver.Env) (receiver.Receiver,
 // On reports whether the receiver runs.
 func (c *Config) On() bool { return c.Enabled }
 
+// FixedTopics is each signal's topic when the configuration names it in
+// full (a fixed name, or a template whose only field is {signal}) and
+// topics allows it; a template a request fills in names none. Span
+// metrics go to the metrics topic, so it is covered here too.
+func (c *Config) FixedTopics() []string {
+	if !c.Enabled {
+		return nil
+	}
+	allow, err := routing.NewAllow(c.Topics)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, s := range []struct {
+		sig   string
+		topic string
+	}{{"traces", c.Traces.Topic}, {"metrics", c.Metrics.Topic}, {"logs", c.Logs.Topic}} {
+		t, err := routing.Parse(s.topic)
+		if err != nil {
+			continue
+		}
+		if name, ok := t.Fixed(s.sig); ok && routing.ValidTopic(name) && allow.Check(name, nil) == nil {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 // resolved is the configuration with its derived defaults filled in: the
 // one place they are computed.
 func (c Config) resolved(b receiver.Bounds) Config {

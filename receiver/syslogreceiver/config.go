@@ -47,6 +47,18 @@ type Config struct {
 // On reports whether the receiver runs.
 func (c *Config) On() bool { return c.Enabled }
 
+// FixedTopics is the topic when it has no placeholders (a template's
+// names depend on what is read, so ferry does not create them).
+func (c *Config) FixedTopics() []string {
+	if !c.Enabled {
+		return nil
+	}
+	if t, err := parseTemplate(c.Topic); err == nil && t.static() && routing.ValidTopic(c.Topic) {
+		return []string{c.Topic}
+	}
+	return nil
+}
+
 // tlsOn: the TLS listener serves.
 func (c *Config) tlsOn() bool { return c.TLSListen != "" && c.TLS.On() }
 

@@ -1,0 +1,135 @@
+package kafkaexporter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// CreateTopics is exporter.kafka.create_topics: the topics ferry's own
+// configuration names in full (each receiver's fixed topic, the OTLP
+// signals' topics, the dead-letter topic: exporter.Env.Topics) are created
+// when Kafka is reached and they are missing. A topic a client names, or
+// a request fills into a template, is never created here.
+type CreateTopics struct {
+	Enabled bool `yaml:"enabled"`
+	// Partitions and ReplicationFactor of a created topic; -1 is the
+	// cluster's default (num.partitions, default.replication.factor; Kafka
+	// 2.4 and later).
+	Partitions        int `yaml:"partitions"`
+	ReplicationFactor int `yaml:"replication_factor"`
+}
+
+func (c *CreateTopics) problems() []error {
+	var errs []error
+	if c.Partitions != -1 && (c.Partitions < 1 || c.Partitions > 100000) {
+		errs = append(errs, fmt.Errorf("create_topics.partitions: %d is neither -1 (the cluster's default) nor within 1..100000", c.Partitions))
+	}
+	if c.ReplicationFactor != -1 && (c.ReplicationFactor < 1 || c.ReplicationFactor > 32767) {
+		errs = append(errs, fmt.Errorf("create_topics.replication_factor: %d is neither -1 (the cluster's default) nor within 1..32767", c.ReplicationFactor))
+	}
+	return errs
+}
+
+// createRetry is how soon a creation round that could not ask Kafka (a
+// request failed, not a broker's refusal) is tried again.
+var createRetry = 10 * time.Second
+
+// creator creates the configured topics that are missing each time Kafka
+// becomes reachable (the probe signals e.reached), off the data path: a
+// record for a topic still being created waits in the Kafka client, which
+// finds the topic at its next metadata refresh.
+func (e *Exporter) creator() {
+	defer e.wg.Done()
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-e.reached:
+		case <-retry:
+		}
+		retry = nil
+		if err := e.createMissing(); err != nil {
+			e.set.Logger.Warn("could not check the configured topics in Kafka; trying again",
+				"component", "exporter/kafka", "in", createRetry, "err", err)
+			retry = time.After(createRetry)
+		}
+	}
+}
+
+// createMissing asks Kafka which of the configured topics exist and
+// creates the others, logging one line per topic created (INFO) or
+// refused (WARN, with the broker's reason). It returns an error only when
+// it could not ask: a refusal is not retried until Kafka is reached again.
+func (e *Exporter) createMissing() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*e.cfg.RequestTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-e.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	got, err := e.Partitions(ctx, e.want)
+	if err != nil {
+		return fmt.Errorf("metadata: %w", err)
+	}
+	exists := map[string]bool{}
+	for _, t := range got {
+		if t.Err == nil {
+			exists[t.Topic] = true
+		}
+	}
+	var missing []string
+	for _, t := range e.want {
+		if !exists[t] {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	adm := kadm.NewClient(e.cl)
+	adm.SetTimeoutMillis(int32(e.cfg.RequestTimeout.Milliseconds()))
+	ct := e.cfg.CreateTopics
+	resp, err := adm.CreateTopics(ctx, int32(ct.Partitions), int16(ct.ReplicationFactor), nil, missing...)
+	if err != nil {
+		return fmt.Errorf("create topics: %w", err)
+	}
+	created := false
+	for _, t := range missing {
+		r, ok := resp[t]
+		switch {
+		case !ok:
+			e.m.brokerErr.WithLabelValues("create_topic").Inc()
+			e.set.Logger.Warn("could not create Kafka topic: the broker did not answer for it", "component", "exporter/kafka", "topic", t)
+		case r.Err == nil:
+			created = true
+			e.m.created.Inc()
+			e.set.Logger.Info("created Kafka topic named in the configuration (exporter.kafka.create_topics)", "component", "exporter/kafka",
+				"topic", t, "partitions", r.NumPartitions, "replication_factor", r.ReplicationFactor)
+		case errors.Is(r.Err, kerr.TopicAlreadyExists):
+			// Another agent (or an operator) created it meanwhile.
+		default:
+			e.m.brokerErr.WithLabelValues("create_topic").Inc()
+			reason := r.Err.Error()
+			if r.ErrMessage != "" {
+				reason += ": " + r.ErrMessage
+			}
+			e.set.Logger.Warn("could not create Kafka topic named in the configuration; records for it fail until it exists (create it with kafka-topics.sh --create --topic "+t+", or give ferry the right to: CREATE on the cluster or the topic)",
+				"component", "exporter/kafka", "topic", t, "partitions", ct.Partitions, "replication_factor", ct.ReplicationFactor, "reason", reason)
+		}
+	}
+	if created {
+		// Records already waiting for a created topic find it now rather
+		// than at the next periodic refresh.
+		e.cl.ForceMetadataRefresh()
+	}
+	return nil
+}
