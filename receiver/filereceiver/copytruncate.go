@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -99,4 +100,82 @@ func (r *Receiver) matched(p string) bool {
 		}
 	}
 	return false
+}
+
+// maxRotatedCandidates bounds the directory entries looked at per
+// directory for files rotated since the checkpoint.
+const maxRotatedCandidates = 4096
+
+// adoptRotatedSince, at the first scan after a restart, reads the files
+// rotated out of the globs since the checkpoint was written that the
+// checkpoint does not know: a file that appeared and was renamed away
+// while ferry was down, or after a checkpoint that could not be written
+// (its disk full). Such a file is known by its name — a known file's name
+// with a suffix, as logrotate names rotations (app.log.1, app.log-20261125,
+// app.log.2.gz) — in a known file's directory, and by its modification
+// time, at or after the checkpoint's. It is read from its first byte as a
+// rotated file of that path (duplicates of what was sent before the
+// crash, never a loss), before the path's current file.
+func (r *Receiver) adoptRotatedSince(now time.Time) {
+	type owner struct {
+		path  string
+		group int
+	}
+	dirs := map[string]map[string]owner{}
+	add := func(path string, group int) {
+		if path == "" {
+			return
+		}
+		d := filepath.Dir(path)
+		if dirs[d] == nil {
+			dirs[d] = map[string]owner{}
+		}
+		dirs[d][filepath.Base(path)] = owner{path, group}
+	}
+	for _, f := range r.list {
+		add(f.path, f.group)
+	}
+	for _, e := range r.saved {
+		add(e.Path, 0)
+	}
+	since := r.ckptTime.Add(-time.Second)
+	for dir, bases := range dirs {
+		d, err := os.Open(dir)
+		if err != nil {
+			continue
+		}
+		names, _ := d.Readdirnames(maxRotatedCandidates)
+		d.Close()
+		for _, n := range names {
+			var o owner
+			for b, ow := range bases {
+				if len(n) > len(b) && strings.HasPrefix(n, b) {
+					o = ow
+					break
+				}
+			}
+			p := filepath.Join(dir, n)
+			if o.path == "" || r.matched(p) {
+				continue // not a rotation of a known file, or the scan's
+			}
+			fi, err := os.Lstat(p)
+			if err != nil || !fi.Mode().IsRegular() || fi.ModTime().Before(since) {
+				continue
+			}
+			id, ok := idOf(fi)
+			if !ok || r.files[id] != nil {
+				continue
+			}
+			f := r.adopt(o.path, p, o.group, id, fi.Size(), now, nil)
+			if f == nil {
+				continue
+			}
+			f.seen = r.scanGen
+			r.setOrphan(f, true)
+			f.still = now
+			r.fm.rotatedSince.Inc()
+			r.log.Log(slog.LevelWarn, "rotatedsince", "files: a file rotated since the last checkpoint, unknown to it, is read from its start (lines sent before the restart come again)",
+				"path", o.path, "file", p)
+		}
+	}
 }

@@ -188,3 +188,48 @@ func TestTruncationBehindTheReader(t *testing.T) {
 		t.Fatalf("order: %q", got)
 	}
 }
+
+// TestRotatedTwiceWhileDown: while ferry is down, app.log is rotated twice
+// (app.log -> app.log.1, a new app.log written and rotated to app.log.2,
+// another new app.log). The checkpoint knows only the first file; the
+// second was never seen. At the restart both rotated files are read, the
+// older first, before the current file: nothing lost, nothing out of
+// order (the one the checkpoint never knew was lost before).
+func TestRotatedTwiceWhileDown(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app.log")
+	cfg := testConfig(t, dir)
+	cfg.Include = []string{path}
+	write(t, path, lines("line", 0, 3))
+	p := &pipe{}
+	r := start(t, cfg, p)
+	eventually(t, "the first lines", func() bool { return len(p.records()) == 3 })
+	eventually(t, "their checkpoint", func() bool { return savedOffset(t, cfg.CheckpointDir, path) > 0 })
+	write(t, path, lines("line", 3, 5)) // not read: ferry is killed first
+	abandon(r)
+	time.Sleep(20 * time.Millisecond) // the rotations' times are after the checkpoint's
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, path, lines("line", 5, 8))
+	time.Sleep(20 * time.Millisecond)
+	if err := os.Rename(path, path+".2"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, path, lines("line", 8, 10))
+	p = &pipe{}
+	r = start(t, cfg, p)
+	eventually(t, "every line", func() bool { return len(p.records()) >= 7 })
+	time.Sleep(10 * cfg.PollInterval)
+	if got := fmt.Sprint(p.values()); got != "[line-3 line-4 line-5 line-6 line-7 line-8 line-9]" {
+		t.Fatalf("got %s", got)
+	}
+	if n := testutil.ToFloat64(r.fm.rotatedSince); n != 1 {
+		t.Fatalf("rotated since the checkpoint: %v", n)
+	}
+	for _, g := range p.records() {
+		if g.path != path {
+			t.Fatalf("a record of path %q", g.path)
+		}
+	}
+}

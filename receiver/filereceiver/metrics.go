@@ -25,6 +25,9 @@ type fileMetrics struct {
 	compressedCopies prometheus.Counter
 	// copies: copytruncate copies read from the truncated file's offset.
 	copies prometheus.Counter
+	// rotatedSince: files rotated since the checkpoint, unknown to it,
+	// read at a restart.
+	rotatedSince prometheus.Counter
 }
 
 func newFileMetrics(reg prometheus.Registerer) *fileMetrics {
@@ -49,6 +52,8 @@ func newFileMetrics(reg prometheus.Registerer) *fileMetrics {
 			Help: "Bytes read from files and not yet acknowledged (max_inflight_bytes bounds it)."})),
 		checkpoints: telemetry.Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_files_checkpoints_total",
 			Help: "Checkpoints written."})),
+		rotatedSince: telemetry.Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_files_rotated_since_checkpoint_total",
+			Help: "Files rotated since the last checkpoint and unknown to it, found by name and time at a restart and read from their start."})),
 		copies: telemetry.Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_files_copytruncate_copies_total",
 			Help: "Copies of truncated files (logrotate's copytruncate) found and read from the truncated file's committed offset."})),
 		compressedCopies: telemetry.Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_files_compressed_copies_total",

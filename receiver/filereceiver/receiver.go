@@ -148,6 +148,7 @@ type Receiver struct {
 	orphans       []*file // renamed away or deleted, being drained
 	saved         map[fileID]entry
 	hadCheckpoint bool
+	ckptTime      time.Time // when the checkpoint read at Start was written
 	firstScan     bool
 	scanGen       uint64
 	tick          uint64
@@ -227,6 +228,9 @@ func (r *Receiver) Start(context.Context) error {
 		r.set.Logger.Error("files: checkpoint not read", "component", "receiver/files", "err", err)
 	}
 	r.hadCheckpoint = found
+	if fi, err := os.Stat(filepath.Join(r.cfg.CheckpointDir, checkpointName)); err == nil {
+		r.ckptTime = fi.ModTime()
+	}
 	for _, e := range doc.Files {
 		r.saved[fileID{e.Dev, e.Ino}] = e
 	}
@@ -311,8 +315,17 @@ func (r *Receiver) run() {
 			// them by inode and reads them again. One write for every
 			// file found in the poll.
 			if err := r.checkpoint(true); err != nil {
+				// The disk holding it is full or failing: the new files are
+				// read all the same (waiting would stall them for as long
+				// as the disk is full); if ferry is killed before a
+				// checkpoint gets through, the restart finds them rotated
+				// or not by their names and times (adoptRotatedSince).
 				r.m.Error("checkpoint_write")
-				r.log.Log(slog.LevelError, "checkpoint", "files: checkpoint not written; new files wait until it is", "err", err)
+				r.log.Log(slog.LevelError, "checkpoint", "files: checkpoint not written; it is tried again", "err", err)
+				for _, f := range r.list {
+					f.unsaved = false
+				}
+				r.unsaved = 0
 			}
 		}
 		progress := r.round(now)
@@ -475,10 +488,15 @@ func (r *Receiver) flushDue(f *file, now time.Time) bool {
 // (f replaced it in a rotation), so f waits and the path's lines stay in
 // order.
 func (r *Receiver) olderUnread(f *file) bool {
-	if f.orphan || f.first {
+	if f.first {
 		return false
 	}
 	for _, o := range r.orphans {
+		if f.orphan && !(o.orphan && o.mtime.Before(f.mtime)) {
+			// Rotated files of one path go oldest first (by their last
+			// write): several may be waiting after a restart.
+			continue
+		}
 		// readOff < size: bytes not sent yet, including an unterminated
 		// last line or a multiline group that waits for the let-go. A
 		// copytruncate copy under the globs (first) is drained likewise.

@@ -50,11 +50,12 @@ type file struct {
 	// gzip (gzip.go): read through a decompressor; size is decompressed.
 	gz            bool
 	zr            *gzip.Reader
-	zpos          int64 // the decompressed offset zr is at
-	zsize, zTried int64 // the compressed sizes size was taken at, and last failed at
-	decided       bool  // its start offset is known (gzip files wait for rotations to end)
-	unsaved       bool  // not in a checkpoint written yet: not read until it is
-	first         bool  // a copytruncate copy under the globs: drained before its path's file (in Receiver.orphans)
+	zpos          int64     // the decompressed offset zr is at
+	zsize, zTried int64     // the compressed sizes size was taken at, and last failed at
+	decided       bool      // its start offset is known (gzip files wait for rotations to end)
+	unsaved       bool      // not in a checkpoint written yet: not read until it is
+	first         bool      // a copytruncate copy under the globs: drained before its path's file (in Receiver.orphans)
+	mtime         time.Time // its modification time when adopted: rotated files of a path are read oldest first
 
 	// Guarded by Receiver.mu.
 	gen       uint64  // bumped when the file is read again from an offset: older spans no longer count
@@ -128,6 +129,9 @@ func (r *Receiver) scan(now time.Time) {
 					r.setOrphan(f, true)
 				}
 			}
+		}
+		if r.hadCheckpoint && !r.ckptTime.IsZero() {
+			r.adoptRotatedSince(now)
 		}
 	}
 	// A checkpointed file that could not be opened keeps its entry (and its
@@ -323,10 +327,12 @@ func (r *Receiver) adopt(first, path string, group int, id fileID, size int64, n
 		r.log.Log(slog.LevelWarn, "open", "files: a file matched but cannot be opened", "path", path, "err", err)
 		return nil
 	}
-	if fi, err := fd.Stat(); err != nil || !sameID(fi, id) {
+	fi, err := fd.Stat()
+	if err != nil || !sameID(fi, id) {
 		fd.Close() // replaced between the poll's stat and the open: the next poll sees it
 		return nil
 	}
+	f.mtime = fi.ModTime()
 	if f.gz = r.isGzip(path); f.gz {
 		f.size = 0
 		f.size = r.gzSize(f, fd, size)
