@@ -73,7 +73,9 @@ func (r *Receiver) recoverCopy(f *file, now time.Time) {
 	if g == nil {
 		return
 	}
-	// Read once a checkpoint knows it, as any file new to ferry.
+	// Read once a checkpoint knows it, as any file new to ferry; older than
+	// the truncated file's new content (truncated renumbers it).
+	g.born = r.nextBorn()
 	g.unsaved = true
 	r.unsaved++
 	g.seen = r.scanGen

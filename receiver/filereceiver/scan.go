@@ -50,11 +50,12 @@ type file struct {
 	// gzip (gzip.go): read through a decompressor; size is decompressed.
 	gz            bool
 	zr            *gzip.Reader
-	zpos          int64 // the decompressed offset zr is at
-	zsize, zTried int64 // the compressed sizes size was taken at, and last failed at
-	decided       bool  // its start offset is known (gzip files wait for rotations to end)
-	unsaved       bool  // not in a checkpoint written yet: not read until it is
-	first         bool  // a copytruncate copy under the globs: drained before its path's file (in Receiver.orphans)
+	zpos          int64  // the decompressed offset zr is at
+	zsize, zTried int64  // the compressed sizes size was taken at, and last failed at
+	decided       bool   // its start offset is known (gzip files wait for rotations to end)
+	unsaved       bool   // not in a checkpoint written yet: not read until it is
+	first         bool   // a copytruncate copy under the globs: drained before its path's file (in Receiver.orphans)
+	born          uint64 // its generation (entry.Born): of two orphans of a path, the older is read first
 
 	// Guarded by Receiver.mu.
 	gen       uint64  // bumped when the file is read again from an offset: older spans no longer count
@@ -277,6 +278,9 @@ func (r *Receiver) truncated(f *file) {
 	r.mu.Unlock()
 	f.readOff, f.examined, f.inLong, f.held = 0, 0, false, false
 	f.setFP(f.fp[:0])
+	// New content: younger than its copy (adopted just before), whose
+	// lines go first.
+	f.born = r.nextBorn()
 	f.retryAt = time.Time{}
 }
 
@@ -352,6 +356,11 @@ func (r *Receiver) adopt(first, path string, group int, id fileID, size int64, n
 	if saved != nil || off > 0 {
 		f.decided = true
 	}
+	if saved != nil {
+		f.born = saved.Born
+	} else {
+		f.born = r.nextBorn()
+	}
 	f.readOff, f.examined, f.committed = off, off, off
 	if saved == nil {
 		f.unsaved = true
@@ -373,6 +382,13 @@ func (r *Receiver) adopt(first, path string, group int, id fileID, size int64, n
 		fd.Close()
 	}
 	return f
+}
+
+// nextBorn numbers a file found (or new content of one): higher than any
+// before it, in this run or in the checkpoint.
+func (r *Receiver) nextBorn() uint64 {
+	r.born++
+	return r.born
 }
 
 func sameID(fi os.FileInfo, id fileID) bool {
