@@ -33,6 +33,12 @@ type entry struct {
 	FPLen   int    `json:"fingerprint_bytes"`
 	FPHash  string `json:"fingerprint_sha256"`
 	Offset  int64  `json:"offset"`
+	// Born orders the files ferry found (a new file, a truncated file's
+	// new content, a copy): a path's older generations have smaller
+	// numbers, so its rotated files are read oldest first after a restart
+	// too. 0 (a checkpoint written before it was kept): older than any
+	// file found since, unordered among themselves.
+	Born uint64 `json:"born,omitempty"`
 }
 
 type checkpointDoc struct {

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 )
@@ -74,7 +75,9 @@ func (r *Receiver) recoverCopy(f *file, now time.Time) {
 	if g == nil {
 		return
 	}
-	// Read once a checkpoint knows it, as any file new to ferry.
+	// Read once a checkpoint knows it, as any file new to ferry; older than
+	// the truncated file's new content (truncated renumbers it).
+	g.born = r.nextBorn()
 	g.unsaved = true
 	r.unsaved++
 	g.seen = r.scanGen
@@ -139,6 +142,13 @@ func (r *Receiver) adoptRotatedSince(now time.Time) {
 		add(e.Path, 0)
 	}
 	since := r.ckptTime.Add(-time.Second)
+	type candidate struct {
+		p  string
+		o  owner
+		fi os.FileInfo
+		id fileID
+	}
+	var found []candidate
 	for dir, bases := range dirs {
 		d, err := os.Open(dir)
 		if err != nil {
@@ -166,16 +176,31 @@ func (r *Receiver) adoptRotatedSince(now time.Time) {
 			if !ok || r.files[id] != nil {
 				continue
 			}
-			f := r.adopt(o.path, p, o.group, id, fi.Size(), now, nil)
-			if f == nil {
-				continue
+			found = append(found, candidate{p, o, fi, id})
+		}
+	}
+	// Adopted oldest first (by last write), so that their generations, and
+	// the order their lines go in, are the order they were written in.
+	sort.Slice(found, func(i, j int) bool { return found[i].fi.ModTime().Before(found[j].fi.ModTime()) })
+	for _, c := range found {
+		f := r.adopt(c.o.path, c.p, c.o.group, c.id, c.fi.Size(), now, nil)
+		if f == nil {
+			continue
+		}
+		f.seen = r.scanGen
+		r.setOrphan(f, true)
+		f.still = now
+		r.fm.rotatedSince.Inc()
+		r.log.Log(slog.LevelWarn, "rotatedsince", "files: a file rotated since the last checkpoint, unknown to it, is read from its start (lines sent before the restart come again)",
+			"path", c.o.path, "file", c.p)
+	}
+	if len(found) > 0 {
+		// The paths' current files are younger than what was rotated out
+		// of them, though found first in this scan.
+		for _, f := range r.list {
+			if !f.orphan && !f.first {
+				f.born = r.nextBorn()
 			}
-			f.seen = r.scanGen
-			r.setOrphan(f, true)
-			f.still = now
-			r.fm.rotatedSince.Inc()
-			r.log.Log(slog.LevelWarn, "rotatedsince", "files: a file rotated since the last checkpoint, unknown to it, is read from its start (lines sent before the restart come again)",
-				"path", o.path, "file", p)
 		}
 	}
 }

@@ -46,7 +46,10 @@
 // while open keeps its descriptor: it is read to its end, and let go once it
 // has not grown for rotate_wait; lines of a new file under the same path
 // wait until the old one has no unread bytes, so a file's lines stay in
-// order across a rotation. A file found shorter than the position read is
+// order across a rotation; of several rotated files of one path (rotated
+// again before ferry read them, or while it was stopped), each waits for
+// the older ones, in the order ferry found them (born, kept in the
+// checkpoint). A file found shorter than the position read is
 // truncated (copytruncate): it is read again from byte 0, and counted
 // (ferry_files_truncations_total). A file under a known path with another
 // inode, or a known inode whose first bytes changed (inode reused), is a
@@ -160,6 +163,7 @@ type Receiver struct {
 	lines         []lineRef                              // scratch for framing
 	finished      []doneEntry                            // files read to their end (gzip.go)
 	unsaved       int                                    // files adopted since the last checkpoint written
+	born          uint64                                 // the last file.born given (entry.Born)
 	forcedAt      time.Time                              // the last checkpoint written for new files (at most one a poll)
 	glob          func(pattern string) ([]string, error) // filepath.Glob; tests make it miss
 
@@ -227,16 +231,22 @@ func (r *Receiver) Start(context.Context) error {
 		r.m.Error("checkpoint_read")
 		r.set.Logger.Error("files: checkpoint not read", "component", "receiver/files", "err", err)
 	}
+	r.resume(doc, found)
+	go r.run()
+	return nil
+}
+
+// resume takes the checkpoint read at Start: the files to find again.
+func (r *Receiver) resume(doc checkpointDoc, found bool) {
 	r.hadCheckpoint = found
 	if fi, err := os.Stat(filepath.Join(r.cfg.CheckpointDir, checkpointName)); err == nil {
 		r.ckptTime = fi.ModTime()
 	}
 	for _, e := range doc.Files {
 		r.saved[fileID{e.Dev, e.Ino}] = e
+		r.born = max(r.born, e.Born)
 	}
 	r.finished = doc.Done
-	go r.run()
-	return nil
 }
 
 // Shutdown stops reading, waits within ctx for the lines handed on to be
@@ -486,21 +496,20 @@ func (r *Receiver) flushDue(f *file, now time.Time) bool {
 
 // olderUnread: an orphan first seen under f's path still has bytes to read
 // (f replaced it in a rotation), so f waits and the path's lines stay in
-// order.
+// order. An orphan (or a copy) waits likewise for the older orphans of its
+// path only (born): two generations rotated away before ferry read them
+// (ferry busy, or stopped: both found by inode at the restart) are read
+// one after the other, oldest first, not round-robin.
 func (r *Receiver) olderUnread(f *file) bool {
-	if f.first {
-		return false
-	}
+	rotated := f.orphan || f.first
 	for _, o := range r.orphans {
-		if f.orphan && !(o.orphan && o.mtime.Before(f.mtime)) {
-			// Rotated files of one path go oldest first (by their last
-			// write): several may be waiting after a restart.
-			continue
-		}
 		// readOff < size: bytes not sent yet, including an unterminated
 		// last line or a multiline group that waits for the let-go. A
 		// copytruncate copy under the globs (first) is drained likewise.
-		if o.path == f.path && o != f && (o.orphan || o.first) && !o.released && (o.readOff < o.size || o.pending != nil) {
+		if o.path != f.path || o == f || !(o.orphan || o.first) || o.released || (o.readOff >= o.size && o.pending == nil) {
+			continue
+		}
+		if !rotated || o.born < f.born {
 			return true
 		}
 	}
@@ -777,7 +786,7 @@ func (r *Receiver) checkpoint(force bool) error {
 			continue
 		}
 		entries = append(entries, entry{Path: f.path, Current: f.cur, Dev: f.id.dev, Ino: f.id.ino,
-			FPLen: len(f.fp), FPHash: f.fpH, Offset: f.committed})
+			FPLen: len(f.fp), FPHash: f.fpH, Offset: f.committed, Born: f.born})
 	}
 	// Files of the checkpoint not found again yet keep their entries until
 	// the first poll has looked for them.

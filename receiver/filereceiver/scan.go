@@ -50,12 +50,12 @@ type file struct {
 	// gzip (gzip.go): read through a decompressor; size is decompressed.
 	gz            bool
 	zr            *gzip.Reader
-	zpos          int64     // the decompressed offset zr is at
-	zsize, zTried int64     // the compressed sizes size was taken at, and last failed at
-	decided       bool      // its start offset is known (gzip files wait for rotations to end)
-	unsaved       bool      // not in a checkpoint written yet: not read until it is
-	first         bool      // a copytruncate copy under the globs: drained before its path's file (in Receiver.orphans)
-	mtime         time.Time // its modification time when adopted: rotated files of a path are read oldest first
+	zpos          int64  // the decompressed offset zr is at
+	zsize, zTried int64  // the compressed sizes size was taken at, and last failed at
+	decided       bool   // its start offset is known (gzip files wait for rotations to end)
+	unsaved       bool   // not in a checkpoint written yet: not read until it is
+	first         bool   // a copytruncate copy under the globs: drained before its path's file (in Receiver.orphans)
+	born          uint64 // its generation (entry.Born): of two orphans of a path, the older is read first
 
 	// Guarded by Receiver.mu.
 	gen       uint64  // bumped when the file is read again from an offset: older spans no longer count
@@ -281,6 +281,9 @@ func (r *Receiver) truncated(f *file) {
 	r.mu.Unlock()
 	f.readOff, f.examined, f.inLong, f.held = 0, 0, false, false
 	f.setFP(f.fp[:0])
+	// New content: younger than its copy (adopted just before), whose
+	// lines go first.
+	f.born = r.nextBorn()
 	f.retryAt = time.Time{}
 }
 
@@ -327,12 +330,10 @@ func (r *Receiver) adopt(first, path string, group int, id fileID, size int64, n
 		r.log.Log(slog.LevelWarn, "open", "files: a file matched but cannot be opened", "path", path, "err", err)
 		return nil
 	}
-	fi, err := fd.Stat()
-	if err != nil || !sameID(fi, id) {
+	if fi, err := fd.Stat(); err != nil || !sameID(fi, id) {
 		fd.Close() // replaced between the poll's stat and the open: the next poll sees it
 		return nil
 	}
-	f.mtime = fi.ModTime()
 	if f.gz = r.isGzip(path); f.gz {
 		f.size = 0
 		f.size = r.gzSize(f, fd, size)
@@ -358,6 +359,11 @@ func (r *Receiver) adopt(first, path string, group int, id fileID, size int64, n
 	if saved != nil || off > 0 {
 		f.decided = true
 	}
+	if saved != nil {
+		f.born = saved.Born
+	} else {
+		f.born = r.nextBorn()
+	}
 	f.readOff, f.examined, f.committed = off, off, off
 	if saved == nil {
 		f.unsaved = true
@@ -379,6 +385,13 @@ func (r *Receiver) adopt(first, path string, group int, id fileID, size int64, n
 		fd.Close()
 	}
 	return f
+}
+
+// nextBorn numbers a file found (or new content of one): higher than any
+// before it, in this run or in the checkpoint.
+func (r *Receiver) nextBorn() uint64 {
+	r.born++
+	return r.born
 }
 
 func sameID(fi os.FileInfo, id fileID) bool {
