@@ -7,7 +7,8 @@ package syslogreceiver
 import (
 	"strconv"
 	"time"
-	"unicode/utf8"
+
+	"github.com/ferryhq/ferry/otlp/flatjson"
 )
 
 // jsonFixed covers every key, the names, the punctuation and a 3164
@@ -86,9 +87,9 @@ func appendJSON(dst []byte, m *Message, raw []byte, now time.Time) []byte {
 	if m.SD != nil && m.sdFlat {
 		walkSD(m.SD, func(id, name, value []byte) {
 			dst = append(dst, `,"sd.`...)
-			dst = appendEscaped(dst, id)
+			dst = flatjson.AppendEscaped(dst, id)
 			dst = append(dst, '.')
-			dst = appendEscaped(dst, name)
+			dst = flatjson.AppendEscaped(dst, name)
 			dst = append(dst, '"', ':', '"')
 			// RFC 5424 escapes '"', '\' and ']' in values with a '\';
 			// a '\' before anything else is kept as it is.
@@ -100,7 +101,7 @@ func appendJSON(dst []byte, m *Message, raw []byte, now time.Time) []byte {
 				for j < len(value) && value[j] != '\\' {
 					j++
 				}
-				dst = appendEscaped(dst, value[i:j])
+				dst = flatjson.AppendEscaped(dst, value[i:j])
 				i = j - 1
 			}
 			dst = append(dst, '"')
@@ -126,50 +127,6 @@ func appendJSON(dst []byte, m *Message, raw []byte, now time.Time) []byte {
 
 func appendString(dst, s []byte) []byte {
 	dst = append(dst, '"')
-	dst = appendEscaped(dst, s)
+	dst = flatjson.AppendEscaped(dst, s)
 	return append(dst, '"')
-}
-
-const hex = "0123456789abcdef"
-
-// appendEscaped writes s as the inside of a JSON string: valid UTF-8 as it
-// is, '"' and '\' escaped, control bytes as \n, \r, \t or \u00XX, and every
-// byte that is not UTF-8 as \ufffd (syslog does not promise an encoding;
-// JSON requires one).
-func appendEscaped(dst, s []byte) []byte {
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c < utf8.RuneSelf && c != '"' && c != '\\' {
-			i++
-			continue
-		}
-		if c >= utf8.RuneSelf {
-			r, size := utf8.DecodeRune(s[i:])
-			if r != utf8.RuneError || size != 1 {
-				i += size
-				continue
-			}
-		}
-		dst = append(dst, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			dst = append(dst, '\\', c)
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		default:
-			if c < 0x20 {
-				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			} else {
-				dst = append(dst, `\ufffd`...)
-			}
-		}
-		i++
-		start = i
-	}
-	return append(dst, s[start:]...)
 }
