@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strings"
 
 	"github.com/ferryhq/ferry/auth/token"
 )
@@ -71,6 +72,16 @@ func matchAny(patterns []string, topic string) bool {
 
 // ErrInvalidTopic: a name ValidTopic refuses.
 var ErrInvalidTopic = errors.New("invalid topic name")
+
+// FixedTopic is topic as a one-name list when it names one topic in full
+// (a valid name, no {placeholder}), for the topics ferry creates; nil for a
+// template, whose names depend on what is received.
+func FixedTopic(topic string) []string {
+	if strings.IndexByte(topic, '{') >= 0 || !ValidTopic(topic) {
+		return nil
+	}
+	return []string{topic}
+}
 
 // ValidTopic applies Kafka's rule: 1..249 of [a-zA-Z0-9._-], not "." or "..".
 func ValidTopic(t string) bool {

@@ -117,3 +117,11 @@ func TestFixed(t *testing.T) {
 		}
 	}
 }
+
+func TestFixedTopic(t *testing.T) {
+	for topic, want := range map[string]int{"logs": 1, "logs-{file.name}": 0, "a b": 0, "": 0, "syslog": 1} {
+		if got := FixedTopic(topic); len(got) != want || want == 1 && got[0] != topic {
+			t.Errorf("FixedTopic(%q) = %q", topic, got)
+		}
+	}
+}

@@ -94,10 +94,7 @@ func (c *Config) FixedTopics() []string {
 	if !c.Enabled {
 		return nil
 	}
-	if t, err := parseTemplate(c.Topic); err == nil && t.static() && routing.ValidTopic(c.Topic) {
-		return []string{c.Topic}
-	}
-	return nil
+	return routing.FixedTopic(c.Topic)
 }
 
 // keyOverhead is what a record may carry besides its line: the key and the

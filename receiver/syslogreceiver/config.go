@@ -53,10 +53,7 @@ func (c *Config) FixedTopics() []string {
 	if !c.Enabled {
 		return nil
 	}
-	if t, err := parseTemplate(c.Topic); err == nil && t.static() && routing.ValidTopic(c.Topic) {
-		return []string{c.Topic}
-	}
-	return nil
+	return routing.FixedTopic(c.Topic)
 }
 
 // tlsOn: the TLS listener serves.
