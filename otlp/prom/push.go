@@ -162,8 +162,10 @@ func decodeExposition(h http.Header, body []byte, max int) ([]*dto.MetricFamily,
 	}
 	switch format.FormatType() {
 	case expfmt.TypeProtoDelim:
-		var fams []*dto.MetricFamily
-		n := 0
+		// Counted before anything is decoded: every family counts as a
+		// sample too, so that empty messages (a zero byte each) cannot
+		// make ferry build millions of families from a small request.
+		n, nfam := 0, 0
 		for b := body; len(b) > 0; {
 			size, k := protowire.ConsumeVarint(b)
 			if k < 0 || size > uint64(len(b)-k) {
@@ -171,15 +173,22 @@ func decodeExposition(h http.Header, body []byte, max int) ([]*dto.MetricFamily,
 			}
 			msg := b[k : k+int(size)]
 			b = b[k+int(size):]
+			nfam++
 			_ = fields(msg, func(num protowire.Number, _ protowire.Type, _ uint64, _ []byte) error {
 				if num == 4 {
 					n++
 				}
 				return nil
 			})
-			if n > limit {
-				return nil, fmt.Errorf("%w: more than %d samples in a push", ErrTooLarge, limit)
+			if n+nfam > limit {
+				return nil, fmt.Errorf("%w: more than %d samples and families in a push", ErrTooLarge, limit)
 			}
+		}
+		fams := make([]*dto.MetricFamily, 0, nfam)
+		for b := body; len(b) > 0; {
+			size, k := protowire.ConsumeVarint(b)
+			msg := b[k : k+int(size)]
+			b = b[k+int(size):]
 			mf := &dto.MetricFamily{}
 			if err := proto.Unmarshal(msg, mf); err != nil {
 				return nil, err
@@ -188,10 +197,11 @@ func decodeExposition(h http.Header, body []byte, max int) ([]*dto.MetricFamily,
 		}
 		return fams, validate(fams)
 	case expfmt.TypeTextPlain, expfmt.TypeUnknown:
+		// Every non-empty line counts, comments too: a # TYPE line makes a
+		// family in the parser.
 		lines := 0
 		for l := range bytes.SplitSeq(body, []byte("\n")) {
-			l = bytes.TrimSpace(l)
-			if len(l) > 0 && l[0] != '#' {
+			if len(bytes.TrimSpace(l)) > 0 {
 				lines++
 			}
 		}

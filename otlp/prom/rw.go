@@ -274,9 +274,14 @@ func (c *conv) decodeV1(max int) error {
 	if err := checkCounts(nSeries, nPoints, max); err != nil {
 		return err
 	}
+	if nMeta > MaxSeriesPerRequest {
+		return fmt.Errorf("%w: %d metadata entries in one request, at most %d", ErrTooLarge, nMeta, MaxSeriesPerRequest)
+	}
 	var metas map[string]meta
 	if nMeta > 0 {
-		metas = make(map[string]meta, nMeta)
+		// Grown as entries are read: empty entries (two bytes each) must
+		// not size a map for millions.
+		metas = make(map[string]meta, min(nMeta, 1024))
 	}
 	// metadata first: Prometheus sends it after the series, or alone.
 	err = fields(c.src, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
