@@ -278,7 +278,7 @@ func (r *Reader) snappy(raw *Buf, max int64) (*Buf, *Error) {
 	if int64(n) > max {
 		return nil, &Error{http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("snappy body declares %d bytes, over max_request_bytes (%d)", n, max)}
 	}
-	out := r.bufs.get(n)
+	out := r.bufs.getAtMost(n, max)
 	if r.budget != nil && !r.Reserve(out, int64(cap(out.B))) {
 		r.Put(out)
 		return nil, errFull()
