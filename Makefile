@@ -33,7 +33,7 @@ bench: build prometheus-compat
 	scripts/kafka-local jars
 	bin/ferry-bench suite
 
-# Every step of make bench with tiny inputs (≤ 4 min, plus ~3 min to build the
+# Every step of make bench with tiny inputs (about 7 min, plus a few minutes to build the
 # Collector on a fresh machine), to keep the harness
 # working (CI runs it); writes to $(BENCH_QUICK_DIR), figures not meaningful.
 BENCH_QUICK_DIR ?= /tmp/ferry-bench-quick
@@ -50,7 +50,7 @@ fleet: build
 	bin/ferry-bench fleet --out docs/scaling.md
 
 # A real Prometheus server (agent mode, built once from its Go module by
-# scripts/prometheus-local: ~8 min on 2 cores the first time) scraping and
+# scripts/prometheus-local: 14 CPU-minutes the first time) scraping and
 # remote-writing 1.0 and 2.0 to the real agent, read back from a real Kafka.
 # make test runs the client libraries' remote write and push instead.
 PROM_KAFKA_PORT ?= 29692

@@ -248,7 +248,7 @@ func TestRemoteWriteClientThroughKafka(t *testing.T) {
 // timestamps, and (2.0) the types. 1.0 carries no types: gauges.
 func TestPrometheusServerRemoteWrite(t *testing.T) {
 	if os.Getenv("FERRY_PROMETHEUS_SERVER") == "" {
-		// Building Prometheus takes 14 CPU-minutes (about 8 min on 2 cores)
+		// Building Prometheus takes 14 CPU-minutes (27 min measured on a busy 2-core machine)
 		// on a fresh machine: make prometheus-compat (and make bench) run
 		// this test; make test runs the remote-write and pushgateway
 		// client libraries' tests above against the same door.

@@ -28,7 +28,8 @@ type Config struct {
 	MaxOpenFiles int `yaml:"max_open_files"`
 	// MaxLineBytes: longer lines are split into pieces this long.
 	MaxLineBytes bytesize.Size `yaml:"max_line_bytes"`
-	// Topic and Key are templates over {file.name}, {file.path}, {host}.
+	// Topic and Key are templates over {file.name}, {file.dir},
+	// {file.path}, {path.N}, {host}.
 	Topic string `yaml:"topic"`
 	Key   string `yaml:"key"`
 	// Encoding: utf-8 (as is) or latin-1 (converted to UTF-8).
