@@ -6,8 +6,14 @@
 //
 // Every length the body declares is checked against the body before
 // anything is allocated (Walk); the thrift decoder then runs with
-// MaxMessageSize set to the body's length as a second bound, and the
-// converted request's size is known before it is written.
+// MaxMessageSize set to the body's length as a second bound. The Batch is
+// converted a chunk at a time, as otlp/zipkin does: its process decoded
+// once, then chunkSpans spans (or chunkBytes of body) decoded and
+// translated, and the chunk's OTLP appended to dst (an OTLP request's
+// resource_spans may repeat, so the chunks' concatenation is one valid
+// request, the process's resource once a chunk). The heap a conversion
+// holds is thus a chunk's, not the body's; each chunk's size is known
+// before it is written.
 package jaeger
 
 import (
@@ -59,41 +65,94 @@ func Converter(tooLarge error) func(q *http.Request, body, dst []byte, max int) 
 	}
 }
 
+// A chunk: at most chunkSpans spans, and no more once chunkBytes of body
+// are taken; but at least procChunks times the process's bytes, so that
+// the process's resource, repeated in every chunk, adds at most a quarter
+// of a chunk's bytes however many tags the process has.
+const (
+	chunkSpans = 256
+	chunkBytes = 64 << 10
+	procChunks = 4
+)
+
 // Convert appends to dst the OTLP protobuf ExportTraceServiceRequest made
 // of body, a thrift binary-encoded jaeger.thrift Batch, writing at most max
 // bytes: a request that would convert to more is refused with an error
-// wrapping tooLarge, before it is written.
+// wrapping tooLarge, before the chunk that would pass it is written.
 func Convert(body, dst []byte, max int, tooLarge error) ([]byte, error) {
 	if len(body) == 0 {
 		return nil, errors.New("empty body: want a jaeger.thrift Batch")
 	}
-	if _, err := Walk(body); err != nil {
+	w := walker{b: body}
+	if err := w.walk(); err != nil {
 		var le *limitError
 		if errors.As(err, &le) {
 			return nil, fmt.Errorf("%w: %v", tooLarge, err)
 		}
 		return nil, fmt.Errorf("not a jaeger.thrift Batch: %w", err)
 	}
-	td, err := Decode(body)
-	if err != nil {
-		return nil, err
+	ctx := context.Background()
+	cfg := &thrift.TConfiguration{MaxMessageSize: int32(min(len(body), 1<<30)), MaxFrameSize: int32(min(len(body), 1<<30))}
+	buf := &thrift.TMemoryBuffer{Buffer: bytes.NewBuffer(body[w.procAt:w.procEnd])}
+	p := thrift.NewTBinaryProtocolConf(buf, cfg)
+	b := jthrift.Batch{Process: jthrift.NewProcess()}
+	if err := b.Process.Read(ctx, p); err != nil {
+		return nil, fmt.Errorf("not a jaeger.thrift Batch: %w", err)
 	}
-	var m ptrace.ProtoMarshaler
-	if n := m.TracesSize(td); len(dst)+n > max {
-		return nil, fmt.Errorf("%w: %d bytes of OTLP, %d allowed", tooLarge, len(dst)+n, max)
+	start := len(dst)
+	flush := func() error {
+		td, err := translator.ThriftToTraces(&b)
+		clear(b.Spans)
+		b.Spans = b.Spans[:0]
+		if err != nil {
+			return err
+		}
+		var m ptrace.ProtoMarshaler
+		if n := m.TracesSize(td); len(dst)-start+n > max {
+			return fmt.Errorf("%w: more than %d bytes of OTLP", tooLarge, max)
+		}
+		// TracesData and ExportTraceServiceRequest are the same message on
+		// the wire (field 1: repeated ResourceSpans).
+		pb, err := m.MarshalTraces(td)
+		if err != nil {
+			return err
+		}
+		dst = append(dst, pb...)
+		return nil
 	}
-	// TracesData and ExportTraceServiceRequest are the same message on
-	// the wire (field 1: repeated ResourceSpans).
-	pb, err := m.MarshalTraces(td)
-	if err != nil {
-		return nil, err
+	if w.spansN == 0 {
+		if err := flush(); err != nil {
+			return nil, err
+		}
+		return dst, nil
 	}
-	return append(dst, pb...), nil
+	// The spans, one after another from the list's first element: the
+	// buffer's unread length tells each span's size.
+	buf.Buffer = bytes.NewBuffer(body[w.spansAt:])
+	b.Spans = make([]*jthrift.Span, 0, min(w.spansN, chunkSpans))
+	procBytes, size := w.procEnd-w.procAt, 0
+	for i := range w.spansN {
+		left := buf.Len()
+		s := jthrift.NewSpan()
+		if err := s.Read(ctx, p); err != nil {
+			return nil, fmt.Errorf("not a jaeger.thrift Batch: span %d: %w", i, err)
+		}
+		b.Spans = append(b.Spans, s)
+		size += left - buf.Len()
+		if (len(b.Spans) >= chunkSpans || size >= chunkBytes) && size >= procChunks*procBytes || i == w.spansN-1 {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			size = 0
+		}
+	}
+	return dst, nil
 }
 
-// Decode turns a walked body into traces. The thrift reader's own bound,
-// MaxMessageSize = the body's length, refuses any length beyond the body
-// even if Walk did not run.
+// Decode turns a walked body into traces whole, as Convert did before it
+// converted by chunks (the tests compare the two). The thrift reader's own
+// bound, MaxMessageSize = the body's length, refuses any length beyond the
+// body even if Walk did not run.
 func Decode(body []byte) (ptrace.Traces, error) {
 	cfg := &thrift.TConfiguration{MaxMessageSize: int32(min(len(body), 1<<30)), MaxFrameSize: int32(min(len(body), 1<<30))}
 	p := thrift.NewTBinaryProtocolConf(&thrift.TMemoryBuffer{Buffer: bytes.NewBuffer(body)}, cfg)

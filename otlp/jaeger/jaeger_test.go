@@ -1,14 +1,19 @@
 package jaeger
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"runtime"
+	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/apache/thrift/lib/go/thrift"
 	jthrift "github.com/jaegertracing/jaeger-idl/thrift-gen/jaeger"
@@ -101,6 +106,59 @@ func TestMapping(t *testing.T) {
 	}
 }
 
+// TestChunksConvertAsTheWhole: converted by chunks, each span is what the
+// translator makes of the whole Batch, in the same order, under the same
+// resource (repeated once a chunk).
+func TestChunksConvertAsTheWhole(t *testing.T) {
+	cases := worstCases(t)
+	cases["client-like, many chunks"] = encode(t, sample(2000))
+	for name, body := range cases {
+		whole, err := Decode(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pb, err := Convert(body, nil, 1<<30, errTooLarge)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var u ptrace.ProtoUnmarshaler
+		chunked, err := u.UnmarshalTraces(pb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// the chunks' spans gathered under one resource and scope.
+		joined := ptrace.NewTraces()
+		rss := chunked.ResourceSpans()
+		if rss.Len() == 0 {
+			t.Fatalf("%s: no resource", name)
+		}
+		rs := joined.ResourceSpans().AppendEmpty()
+		rss.At(0).Resource().CopyTo(rs.Resource())
+		var spans ptrace.SpanSlice
+		for i := range rss.Len() {
+			if !reflect.DeepEqual(rss.At(i).Resource().Attributes().AsRaw(), rs.Resource().Attributes().AsRaw()) {
+				t.Fatalf("%s: chunk %d's resource differs", name, i)
+			}
+			for j := range rss.At(i).ScopeSpans().Len() {
+				if spans == (ptrace.SpanSlice{}) {
+					spans = rs.ScopeSpans().AppendEmpty().Spans()
+				}
+				rss.At(i).ScopeSpans().At(j).Spans().MoveAndAppendTo(spans)
+			}
+		}
+		var jm ptrace.JSONMarshaler
+		a, _ := jm.MarshalTraces(whole)
+		b, _ := jm.MarshalTraces(joined)
+		if !bytes.Equal(a, b) {
+			t.Fatalf("%s: chunked and whole differ:\n%.600s\n%.600s", name, a, b)
+		}
+		if name == "client-like, many chunks" && rss.Len() < 8 {
+			t.Fatalf("%s: %d chunks", name, rss.Len())
+		}
+		t.Logf("%-26s %d chunks", name, rss.Len())
+	}
+}
+
 // allocated returns the bytes f allocates (the mean of runs calls).
 func allocated(runs int, f func()) uint64 {
 	var a, b runtime.MemStats
@@ -186,6 +244,16 @@ func TestWalkLimits(t *testing.T) {
 	if _, err := Walk(append(ok, 0)); err == nil || !strings.Contains(err.Error(), "1 bytes after the batch") {
 		t.Fatalf("trailing: %v", err)
 	}
+	// the process, or the spans, twice (ok less its stop byte, then the
+	// field again).
+	procTwice := append(append(ok[:len(ok)-1:len(ok)-1], 12, 0, 1, 11, 0, 1, 0, 0, 0, 0, 0), 0)
+	if _, err := Walk(procTwice); err == nil || !strings.Contains(err.Error(), "Batch.process given twice") {
+		t.Fatalf("process twice: %v", err)
+	}
+	spansTwice := append(append(ok[:len(ok)-1:len(ok)-1], 15, 0, 2, 12, 0, 0, 0, 0), 0)
+	if _, err := Walk(spansTwice); err == nil || !strings.Contains(err.Error(), "Batch.spans given twice") {
+		t.Fatalf("spans twice: %v", err)
+	}
 	if _, err := Convert(ok, nil, 100, errTooLarge); !errors.Is(err, errTooLarge) {
 		t.Fatalf("past max: %v", err)
 	}
@@ -234,7 +302,14 @@ func worstCases(t testing.TB) map[string][]byte {
 			{Key: "http.status_message", VType: jthrift.TagType_STRING, VStr: str(strings.Repeat("m", 200))},
 		}})
 	}
-	return map[string][]byte{"unknown tag types": encode(t, unknown), "references": encode(t, refs), "logs": encode(t, logs),
+	// a process of many tags and spans of few bytes: the process's
+	// resource is repeated in every chunk.
+	bigProc := &jthrift.Batch{Process: &jthrift.Process{ServiceName: "s"}}
+	for i := range 5000 {
+		bigProc.Process.Tags = append(bigProc.Process.Tags, &jthrift.Tag{Key: fmt.Sprint("k", i), VType: jthrift.TagType_STRING, VStr: str("v")})
+		bigProc.Spans = append(bigProc.Spans, &jthrift.Span{TraceIdLow: 1, SpanId: int64(i + 1)})
+	}
+	return map[string][]byte{"unknown tag types": encode(t, unknown), "a process of 5,000 tags": encode(t, bigProc), "references": encode(t, refs), "logs": encode(t, logs),
 		"error status message": encode(t, status), "minimal spans": encode(t, spans), "empty batch": encode(t, empty), "client-like": encode(t, sample(500))}
 }
 
@@ -304,4 +379,58 @@ func FuzzConvert(f *testing.F) {
 			t.Fatalf("%d bytes allocated for a body of %d (err %v)", a, len(body), err)
 		}
 	})
+}
+
+// peakHeap is the most heap f holds above what was held before it, as
+// sampled while it runs (the collector made eager, so the heap held is
+// close to what is live).
+func peakHeap(f func()) uint64 {
+	old := debug.SetGCPercent(5)
+	defer debug.SetGCPercent(old)
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapAlloc
+	var peak atomic.Uint64
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		var m runtime.MemStats
+		for {
+			runtime.ReadMemStats(&m)
+			if m.HeapAlloc > peak.Load() {
+				peak.Store(m.HeapAlloc)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Microsecond):
+			}
+		}
+	}()
+	f()
+	close(done)
+	<-stopped
+	if p := peak.Load(); p > base {
+		return p - base
+	}
+	return 0
+}
+
+// TestConvertMemoryBoundedByChunk: the heap a conversion holds is that of
+// a chunk (chunkSpans spans or chunkBytes of body), not of the body: the
+// whole Batch decoded at once and translated at once held about 5× the
+// body (11 MB for 10,000 client-like spans in 4.2 MB).
+func TestConvertMemoryBoundedByChunk(t *testing.T) {
+	body := encode(t, sample(10000))
+	dst := make([]byte, 0, Amplify*len(body))
+	var err error
+	peak := peakHeap(func() { _, err = Convert(body, dst, cap(dst), errTooLarge) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d bytes of body: at most %d bytes of heap held while converting", len(body), peak)
+	if peak > 3<<20 || peak > uint64(len(body))*3/4 {
+		t.Fatalf("%d bytes of heap held converting a body of %d: not bounded by a chunk", peak, len(body))
+	}
 }

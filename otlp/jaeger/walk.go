@@ -124,6 +124,11 @@ type walker struct {
 	b   []byte
 	off int
 	c   Counts
+	// Where the Batch's process struct and the elements of its spans list
+	// are (0: not seen; each is after its field's header, so never at 0),
+	// and how many spans the list declares: Convert decodes the process
+	// once and then the spans a chunk at a time from there.
+	procAt, procEnd, spansAt, spansN int
 }
 
 // errWalk is a malformed body, at the offset it was found.
@@ -230,6 +235,10 @@ func (w *walker) walkStruct(k kind, d int) error {
 			}
 			switch ek {
 			case kSpan:
+				if w.spansAt != 0 {
+					return w.errf("Batch.spans given twice")
+				}
+				w.spansAt, w.spansN = w.off, n
 				w.c.Spans += n
 			case kTag:
 				w.c.Tags += n
@@ -249,9 +258,14 @@ func (w *walker) walkStruct(k kind, d int) error {
 			continue
 		}
 		if k == kBatch && id == 1 && t == tStruct {
+			if w.procAt != 0 {
+				return w.errf("Batch.process given twice")
+			}
+			w.procAt = w.off
 			if err := w.walkStruct(kProcess, d+1); err != nil {
 				return err
 			}
+			w.procEnd = w.off
 			continue
 		}
 		if err := w.skip(t, d+1); err != nil {
@@ -332,16 +346,22 @@ func (w *walker) advance(n int) error {
 
 // Walk checks that b is one thrift binary Batch whose every declared length
 // it holds, within the limits, allocating nothing, and counts its
-// structures.
+// structures. A Batch giving its process or its spans twice is refused
+// (thrift's reader would keep the last; no sender writes either twice).
 func Walk(b []byte) (Counts, error) {
 	w := walker{b: b}
+	err := w.walk()
+	return w.c, err
+}
+
+func (w *walker) walk() error {
 	if err := w.walkStruct(kBatch, 1); err != nil {
-		return w.c, err
+		return err
 	}
-	if w.off != len(b) {
-		return w.c, w.errf("%d bytes after the batch", len(b)-w.off)
+	if w.off != len(w.b) {
+		return w.errf("%d bytes after the batch", len(w.b)-w.off)
 	}
-	return w.c, nil
+	return nil
 }
 
 // limitError: a structure over a limit of the walk (413, not 400).
