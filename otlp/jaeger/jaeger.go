@@ -26,6 +26,8 @@ import (
 
 	"github.com/apache/thrift/lib/go/thrift"
 	jthrift "github.com/jaegertracing/jaeger-idl/thrift-gen/jaeger"
+
+	"github.com/ferryhq/ferry/otlp/door"
 	translator "github.com/open-telemetry/opentelemetry-collector-contrib/pkg/translator/jaeger"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 )
@@ -52,8 +54,8 @@ var contentTypes = map[string]bool{"application/x-thrift": true, "application/vn
 // Converter returns the door's Convert, refusing a request that would
 // convert to more than max bytes with an error wrapping tooLarge (the door
 // framework's sentinel, which this package cannot import).
-func Converter(tooLarge error) func(q *http.Request, body, dst []byte, max int) ([]byte, error) {
-	return func(q *http.Request, body, dst []byte, max int) ([]byte, error) {
+func Converter(tooLarge error) func(q *http.Request, body, dst []byte, lim door.Limits, st *door.Stats) ([]byte, error) {
+	return func(q *http.Request, body, dst []byte, lim door.Limits, st *door.Stats) ([]byte, error) {
 		if q != nil {
 			ct := q.Header.Get("Content-Type")
 			mt, _, err := mime.ParseMediaType(ct)
@@ -61,7 +63,7 @@ func Converter(tooLarge error) func(q *http.Request, body, dst []byte, max int) 
 				return nil, fmt.Errorf("Content-Type %q: want application/x-thrift (a jaeger.thrift Batch in thrift's binary protocol)", ct)
 			}
 		}
-		return Convert(body, dst, max, tooLarge)
+		return Convert(body, dst, lim, st, tooLarge)
 	}
 }
 
@@ -76,10 +78,12 @@ const (
 )
 
 // Convert appends to dst the OTLP protobuf ExportTraceServiceRequest made
-// of body, a thrift binary-encoded jaeger.thrift Batch, writing at most max
-// bytes: a request that would convert to more is refused with an error
-// wrapping tooLarge, before the chunk that would pass it is written.
-func Convert(body, dst []byte, max int, tooLarge error) ([]byte, error) {
+// of body, a thrift binary-encoded jaeger.thrift Batch, within lim (the
+// rules of otlp/door): a request that would convert to more than
+// lim.MaxBytes is refused with an error wrapping tooLarge, before the chunk
+// that would pass it is written.
+func Convert(body, dst []byte, lim door.Limits, st *door.Stats, tooLarge error) ([]byte, error) {
+	max := lim.MaxBytes
 	if len(body) == 0 {
 		return nil, errors.New("empty body: want a jaeger.thrift Batch")
 	}

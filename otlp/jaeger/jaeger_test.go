@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/apache/thrift/lib/go/thrift"
+	"github.com/ferryhq/ferry/otlp/door"
 	jthrift "github.com/jaegertracing/jaeger-idl/thrift-gen/jaeger"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 )
@@ -65,7 +66,7 @@ func sample(spans int) *jthrift.Batch {
 // TestMapping: the Jaeger fields land where docs/jaeger.md says.
 func TestMapping(t *testing.T) {
 	body := encode(t, sample(3))
-	pb, err := Convert(body, nil, 1<<20, errTooLarge)
+	pb, err := Convert(body, nil, door.Limits{MaxBytes: 1 << 20}, nil, errTooLarge)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestChunksConvertAsTheWhole(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pb, err := Convert(body, nil, 1<<30, errTooLarge)
+		pb, err := Convert(body, nil, door.Limits{MaxBytes: 1 << 30}, nil, errTooLarge)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -193,14 +194,14 @@ func TestLyingLengthRefusedBeforeAllocation(t *testing.T) {
 	}{{1<<31 - 1, 20}, {1 << 31, 20}, {60000, 64 << 10}} {
 		body := lying(c.count, c.n)
 		var err error
-		a := allocated(100, func() { _, err = Convert(body, nil, 1<<30, errTooLarge) })
+		a := allocated(100, func() { _, err = Convert(body, nil, door.Limits{MaxBytes: 1 << 30}, nil, errTooLarge) })
 		if err == nil || !strings.Contains(err.Error(), "elements") && !strings.Contains(err.Error(), "negative") && !strings.Contains(err.Error(), "required field") {
 			t.Fatalf("%d declared in %d bytes: %v", c.count, c.n, err)
 		}
 		if a > 4096 {
 			t.Fatalf("%d declared in %d bytes: %d bytes allocated before the refusal", c.count, c.n, a)
 		}
-		if allocs := testing.AllocsPerRun(20, func() { _, _ = Convert(body, nil, 1<<30, errTooLarge) }); allocs > 16 {
+		if allocs := testing.AllocsPerRun(20, func() { _, _ = Convert(body, nil, door.Limits{MaxBytes: 1 << 30}, nil, errTooLarge) }); allocs > 16 {
 			t.Fatalf("%v allocations", allocs)
 		}
 	}
@@ -229,7 +230,7 @@ func TestWalkLimits(t *testing.T) {
 	for i := range MaxPerList + 1 {
 		many.Spans[0].Tags = append(many.Spans[0].Tags, &jthrift.Tag{Key: fmt.Sprint(i), VType: jthrift.TagType_BOOL})
 	}
-	_, err := Convert(encode(t, many), nil, 1<<30, errTooLarge)
+	_, err := Convert(encode(t, many), nil, door.Limits{MaxBytes: 1 << 30}, nil, errTooLarge)
 	if !errors.Is(err, errTooLarge) || !strings.Contains(err.Error(), "Span.tags: 10001 elements") {
 		t.Fatalf("too many tags: %v", err)
 	}
@@ -254,7 +255,7 @@ func TestWalkLimits(t *testing.T) {
 	if _, err := Walk(spansTwice); err == nil || !strings.Contains(err.Error(), "Batch.spans given twice") {
 		t.Fatalf("spans twice: %v", err)
 	}
-	if _, err := Convert(ok, nil, 100, errTooLarge); !errors.Is(err, errTooLarge) {
+	if _, err := Convert(ok, nil, door.Limits{MaxBytes: 100}, nil, errTooLarge); !errors.Is(err, errTooLarge) {
 		t.Fatalf("past max: %v", err)
 	}
 	// a span missing a required field (the serializer writes the zero
@@ -275,7 +276,7 @@ func TestContentType(t *testing.T) {
 		"application/vnd.apache.thrift.compact": false, "": false, "application/json": false} {
 		q, _ := http.NewRequest(http.MethodPost, "/api/traces", nil)
 		q.Header.Set("Content-Type", ct)
-		if _, err := conv(q, body, nil, 1<<20); (err == nil) != ok {
+		if _, err := conv(q, body, nil, door.Limits{MaxBytes: 1 << 20}, nil); (err == nil) != ok {
 			t.Fatalf("%q: %v", ct, err)
 		}
 	}
@@ -317,7 +318,7 @@ func worstCases(t testing.TB) map[string][]byte {
 // byte (the door's reservation).
 func TestAmplify(t *testing.T) {
 	for name, body := range worstCases(t) {
-		pb, err := Convert(body, nil, 1<<30, errTooLarge)
+		pb, err := Convert(body, nil, door.Limits{MaxBytes: 1 << 30}, nil, errTooLarge)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -337,7 +338,7 @@ func BenchmarkConvert(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			dst := make([]byte, 0, Amplify*len(body))
 			for b.Loop() {
-				if _, err := Convert(body, dst, cap(dst), errTooLarge); err != nil {
+				if _, err := Convert(body, dst, door.Limits{MaxBytes: cap(dst)}, nil, errTooLarge); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -349,7 +350,7 @@ func BenchmarkConvert(b *testing.B) {
 	b.Run("lying-length", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_, _ = Convert(body, nil, 1<<20, errTooLarge)
+			_, _ = Convert(body, nil, door.Limits{MaxBytes: 1 << 20}, nil, errTooLarge)
 		}
 	})
 }
@@ -371,7 +372,7 @@ func FuzzConvert(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var pb []byte
 		var err error
-		a := allocated(1, func() { pb, err = Convert(body, nil, 1<<30, errTooLarge) })
+		a := allocated(1, func() { pb, err = Convert(body, nil, door.Limits{MaxBytes: 1 << 30}, nil, errTooLarge) })
 		if err == nil && len(pb) > Amplify*len(body) {
 			t.Fatalf("%d bytes → %d", len(body), len(pb))
 		}
@@ -425,7 +426,7 @@ func TestConvertMemoryBoundedByChunk(t *testing.T) {
 	body := encode(t, sample(10000))
 	dst := make([]byte, 0, Amplify*len(body))
 	var err error
-	peak := peakHeap(func() { _, err = Convert(body, dst, cap(dst), errTooLarge) })
+	peak := peakHeap(func() { _, err = Convert(body, dst, door.Limits{MaxBytes: cap(dst)}, nil, errTooLarge) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,12 +8,14 @@ import (
 	"testing"
 
 	writev2 "github.com/prometheus/client_golang/exp/api/remote/genproto/v2"
+
+	"github.com/ferryhq/ferry/otlp/door"
 )
 
 func rw2(t testing.TB, body []byte, max int) ([]byte, error) {
 	q := httptest.NewRequest(http.MethodPost, "/api/v1/write", nil)
 	q.Header.Set("Content-Type", "application/x-protobuf;proto=io.prometheus.write.v2.Request")
-	return RemoteWrite(q, body, nil, max)
+	return RemoteWrite(q, body, nil, door.Limits{MaxBytes: max}, nil)
 }
 
 func name(i int) string { // short distinct metric names: a, b, ..., ba, bb, ...
@@ -103,8 +105,8 @@ func amplificationCases() []struct {
 	return out
 }
 
-func convertCase(t testing.TB, door string, body []byte, max int) ([]byte, error) {
-	switch door {
+func convertCase(t testing.TB, which string, body []byte, max int) ([]byte, error) {
+	switch which {
 	case "rw":
 		return rw1(t, body, max)
 	case "rw2":
@@ -112,7 +114,7 @@ func convertCase(t testing.TB, door string, body []byte, max int) ([]byte, error
 	}
 	q := httptest.NewRequest(http.MethodPut, "/metrics/job/j", nil)
 	q.Header.Set("Content-Type", "text/plain; version=0.0.4")
-	return Push(q, body, nil, max)
+	return Push(q, body, nil, door.Limits{MaxBytes: max}, nil)
 }
 
 // TestAmplification: each worst case converts within its door's Amplify,

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	writev2 "github.com/prometheus/client_golang/exp/api/remote/genproto/v2"
+
+	"github.com/ferryhq/ferry/otlp/door"
 )
 
 // Prometheus's own shape: 2000 series (max_samples_per_send), one sample
@@ -40,7 +42,7 @@ func benchRW(b *testing.B, body []byte, v2 bool) {
 		if v2 {
 			_, err = rw2(b, body, cap(dst))
 		} else {
-			_, err = convertRW(body, dst[:0], cap(dst), false, "prometheus_remote_write")
+			_, err = convertRW(body, dst[:0], door.Limits{MaxBytes: cap(dst)}, nil, false, "prometheus_remote_write")
 		}
 		if err != nil {
 			b.Fatal(err)

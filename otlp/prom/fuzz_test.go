@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	writev2 "github.com/prometheus/client_golang/exp/api/remote/genproto/v2"
+
+	"github.com/ferryhq/ferry/otlp/door"
 )
 
 // checkOut: no panic (the fuzzer's), the output within the door's
@@ -55,7 +57,7 @@ func FuzzRemoteWrite(f *testing.F) {
 			q.Header.Set("Content-Type", "application/x-protobuf;proto=io.prometheus.write.v2.Request")
 		}
 		max := RemoteWriteAmplify*len(body) + 4096
-		out, err := RemoteWrite(q, body, nil, max)
+		out, err := RemoteWrite(q, body, nil, door.Limits{MaxBytes: max}, nil)
 		checkOut(t, body, out, err, max)
 	})
 }
@@ -73,7 +75,7 @@ func FuzzPush(f *testing.F) {
 			q.Header.Set("Content-Type", "text/plain; version=0.0.4")
 		}
 		max := PushAmplify*len(body) + 4096
-		out, err := Push(q, body, nil, max)
+		out, err := Push(q, body, nil, door.Limits{MaxBytes: max}, nil)
 		checkOut(t, body, out, err, max)
 	})
 }

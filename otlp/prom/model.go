@@ -17,6 +17,8 @@ import (
 	"strconv"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/ferryhq/ferry/otlp/door"
 )
 
 func protowireNum(i int) protowire.Number { return protowire.Number(i) }
@@ -142,6 +144,8 @@ type conv struct {
 	famIdx map[string]int32
 	key    []byte
 	w      pbw
+	lim    door.Limits
+	st     *door.Stats
 	// Dropped counts what the mapping leaves out (gauge histograms,
 	// histograms without _count, stale-less oddities), for the caller.
 	Dropped int

@@ -25,6 +25,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/ferryhq/ferry/otlp/door"
 )
 
 // decode reads a converted request with the Collector's own pdata: the
@@ -72,7 +74,7 @@ func pushServer(t *testing.T) (*httptest.Server, func() []pmetric.Metrics) {
 			w.WriteHeader(405)
 			return
 		}
-		pb, err := Push(q, body, nil, 1<<20)
+		pb, err := Push(q, body, nil, door.Limits{MaxBytes: 1 << 20}, nil)
 		if err != nil {
 			t.Errorf("push: %v", err)
 			http.Error(w, err.Error(), 400)
@@ -221,7 +223,7 @@ func rwServer(t *testing.T) (*httptest.Server, func() []pmetric.Metrics) {
 			http.Error(w, err.Error(), 400)
 			return
 		}
-		pb, err := RemoteWrite(q, body, nil, 8<<20)
+		pb, err := RemoteWrite(q, body, nil, door.Limits{MaxBytes: 8 << 20}, nil)
 		if err != nil {
 			t.Errorf("remote write: %v", err)
 			http.Error(w, err.Error(), 400)
@@ -370,7 +372,7 @@ func encV1(ss []v1series, meta ...[3]any) []byte {
 func rw1(t testing.TB, body []byte, max int) ([]byte, error) {
 	q := httptest.NewRequest(http.MethodPost, "/api/v1/write", nil)
 	q.Header.Set("Content-Type", "application/x-protobuf")
-	return RemoteWrite(q, body, nil, max)
+	return RemoteWrite(q, body, nil, door.Limits{MaxBytes: max}, nil)
 }
 
 // TestRemoteWriteV1: untyped series are gauges (v1 has no types), typed
@@ -480,7 +482,9 @@ func TestEmptyMessagesCostNothing(t *testing.T) {
 		t.Fatalf("text comment lines: %v, %d bytes allocated", err, n)
 	}
 	meta := bytes.Repeat([]byte{0x1a, 0x00}, size/2)
-	if n := allocated(func() { _, err = convertRW(meta, nil, size, false, "prometheus_remote_write") }); !errors.Is(err, ErrTooLarge) || n > 4<<20 {
+	if n := allocated(func() {
+		_, err = convertRW(meta, nil, door.Limits{MaxBytes: size}, nil, false, "prometheus_remote_write")
+	}); !errors.Is(err, ErrTooLarge) || n > 4<<20 {
 		t.Fatalf("empty metadata entries: %v, %d bytes allocated", err, n)
 	}
 }

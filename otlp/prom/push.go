@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/common/model"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/ferryhq/ferry/otlp/door"
 )
 
 // PushAmplify bounds the OTLP bytes per body byte of a push (the worst
@@ -36,8 +38,10 @@ var now = time.Now
 
 // Push converts a pushgateway push (PUT or POST of /metrics/job/<job>{/<label>/<value>},
 // text exposition or delimited protobuf by Content-Type) into an OTLP
-// ExportMetricsServiceRequest: the grouping labels are the resource.
-func Push(q *http.Request, body, dst []byte, max int) ([]byte, error) {
+// ExportMetricsServiceRequest, within lim (otlp/door): the grouping labels
+// are the resource.
+func Push(q *http.Request, body, dst []byte, lim door.Limits, st *door.Stats) ([]byte, error) {
+	max := lim.MaxBytes
 	grouping, err := ParseGrouping(q.URL.EscapedPath())
 	if err != nil {
 		return nil, err

@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/ferryhq/ferry/otlp/door"
 )
 
 // RemoteWriteAmplify bounds the OTLP bytes per (decoded) body byte, the
@@ -25,8 +27,8 @@ const RemoteWriteAmplify = 32
 // RemoteWrite converts a remote write request (v1 prometheus.WriteRequest,
 // or v2 io.prometheus.write.v2.Request by its Content-Type), already
 // snappy-decoded, into an OTLP ExportMetricsServiceRequest appended to dst,
-// at most max bytes.
-func RemoteWrite(q *http.Request, body, dst []byte, max int) ([]byte, error) {
+// within lim (otlp/door).
+func RemoteWrite(q *http.Request, body, dst []byte, lim door.Limits, st *door.Stats) ([]byte, error) {
 	v2 := false
 	if ct := q.Header.Get("Content-Type"); ct != "" {
 		mt, params, err := mime.ParseMediaType(ct)
@@ -41,14 +43,15 @@ func RemoteWrite(q *http.Request, body, dst []byte, max int) ([]byte, error) {
 			return nil, fmt.Errorf("content type %q: proto %q is not served (prometheus.WriteRequest, io.prometheus.write.v2.Request)", ct, params["proto"])
 		}
 	}
-	return convertRW(body, dst, max, v2, "prometheus_remote_write")
+	return convertRW(body, dst, lim, st, v2, "prometheus_remote_write")
 }
 
-func convertRW(body, dst []byte, max int, v2 bool, door string) ([]byte, error) {
+func convertRW(body, dst []byte, lim door.Limits, st *door.Stats, v2 bool, doorName string) ([]byte, error) {
+	max := lim.MaxBytes
 	if len(body) >= math.MaxUint32 {
 		return nil, ErrTooLarge
 	}
-	c := &conv{src: body, door: door, w: pbw{b: dst, max: max}}
+	c := &conv{src: body, door: doorName, lim: lim, st: st, w: pbw{b: dst, max: max}}
 	var err error
 	if v2 {
 		err = c.decodeV2(max)

@@ -83,8 +83,9 @@ var (
 )
 
 // Convert is the door's conversion: body (a Zipkin request) to an OTLP
-// ExportTraceServiceRequest appended to dst, at most max bytes.
-func Convert(q *http.Request, body, dst []byte, max int) ([]byte, error) {
+// ExportTraceServiceRequest appended to dst, within lim (otlp/door).
+func Convert(q *http.Request, body, dst []byte, lim door.Limits, st *door.Stats) ([]byte, error) {
+	max := lim.MaxBytes
 	ct := q.Header.Get("Content-Type")
 	mt, _, _ := mime.ParseMediaType(ct)
 	v1 := strings.HasSuffix(q.URL.Path, "/api/v1/spans")

@@ -16,6 +16,8 @@ import (
 	"github.com/openzipkin/zipkin-go/proto/zipkin_proto3"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/ferryhq/ferry/otlp/door"
 )
 
 func req(path, ctype string) *http.Request {
@@ -26,7 +28,7 @@ func req(path, ctype string) *http.Request {
 
 func conv(t testing.TB, path, ctype string, body []byte) (ptrace.Traces, []byte, error) {
 	t.Helper()
-	pb, err := Convert(req(path, ctype), body, nil, 1<<30)
+	pb, err := Convert(req(path, ctype), body, nil, door.Limits{MaxBytes: 1 << 30}, nil)
 	if err != nil {
 		return ptrace.Traces{}, nil, err
 	}
@@ -205,7 +207,7 @@ func TestBounds(t *testing.T) {
 		t.Fatalf("event attributes past the bound (escaped commas): %v", err)
 	}
 	// A conversion past max.
-	if _, err := Convert(req("/api/v2/spans", "application/json"), many(100), nil, 1000); !errors.Is(err, ErrTooLarge) {
+	if _, err := Convert(req("/api/v2/spans", "application/json"), many(100), nil, door.Limits{MaxBytes: 1000}, nil); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("past max: %v", err)
 	}
 }
@@ -318,7 +320,7 @@ func FuzzConvert(f *testing.F) {
 			ct = "application/x-protobuf"
 		}
 		max := min(1<<20, Amplify*len(body)+4096)
-		pb, err := Convert(req(path, ct), body, make([]byte, 0, max), max)
+		pb, err := Convert(req(path, ct), body, make([]byte, 0, max), door.Limits{MaxBytes: max}, nil)
 		if err != nil {
 			return
 		}
@@ -356,7 +358,7 @@ func BenchmarkConvert(b *testing.B) {
 			b.SetBytes(int64(len(c.body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := Convert(q, c.body, dst, cap(dst)); err != nil {
+				if _, err := Convert(q, c.body, dst, door.Limits{MaxBytes: cap(dst)}, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -52,10 +52,13 @@ type Door struct {
 	Patterns []string
 	// Convert appends to dst the OTLP protobuf request made of body (read
 	// within max_request_bytes and decoded per its Content-Encoding),
-	// writing no more than max bytes in all: beyond it, it returns an
-	// error wrapping ErrDoorTooLarge. Any other error is the sender's
-	// (400, its message in the answer).
-	Convert func(q *http.Request, body []byte, dst []byte, max int) ([]byte, error)
+	// within lim, counting in st what its mapping drops (otlp/door's
+	// rules): past lim.MaxBytes it returns an error wrapping
+	// ErrDoorTooLarge (413 request_too_large), past lim.MaxItems
+	// (max_items_per_request) one wrapping door.ErrTooManyItems (413
+	// too_many_items). Any other error is the sender's (400, its message
+	// in the answer).
+	Convert func(q *http.Request, body []byte, dst []byte, lim door.Limits, st *door.Stats) ([]byte, error)
 	// Amplify bounds the OTLP bytes per body byte the conversion may
 	// write (the reservation made before it starts).
 	Amplify int
@@ -199,7 +202,8 @@ func (h *httpServer) door(w http.ResponseWriter, q *http.Request, d *Door, m *re
 		fail(a)
 		return
 	}
-	pb, err := d.Convert(q, body.B, out.B[:0], limit)
+	var st door.Stats
+	pb, err := d.Convert(q, body.B, out.B[:0], door.Limits{MaxBytes: limit, MaxItems: r.cfg.MaxItems}, &st)
 	r.body.Put(body)
 	if err == nil && (len(pb) > limit || len(pb) > cap(out.B)) {
 		err = fmt.Errorf("%w (%d bytes converted, %d allowed)", ErrDoorTooLarge, len(pb), limit)

@@ -15,13 +15,14 @@ import (
 
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/consumer/consumertest"
+	"github.com/ferryhq/ferry/otlp/door"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/record"
 )
 
 // linesDoor is a door for the tests: each line of the body is a log record.
 var linesDoor = Door{Name: "lines", Signal: encoding.Logs, Patterns: []string{"/lines"}, Amplify: 8, OK: http.StatusAccepted,
-	Convert: func(_ *http.Request, body, dst []byte, max int) ([]byte, error) {
+	Convert: func(_ *http.Request, body, dst []byte, lim door.Limits, _ *door.Stats) ([]byte, error) {
 		if bytes.HasPrefix(body, []byte("bad")) {
 			return nil, errors.New("a line says bad")
 		}
@@ -34,7 +35,7 @@ var linesDoor = Door{Name: "lines", Signal: encoding.Logs, Patterns: []string{"/
 		if err != nil {
 			return nil, err
 		}
-		if len(pb) > max {
+		if len(pb) > lim.MaxBytes {
 			return nil, ErrDoorTooLarge
 		}
 		return append(dst, pb...), nil
