@@ -87,11 +87,15 @@ func Convert(body, dst []byte, lim door.Limits, st *door.Stats, tooLarge error) 
 	if len(body) == 0 {
 		return nil, errors.New("empty body: want a jaeger.thrift Batch")
 	}
-	w := walker{b: body}
+	w := walker{b: body, maxItems: lim.MaxItems}
 	if err := w.walk(); err != nil {
 		var le *limitError
 		if errors.As(err, &le) {
 			return nil, fmt.Errorf("%w: %v", tooLarge, err)
+		}
+		var ie *itemsError
+		if errors.As(err, &ie) {
+			return nil, fmt.Errorf("%w: the Batch declares %d spans, at most %d", door.ErrTooManyItems, ie.n, lim.MaxItems)
 		}
 		return nil, fmt.Errorf("not a jaeger.thrift Batch: %w", err)
 	}

@@ -356,8 +356,9 @@ func BenchmarkConvert(b *testing.B) {
 }
 
 // FuzzConvert: no input panics; a converted request is at most Amplify
-// times its body; and no input makes the conversion allocate more than a
-// bounded multiple of its size (a lying length costs nothing).
+// times its body; no input makes the conversion allocate more than a
+// bounded multiple of its size (a lying length costs nothing); and a limit
+// of 3 items refuses exactly the Batches declaring more than 3 spans.
 func FuzzConvert(f *testing.F) {
 	f.Add(encode(f, sample(3)))
 	f.Add(lying(1<<31-1, 20))
@@ -378,6 +379,14 @@ func FuzzConvert(f *testing.F) {
 		}
 		if a > uint64(64*len(body)+64<<10) {
 			t.Fatalf("%d bytes allocated for a body of %d (err %v)", a, len(body), err)
+		}
+		if err != nil {
+			return
+		}
+		c, _ := Walk(body)
+		_, lerr := Convert(body, nil, door.Limits{MaxBytes: 1 << 30, MaxItems: 3}, nil, errTooLarge)
+		if errors.Is(lerr, door.ErrTooManyItems) != (c.Spans > 3) || lerr != nil && !errors.Is(lerr, door.ErrTooManyItems) {
+			t.Fatalf("%d spans, limit 3: %v", c.Spans, lerr)
 		}
 	})
 }
@@ -433,5 +442,41 @@ func TestConvertMemoryBoundedByChunk(t *testing.T) {
 	t.Logf("%d bytes of body: at most %d bytes of heap held while converting", len(body), peak)
 	if peak > 3<<20 || peak > uint64(len(body))*3/4 {
 		t.Fatalf("%d bytes of heap held converting a body of %d: not bounded by a chunk", peak, len(body))
+	}
+}
+
+// manySpans is a Batch of n copies of one minimal span (81 bytes each).
+func manySpans(t testing.TB, n int) []byte {
+	one := encode(t, &jthrift.Batch{Process: &jthrift.Process{ServiceName: "s"}, Spans: []*jthrift.Span{{TraceIdLow: 1, SpanId: 1}}})
+	head := []byte{15, 0, 2, 12, 0, 0, 0, 1}
+	i := bytes.Index(one, head) + len(head)
+	span := one[i : len(one)-1]
+	b := append([]byte(nil), one[:i-4]...)
+	b = binary.BigEndian.AppendUint32(b, uint32(n))
+	b = append(b, bytes.Repeat(span, n)...)
+	return append(b, 0)
+}
+
+// TestMaxItems: a Batch of more spans than lim.MaxItems is refused with
+// door.ErrTooManyItems from its spans list's header, before a span is
+// decoded: 200,000 spans (16 MB) against a limit of 10 allocate next to
+// nothing. As many spans as the limit pass.
+func TestMaxItems(t *testing.T) {
+	lim := door.Limits{MaxBytes: 1 << 30, MaxItems: 10}
+	if _, err := Convert(manySpans(t, 10), nil, lim, nil, errTooLarge); err != nil {
+		t.Fatalf("10 spans of 10: %v", err)
+	}
+	if _, err := Convert(manySpans(t, 11), nil, lim, nil, errTooLarge); !errors.Is(err, door.ErrTooManyItems) {
+		t.Fatalf("11 spans of 10: %v", err)
+	}
+	body := manySpans(t, 200000)
+	var err error
+	if a := allocated(1, func() { _, err = Convert(body, nil, lim, nil, errTooLarge) }); !errors.Is(err, door.ErrTooManyItems) || a > 16<<10 {
+		t.Fatalf("200,000 spans of 10: %v, %d bytes allocated", err, a)
+	}
+	// a header declaring more spans than the body holds is the walk's 400.
+	lie := lying(1000, 200)
+	if _, err := Convert(lie, nil, lim, nil, errTooLarge); err == nil || errors.Is(err, door.ErrTooManyItems) {
+		t.Fatalf("a lying length: %v", err)
 	}
 }

@@ -129,7 +129,14 @@ type walker struct {
 	// and how many spans the list declares: Convert decodes the process
 	// once and then the spans a chunk at a time from there.
 	procAt, procEnd, spansAt, spansN int
+	// maxItems, when > 0, refuses a spans list declaring more (and
+	// holding the bytes for them) from its header.
+	maxItems int
 }
+
+// minSpanBytes: a span's required fields (six i64 of 11 bytes with their
+// headers, a string and an i32 of 7) and its stop byte.
+const minSpanBytes = 6*11 + 7 + 7 + 1
 
 // errWalk is a malformed body, at the offset it was found.
 func (w *walker) errf(format string, a ...any) error {
@@ -240,6 +247,9 @@ func (w *walker) walkStruct(k kind, d int) error {
 				}
 				w.spansAt, w.spansN = w.off, n
 				w.c.Spans += n
+				if w.maxItems > 0 && n > w.maxItems && int64(n)*minSpanBytes <= int64(w.left()) {
+					return &itemsError{n}
+				}
 			case kTag:
 				w.c.Tags += n
 			case kLog:
@@ -363,6 +373,11 @@ func (w *walker) walk() error {
 	}
 	return nil
 }
+
+// itemsError: more spans than maxItems.
+type itemsError struct{ n int }
+
+func (e *itemsError) Error() string { return fmt.Sprintf("%d spans", e.n) }
 
 // limitError: a structure over a limit of the walk (413, not 400).
 type limitError struct{ msg string }

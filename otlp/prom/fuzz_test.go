@@ -13,8 +13,10 @@ import (
 )
 
 // checkOut: no panic (the fuzzer's), the output within the door's
-// reservation and valid OTLP, or an error.
-func checkOut(t *testing.T, body, out []byte, err error, max int) {
+// reservation and valid OTLP, or an error; and convert (the same request
+// with a limit of 3 items) refuses it exactly when it has more than 3
+// data points.
+func checkOut(t *testing.T, body, out []byte, err error, max int, convert func(door.Limits) ([]byte, error)) {
 	if err != nil {
 		if errors.Is(err, ErrTooLarge) && len(out) != 0 {
 			t.Fatalf("an error with output")
@@ -24,7 +26,11 @@ func checkOut(t *testing.T, body, out []byte, err error, max int) {
 	if len(out) > max {
 		t.Fatalf("%d bytes out of %d in, past the reservation %d", len(out), len(body), max)
 	}
-	decode(t, out)
+	n := decode(t, out).DataPointCount()
+	_, lerr := convert(door.Limits{MaxBytes: max, MaxItems: 3})
+	if errors.Is(lerr, door.ErrTooManyItems) != (n > 3) || lerr != nil && !errors.Is(lerr, door.ErrTooManyItems) {
+		t.Fatalf("%d points, limit 3: %v", n, lerr)
+	}
 }
 
 // FuzzRemoteWrite: v1 and v2 bodies (the first byte picks) never panic,
@@ -58,7 +64,7 @@ func FuzzRemoteWrite(f *testing.F) {
 		}
 		max := RemoteWriteAmplify*len(body) + 4096
 		out, err := RemoteWrite(q, body, nil, door.Limits{MaxBytes: max}, nil)
-		checkOut(t, body, out, err, max)
+		checkOut(t, body, out, err, max, func(lim door.Limits) ([]byte, error) { return RemoteWrite(q, body, nil, lim, nil) })
 	})
 }
 
@@ -76,6 +82,6 @@ func FuzzPush(f *testing.F) {
 		}
 		max := PushAmplify*len(body) + 4096
 		out, err := Push(q, body, nil, door.Limits{MaxBytes: max}, nil)
-		checkOut(t, body, out, err, max)
+		checkOut(t, body, out, err, max, func(lim door.Limits) ([]byte, error) { return Push(q, body, nil, lim, nil) })
 	})
 }

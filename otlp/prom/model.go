@@ -146,12 +146,29 @@ type conv struct {
 	w      pbw
 	lim    door.Limits
 	st     *door.Stats
+	// points: data points counted against lim.MaxItems (while decoding,
+	// those sure to be written; while writing, every one).
+	points int
 	// Dropped counts what the mapping leaves out (gauge histograms,
 	// histograms without _count, stale-less oddities), for the caller.
 	Dropped int
 }
 
 func (c *conv) str(s span) []byte { return s.of(c.src) }
+
+// point counts a data point about to be written; past lim.MaxItems it
+// stops the writer with the refusal and says false.
+func (c *conv) point() bool {
+	if c.w.err != nil {
+		return false
+	}
+	c.points++
+	if c.lim.Over(c.points) {
+		c.w.err = tooManyPoints(c.lim.MaxItems)
+		return false
+	}
+	return true
+}
 
 // group assigns every series its resource and family.
 func (c *conv) group() {
@@ -374,6 +391,9 @@ func (c *conv) emitFam(f *fam, samples func(s *series, fn func(v float64, ts, st
 		for _, si := range f.series {
 			s := &c.series[si]
 			err = samples(s, func(v float64, ts, start int64) {
+				if !c.point() {
+					return
+				}
 				p := w.open(fDataPoints)
 				c.attrs(fNDPAttributes, s, "")
 				if start != 0 {
@@ -505,6 +525,9 @@ func (c *conv) emitClassic(f *fam, samples func(s *series, fn func(v float64, ts
 		if !p.hasCount {
 			c.Dropped++ // the spec: a histogram or summary without _count is dropped
 			continue
+		}
+		if !c.point() {
+			return w.err
 		}
 		slices.SortFunc(p.buckets, func(a, b bound) int {
 			switch {

@@ -129,6 +129,9 @@ func (c *conv) emitNative(f *fam, hists func(s *series, fn func(h *nhist)) error
 					c.Dropped++
 					return
 				}
+				if !c.point() {
+					return
+				}
 				buf = d
 				first := int(0)
 				if len(h.pos.spans) > 0 {
@@ -162,6 +165,9 @@ func (c *conv) emitNative(f *fam, hists func(s *series, fn func(h *nhist)) error
 					w.varint(fHDPFlags, noRecordedValue)
 				}
 				w.close(dp)
+				return
+			}
+			if !c.point() {
 				return
 			}
 			dp := w.open(fDataPoints)

@@ -474,11 +474,11 @@ func TestEmptyMessagesCostNothing(t *testing.T) {
 	zeros := make([]byte, size)
 	h := http.Header{"Content-Type": {"application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"}}
 	var err error
-	if n := allocated(func() { _, err = decodeExposition(h, zeros, size) }); !errors.Is(err, ErrTooLarge) || n > 4<<20 {
+	if n := allocated(func() { _, err = decodeExposition(h, zeros, door.Limits{MaxBytes: size}) }); !errors.Is(err, ErrTooLarge) || n > 4<<20 {
 		t.Fatalf("delimited empty families: %v, %d bytes allocated", err, n)
 	}
 	types := bytes.Repeat([]byte("# TYPE m counter\n"), size/17)
-	if n := allocated(func() { _, err = decodeExposition(http.Header{}, types, size) }); !errors.Is(err, ErrTooLarge) || n > 4<<20 {
+	if n := allocated(func() { _, err = decodeExposition(http.Header{}, types, door.Limits{MaxBytes: size}) }); !errors.Is(err, ErrTooLarge) || n > 4<<20 {
 		t.Fatalf("text comment lines: %v, %d bytes allocated", err, n)
 	}
 	meta := bytes.Repeat([]byte{0x1a, 0x00}, size/2)

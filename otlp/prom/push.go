@@ -46,9 +46,20 @@ func Push(q *http.Request, body, dst []byte, lim door.Limits, st *door.Stats) ([
 	if err != nil {
 		return nil, err
 	}
-	fams, err := decodeExposition(q.Header, body, max)
+	fams, err := decodeExposition(q.Header, body, lim)
 	if err != nil {
 		return nil, err
+	}
+	// Each metric of a family is one data point (gauge histograms none):
+	// counted before anything is written.
+	points := 0
+	for _, f := range fams {
+		if f.GetType() != dto.MetricType_GAUGE_HISTOGRAM {
+			points += len(f.Metric)
+		}
+	}
+	if lim.Over(points) {
+		return nil, tooManyPoints(lim.MaxItems)
 	}
 	w := &pbw{b: dst, max: max}
 	rm := w.open(fReqResourceMetrics)
@@ -157,9 +168,13 @@ func unescape(s string) (string, error) {
 
 // decodeExposition parses the body per its Content-Type: delimited
 // protobuf (client_golang's push default) or the text format. Its
-// samples are counted first (MaxPushSamples, and what max can hold).
-func decodeExposition(h http.Header, body []byte, max int) ([]*dto.MetricFamily, error) {
-	limit := min(MaxPushSamples, max/minPointBytes)
+// samples are counted first (MaxPushSamples, and what lim.MaxBytes can
+// hold), and its data points against lim.MaxItems where the count is
+// sure before parsing: delimited protobuf's metrics (but those of gauge
+// histograms), text's sample lines when no line declares a histogram or
+// summary (whose lines merge into points; Push counts those after).
+func decodeExposition(h http.Header, body []byte, lim door.Limits) ([]*dto.MetricFamily, error) {
+	limit := min(MaxPushSamples, lim.MaxBytes/minPointBytes)
 	format := expfmt.ResponseFormat(h)
 	if h.Get("Content-Type") == "" {
 		format = expfmt.NewFormat(expfmt.TypeTextPlain)
@@ -169,7 +184,7 @@ func decodeExposition(h http.Header, body []byte, max int) ([]*dto.MetricFamily,
 		// Counted before anything is decoded: every family counts as a
 		// sample too, so that empty messages (a zero byte each) cannot
 		// make ferry build millions of families from a small request.
-		n, nfam := 0, 0
+		n, nfam, points := 0, 0, 0
 		for b := body; len(b) > 0; {
 			size, k := protowire.ConsumeVarint(b)
 			if k < 0 || size > uint64(len(b)-k) {
@@ -178,12 +193,23 @@ func decodeExposition(h http.Header, body []byte, max int) ([]*dto.MetricFamily,
 			msg := b[k : k+int(size)]
 			b = b[k+int(size):]
 			nfam++
-			_ = fields(msg, func(num protowire.Number, _ protowire.Type, _ uint64, _ []byte) error {
-				if num == 4 {
-					n++
+			metrics, typ := 0, uint64(0)
+			_ = fields(msg, func(num protowire.Number, t protowire.Type, v uint64, _ []byte) error {
+				switch {
+				case num == 4:
+					metrics++
+				case num == 3 && t == protowire.VarintType:
+					typ = v
 				}
 				return nil
 			})
+			n += metrics
+			if typ != uint64(dto.MetricType_GAUGE_HISTOGRAM) {
+				points += metrics
+				if lim.Over(points) {
+					return nil, tooManyPoints(lim.MaxItems)
+				}
+			}
 			if n+nfam > limit {
 				return nil, fmt.Errorf("%w: more than %d samples and families in a push", ErrTooLarge, limit)
 			}
@@ -203,11 +229,26 @@ func decodeExposition(h http.Header, body []byte, max int) ([]*dto.MetricFamily,
 	case expfmt.TypeTextPlain, expfmt.TypeUnknown:
 		// Every non-empty line counts, comments too: a # TYPE line makes a
 		// family in the parser.
-		lines := 0
+		lines, samples, merge := 0, 0, false
 		for l := range bytes.SplitSeq(body, []byte("\n")) {
-			if len(bytes.TrimSpace(l)) > 0 {
-				lines++
+			l = bytes.TrimSpace(l)
+			if len(l) == 0 {
+				continue
 			}
+			lines++
+			if l[0] != '#' {
+				samples++
+				continue
+			}
+			if c := bytes.TrimLeft(l[1:], " \t"); bytes.HasPrefix(c, []byte("TYPE")) {
+				switch string(c[bytes.LastIndexAny(c, " \t")+1:]) {
+				case "histogram", "summary", "gaugehistogram":
+					merge = true
+				}
+			}
+		}
+		if !merge && lim.Over(samples) {
+			return nil, tooManyPoints(lim.MaxItems) // each sample line is a point
 		}
 		if lines > limit {
 			return nil, fmt.Errorf("%w: more than %d samples in a push", ErrTooLarge, limit)

@@ -62,6 +62,7 @@ func convertRW(body, dst []byte, lim door.Limits, st *door.Stats, v2 bool, doorN
 		return nil, err
 	}
 	c.group()
+	c.points = 0 // counted again, exactly, as written
 	err = c.emit(c.rwSamples(v2), c.rwHists(v2))
 	if err != nil {
 		return nil, err
@@ -320,7 +321,7 @@ func (c *conv) decodeV1(max int) error {
 	if err != nil {
 		return err
 	}
-	c.series = make([]series, 0, nSeries)
+	c.series = make([]series, 0, min(nSeries, seriesPrealloc))
 	return fields(c.src, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
 		if typ != protowire.BytesType {
 			return nil
@@ -366,12 +367,38 @@ func (c *conv) decodeV1(max int) error {
 					s.kind, s.help, s.unit = m.kind, m.help, m.unit
 				}
 			}
-			if s.nSamples+s.nHists > 0 || string(c.str(s.name)) == "target_info" {
-				c.series = append(c.series, s)
-			}
+			return c.keep(s)
 		}
 		return nil
 	})
+}
+
+// seriesPrealloc: the series a request's decoding state is first sized
+// for (Prometheus sends 2,000 a request); more grow it as read, so that a
+// request refused for its items midway has not sized it for all.
+const seriesPrealloc = 2048
+
+// keep adds a decoded series, counting the samples that will each be a
+// data point (a series of no histogram type, without native histograms,
+// not target_info): past lim.MaxItems the request is refused now, before
+// the rest is decoded.
+func (c *conv) keep(s series) error {
+	info := string(c.str(s.name)) == "target_info"
+	if s.nSamples+s.nHists == 0 && !info {
+		return nil
+	}
+	if s.nHists == 0 && !info && s.kind != kHistogram && s.kind != kSummary && s.kind != kGaugeHistogram {
+		c.points += int(s.nSamples)
+		if c.lim.Over(c.points) {
+			return tooManyPoints(c.lim.MaxItems)
+		}
+	}
+	c.series = append(c.series, s)
+	return nil
+}
+
+func tooManyPoints(max int) error {
+	return fmt.Errorf("%w: more than %d data points in one request", door.ErrTooManyItems, max)
 }
 
 // lookupMeta finds a series' family: its name, or its name less a type's
@@ -457,7 +484,7 @@ func (c *conv) decodeV2(max int) error {
 		}
 		return c.str(syms[r]), nil
 	}
-	c.series = make([]series, 0, nSeries)
+	c.series = make([]series, 0, min(nSeries, seriesPrealloc))
 	return fields(c.src, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
 		if num != 5 || typ != protowire.BytesType {
 			return nil
@@ -533,10 +560,7 @@ func (c *conv) decodeV2(max int) error {
 		if s.name.n == 0 {
 			return errors.New("a series without __name__")
 		}
-		if s.nSamples+s.nHists > 0 || string(c.str(s.name)) == "target_info" {
-			c.series = append(c.series, s)
-		}
-		return nil
+		return c.keep(s)
 	})
 }
 

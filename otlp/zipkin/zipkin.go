@@ -91,12 +91,12 @@ func Convert(q *http.Request, body, dst []byte, lim door.Limits, st *door.Stats)
 	v1 := strings.HasSuffix(q.URL.Path, "/api/v1/spans")
 	switch mt {
 	case "", "application/json", "text/plain":
-		return convertJSON(body, dst, max, v1)
+		return convertJSON(body, dst, max, lim.MaxItems, st, v1)
 	case "application/x-protobuf", "application/protobuf":
 		if v1 {
 			return nil, fmt.Errorf("/api/v1/spans takes JSON; protobuf is Zipkin v2 (/api/v2/spans)")
 		}
-		return convertProto(body, dst, max, q.Header.Get("X-B3-Flags") == "1")
+		return convertProto(body, dst, max, lim.MaxItems, st, q.Header.Get("X-B3-Flags") == "1")
 	case "application/x-thrift":
 		return nil, fmt.Errorf("Zipkin v1 thrift is not served: send JSON to /api/v1/spans or v2 to /api/v2/spans")
 	}
@@ -116,8 +116,8 @@ func out(td ptrace.Traces, dst []byte, start, max int) ([]byte, error) {
 	return append(dst, b...), nil
 }
 
-func convertJSON(body, dst []byte, max int, v1 bool) ([]byte, error) {
-	if _, err := scanJSON(body, nil); err != nil {
+func convertJSON(body, dst []byte, max, maxItems int, st *door.Stats, v1 bool) ([]byte, error) {
+	if _, err := scanJSON(body, maxItems, nil); err != nil {
 		return nil, err
 	}
 	start := len(dst)
@@ -154,7 +154,7 @@ func convertJSON(body, dst []byte, max int, v1 bool) ([]byte, error) {
 		return err
 	}
 	n := 0
-	_, err := scanJSON(body, func(s, e int) error {
+	_, err := scanJSON(body, 0, func(s, e int) error {
 		if len(scratch) == 0 {
 			scratch = append(scratch, '[')
 		} else {
@@ -176,8 +176,8 @@ func convertJSON(body, dst []byte, max int, v1 bool) ([]byte, error) {
 	return dst, nil
 }
 
-func convertProto(body, dst []byte, max int, debug bool) ([]byte, error) {
-	if _, err := scanProto(body, nil); err != nil {
+func convertProto(body, dst []byte, max, maxItems int, st *door.Stats, debug bool) ([]byte, error) {
+	if _, err := scanProto(body, maxItems, nil); err != nil {
 		return nil, err
 	}
 	start := len(dst)
@@ -203,7 +203,7 @@ func convertProto(body, dst []byte, max int, debug bool) ([]byte, error) {
 		dst, err = out(td, dst, start, max)
 		return err
 	}
-	_, err := scanProto(body, func(s, e int) error {
+	_, err := scanProto(body, 0, func(s, e int) error {
 		if cs >= 0 && ce != s { // an unknown field between spans ends a chunk
 			if err := flush(); err != nil {
 				return err
@@ -268,9 +268,10 @@ func attrTokens(v string) error {
 }
 
 // scanJSON walks a Zipkin JSON body (an array of span objects) once,
-// without allocating, checking the bounds; each span's bytes are handed
-// to fn (nil: only check). It returns the number of spans.
-func scanJSON(b []byte, fn func(s, e int) error) (int, error) {
+// without allocating, checking the bounds (and maxItems spans, when > 0);
+// each span's bytes are handed to fn (nil: only check). It returns the
+// number of spans.
+func scanJSON(b []byte, maxItems int, fn func(s, e int) error) (int, error) {
 	i := skipWS(b, 0)
 	if i == len(b) {
 		return 0, nil // an empty body: no spans
@@ -297,6 +298,9 @@ func scanJSON(b []byte, fn func(s, e int) error) (int, error) {
 			elemStart = i
 			spans++
 			entries = 0
+			if maxItems > 0 && spans > maxItems {
+				return spans, tooManySpans(maxItems)
+			}
 			if spans > MaxSpans {
 				return spans, fmt.Errorf("%w: more than %d spans in one request", ErrTooLarge, MaxSpans)
 			}
@@ -349,6 +353,10 @@ func scanJSON(b []byte, fn func(s, e int) error) (int, error) {
 	return spans, errors.New("unterminated JSON")
 }
 
+func tooManySpans(max int) error {
+	return fmt.Errorf("%w: more than %d spans in one request", door.ErrTooManyItems, max)
+}
+
 func emit(fn func(s, e int) error, s, e int) error {
 	if fn == nil {
 		return nil
@@ -372,8 +380,9 @@ func trimWS(b []byte, s, e int) int {
 
 // scanProto walks a proto3 ListOfSpans once, checking the bounds; each
 // span field's bytes (tag and length included, so consecutive ones are a
-// ListOfSpans themselves) are handed to fn (nil: only check).
-func scanProto(b []byte, fn func(s, e int) error) (int, error) {
+// ListOfSpans themselves) are handed to fn (nil: only check); more than
+// maxItems spans (when > 0) are refused.
+func scanProto(b []byte, maxItems int, fn func(s, e int) error) (int, error) {
 	spans := 0
 	for i := 0; i < len(b); {
 		num, typ, n := protowire.ConsumeTag(b[i:])
@@ -386,6 +395,9 @@ func scanProto(b []byte, fn func(s, e int) error) (int, error) {
 		}
 		if num == 1 && typ == protowire.BytesType {
 			spans++
+			if maxItems > 0 && spans > maxItems {
+				return spans, tooManySpans(maxItems)
+			}
 			if spans > MaxSpans {
 				return spans, fmt.Errorf("%w: more than %d spans in one request", ErrTooLarge, MaxSpans)
 			}

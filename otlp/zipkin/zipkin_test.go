@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -327,8 +328,14 @@ func FuzzConvert(f *testing.F) {
 		if len(pb) > Amplify*len(body)+4096 {
 			t.Fatalf("%d bytes became %d", len(body), len(pb))
 		}
-		if _, err := (&ptrace.ProtoUnmarshaler{}).UnmarshalTraces(pb); err != nil {
+		td, err := (&ptrace.ProtoUnmarshaler{}).UnmarshalTraces(pb)
+		if err != nil {
 			t.Fatalf("not an OTLP request: %v", err)
+		}
+		// a limit of 3 items refuses exactly the requests of more spans.
+		_, lerr := Convert(req(path, ct), body, make([]byte, 0, max), door.Limits{MaxBytes: max, MaxItems: 3}, nil)
+		if errors.Is(lerr, door.ErrTooManyItems) != (td.SpanCount() > 3) || lerr != nil && !errors.Is(lerr, door.ErrTooManyItems) {
+			t.Fatalf("%d spans, limit 3: %v", td.SpanCount(), lerr)
 		}
 	})
 }
@@ -364,5 +371,51 @@ func BenchmarkConvert(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N*len(spans))/b.Elapsed().Seconds(), "spans/s")
 		})
+	}
+}
+
+// allocated is the bytes f allocates.
+func allocated(f func()) uint64 {
+	var a, b runtime.MemStats
+	runtime.ReadMemStats(&a)
+	f()
+	runtime.ReadMemStats(&b)
+	return b.TotalAlloc - a.TotalAlloc
+}
+
+// TestMaxItems: more spans than lim.MaxItems (v2 JSON, v1 JSON, proto3)
+// are refused with door.ErrTooManyItems as the scan counts them, before
+// any is decoded: 1,000,000 spans against a limit of 10 allocate next to
+// nothing. As many spans as the limit pass.
+func TestMaxItems(t *testing.T) {
+	lim := door.Limits{MaxBytes: 1 << 30, MaxItems: 10}
+	span := `{"traceId":"0000000000000001","id":"0000000000000001"}`
+	many := func(n int) []byte { return []byte("[" + strings.TrimSuffix(strings.Repeat(span+",", n), ",") + "]") }
+	pspans := func(n int) []byte {
+		s := make([]zipkinmodel.SpanModel, n)
+		for i := range s {
+			s[i].TraceID, s[i].ID = zipkinmodel.TraceID{Low: 1}, zipkinmodel.ID(i+1)
+		}
+		return protoSpans(t, s)
+	}
+	for _, c := range []struct {
+		path, ct string
+		body     func(int) []byte
+	}{{"/api/v2/spans", "application/json", many}, {"/api/v1/spans", "application/json", many}, {"/api/v2/spans", "application/x-protobuf", pspans}} {
+		if _, err := Convert(req(c.path, c.ct), c.body(10), nil, lim, nil); err != nil {
+			t.Fatalf("%s %s: 10 spans of 10: %v", c.path, c.ct, err)
+		}
+		if _, err := Convert(req(c.path, c.ct), c.body(11), nil, lim, nil); !errors.Is(err, door.ErrTooManyItems) {
+			t.Fatalf("%s %s: 11 spans of 10: %v", c.path, c.ct, err)
+		}
+	}
+	for _, c := range []struct {
+		ct   string
+		body []byte
+	}{{"application/json", []byte("[" + strings.TrimSuffix(strings.Repeat("{},", 1000000), ",") + "]")}, {"application/x-protobuf", bytes.Repeat([]byte{0x0a, 0x00}, 1000000)}} {
+		var err error
+		if a := allocated(func() { _, err = Convert(req("/api/v2/spans", c.ct), c.body, nil, lim, nil) }); !errors.Is(err, door.ErrTooManyItems) || a > 16<<10 {
+			t.Fatalf("%s: 1,000,000 spans of 10: %v, %d bytes allocated", c.ct, err, a)
+		}
 	}
 }

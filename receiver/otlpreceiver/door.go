@@ -210,6 +210,12 @@ func (h *httpServer) door(w http.ResponseWriter, q *http.Request, d *Door, m *re
 	}
 	if err != nil {
 		r.body.Put(out)
+		if errors.Is(err, door.ErrTooManyItems) {
+			// the OTLP request's own answer (encodeFailed), from the
+			// door's count
+			fail(classify(consumer.OverLimit("too_many_items", "the number of spans, log records or data points", int64(r.cfg.MaxItems), "receivers.otlp.max_items_per_request")))
+			return
+		}
 		if doorTooLarge(err) {
 			fail(answer{httpStatus: http.StatusRequestEntityTooLarge, code: codes.ResourceExhausted, reason: "request_too_large",
 				msg: fmt.Sprintf("%s: %v (%d× the body, at most receivers.otlp.max_request_bytes)", d.Name, err, d.Amplify)})
