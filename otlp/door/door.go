@@ -81,9 +81,10 @@ const (
 	// MixedSeries: a float sample of a remote write series that also
 	// holds native histograms (the series becomes a histogram).
 	MixedSeries
-	// NativeSchema: a native histogram whose schema OTLP cannot carry, or
-	// that differs from its family's (custom buckets or exponential).
-	NativeSchema
+	// BadNativeHistogram: a native histogram OTLP cannot carry: a schema
+	// outside -4..8 and -53 (custom buckets), one other than its family's
+	// (custom or exponential), custom buckets beyond its bounds.
+	BadNativeHistogram
 	// NativeBuckets: a pushed histogram's native buckets (the push door
 	// carries the classic buckets only), one a point.
 	NativeBuckets
@@ -96,7 +97,7 @@ const (
 var reasonNames = [NumReasons]string{
 	DuplicateKey: "duplicate_key", UnknownTagType: "unknown_tag_type", UnknownSpanKind: "unknown_span_kind",
 	EmptySpan: "empty_span", GaugeHistogram: "gauge_histogram", NoCount: "no_count", Exemplar: "exemplar",
-	MixedSeries: "mixed_series", NativeSchema: "native_schema", NativeBuckets: "native_buckets", TargetInfo: "target_info",
+	MixedSeries: "mixed_series", BadNativeHistogram: "bad_native_histogram", NativeBuckets: "native_buckets", TargetInfo: "target_info",
 }
 
 // String is the reason's metric label.

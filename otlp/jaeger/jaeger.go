@@ -107,6 +107,10 @@ func Convert(body, dst []byte, lim door.Limits, st *door.Stats, tooLarge error) 
 	if err := b.Process.Read(ctx, p); err != nil {
 		return nil, fmt.Errorf("not a jaeger.thrift Batch: %w", err)
 	}
+	var keys keySet
+	if st != nil {
+		keys.countProcess(st, b.Process)
+	}
 	start := len(dst)
 	flush := func() error {
 		td, err := translator.ThriftToTraces(&b)
@@ -144,6 +148,9 @@ func Convert(body, dst []byte, lim door.Limits, st *door.Stats, tooLarge error) 
 		s := jthrift.NewSpan()
 		if err := s.Read(ctx, p); err != nil {
 			return nil, fmt.Errorf("not a jaeger.thrift Batch: span %d: %w", i, err)
+		}
+		if st != nil {
+			keys.countSpan(st, s)
 		}
 		b.Spans = append(b.Spans, s)
 		size += left - buf.Len()

@@ -373,7 +373,8 @@ func FuzzConvert(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var pb []byte
 		var err error
-		a := allocated(1, func() { pb, err = Convert(body, nil, door.Limits{MaxBytes: 1 << 30}, nil, errTooLarge) })
+		var st door.Stats // counting what is dropped runs too
+		a := allocated(1, func() { pb, err = Convert(body, nil, door.Limits{MaxBytes: 1 << 30}, &st, errTooLarge) })
 		if err == nil && len(pb) > Amplify*len(body) {
 			t.Fatalf("%d bytes → %d", len(body), len(pb))
 		}
@@ -478,5 +479,60 @@ func TestMaxItems(t *testing.T) {
 	lie := lying(1000, 200)
 	if _, err := Convert(lie, nil, lim, nil, errTooLarge); err == nil || errors.Is(err, door.ErrTooManyItems) {
 		t.Fatalf("a lying length: %v", err)
+	}
+}
+
+// TestDropped: what the translator drops or folds is counted, by reason:
+// repeated keys in process tags (service.name against serviceName too),
+// span tags (http.response.status_code is written as http.status_code)
+// and log fields; tags of an unknown type; a span.kind of another value;
+// an all-zero span. The process's count is the Batch's, not a chunk's.
+func TestDropped(t *testing.T) {
+	l, d := int64(1), 2.5
+	b := &jthrift.Batch{Process: &jthrift.Process{ServiceName: "checkout", Tags: []*jthrift.Tag{
+		{Key: "service.name", VType: jthrift.TagType_STRING, VStr: str("other")},
+		{Key: "hostname", VType: jthrift.TagType_STRING, VStr: str("a")},
+		{Key: "hostname", VType: jthrift.TagType_STRING, VStr: str("b")},
+	}}}
+	for i := range 600 {
+		b.Spans = append(b.Spans, &jthrift.Span{TraceIdLow: 1, SpanId: int64(i + 1), OperationName: "op"})
+	}
+	b.Spans[0].Tags = []*jthrift.Tag{
+		{Key: "a", VType: jthrift.TagType_STRING, VStr: str("1")},
+		{Key: "a", VType: jthrift.TagType_LONG, VLong: &l},
+		{Key: "a", VType: jthrift.TagType_DOUBLE, VDouble: &d},
+		{Key: "http.status_code", VType: jthrift.TagType_LONG, VLong: &l},
+		{Key: "http.response.status_code", VType: jthrift.TagType_LONG, VLong: &l},
+		{Key: "odd", VType: 99},
+		{Key: "span.kind", VType: jthrift.TagType_STRING, VStr: str("rpc")},
+	}
+	b.Spans[0].Logs = []*jthrift.Log{{Timestamp: 1, Fields: []*jthrift.Tag{
+		{Key: "event", VType: jthrift.TagType_STRING, VStr: str("e")},
+		{Key: "k", VType: jthrift.TagType_STRING, VStr: str("1")},
+		{Key: "k", VType: jthrift.TagType_STRING, VStr: str("2")},
+	}}}
+	b.Spans[1].Tags = []*jthrift.Tag{{Key: "span.kind", VType: jthrift.TagType_BOOL, VBool: new(bool)}} // not a string: unknown
+	b.Spans[2].Tags = []*jthrift.Tag{{Key: "span.kind", VType: jthrift.TagType_STRING, VStr: str("client")}}
+	b.Spans[599] = &jthrift.Span{} // every field zero
+	var st door.Stats
+	pb, err := Convert(encode(t, b), nil, door.Limits{MaxBytes: 1 << 30}, &st, errTooLarge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := door.Stats{}
+	want.Dropped[door.DuplicateKey] = 2 + 2 + 1 + 1
+	want.Dropped[door.UnknownTagType] = 1
+	want.Dropped[door.UnknownSpanKind] = 2
+	want.Dropped[door.EmptySpan] = 1
+	if st != want {
+		t.Fatalf("dropped %v, want %v", st.Dropped, want.Dropped)
+	}
+	var u ptrace.ProtoUnmarshaler
+	td, _ := u.UnmarshalTraces(pb)
+	if td.SpanCount() != 599 || td.ResourceSpans().Len() < 3 {
+		t.Fatalf("%d spans in %d chunks", td.SpanCount(), td.ResourceSpans().Len())
+	}
+	if a, _ := td.ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0).Attributes().Get("a"); a.Double() != 2.5 {
+		t.Fatalf("the last value of a repeated key is kept: %v", a.AsRaw())
 	}
 }

@@ -63,7 +63,7 @@ func FuzzRemoteWrite(f *testing.F) {
 			q.Header.Set("Content-Type", "application/x-protobuf;proto=io.prometheus.write.v2.Request")
 		}
 		max := RemoteWriteAmplify*len(body) + 4096
-		out, err := RemoteWrite(q, body, nil, door.Limits{MaxBytes: max}, nil)
+		out, err := RemoteWrite(q, body, nil, door.Limits{MaxBytes: max}, &door.Stats{})
 		checkOut(t, body, out, err, max, func(lim door.Limits) ([]byte, error) { return RemoteWrite(q, body, nil, lim, nil) })
 	})
 }
@@ -81,7 +81,7 @@ func FuzzPush(f *testing.F) {
 			q.Header.Set("Content-Type", "text/plain; version=0.0.4")
 		}
 		max := PushAmplify*len(body) + 4096
-		out, err := Push(q, body, nil, door.Limits{MaxBytes: max}, nil)
+		out, err := Push(q, body, nil, door.Limits{MaxBytes: max}, &door.Stats{})
 		checkOut(t, body, out, err, max, func(lim door.Limits) ([]byte, error) { return Push(q, body, nil, lim, nil) })
 	})
 }

@@ -9,7 +9,9 @@ import (
 	"testing"
 
 	writev2 "github.com/prometheus/client_golang/exp/api/remote/genproto/v2"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ferryhq/ferry/otlp/door"
 )
@@ -166,5 +168,121 @@ func TestPushMaxItems(t *testing.T) {
 		if a := allocated(func() { _, err = pushLim(c.ct, c.body, lim, nil) }); !errors.Is(err, door.ErrTooManyItems) || a > 64<<10 {
 			t.Fatalf("%s: 1,000,000 points against 10: %v, %d bytes allocated", name, err, a)
 		}
+	}
+}
+
+// exemplars appends n exemplars (field) to a series message.
+func withExemplars(series []byte, field protowire.Number, n int) []byte {
+	for range n {
+		series = protowire.AppendTag(series, field, protowire.BytesType)
+		series = protowire.AppendBytes(series, []byte{0x11, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f}) // value 1
+	}
+	return series
+}
+
+// TestRemoteWriteDropped: what the mapping leaves out is counted by reason:
+// gauge histogram samples (classic and native), histogram points without
+// _count, exemplars (v1 and v2), a series' float samples beside its native
+// histograms, native histograms of a schema OTLP has not, a second
+// target_info of a resource.
+func TestRemoteWriteDropped(t *testing.T) {
+	body := encV1([]v1series{
+		{[]string{"__name__", "gh_bucket", "le", "1"}, [][2]float64{{1, 1}, {1, 2}}},
+		{[]string{"__name__", "h_bucket", "le", "1"}, [][2]float64{{1, 1}}},
+		{[]string{"__name__", "h_sum"}, [][2]float64{{1, 1}}},
+		{[]string{"__name__", "target_info", "job", "j", "a", "1"}, [][2]float64{{1, 1}}},
+		{[]string{"__name__", "target_info", "job", "j", "a", "2"}, [][2]float64{{1, 1}}},
+		{[]string{"__name__", "up", "job", "j"}, [][2]float64{{1, 1}}},
+	}, [3]any{kGaugeHistogram, "gh", ""}, [3]any{kHistogram, "h", ""})
+	// the last series (up) gets 3 exemplars: its message is the body's last
+	// field 1, rebuilt.
+	var last []byte
+	_ = fields(body, func(num protowire.Number, _ protowire.Type, _ uint64, b []byte) error {
+		if num == 1 {
+			last = b
+		}
+		return nil
+	})
+	i := bytes.Index(body, last)
+	rest := body[i+len(last):]
+	head := body[:i]
+	head = head[:len(head)-protowire.SizeVarint(uint64(len(last)))-1]
+	ex := withExemplars(append([]byte(nil), last...), 3, 3)
+	body = append(protowire.AppendBytes(protowire.AppendTag(append([]byte(nil), head...), 1, protowire.BytesType), ex), rest...)
+	var st door.Stats
+	pb, err := rwLim(false, body, door.Limits{MaxBytes: 1 << 20}, &st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want door.Stats
+	want.Dropped[door.GaugeHistogram] = 2
+	want.Dropped[door.NoCount] = 1
+	want.Dropped[door.TargetInfo] = 1
+	want.Dropped[door.Exemplar] = 3
+	if st != want {
+		t.Fatalf("v1: dropped %v, want %v", st.Dropped, want.Dropped)
+	}
+	if points(t, pb) != 1 {
+		t.Fatalf("%d points", points(t, pb))
+	}
+
+	sym := writev2.NewSymbolTable()
+	ts := []*writev2.TimeSeries{
+		{LabelsRefs: sym.SymbolizeLabels([]string{"__name__", "n"}, nil), Samples: []*writev2.Sample{{Value: 1, Timestamp: 1}, {Value: 2, Timestamp: 2}},
+			Histograms: []*writev2.Histogram{{Count: &writev2.Histogram_CountInt{CountInt: 1}, Schema: 1, Timestamp: 1},
+				{Count: &writev2.Histogram_CountInt{CountInt: 1}, Schema: 1, Timestamp: 2, ResetHint: writev2.Histogram_RESET_HINT_GAUGE},
+				{Count: &writev2.Histogram_CountInt{CountInt: 1}, Schema: 20, Timestamp: 3}}},
+		{LabelsRefs: sym.SymbolizeLabels([]string{"__name__", "g"}, nil), Samples: []*writev2.Sample{{Value: 1, Timestamp: 1}},
+			Exemplars: []*writev2.Exemplar{{Value: 1}, {Value: 2}}},
+	}
+	v2, _ := (&writev2.Request{Symbols: sym.Symbols(), Timeseries: ts}).MarshalVT()
+	st = door.Stats{}
+	if _, err := rwLim(true, v2, door.Limits{MaxBytes: 1 << 20}, &st); err != nil {
+		t.Fatal(err)
+	}
+	want = door.Stats{}
+	want.Dropped[door.MixedSeries] = 2
+	want.Dropped[door.GaugeHistogram] = 1
+	want.Dropped[door.BadNativeHistogram] = 1
+	want.Dropped[door.Exemplar] = 2
+	if st != want {
+		t.Fatalf("v2: dropped %v, want %v", st.Dropped, want.Dropped)
+	}
+}
+
+// TestPushDropped: a pushed gauge histogram's points, exemplars (of a
+// counter, of buckets, of a native histogram), a histogram's native
+// buckets are counted.
+func TestPushDropped(t *testing.T) {
+	one, two := 1.0, 2.0
+	var body []byte
+	for _, f := range []*dto.MetricFamily{
+		{Name: proto.String("gh"), Type: dto.MetricType_GAUGE_HISTOGRAM.Enum(), Metric: []*dto.Metric{{Histogram: &dto.Histogram{}}, {Histogram: &dto.Histogram{}}}},
+		{Name: proto.String("c"), Type: dto.MetricType_COUNTER.Enum(), Metric: []*dto.Metric{{Counter: &dto.Counter{Value: &one, Exemplar: &dto.Exemplar{Value: &one}}}}},
+		{Name: proto.String("h"), Type: dto.MetricType_HISTOGRAM.Enum(), Metric: []*dto.Metric{{Histogram: &dto.Histogram{
+			SampleCount: proto.Uint64(2), SampleSum: &two, Schema: proto.Int32(3), PositiveSpan: []*dto.BucketSpan{{Offset: proto.Int32(0), Length: proto.Uint32(1)}}, PositiveDelta: []int64{2},
+			Bucket:    []*dto.Bucket{{UpperBound: &one, CumulativeCount: proto.Uint64(1), Exemplar: &dto.Exemplar{Value: &one}}},
+			Exemplars: []*dto.Exemplar{{Value: &two}}}}}},
+	} {
+		m, err := proto.Marshal(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body = protowire.AppendBytes(body, m)
+	}
+	var st door.Stats
+	pb, err := pushLim(delimited, body, door.Limits{MaxBytes: 1 << 20}, &st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want door.Stats
+	want.Dropped[door.GaugeHistogram] = 2
+	want.Dropped[door.Exemplar] = 3
+	want.Dropped[door.NativeBuckets] = 1
+	if st != want {
+		t.Fatalf("dropped %v, want %v", st.Dropped, want.Dropped)
+	}
+	if points(t, pb) != 2 {
+		t.Fatalf("%d points", points(t, pb))
 	}
 }

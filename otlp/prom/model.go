@@ -145,13 +145,12 @@ type conv struct {
 	key    []byte
 	w      pbw
 	lim    door.Limits
-	st     *door.Stats
+	// st counts what the mapping leaves out (gauge histograms, histogram
+	// points without _count, exemplars …), for the caller.
+	st *door.Stats
 	// points: data points counted against lim.MaxItems (while decoding,
 	// those sure to be written; while writing, every one).
 	points int
-	// Dropped counts what the mapping leaves out (gauge histograms,
-	// histograms without _count, stale-less oddities), for the caller.
-	Dropped int
 }
 
 func (c *conv) str(s span) []byte { return s.of(c.src) }
@@ -190,6 +189,8 @@ func (c *conv) group() {
 			s.info = true
 			if c.res[ri].info < 0 {
 				c.res[ri].info = int32(i)
+			} else {
+				c.st.Drop(door.TargetInfo, 1) // one a resource: its labels are the attributes
 			}
 			continue
 		}
@@ -198,9 +199,12 @@ func (c *conv) group() {
 			fname, p = name, pNative
 		}
 		if s.kind == kGaugeHistogram {
-			c.Dropped += int(s.nSamples + s.nHists)
+			c.st.Drop(door.GaugeHistogram, int(s.nSamples+s.nHists))
 			s.fam = -1
 			continue
+		}
+		if p == pNative {
+			c.st.Drop(door.MixedSeries, int(s.nSamples)) // the series is of native histograms
 		}
 		k := s.kind
 		if p == pPlain && (k == kHistogram || k == kSummary) {
@@ -523,7 +527,7 @@ func (c *conv) emitClassic(f *fam, samples func(s *series, fn func(v float64, ts
 	for i := range pts {
 		p := &pts[i]
 		if !p.hasCount {
-			c.Dropped++ // the spec: a histogram or summary without _count is dropped
+			c.st.Drop(door.NoCount, 1) // the spec: a histogram or summary without _count is dropped
 			continue
 		}
 		if !c.point() {

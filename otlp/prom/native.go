@@ -5,6 +5,8 @@ import (
 	"math"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/ferryhq/ferry/otlp/door"
 )
 
 var appendVarint = protowire.AppendVarint
@@ -119,14 +121,18 @@ func (c *conv) emitNative(f *fam, hists func(s *series, fn func(h *nhist)) error
 		s := &c.series[si]
 		err := hists(s, func(h *nhist) {
 			stale := isStale(h.sum)
-			if f.nhcb != (h.schema == -53) || (!f.nhcb && (h.schema < -4 || h.schema > 8)) || h.resetHint == 3 {
-				c.Dropped++ // a schema this family is not of, or a gauge histogram
+			if h.resetHint == 3 {
+				c.st.Drop(door.GaugeHistogram, 1)
+				return
+			}
+			if f.nhcb != (h.schema == -53) || (!f.nhcb && (h.schema < -4 || h.schema > 8)) {
+				c.st.Drop(door.BadNativeHistogram, 1) // a schema this family is not of
 				return
 			}
 			if f.nhcb {
 				_, d, ok := h.pos.dense(h.isFloat, len(h.custom)+1, buf)
 				if !ok || h.pos.spans != nil && h.pos.spans[0].offset < 0 {
-					c.Dropped++
+					c.st.Drop(door.BadNativeHistogram, 1) // buckets beyond its bounds
 					return
 				}
 				if !c.point() {
@@ -187,8 +193,7 @@ func (c *conv) emitNative(f *fam, hists func(s *series, fn func(h *nhist)) error
 			for i, sd := range []*side{&h.pos, &h.neg} {
 				first, d, ok := sd.dense(h.isFloat, MaxBucketsPerPoint, buf)
 				if !ok {
-					c.Dropped++
-					w.err = errBuckets
+					w.err = errBuckets // the request is refused
 					return
 				}
 				buf = d

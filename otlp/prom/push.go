@@ -86,7 +86,7 @@ func Push(q *http.Request, body, dst []byte, lim door.Limits, st *door.Stats) ([
 	w.close(sc)
 	nowMs := now().UnixMilli()
 	for _, f := range fams {
-		writeFamily(w, f, grouping, nowMs)
+		writeFamily(w, f, grouping, nowMs, st)
 	}
 	w.close(sm)
 	w.close(rm)
@@ -308,10 +308,29 @@ func times(w *pbw, m *dto.Metric, created interface{ AsTime() time.Time }, nowMs
 	w.fixed64(fNDPTime, uint64(ts*msToNs))
 }
 
-func writeFamily(w *pbw, f *dto.MetricFamily, grouping [][2]string, nowMs int64) {
+// writeFamily writes f, counting in st what it leaves out: a gauge
+// histogram (the spec drops it), exemplars, a histogram's native buckets.
+func writeFamily(w *pbw, f *dto.MetricFamily, grouping [][2]string, nowMs int64, st *door.Stats) {
 	typ := f.GetType()
 	if typ == dto.MetricType_GAUGE_HISTOGRAM {
-		return // the spec: dropped
+		st.Drop(door.GaugeHistogram, len(f.Metric)) // the spec: dropped
+		return
+	}
+	for _, x := range f.Metric {
+		if x.Counter.GetExemplar() != nil {
+			st.Drop(door.Exemplar, 1)
+		}
+		if h := x.Histogram; h != nil {
+			st.Drop(door.Exemplar, len(h.Exemplars))
+			for _, b := range h.Bucket {
+				if b.Exemplar != nil {
+					st.Drop(door.Exemplar, 1)
+				}
+			}
+			if typ == dto.MetricType_HISTOGRAM && (h.Schema != nil || len(h.PositiveSpan)+len(h.NegativeSpan) > 0) {
+				st.Drop(door.NativeBuckets, 1)
+			}
+		}
 	}
 	m := w.open(fSMMetrics)
 	w.str(fMetricName, f.GetName())

@@ -347,6 +347,8 @@ func (c *conv) decodeV1(max int) error {
 					return c.addLabel(&s, name, value)
 				case 2:
 					s.nSamples++
+				case 3:
+					c.st.Drop(door.Exemplar, 1)
 				case 4:
 					s.nHists++
 					if !s.nhcb {
@@ -515,6 +517,8 @@ func (c *conv) decodeV2(max int) error {
 				if !s.nhcb {
 					s.nhcb = schemaOf(fb) == -53
 				}
+			case 4:
+				c.st.Drop(door.Exemplar, 1)
 			case 5:
 				return fields(fb, func(num protowire.Number, typ protowire.Type, v uint64, _ []byte) error {
 					switch num {

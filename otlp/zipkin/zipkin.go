@@ -122,6 +122,7 @@ func convertJSON(body, dst []byte, max, maxItems int, st *door.Stats, v1 bool) (
 	}
 	start := len(dst)
 	var scratch []byte
+	var starts []int // of each span in scratch
 	var spans []*zipkinmodel.SpanModel
 	flush := func() error {
 		if len(scratch) == 0 {
@@ -132,6 +133,9 @@ func convertJSON(body, dst []byte, max, maxItems int, st *door.Stats, v1 bool) (
 		var err error
 		if v1 {
 			td, err = v1JSON.UnmarshalTraces(scratch)
+			if err == nil && st != nil {
+				countV1(st, scratch)
+			}
 		} else {
 			spans = spans[:0]
 			if err = json.Unmarshal(scratch, &spans); err == nil {
@@ -142,11 +146,14 @@ func convertJSON(body, dst []byte, max, maxItems int, st *door.Stats, v1 bool) (
 				}
 			}
 			if err == nil {
+				if st != nil {
+					countJSON(st, scratch, starts, spans)
+				}
 				td, err = v2JSON.ToTraces(spans)
 			}
 			clear(spans)
 		}
-		scratch = scratch[:0]
+		scratch, starts = scratch[:0], starts[:0]
 		if err != nil {
 			return err
 		}
@@ -160,6 +167,7 @@ func convertJSON(body, dst []byte, max, maxItems int, st *door.Stats, v1 bool) (
 		} else {
 			scratch = append(scratch, ',')
 		}
+		starts = append(starts, len(scratch))
 		scratch = append(scratch, body[s:e]...)
 		n++
 		if n%chunkSpans == 0 || len(scratch) >= chunkBytes {
@@ -187,6 +195,7 @@ func convertProto(body, dst []byte, max, maxItems int, st *door.Stats, debug boo
 			return nil
 		}
 		spans, err := zipkin_proto3.ParseSpans(body[cs:ce], debug)
+		cs0, ce0 := cs, ce
 		cs, ce = -1, -1
 		if err != nil {
 			return err
@@ -195,6 +204,9 @@ func convertProto(body, dst []byte, max, maxItems int, st *door.Stats, debug boo
 			if err := checkModel(s); err != nil {
 				return err
 			}
+		}
+		if st != nil {
+			countProto(st, body[cs0:ce0], spans)
 		}
 		td, err := v2JSON.ToTraces(spans)
 		if err != nil {

@@ -321,7 +321,8 @@ func FuzzConvert(f *testing.F) {
 			ct = "application/x-protobuf"
 		}
 		max := min(1<<20, Amplify*len(body)+4096)
-		pb, err := Convert(req(path, ct), body, make([]byte, 0, max), door.Limits{MaxBytes: max}, nil)
+		var st door.Stats // counting what is dropped runs too
+		pb, err := Convert(req(path, ct), body, make([]byte, 0, max), door.Limits{MaxBytes: max}, &st)
 		if err != nil {
 			return
 		}
@@ -416,6 +417,47 @@ func TestMaxItems(t *testing.T) {
 		var err error
 		if a := allocated(func() { _, err = Convert(req("/api/v2/spans", c.ct), c.body, nil, lim, nil) }); !errors.Is(err, door.ErrTooManyItems) || a > 16<<10 {
 			t.Fatalf("%s: 1,000,000 spans of 10: %v, %d bytes allocated", c.ct, err, a)
+		}
+	}
+}
+
+// TestDropped: repeated keys are counted (door.DuplicateKey): a tags
+// object's repeated members (an escaped key too, and a second tags
+// object's), a span's or endpoint's field given twice, a proto3 span's
+// repeated tags entries, v1 binary annotations of one key (lc is
+// component).
+func TestDropped(t *testing.T) {
+	tag := func(k, v string) []byte {
+		e := protowire.AppendTag(nil, 1, protowire.BytesType)
+		e = protowire.AppendString(e, k)
+		e = protowire.AppendTag(e, 2, protowire.BytesType)
+		e = protowire.AppendString(e, v)
+		return protowire.AppendBytes(protowire.AppendTag(nil, 11, protowire.BytesType), e)
+	}
+	span := protowire.AppendTag(nil, 1, protowire.BytesType)
+	span = protowire.AppendBytes(span, []byte{15: 1})
+	span = protowire.AppendTag(span, 3, protowire.BytesType)
+	span = protowire.AppendBytes(span, []byte{7: 1})
+	span = append(append(append(span, tag("a", "1")...), tag("a", "2")...), tag("b", "3")...)
+	pb := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), span)
+	const id = `"traceId":"0000000000000001","id":"0000000000000001"`
+	for _, c := range []struct {
+		path, ct, body string
+		want           int
+	}{
+		{"/api/v2/spans", "application/json", `[{` + id + `,"tags":{"a":"1","a":"2","b":"x","\u0061":"3"}}]`, 2},
+		{"/api/v2/spans", "application/json", `[{` + id + `,"tags":{"a":"1"},"Name":"x","tags":{"a":"2","b":"3"},"name":"y"}]`, 2},
+		{"/api/v2/spans", "application/json", `[{` + id + `,"localEndpoint":{"serviceName":"a","serviceName":"b"},"annotations":[{"timestamp":1,"value":"a","value":"b"}]}, {` + id + `}]`, 2},
+		{"/api/v2/spans", "application/json", `[{` + id + `,"tags":{"a":"1","b":"2"}}]`, 0},
+		{"/api/v2/spans", "application/x-protobuf", string(pb), 1},
+		{"/api/v1/spans", "application/json", `[{` + id + `,"binaryAnnotations":[{"key":"a","value":"1"},{"key":"a","value":"2"},{"key":"lc","value":"x"},{"key":"component","value":"y"}]}]`, 2},
+	} {
+		var st door.Stats
+		if _, err := Convert(req(c.path, c.ct), []byte(c.body), nil, door.Limits{MaxBytes: 1 << 20}, &st); err != nil {
+			t.Fatalf("%s: %v", c.body, err)
+		}
+		if st.Dropped[door.DuplicateKey] != c.want || st.Total() != c.want {
+			t.Fatalf("%q: %v dropped, want %d repeated keys", c.body, st.Dropped, c.want)
 		}
 	}
 }

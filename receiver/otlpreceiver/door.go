@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 
 	"github.com/ferryhq/ferry/auth/token"
@@ -39,6 +40,7 @@ import (
 	"github.com/ferryhq/ferry/otlp/zipkin"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
 	"github.com/ferryhq/ferry/receiver/submit"
+	"github.com/ferryhq/ferry/telemetry"
 )
 
 // Door is one foreign wire format of a signal.
@@ -134,14 +136,24 @@ func checkDoors(names []string) error {
 // submitter.
 func (h *httpServer) openDoors(mux *http.ServeMux) {
 	r := h.r
+	dropped := droppedItems(r.set.Registry)
 	for _, name := range r.cfg.Doors {
 		d := findDoor(name)
 		m := receivermetrics.New(r.set.Registry, d.Name)
 		r.doorSubs = append(r.doorSubs, doorSub{m, &submit.Submitter{Next: r.next, Bodies: r.body, AckTimeout: r.cfg.AckTimeout, M: m, Recycle: r.recycle}})
 		for _, p := range d.Patterns {
-			mux.HandleFunc(p, func(w http.ResponseWriter, q *http.Request) { h.door(w, q, d, m) })
+			mux.HandleFunc(p, func(w http.ResponseWriter, q *http.Request) { h.door(w, q, d, m, dropped) })
 		}
 	}
+}
+
+// droppedItems is the counter of what the doors' mappings drop, by door
+// and door.Reason: items that were in a request ferry accepted and are not
+// in what it delivers (door.Stats).
+func droppedItems(reg prometheus.Registerer) *prometheus.CounterVec {
+	return telemetry.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_door_dropped_items_total",
+		Help: "Items of accepted door requests that the conversion to OTLP dropped or folded (repeated keys, gauge histograms, exemplars ...), by door and reason."},
+		[]string{"receiver", "reason"}))
 }
 
 type doorSub struct {
@@ -150,8 +162,10 @@ type doorSub struct {
 }
 
 // door serves one request of d: the OTLP request's steps, answered in
-// plain text (what Zipkin, Prometheus and Jaeger senders log).
-func (h *httpServer) door(w http.ResponseWriter, q *http.Request, d *Door, m *receivermetrics.Metrics) {
+// plain text (what Zipkin, Prometheus and Jaeger senders log). What the
+// conversion dropped (door.Stats) is counted in dropped and answered in
+// X-Ferry-Dropped once the request is accepted.
+func (h *httpServer) door(w http.ResponseWriter, q *http.Request, d *Door, m *receivermetrics.Metrics, dropped *prometheus.CounterVec) {
 	r := h.r
 	fail := func(a answer) {
 		m.Error(a.reason)
@@ -248,6 +262,14 @@ func (h *httpServer) door(w http.ResponseWriter, q *http.Request, d *Door, m *re
 	}
 	if o.rejected > 0 {
 		w.Header().Set("X-Ferry-Rejected", strconv.Itoa(o.rejected))
+	}
+	if n := st.Total(); n > 0 {
+		for reason, k := range st.Dropped {
+			if k > 0 {
+				dropped.WithLabelValues(d.Name, door.Reason(reason).String()).Add(float64(k))
+			}
+		}
+		w.Header().Set("X-Ferry-Dropped", strconv.Itoa(n))
 	}
 	w.WriteHeader(d.OK)
 }

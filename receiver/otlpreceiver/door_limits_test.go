@@ -89,3 +89,76 @@ func TestDoorsMaxItems(t *testing.T) {
 		}
 	}
 }
+
+// droppedCounter reads ferry_door_dropped_items_total{receiver, reason}
+// from the receiver's registry, as a scrape would.
+func droppedCounter(t *testing.T, r *Receiver, receiver, reason string) float64 {
+	t.Helper()
+	mfs, err := r.set.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "ferry_door_dropped_items_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			ls := map[string]string{}
+			for _, l := range m.GetLabel() {
+				ls[l.GetName()] = l.GetValue()
+			}
+			if len(ls) == 2 && ls["receiver"] == receiver && ls["reason"] == reason {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// TestDoorsCountDropped: what a door's mapping drops is counted in
+// ferry_door_dropped_items_total{receiver, reason} and answered in
+// X-Ferry-Dropped: a Jaeger span's repeated tag key, a remote write's
+// gauge histogram sample, a Zipkin span's repeated tag; a request that
+// drops nothing has no header.
+func TestDoorsCountDropped(t *testing.T) {
+	cfg := testConfig()
+	cfg.Doors = []string{"zipkin", "jaeger", "prometheus_remote_write"}
+	r := start(t, cfg, &consumertest.Sink{})
+	base := "http://" + r.HTTPAddr()
+
+	b := &jthrift.Batch{Process: &jthrift.Process{ServiceName: "svc"}, Spans: []*jthrift.Span{{TraceIdLow: 1, SpanId: 1, OperationName: "op",
+		Tags: []*jthrift.Tag{{Key: "k", VStr: thrift.StringPtr("1")}, {Key: "k", VStr: thrift.StringPtr("2")}}}}}
+	jb, err := thrift.NewTSerializer().Write(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, hdr, body := postOTLP(t, base+"/api/traces", "application/x-thrift", "", jb)
+	if code != http.StatusAccepted || hdr.Get("X-Ferry-Dropped") != "1" || droppedCounter(t, r, "jaeger", "duplicate_key") != 1 {
+		t.Fatalf("jaeger: %d %q %s; counted %v", code, hdr.Get("X-Ferry-Dropped"), body, droppedCounter(t, r, "jaeger", "duplicate_key"))
+	}
+
+	st := writev2.NewSymbolTable()
+	ts := []*writev2.TimeSeries{
+		{LabelsRefs: st.SymbolizeLabels([]string{"__name__", "gh_bucket", "le", "1"}, nil), Samples: []*writev2.Sample{{Value: 1, Timestamp: 1}},
+			Metadata: &writev2.Metadata{Type: writev2.Metadata_METRIC_TYPE_GAUGEHISTOGRAM}},
+		{LabelsRefs: st.SymbolizeLabels([]string{"__name__", "up"}, nil), Samples: []*writev2.Sample{{Value: 1, Timestamp: 1}}},
+	}
+	pb, err := (&writev2.Request{Symbols: st.Symbols(), Timeseries: ts}).MarshalVT()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, hdr, body = postOTLP(t, base+"/api/v1/write", "application/x-protobuf;proto=io.prometheus.write.v2.Request", "", pb)
+	if code != http.StatusNoContent || hdr.Get("X-Ferry-Dropped") != "1" || droppedCounter(t, r, "prometheus_remote_write", "gauge_histogram") != 1 {
+		t.Fatalf("remote write: %d %q %s", code, hdr.Get("X-Ferry-Dropped"), body)
+	}
+
+	zb := []byte(`[{"traceId":"0000000000000001","id":"0000000000000001","tags":{"a":"1","a":"2","a":"3"}}]`)
+	code, hdr, _ = postOTLP(t, base+"/api/v2/spans", "application/json", "", zb)
+	if code != http.StatusAccepted || hdr.Get("X-Ferry-Dropped") != "2" || droppedCounter(t, r, "zipkin", "duplicate_key") != 2 {
+		t.Fatalf("zipkin: %d %q", code, hdr.Get("X-Ferry-Dropped"))
+	}
+	code, hdr, _ = postOTLP(t, base+"/api/v2/spans", "application/json", "", []byte(`[{"traceId":"0000000000000001","id":"0000000000000002"}]`))
+	if code != http.StatusAccepted || hdr.Get("X-Ferry-Dropped") != "" || droppedCounter(t, r, "zipkin", "duplicate_key") != 2 {
+		t.Fatalf("zipkin, nothing dropped: %d %q", code, hdr.Get("X-Ferry-Dropped"))
+	}
+}
