@@ -105,6 +105,7 @@ type series struct {
 	kind       kind
 	help, unit span
 	msg        span // the TimeSeries message
+	lab        span // the stretch of msg holding its labels (labelRegion)
 	nSamples   int32
 	nHists     int32
 	fam        int32

@@ -108,6 +108,45 @@ func fields(msg []byte, fn func(num protowire.Number, typ protowire.Type, v uint
 	return nil
 }
 
+// maxInterleaved bounds the other fields (samples …) a series may have
+// among its labels: its points' attributes are read from the stretch of its
+// message that holds its labels, once a point, so that stretch must not
+// hold its samples.
+const maxInterleaved = 16
+
+// labelRegion is the stretch of a series message (v1 TimeSeries, v2
+// TimeSeries: labels or their references are field 1) from its first
+// label field to the end of its last.
+func labelRegion(msg []byte) (span []byte, err error) {
+	lo, hi, others, pending := -1, -1, 0, 0
+	for i := 0; i < len(msg); {
+		num, typ, n := protowire.ConsumeTag(msg[i:])
+		if n < 0 {
+			return nil, errTrunc
+		}
+		m := protowire.ConsumeFieldValue(num, typ, msg[i+n:])
+		if m < 0 {
+			return nil, errTrunc
+		}
+		if num == 1 {
+			if lo < 0 {
+				lo = i
+			}
+			hi, others, pending = i+n+m, others+pending, 0
+		} else if lo >= 0 {
+			pending++
+		}
+		i += n + m
+	}
+	if others > maxInterleaved {
+		return nil, fmt.Errorf("a series whose labels are interleaved with %d other fields (at most %d)", others, maxInterleaved)
+	}
+	if lo < 0 {
+		return nil, nil
+	}
+	return msg[lo:hi], nil
+}
+
 func (c *conv) spanOf(b []byte) span {
 	if len(b) == 0 {
 		return span{}
@@ -181,7 +220,9 @@ func (c *conv) addLabel(s *series, name, value []byte) error {
 }
 
 // eachLabel calls fn with each label of s kept by addLabel, walking its
-// message again (v1 Label messages, v2 references into the symbols).
+// labels again (v1 Label messages, v2 references into the symbols): the
+// stretch of its message that holds them (labelRegion), not its samples,
+// so that a point's attributes cost its labels, not its series.
 func (c *conv) eachLabel(s *series, fn func(name, value []byte)) {
 	keep := func(name, value []byte) {
 		if len(value) == 0 {
@@ -194,7 +235,7 @@ func (c *conv) eachLabel(s *series, fn func(name, value []byte)) {
 		fn(name, value)
 	}
 	if !c.v2 {
-		_ = fields(s.msg.of(c.src), func(num protowire.Number, typ protowire.Type, _ uint64, lb []byte) error {
+		_ = fields(s.lab.of(c.src), func(num protowire.Number, typ protowire.Type, _ uint64, lb []byte) error {
 			if num != 1 || typ != protowire.BytesType {
 				return nil
 			}
@@ -226,7 +267,7 @@ func (c *conv) eachLabel(s *series, fn func(name, value []byte)) {
 		half = false
 		keep(pend, c.str(c.syms[r]))
 	}
-	_ = fields(s.msg.of(c.src), func(num protowire.Number, typ protowire.Type, v uint64, fb []byte) error {
+	_ = fields(s.lab.of(c.src), func(num protowire.Number, typ protowire.Type, v uint64, fb []byte) error {
 		if num != 1 {
 			return nil
 		}
@@ -329,7 +370,12 @@ func (c *conv) decodeV1(max int) error {
 		switch num {
 		case 1:
 			s := series{msg: c.spanOf(b)}
-			err := fields(b, func(num protowire.Number, typ protowire.Type, v uint64, lb []byte) error {
+			lab, err := labelRegion(b)
+			if err != nil {
+				return err
+			}
+			s.lab = c.spanOf(lab)
+			err = fields(b, func(num protowire.Number, typ protowire.Type, v uint64, lb []byte) error {
 				switch num {
 				case 1:
 					var name, value []byte
@@ -492,10 +538,15 @@ func (c *conv) decodeV2(max int) error {
 			return nil
 		}
 		s := series{msg: c.spanOf(b)}
+		lab, err := labelRegion(b)
+		if err != nil {
+			return err
+		}
+		s.lab = c.spanOf(lab)
 		var refs []uint64
 		var buf [2 * 32]uint64
 		refs = buf[:0]
-		err := fields(b, func(num protowire.Number, typ protowire.Type, v uint64, fb []byte) error {
+		err = fields(b, func(num protowire.Number, typ protowire.Type, v uint64, fb []byte) error {
 			switch num {
 			case 1:
 				if typ == protowire.VarintType {
