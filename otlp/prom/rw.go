@@ -391,6 +391,11 @@ func (c *conv) decodeV1(max int) error {
 						return err
 					}
 					return c.addLabel(&s, name, value)
+				}
+				if typ != protowire.BytesType {
+					return nil // not a message: what rwSamples and rwHists skip
+				}
+				switch num {
 				case 2:
 					s.nSamples++
 				case 3:
@@ -561,15 +566,21 @@ func (c *conv) decodeV2(max int) error {
 					refs = append(refs, r)
 					fb = fb[n:]
 				}
-			case 2:
-				s.nSamples++
-			case 3:
-				s.nHists++
-				if !s.nhcb {
-					s.nhcb = schemaOf(fb) == -53
+			case 2, 3, 4:
+				if typ != protowire.BytesType {
+					return nil // not a message: what rwSamples and rwHists skip
 				}
-			case 4:
-				c.st.Drop(door.Exemplar, 1)
+				switch num {
+				case 2:
+					s.nSamples++
+				case 3:
+					s.nHists++
+					if !s.nhcb {
+						s.nhcb = schemaOf(fb) == -53
+					}
+				case 4:
+					c.st.Drop(door.Exemplar, 1)
+				}
 			case 5:
 				return fields(fb, func(num protowire.Number, typ protowire.Type, v uint64, _ []byte) error {
 					switch num {
