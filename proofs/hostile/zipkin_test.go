@@ -17,7 +17,8 @@ import (
 // before any span is decoded: a tag flood in one span (without
 // MaxEntriesPerSpan, encoding/json's map, the translator's copy of it and
 // the attributes take several hundred MiB), a request of a million tiny
-// spans (MaxSpans) and JSON nested a million levels deep.
+// spans (max_items_per_request, 100,000 by default, counted by the scan;
+// MaxSpans behind it) and JSON nested a million levels deep.
 func TestZipkinAttacks(t *testing.T) {
 	brokers := kafkatest.Shared(t)
 	kafkatest.CreateTopicIfMissing(t, brokers, "otlp_spans", 1)
@@ -49,8 +50,8 @@ func TestZipkinAttacks(t *testing.T) {
 	attack(t, a, "Zipkin span bomb: 1 M spans of 25 bytes (gzip)", func() (string, bool, string) {
 		raw := []byte("[" + strings.TrimSuffix(strings.Repeat(`{"traceId":"1","id":"1"},`, 1_000_000), ",") + "]")
 		body := payloads.Gzip(raw)
-		ans, ok := is(send(url, "application/json", "gzip", body), 413, fmt.Sprintf("more than %d spans", zipkin.MaxSpans))
-		return ans, ok, fmt.Sprintf("%d MB of JSON, %d KB on the wire; counted before any span is decoded", len(raw)>>20, len(body)>>10)
+		ans, ok := is(send(url, "application/json", "gzip", body), 413, "receivers.otlp.max_items_per_request")
+		return ans, ok, fmt.Sprintf("%d MB of JSON, %d KB on the wire; counted before any span is decoded (max_items_per_request, then MaxSpans)", len(raw)>>20, len(body)>>10)
 	}, forged)
 
 	attack(t, a, "Zipkin JSON nested 1 M levels (gzip)", func() (string, bool, string) {

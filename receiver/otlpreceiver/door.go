@@ -227,7 +227,9 @@ func (h *httpServer) door(w http.ResponseWriter, q *http.Request, d *Door, m *re
 		if errors.Is(err, door.ErrTooManyItems) {
 			// the OTLP request's own answer (encodeFailed), from the
 			// door's count
-			fail(classify(consumer.OverLimit("too_many_items", "the number of spans, log records or data points", int64(r.cfg.MaxItems), "receivers.otlp.max_items_per_request")))
+			a := classify(consumer.OverLimit("too_many_items", "the number of spans, log records or data points", int64(r.cfg.MaxItems), "receivers.otlp.max_items_per_request"))
+			a.msg = d.Name + ": " + a.msg
+			fail(a)
 			return
 		}
 		if doorTooLarge(err) {
