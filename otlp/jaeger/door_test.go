@@ -131,8 +131,9 @@ func post(t *testing.T, url, ctype string, body []byte) (int, string) {
 
 // TestJaegerRefusals: a body that is no thrift Batch, or declares a list
 // longer than itself, is a 400 naming the problem; another content type a
-// 400; more spans than max_items_per_request a 413 (the OTLP request's own
-// limit, applied to the converted request); none reaches the sink.
+// 400; more spans than max_items_per_request a 413 too_many_items (the OTLP
+// request's own limit, counted from the spans list's header); none reaches
+// the sink.
 func TestJaegerRefusals(t *testing.T) {
 	cfg := receiverConfig()
 	cfg.MaxItems = 10

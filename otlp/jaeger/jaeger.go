@@ -13,7 +13,9 @@
 // resource_spans may repeat, so the chunks' concatenation is one valid
 // request, the process's resource once a chunk). The heap a conversion
 // holds is thus a chunk's, not the body's; each chunk's size is known
-// before it is written.
+// before it is written. The walk refuses a Batch of more spans than
+// Limits.MaxItems from its list's header (door.ErrTooManyItems), and what
+// the translator drops or folds is counted in door.Stats (dropped.go).
 package jaeger
 
 import (

@@ -331,14 +331,15 @@ func TestAmplify(t *testing.T) {
 }
 
 func BenchmarkConvert(b *testing.B) {
-	for _, n := range []int{10, 500} {
+	for _, n := range []int{10, 500, 5000} {
 		body := encode(b, sample(n))
 		b.Run(fmt.Sprintf("spans=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
 			dst := make([]byte, 0, Amplify*len(body))
 			for b.Loop() {
-				if _, err := Convert(body, dst, door.Limits{MaxBytes: cap(dst)}, nil, errTooLarge); err != nil {
+				var st door.Stats // as the receiver converts
+				if _, err := Convert(body, dst, door.Limits{MaxBytes: cap(dst), MaxItems: 100000}, &st, errTooLarge); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -5,7 +5,10 @@
 // mapping). Remote write is decoded by a protowire walk that keeps offsets
 // into the body (no copy of a label), after a first walk that counts
 // series, labels and points against the bounds, so nothing is allocated
-// for a request that is refused.
+// for a request that is refused. Both doors count the data points against
+// Limits.MaxItems as early as the count is sure (door.ErrTooManyItems),
+// and what the mapping drops (gauge histograms, points without _count,
+// exemplars …) in door.Stats.
 package prom
 
 import (

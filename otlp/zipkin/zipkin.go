@@ -7,14 +7,16 @@
 //
 // Memory: the body is bounded by max_request_bytes before it reaches
 // Convert. Convert first walks it without allocating (scanJSON, scanProto)
-// and refuses it whole when it holds more than MaxSpans spans, a span with
+// and refuses it whole when it holds more than MaxSpans spans (or the
+// limit's MaxItems: door.ErrTooManyItems), a span with
 // more than MaxEntriesPerSpan tags and annotations, JSON nested deeper
 // than maxDepth, or a string the translator would parse as JSON
 // attributes with more than maxAttrTokens of them. Only then does it
 // convert, chunkSpans spans (or chunkBytes of body) at a time, appending
 // each chunk's OTLP bytes to dst: an OTLP request's resource_spans may
 // repeat, so the chunks' concatenation is one valid request, and the Go
-// heap the translator takes is bounded by a chunk, not by the body.
+// heap the translator takes is bounded by a chunk, not by the body. Keys
+// the body repeats, which decoding folds, are counted (dropped.go).
 package zipkin
 
 import (
@@ -46,8 +48,7 @@ const (
 	// that would convert to more than Amplify × its size is refused (413).
 	Amplify = 4
 	// MaxSpans bounds the spans of one request, counted before any is
-	// decoded (receivers.otlp.max_items_per_request, 100000 by default,
-	// applies again to the converted request).
+	// decoded, as Limits.MaxItems (max_items_per_request) is.
 	MaxSpans = 100000
 	// MaxEntriesPerSpan bounds a span's tags and annotations (in JSON an
 	// endpoint's fields count too; in v1 binary annotations).
