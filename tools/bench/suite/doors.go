@@ -51,7 +51,9 @@ const (
 )
 
 func (s *suite) doorCases() []doorCase {
-	ferry := func(name string, sets ...string) colSystem { return colSystem{name: name, sets: append([]string{}, sets...)} }
+	ferry := func(name string, sets ...string) colSystem {
+		return colSystem{name: name, sets: append([]string{}, sets...)}
+	}
 	doors := "receivers.otlp.doors=[zipkin,prometheus_remote_write]"
 	rates := map[string]int{"zipkin": 20000, "rw": 100000, "spans": 150000} // spans: section 5's fixed rate
 	if s.quick {
