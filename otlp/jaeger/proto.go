@@ -35,7 +35,7 @@ import (
 // under it: 4.2×) and references with both ids (32 bytes, a 70-byte link
 // with its opentracing.ref_type attribute: 2.2×). Degenerate messages
 // beyond it are refused: references of a type and no ids (4 bytes, a
-// 42-byte link: 11.5×), spans of a flag only (8.5×).
+// 46-byte link: 11.5×), spans of a flag only (8.5×).
 const ProtoAmplify = 6
 
 // ProtoService and ProtoMethod name the gRPC method.

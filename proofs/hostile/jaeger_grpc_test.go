@@ -87,7 +87,7 @@ func TestJaegerGRPCAttacks(t *testing.T) {
 	attack(t, a, "Jaeger gRPC: a span of 15 M empty tags, 30 MiB (gzip)", func() (string, bool, string) {
 		req := jaegerPostSpans(jaegerProtoSpan(1, []byte(strings.Repeat("\x42\x00", 15_000_000))))
 		before := a.Metric("go_memstats_alloc_bytes_total")
-		ans, ok := refused(post(req), "ResourceExhausted: jaeger_grpc: the request converted to OTLP exceeds its bound: span 0: more than 10000 tags")
+		ans, ok := refused(post(req), "ResourceExhausted: jaeger_grpc: span 0: more than 10000 tags")
 		alloc := a.Metric("go_memstats_alloc_bytes_total") - before
 		if alloc > 150<<20 {
 			ok = false

@@ -129,7 +129,7 @@ func (g *grpcServer) postSpans(ctx context.Context, dec func(any) error) (any, e
 		r.body.Put(in)
 		err := jaeger.ProtoWalkError(werr, ErrDoorTooLarge)
 		if doorTooLarge(err) {
-			return refuse(answer{code: codes.ResourceExhausted, reason: "request_too_large", msg: jaegerGRPCName + ": " + err.Error()})
+			return refuse(answer{code: codes.ResourceExhausted, reason: "request_too_large", msg: jaegerGRPCName + ": " + werr.Error()})
 		}
 		return refuse(answer{code: codes.InvalidArgument, reason: "invalid_payload", msg: jaegerGRPCName + ": " + err.Error()})
 	}
