@@ -92,50 +92,50 @@ func ConvertWalked(c *ProtoCounts, dst []byte, max int, tooLarge error) ([]byte,
 	// The batch's resource_spans, as the translator makes it: when the
 	// batch has a process or a span without its own.
 	if c.processOK || c.Spans > c.OwnProcess {
-		if err := over(dst, 1+maxLenBytes); err != nil {
+		if err := over(dst, 1+pbMaxLenBytes); err != nil {
 			return nil, err
 		}
 		dst = protowire.AppendTag(dst, 1, protowire.BytesType)
 		at := len(dst)
-		dst = append(dst, make([]byte, maxLenBytes)...)
+		dst = append(dst, make([]byte, pbMaxLenBytes)...)
 		if c.processOK {
-			if dst, err = appendResource(dst, c.process, over); err != nil {
+			if dst, err = pbAppendResource(dst, c.process, over); err != nil {
 				return nil, err
 			}
 		}
 		if c.Spans > c.OwnProcess {
-			if dst, err = eachChunk(c.batch, false, dst, over, appendScopes); err != nil {
+			if dst, err = protoEachChunk(c.batch, false, dst, over, pbAppendScopes); err != nil {
 				return nil, err
 			}
 		}
-		dst = closeLen(dst, at)
+		dst = pbCloseLen(dst, at)
 	}
 	if c.OwnProcess > 0 {
-		if dst, err = eachChunk(c.batch, true, dst, over, func(dst, pb []byte) []byte { return append(dst, pb...) }); err != nil {
+		if dst, err = protoEachChunk(c.batch, true, dst, over, func(dst, pb []byte) []byte { return append(dst, pb...) }); err != nil {
 			return nil, err
 		}
 	}
 	return dst, nil
 }
 
-// maxLenBytes: a resource_spans' length is written in 5 bytes' room (a
+// pbMaxLenBytes: a resource_spans' length is written in 5 bytes' room (a
 // request is at most 1 GiB), and moved down once it is known.
-const maxLenBytes = 5
+const pbMaxLenBytes = 5
 
-// closeLen writes the length of dst[at+maxLenBytes:] as a varint at at and
+// pbCloseLen writes the length of dst[at+pbMaxLenBytes:] as a varint at at and
 // moves the message down to follow it.
-func closeLen(dst []byte, at int) []byte {
-	body := len(dst) - at - maxLenBytes
+func pbCloseLen(dst []byte, at int) []byte {
+	body := len(dst) - at - pbMaxLenBytes
 	n := protowire.SizeVarint(uint64(body))
 	protowire.AppendVarint(dst[at:at], uint64(body))
-	copy(dst[at+n:], dst[at+maxLenBytes:])
-	return dst[:len(dst)-(maxLenBytes-n)]
+	copy(dst[at+n:], dst[at+pbMaxLenBytes:])
+	return dst[:len(dst)-(pbMaxLenBytes-n)]
 }
 
-// appendResource translates the batch's process and appends its resource
+// pbAppendResource translates the batch's process and appends its resource
 // (field 1 of a ResourceSpans).
-func appendResource(dst, process []byte, over func([]byte, int) error) ([]byte, error) {
-	p := &model.Process{Tags: make([]model.KeyValue, 0, count(process, 2))}
+func pbAppendResource(dst, process []byte, over func([]byte, int) error) ([]byte, error) {
+	p := &model.Process{Tags: make([]model.KeyValue, 0, pbCount(process, 2))}
 	if err := p.Unmarshal(process); err != nil {
 		return nil, fmt.Errorf("not a jaeger.api_v2.PostSpansRequest: batch process: %w", err)
 	}
@@ -153,17 +153,17 @@ func appendResource(dst, process []byte, over func([]byte, int) error) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
-	return appendFields(dst, pb, 1), nil
+	return pbAppendFields(dst, pb, 1), nil
 }
 
-// appendScopes appends the scope_spans (field 2) of the resource_spans of
+// pbAppendScopes appends the scope_spans (field 2) of the resource_spans of
 // pb, a marshalled TracesData.
-func appendScopes(dst, pb []byte) []byte { return appendFields(dst, pb, 2) }
+func pbAppendScopes(dst, pb []byte) []byte { return pbAppendFields(dst, pb, 2) }
 
-// appendFields appends, whole (tag, length and value), every field num of
+// pbAppendFields appends, whole (tag, length and value), every field num of
 // every resource_spans in pb, a marshalled TracesData that the marshaller
 // has just written.
-func appendFields(dst, pb []byte, num protowire.Number) []byte {
+func pbAppendFields(dst, pb []byte, num protowire.Number) []byte {
 	for len(pb) > 0 {
 		_, _, n := protowire.ConsumeTag(pb)
 		rs, m := protowire.ConsumeBytes(pb[n:])
@@ -180,10 +180,10 @@ func appendFields(dst, pb []byte, num protowire.Number) []byte {
 	return dst
 }
 
-// eachChunk decodes and translates the batch's spans with (own) or
+// protoEachChunk decodes and translates the batch's spans with (own) or
 // without their own process, a chunk at a time, and appends each chunk's
 // marshalled TracesData to dst with add, within over's bound.
-func eachChunk(batch []byte, own bool, dst []byte, over func([]byte, int) error, add func(dst, pb []byte) []byte) ([]byte, error) {
+func protoEachChunk(batch []byte, own bool, dst []byte, over func([]byte, int) error, add func(dst, pb []byte) []byte) ([]byte, error) {
 	var ch protoChunker
 	idx := -1 // the span's index in the batch
 	var spans []*model.Span
@@ -218,7 +218,7 @@ func eachChunk(batch []byte, own bool, dst []byte, over func([]byte, int) error,
 		}
 		v, _ = protowire.ConsumeBytes(v)
 		idx++
-		s := shape(v)
+		s := pbShape(v)
 		if s.process != own {
 			continue
 		}

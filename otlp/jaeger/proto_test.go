@@ -65,7 +65,7 @@ func protoSample(spans int) *model.Batch {
 	return b
 }
 
-func unmarshal(t testing.TB, pb []byte) ptrace.Traces {
+func protoUnmarshal(t testing.TB, pb []byte) ptrace.Traces {
 	t.Helper()
 	var u ptrace.ProtoUnmarshaler
 	td, err := u.UnmarshalTraces(pb)
@@ -75,10 +75,10 @@ func unmarshal(t testing.TB, pb []byte) ptrace.Traces {
 	return td
 }
 
-// canon is each span of td with its resource and scope, as JSON, sorted:
+// protoCanon is each span of td with its resource and scope, as JSON, sorted:
 // two conversions hold the same spans the same way whatever their
 // grouping into resource and scope spans.
-func canon(t testing.TB, td ptrace.Traces) []string {
+func protoCanon(t testing.TB, td ptrace.Traces) []string {
 	t.Helper()
 	var out []string
 	var m ptrace.JSONMarshaler
@@ -103,9 +103,9 @@ func canon(t testing.TB, td ptrace.Traces) []string {
 	return out
 }
 
-// direct is the translator's conversion of the whole request, decoded at
+// protoDirect is the translator's conversion of the whole request, decoded at
 // once by the generated code: what the Collector's jaeger receiver makes.
-func direct(t testing.TB, req []byte) (ptrace.Traces, error) {
+func protoDirect(t testing.TB, req []byte) (ptrace.Traces, error) {
 	t.Helper()
 	var r api_v2.PostSpansRequest
 	if err := r.Unmarshal(req); err != nil {
@@ -123,12 +123,12 @@ func TestProtoMapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	td := unmarshal(t, pb)
-	want, err := direct(t, req)
+	td := protoUnmarshal(t, pb)
+	want, err := protoDirect(t, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, wantC := canon(t, td), canon(t, want)
+	got, wantC := protoCanon(t, td), protoCanon(t, want)
 	if len(got) != 600 || !slices.Equal(got, wantC) {
 		t.Fatalf("%d spans; differ from the translator's:\n%s\n%s", len(got), got[0], wantC[0])
 	}
@@ -225,12 +225,12 @@ func TestProtoEdges(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		want, err := direct(t, req)
+		want, err := protoDirect(t, req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		td := unmarshal(t, pb)
-		if got, w := canon(t, td), canon(t, want); !slices.Equal(got, w) {
+		td := protoUnmarshal(t, pb)
+		if got, w := protoCanon(t, td), protoCanon(t, want); !slices.Equal(got, w) {
 			t.Fatalf("%s:\n got %v\nwant %v", name, got, w)
 		}
 		if td.ResourceSpans().Len() != want.ResourceSpans().Len() && name != "own process = the batch's" {
@@ -239,8 +239,8 @@ func TestProtoEdges(t *testing.T) {
 	}
 }
 
-// spanBytes wraps fields into a request of one batch of spans.
-func wrap(num protowire.Number, msgs ...[]byte) []byte {
+// pbWrap is msgs as fields num, each length-delimited.
+func pbWrap(num protowire.Number, msgs ...[]byte) []byte {
 	var out []byte
 	for _, m := range msgs {
 		out = protowire.AppendTag(out, num, protowire.BytesType)
@@ -249,12 +249,12 @@ func wrap(num protowire.Number, msgs ...[]byte) []byte {
 	return out
 }
 
-// reqOfSpans: a PostSpansRequest whose batch holds these spans.
-func reqOfSpans(spans ...[]byte) []byte { return wrap(1, wrap(1, spans...)) }
+// protoReqOfSpans: a PostSpansRequest whose batch holds these spans.
+func protoReqOfSpans(spans ...[]byte) []byte { return pbWrap(1, pbWrap(1, spans...)) }
 
-// repeated: n copies of field num holding v.
-func repeated(num protowire.Number, v []byte, n int) []byte {
-	one := wrap(num, v)
+// pbRepeated: n copies of field num holding v.
+func pbRepeated(num protowire.Number, v []byte, n int) []byte {
+	one := pbWrap(num, v)
 	return []byte(strings.Repeat(string(one), n))
 }
 
@@ -278,20 +278,20 @@ func TestProtoRefusals(t *testing.T) {
 		{"garbage", []byte("not a protobuf at all"), "not a jaeger.api_v2.PostSpansRequest", false},
 		{"a length past the end", []byte{0x0a, 0xff, 0xff, 0xff, 0x7f, 1}, "unexpected EOF", false},
 		{"batch as a varint", []byte{0x08, 1}, "field 1 has wire type 0, not 2", false},
-		{"two batches", append(wrap(1, nil), wrap(1, nil)...), "more than one batch", false},
+		{"two batches", append(pbWrap(1, nil), pbWrap(1, nil)...), "more than one batch", false},
 		{"a group", []byte{0x0b, 0x0c}, "group", false},
-		{"a span id of 7 bytes", reqOfSpans(wrap(2, id8[:7])), "span 0: span_id of 7 bytes", false},
-		{"a trace id of 12 bytes", reqOfSpans(wrap(1, make([]byte, 12))), "trace_id of 12 bytes", false},
-		{"a timestamp in year 10000", reqOfSpans(wrap(6, ts(253402300800, 0))), "not a valid timestamp", false},
-		{"negative nanos", reqOfSpans(wrap(6, ts(1, math.MaxUint64))), "not a valid timestamp", false},
-		{"a duration past time.Duration", reqOfSpans(wrap(7, ts(1e11, 0))), "not a valid duration", false},
-		{"a bad tag in the second span", reqOfSpans(nil, wrap(8, []byte{0x10, 0xff})), "span 1: tag", false},
-		{"10,001 tags", reqOfSpans(repeated(8, nil, 10001)), "more than 10000 tags", true},
-		{"10,001 logs", reqOfSpans(repeated(9, nil, 10001)), "more than 10000 logs", true},
-		{"10,001 references", reqOfSpans(repeated(4, nil, 10001)), "more than 10000 references", true},
-		{"10,001 fields in a log", reqOfSpans(wrap(9, repeated(2, nil, 10001))), "more than 10000 fields in a log", true},
-		{"10,001 process tags", wrap(1, wrap(2, repeated(2, nil, 10001))), "more than 10000 process tags", true},
-		{"20,001 items in a span", reqOfSpans(append(repeated(8, nil, 10000), append(repeated(4, nil, 10000), wrap(9, nil)...)...)), "more than 20000 tags, logs", true},
+		{"a span id of 7 bytes", protoReqOfSpans(pbWrap(2, id8[:7])), "span 0: span_id of 7 bytes", false},
+		{"a trace id of 12 bytes", protoReqOfSpans(pbWrap(1, make([]byte, 12))), "trace_id of 12 bytes", false},
+		{"a timestamp in year 10000", protoReqOfSpans(pbWrap(6, ts(253402300800, 0))), "not a valid timestamp", false},
+		{"negative nanos", protoReqOfSpans(pbWrap(6, ts(1, math.MaxUint64))), "not a valid timestamp", false},
+		{"a duration past time.Duration", protoReqOfSpans(pbWrap(7, ts(1e11, 0))), "not a valid duration", false},
+		{"a bad tag in the second span", protoReqOfSpans(nil, pbWrap(8, []byte{0x10, 0xff})), "span 1: tag", false},
+		{"10,001 tags", protoReqOfSpans(pbRepeated(8, nil, 10001)), "more than 10000 tags", true},
+		{"10,001 logs", protoReqOfSpans(pbRepeated(9, nil, 10001)), "more than 10000 logs", true},
+		{"10,001 references", protoReqOfSpans(pbRepeated(4, nil, 10001)), "more than 10000 references", true},
+		{"10,001 fields in a log", protoReqOfSpans(pbWrap(9, pbRepeated(2, nil, 10001))), "more than 10000 fields in a log", true},
+		{"10,001 process tags", pbWrap(1, pbWrap(2, pbRepeated(2, nil, 10001))), "more than 10000 process tags", true},
+		{"20,001 items in a span", protoReqOfSpans(append(pbRepeated(8, nil, 10000), append(pbRepeated(4, nil, 10000), pbWrap(9, nil)...)...)), "more than 20000 tags, logs", true},
 	} {
 		pb, err := ConvertProto(c.req, nil, 1<<20, errTooLarge)
 		if err == nil || !strings.Contains(err.Error(), c.msg) || errors.Is(err, errTooLarge) != c.big {
@@ -313,8 +313,8 @@ func TestProtoWalkAllocatesNothing(t *testing.T) {
 	}
 }
 
-// emptyTagFlood: a request of one span with n empty tags (2 bytes each).
-func emptyTagFlood(n int) []byte { return reqOfSpans(repeated(8, nil, n)) }
+// protoEmptyTagFlood: a request of one span with n empty tags (2 bytes each).
+func protoEmptyTagFlood(n int) []byte { return protoReqOfSpans(pbRepeated(8, nil, n)) }
 
 // TestProtoEmptyTagsCostNothing: a request of 256 KiB of empty tags, 2
 // bytes each, makes gogo-protobuf's decoder allocate a Go struct for each
@@ -322,7 +322,7 @@ func emptyTagFlood(n int) []byte { return reqOfSpans(repeated(8, nil, n)) }
 // than 10,000 tags, before anything is decoded. Without the walk this
 // fails.
 func TestProtoEmptyTagsCostNothing(t *testing.T) {
-	req := emptyTagFlood(128 << 10)
+	req := protoEmptyTagFlood(128 << 10)
 	var err error
 	a := allocated(3, func() { _, err = ConvertProto(req, nil, 1<<30, errTooLarge) })
 	if !errors.Is(err, errTooLarge) || !strings.Contains(err.Error(), "more than 10000 tags") {
@@ -353,23 +353,23 @@ func protoShapes(t testing.TB) map[string][]byte {
 			Tags: []model.KeyValue{model.String(strings.Repeat("k", 2000), strings.Repeat("v", 2000))}})
 	}
 	return map[string][]byte{
-		"4,000 empty tags":              reqOfSpans(repeated(8, nil, 4000)),
-		"4,000 distinct tags":           protoReq(t, &model.Batch{Spans: []*model.Span{{TraceID: tid, SpanID: 1, Tags: distinctTags(4000, 0)}}}),
-		"4,000 empty logs":              reqOfSpans(repeated(9, nil, 4000)),
-		"4,000 empty fields":            reqOfSpans(wrap(9, repeated(2, nil, 4000))),
-		"4,000 empty references":        reqOfSpans(repeated(4, nil, 4000)),
-		"4,000 empty warnings":          reqOfSpans(repeated(12, nil, 4000)),
-		"4,000 own process tags":        reqOfSpans(wrap(10, repeated(2, nil, 4000))),
-		"a batch process of 4,000 tags": wrap(1, wrap(2, repeated(2, nil, 4000))),
+		"4,000 empty tags":              protoReqOfSpans(pbRepeated(8, nil, 4000)),
+		"4,000 distinct tags":           protoReq(t, &model.Batch{Spans: []*model.Span{{TraceID: tid, SpanID: 1, Tags: protoDistinctTags(4000, 0)}}}),
+		"4,000 empty logs":              protoReqOfSpans(pbRepeated(9, nil, 4000)),
+		"4,000 empty fields":            protoReqOfSpans(pbWrap(9, pbRepeated(2, nil, 4000))),
+		"4,000 empty references":        protoReqOfSpans(pbRepeated(4, nil, 4000)),
+		"4,000 empty warnings":          protoReqOfSpans(pbRepeated(12, nil, 4000)),
+		"4,000 own process tags":        protoReqOfSpans(pbWrap(10, pbRepeated(2, nil, 4000))),
+		"a batch process of 4,000 tags": pbWrap(1, pbWrap(2, pbRepeated(2, nil, 4000))),
 		"256 minimal spans":             protoReq(t, &model.Batch{Spans: minimal}),
-		"256 empty spans":               reqOfSpans(slices.Repeat([][]byte{nil}, 256)...),
+		"256 empty spans":               protoReqOfSpans(slices.Repeat([][]byte{nil}, 256)...),
 		"8 spans of long strings":       protoReq(t, &model.Batch{Spans: strs}),
 		"a span of a 1 MB tag":          protoReq(t, &model.Batch{Spans: []*model.Span{{TraceID: tid, SpanID: 1, Tags: []model.KeyValue{model.String("k", strings.Repeat("v", 1<<20))}}}}),
 		"100 client-like spans":         protoReq(t, protoSample(100)),
 	}
 }
 
-func distinctTags(n int, vtype model.ValueType) []model.KeyValue {
+func protoDistinctTags(n int, vtype model.ValueType) []model.KeyValue {
 	var out []model.KeyValue
 	for i := range n {
 		out = append(out, model.KeyValue{Key: fmt.Sprint(i), VType: vtype})
@@ -407,7 +407,7 @@ func TestProtoAmplify(t *testing.T) {
 	tid := model.NewTraceID(1, 2)
 	n := 2000
 	refs := &model.Batch{Spans: []*model.Span{{TraceID: tid, SpanID: 1}}}
-	unknown := &model.Batch{Spans: []*model.Span{{TraceID: tid, SpanID: 1, Tags: distinctTags(n, 9)}}}
+	unknown := &model.Batch{Spans: []*model.Span{{TraceID: tid, SpanID: 1, Tags: protoDistinctTags(n, 9)}}}
 	logs := &model.Batch{Spans: []*model.Span{{TraceID: tid, SpanID: 1}}}
 	var minimal, status []*model.Span
 	for i := range n {
@@ -428,8 +428,8 @@ func TestProtoAmplify(t *testing.T) {
 		{"minimal spans", protoReq(t, &model.Batch{Process: &model.Process{ServiceName: "s"}, Spans: minimal}), true},
 		{"error status message", protoReq(t, &model.Batch{Spans: status}), true},
 		{"client-like", protoReq(t, protoSample(500)), true},
-		{"references without ids", reqOfSpans(append(wrap(1, make([]byte, 16)), repeated(4, []byte{0x18, 1}, n)...)), false},
-		{"spans of a flag only", reqOfSpans(slices.Repeat([][]byte{{0x28, 1}}, n)...), false},
+		{"references without ids", protoReqOfSpans(append(pbWrap(1, make([]byte, 16)), pbRepeated(4, []byte{0x18, 1}, n)...)), false},
+		{"spans of a flag only", protoReqOfSpans(slices.Repeat([][]byte{{0x28, 1}}, n)...), false},
 	} {
 		unbounded, err := ConvertProto(c.req, nil, 1<<30, errTooLarge)
 		if err != nil {
@@ -470,8 +470,8 @@ func TestProtoOutputBound(t *testing.T) {
 func FuzzConvertProto(f *testing.F) {
 	f.Add(protoReq(f, protoSample(7)))
 	f.Add(protoReq(f, &model.Batch{Spans: []*model.Span{{Process: &model.Process{ServiceName: "x"}}}}))
-	f.Add(emptyTagFlood(100))
-	f.Add(reqOfSpans(repeated(4, []byte{0x18, 1}, 50)))
+	f.Add(protoEmptyTagFlood(100))
+	f.Add(protoReqOfSpans(pbRepeated(4, []byte{0x18, 1}, 50)))
 	f.Add([]byte{0x0a, 0xff, 0xff, 0xff, 0x7f, 1})
 	f.Fuzz(func(t *testing.T, req []byte) {
 		c, werr := WalkProto(req)
@@ -480,7 +480,7 @@ func FuzzConvertProto(f *testing.F) {
 			if err := r.Unmarshal(req); err != nil {
 				t.Fatalf("the walk took what the decoder refuses: %v", err)
 			}
-			sameShapes(t, c.batch)
+			protoSameShapes(t, c.batch)
 		}
 		max := ProtoAmplify*len(req) + 4096
 		var pb []byte
@@ -493,7 +493,7 @@ func FuzzConvertProto(f *testing.F) {
 			t.Fatalf("%d bytes → %d, max %d", len(req), len(pb), max)
 		}
 		items := c.Tags + c.Logs + c.Fields + c.Refs
-		if limit := uint64(spanCost(len(req), items, c.Fields) + protoSpanCost*int64(c.Spans) + int64(max) + 64<<10); a > limit {
+		if limit := uint64(protoCost(len(req), items, c.Fields) + protoSpanCost*int64(c.Spans) + int64(max) + 64<<10); a > limit {
 			t.Fatalf("%d bytes allocated for a request of %d (%d spans, %d items; err %v), limit %d", a, len(req), c.Spans, items, err, limit)
 		}
 		if err != nil {
@@ -503,15 +503,15 @@ func FuzzConvertProto(f *testing.F) {
 		if derr != nil {
 			t.Fatal(derr)
 		}
-		if got, w := canon(t, unmarshal(t, pb)), canon(t, want); !slices.Equal(got, w) {
+		if got, w := protoCanon(t, protoUnmarshal(t, pb)), protoCanon(t, want); !slices.Equal(got, w) {
 			t.Fatalf("differs from the translator:\n got %v\nwant %v", got, w)
 		}
 	})
 }
 
-// sameShapes: the conversion's shape of each span of a walked batch counts
+// protoSameShapes: the conversion's shape of each span of a walked batch counts
 // its items as the walk does (the chunks, and Peak, depend on it).
-func sameShapes(t *testing.T, batch []byte) {
+func protoSameShapes(t *testing.T, batch []byte) {
 	var w pbWalker
 	for len(batch) > 0 {
 		num, typ, n := protowire.ConsumeTag(batch)
@@ -525,7 +525,7 @@ func sameShapes(t *testing.T, batch []byte) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sh := shape(v); sh.items != s.items || sh.fields != s.fields || sh.process != s.process {
+		if sh := pbShape(v); sh.items != s.items || sh.fields != s.fields || sh.process != s.process {
 			t.Fatalf("shape %+v, walk %+v", sh, s)
 		}
 	}
@@ -546,7 +546,7 @@ func BenchmarkConvertProto(b *testing.B) {
 			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "spans/s")
 		})
 	}
-	within := reqOfSpans(slices.Repeat([][]byte{repeated(8, nil, 4000)}, 128)...) // 1 MB: 512,000 empty tags
+	within := protoReqOfSpans(slices.Repeat([][]byte{pbRepeated(8, nil, 4000)}, 128)...) // 1 MB: 512,000 empty tags
 	b.Run("empty-tags-within-limits", func(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(within)))
@@ -556,7 +556,7 @@ func BenchmarkConvertProto(b *testing.B) {
 			}
 		}
 	})
-	req := emptyTagFlood(1 << 20)
+	req := protoEmptyTagFlood(1 << 20)
 	b.Run("empty-tag-flood", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

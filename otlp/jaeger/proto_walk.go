@@ -94,15 +94,15 @@ func (c *protoChunker) add(n, items, fields int) bool {
 	c.spans++
 	c.bytes += n
 	c.items += items
-	c.cost += spanCost(n, items, fields)
+	c.cost += protoCost(n, items, fields)
 	return c.spans >= protoChunkSpans || c.bytes >= protoChunkBytes || c.items >= protoChunkItems
 }
 
 func (c *protoChunker) reset() { *c = protoChunker{} }
 
-// spanCost is the estimated Go heap of decoding and translating a span of
+// protoCost is the estimated Go heap of decoding and translating a span of
 // n bytes, items items of which fields are log fields.
-func spanCost(n, items, fields int) int64 {
+func protoCost(n, items, fields int) int64 {
 	return protoSpanCost + int64(protoByteCost*n) + int64(protoItemCost*items) + int64((protoFieldCost-protoItemCost)*fields)
 }
 
@@ -189,20 +189,20 @@ func pbFields(b []byte, where string, want []protowire.Type, each func(num proto
 }
 
 const (
-	lenT    = protowire.BytesType
-	varintT = protowire.VarintType
+	pbLenT    = protowire.BytesType
+	pbVarintT = protowire.VarintType
 )
 
 // The wire types of each message's fields, by field number from 1.
 var (
-	requestTypes   = []protowire.Type{lenT}
-	batchTypes     = []protowire.Type{lenT, lenT}
-	processTypes   = []protowire.Type{lenT, lenT}
-	spanTypes      = []protowire.Type{lenT, lenT, lenT, lenT, varintT, lenT, lenT, lenT, lenT, lenT, lenT, lenT}
-	keyValueTypes  = []protowire.Type{lenT, varintT, lenT, varintT, varintT, protowire.Fixed64Type, lenT}
-	logTypes       = []protowire.Type{lenT, lenT}
-	refTypes       = []protowire.Type{lenT, lenT, varintT}
-	timestampTypes = []protowire.Type{varintT, varintT}
+	requestTypes   = []protowire.Type{pbLenT}
+	batchTypes     = []protowire.Type{pbLenT, pbLenT}
+	processTypes   = []protowire.Type{pbLenT, pbLenT}
+	spanTypes      = []protowire.Type{pbLenT, pbLenT, pbLenT, pbLenT, pbVarintT, pbLenT, pbLenT, pbLenT, pbLenT, pbLenT, pbLenT, pbLenT}
+	keyValueTypes  = []protowire.Type{pbLenT, pbVarintT, pbLenT, pbVarintT, pbVarintT, protowire.Fixed64Type, pbLenT}
+	logTypes       = []protowire.Type{pbLenT, pbLenT}
+	refTypes       = []protowire.Type{pbLenT, pbLenT, pbVarintT}
+	timestampTypes = []protowire.Type{pbVarintT, pbVarintT}
 )
 
 // Timestamps and durations as gogo-protobuf's types check them.
@@ -249,7 +249,7 @@ func (w *pbWalker) batch(b []byte) error {
 			if err := w.process(v, "Batch process", &tags); err != nil {
 				return err
 			}
-			w.peak(spanCost(len(v), w.span.items, 0))
+			w.peak(protoCost(len(v), w.span.items, 0))
 			return nil
 		}
 		w.spanN = w.c.Spans
@@ -287,9 +287,9 @@ func (w *pbWalker) walkSpan(b []byte) (pbSpan, error) {
 	err := pbFields(b, "Span", spanTypes, func(num protowire.Number, v []byte, _ uint64) error {
 		switch num {
 		case 1:
-			return traceID(v, "trace_id")
+			return pbTraceID(v, "trace_id")
 		case 2:
-			return spanID(v, "span_id")
+			return pbSpanID(v, "span_id")
 		case 4:
 			if err := w.list("references", &refs); err != nil {
 				return err
@@ -298,22 +298,22 @@ func (w *pbWalker) walkSpan(b []byte) (pbSpan, error) {
 			return pbFields(v, "SpanRef", refTypes, func(num protowire.Number, v []byte, _ uint64) error {
 				switch num {
 				case 1:
-					return traceID(v, "reference trace_id")
+					return pbTraceID(v, "reference trace_id")
 				case 2:
-					return spanID(v, "reference span_id")
+					return pbSpanID(v, "reference span_id")
 				}
 				return nil
 			})
 		case 6:
-			return timestamp(v, "start_time")
+			return pbTimestamp(v, "start_time")
 		case 7:
-			return duration(v, "duration")
+			return pbDuration(v, "duration")
 		case 8:
 			if err := w.list("tags", &tags); err != nil {
 				return err
 			}
 			w.c.Tags++
-			return keyValue(v, "tag")
+			return pbKeyValue(v, "tag")
 		case 9:
 			if err := w.list("logs", &logs); err != nil {
 				return err
@@ -322,14 +322,14 @@ func (w *pbWalker) walkSpan(b []byte) (pbSpan, error) {
 			var fields int
 			return pbFields(v, "Log", logTypes, func(num protowire.Number, v []byte, _ uint64) error {
 				if num == 1 {
-					return timestamp(v, "log timestamp")
+					return pbTimestamp(v, "log timestamp")
 				}
 				if err := w.list("fields in a log", &fields); err != nil {
 					return err
 				}
 				w.span.fields++
 				w.c.Fields++
-				return keyValue(v, "log field")
+				return pbKeyValue(v, "log field")
 			})
 		case 10:
 			w.span.process = true
@@ -351,34 +351,34 @@ func (w *pbWalker) process(b []byte, where string, tags *int) error {
 				return err
 			}
 			w.c.Tags++
-			return keyValue(v, "process tag")
+			return pbKeyValue(v, "process tag")
 		}
 		return nil
 	})
 }
 
-func keyValue(b []byte, where string) error {
+func pbKeyValue(b []byte, where string) error {
 	return pbFields(b, where, keyValueTypes, func(protowire.Number, []byte, uint64) error { return nil })
 }
 
-// traceID: the decoder takes 16 bytes (high, low) or 8 (low).
-func traceID(v []byte, where string) error {
+// pbTraceID: the decoder takes 16 bytes (high, low) or 8 (low).
+func pbTraceID(v []byte, where string) error {
 	if len(v) != 16 && len(v) != 8 {
 		return fmt.Errorf("%s of %d bytes, not 16 or 8", where, len(v))
 	}
 	return nil
 }
 
-func spanID(v []byte, where string) error {
+func pbSpanID(v []byte, where string) error {
 	if len(v) != 8 {
 		return fmt.Errorf("%s of %d bytes, not 8", where, len(v))
 	}
 	return nil
 }
 
-// timestamp: a google.protobuf.Timestamp within 0001-01-01 .. 9999-12-31,
+// pbTimestamp: a google.protobuf.Timestamp within 0001-01-01 .. 9999-12-31,
 // nanos within [0, 1e9) (the decoder refuses others).
-func timestamp(b []byte, where string) error {
+func pbTimestamp(b []byte, where string) error {
 	var s int64
 	var ns int32
 	if err := pbFields(b, where, timestampTypes, func(num protowire.Number, _ []byte, x uint64) error {
@@ -397,9 +397,9 @@ func timestamp(b []byte, where string) error {
 	return nil
 }
 
-// duration: a google.protobuf.Duration that a Go time.Duration holds, its
+// pbDuration: a google.protobuf.Duration that a Go time.Duration holds, its
 // seconds and nanos of one sign.
-func duration(b []byte, where string) error {
+func pbDuration(b []byte, where string) error {
 	var s int64
 	var ns int32
 	if err := pbFields(b, where, timestampTypes, func(num protowire.Number, _ []byte, x uint64) error {
@@ -433,19 +433,19 @@ func WalkProto(b []byte) (ProtoCounts, error) {
 	return w.c, err
 }
 
-// spanShape is what converting a walked span needs of it: its lists'
+// pbSpanShape is what converting a walked span needs of it: its lists'
 // lengths (the decoder's slices are made that size, not grown), its items
 // as the walk counts them (for the chunks), and whether it carries its own
 // process.
-type spanShape struct {
+type pbSpanShape struct {
 	tags, logs, refs, ptags, fields, items int
 	process                                bool
 }
 
-// shape reads a walked span's shape from its top-level fields, its logs'
+// pbShape reads a walked span's shape from its top-level fields, its logs'
 // and its process's (cheaper than walking it again).
-func shape(b []byte) spanShape {
-	var s spanShape
+func pbShape(b []byte) pbSpanShape {
+	var s pbSpanShape
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		b = b[n:]
@@ -466,10 +466,10 @@ func shape(b []byte) spanShape {
 			s.tags++
 		case 9:
 			s.logs++
-			s.fields += count(v, 2)
+			s.fields += pbCount(v, 2)
 		case 10:
 			s.process = true
-			s.ptags += count(v, 2)
+			s.ptags += pbCount(v, 2)
 		case 12:
 			s.items++
 		}
@@ -478,8 +478,8 @@ func shape(b []byte) spanShape {
 	return s
 }
 
-// count is how many length-delimited fields num a walked message holds.
-func count(b []byte, num protowire.Number) int {
+// pbCount is how many length-delimited fields num a walked message holds.
+func pbCount(b []byte, num protowire.Number) int {
 	c := 0
 	for len(b) > 0 {
 		fn, typ, n := protowire.ConsumeTag(b)
