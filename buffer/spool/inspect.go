@@ -219,31 +219,59 @@ func openView(dir string, o ReadOptions) (*view, error) {
 		return nil, fmt.Errorf("spool: %s is not a directory", dir)
 	}
 	v := &view{dir: dir, maxV1: max(o.MaxRecordBytes+4096, 8<<20+4096)}
-	// The lock file is never created here: a directory without one was
-	// never opened by an agent.
-	if lf, err := os.Open(filepath.Join(dir, "lock")); err == nil {
-		if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
-			if !errors.Is(err, syscall.EWOULDBLOCK) {
-				lf.Close()
-				return nil, fmt.Errorf("spool: locking %s: %w", lf.Name(), err)
-			}
-			if !o.Force {
-				lf.Close()
-				return nil, fmt.Errorf("%w (%s is locked)", ErrInUse, lf.Name())
-			}
-			v.live = true
-			lf.Close()
-		} else {
-			v.lock = lf
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("spool: %w", err)
+	lf, err := lockShared(dir)
+	switch {
+	case errors.Is(err, ErrInUse) && o.Force:
+		v.live = true
+	case err != nil:
+		return nil, err
+	default:
+		v.lock = lf
 	}
 	if err := v.plan(); err != nil {
 		v.close()
 		return nil, err
 	}
 	return v, nil
+}
+
+// lockShared takes a shared lock on dir's lock file, which a running
+// agent holds exclusively (ErrInUse). The lock file is never created here:
+// a directory without one was never opened by an agent (nil, nil).
+func lockShared(dir string) (*os.File, error) {
+	lf, err := os.Open(filepath.Join(dir, "lock"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		lf.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w (%s is locked)", ErrInUse, lf.Name())
+		}
+		return nil, fmt.Errorf("spool: locking %s: %w", lf.Name(), err)
+	}
+	return lf, nil
+}
+
+// Hold keeps an agent from opening the spool in dir until release is
+// called, as the read-only tools do while they read (a shared lock on its
+// lock file): ErrInUse if an agent holds it now. A missing directory, or
+// one no agent ever opened, holds nothing and is no error. ferry
+// deadletter replay holds it while it rewrites the dead-letter file, which
+// a running agent appends to.
+func Hold(dir string) (release func(), err error) {
+	lf, err := lockShared(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	return func() {
+		if lf != nil {
+			lf.Close()
+		}
+	}, nil
 }
 
 func (v *view) close() {
