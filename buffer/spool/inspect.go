@@ -61,8 +61,10 @@ type Position struct {
 
 // Segment states, by the checkpoint.
 const (
-	// StateAcknowledged: every record was acknowledged; Open deletes it
-	// (its deletion was interrupted).
+	// StateAcknowledged: every record was acknowledged. Open deletes it
+	// (its deletion was interrupted) if it is before the checkpoint's
+	// segment (DeletedAtStart); the checkpoint's own is retired once the
+	// reader has passed it.
 	StateAcknowledged = "acknowledged"
 	// StatePartly: the checkpoint is inside it; the records after it are
 	// pending.
@@ -123,6 +125,8 @@ type SegmentReport struct {
 	FirstTime time.Time `json:"first_time,omitzero"`
 	LastTime  time.Time `json:"last_time,omitzero"`
 	State     string    `json:"state"`
+	// DeletedAtStart: before the checkpoint's segment; Open deletes it.
+	DeletedAtStart bool `json:"deleted_at_start,omitempty"`
 	// Pending records and their frame bytes: what a restart sends again.
 	Pending      int      `json:"pending"`
 	PendingBytes int64    `json:"pending_bytes"`
@@ -450,7 +454,7 @@ func Inspect(dir string, o ReadOptions) (*Report, error) {
 		cur = &rep.Segments[len(rep.Segments)-1]
 		switch {
 		case sg.acked:
-			cur.State = StateAcknowledged
+			cur.State, cur.DeletedAtStart = StateAcknowledged, true
 		case sg.removed:
 			cur.State = StateRemoved
 		case sg.id == v.from.seg && sg.sf != nil && sg.start > sg.sf.dataStart():
@@ -536,6 +540,10 @@ func Inspect(dir string, o ReadOptions) (*Report, error) {
 	}
 	for i := range rep.Segments {
 		s := &rep.Segments[i]
+		if s.State == StatePartly && s.Pending == 0 {
+			// The checkpoint is at its end: the reader starts at the next.
+			s.State = StateAcknowledged
+		}
 		rep.Damage = append(rep.Damage, s.Damage...)
 		// The backlog the next start reads, as Backlog() counts it after
 		// recovery: the newest segment cut at its last valid frame.
