@@ -158,7 +158,7 @@ type Report struct {
 	Spares     []string        `json:"spares,omitempty"`
 	Topics     []TopicReport   `json:"topics"`
 	// Replay: records the next start sends to Kafka, and the backlog bytes
-	// it reads (ferry_spool_backlog_at_open_bytes).
+	// it reads (ferry_spool_backlog_at_start_bytes).
 	ReplayRecords int   `json:"replay_records"`
 	ReplayBytes   int64 `json:"replay_bytes"`
 	// Damage lists every damaged stretch, in file order.

@@ -308,9 +308,7 @@ func checkSpool(cfg *config.Config, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "ferry: warning: spool %s: checkpoint unreadable (%s): a start replays every segment from its start\n", dir, rep.CheckpointError)
 	}
 	if rep.Damaged() {
-		lost, n := rep.Lost()
-		fmt.Fprintf(stderr, "ferry: warning: spool %s: %d damaged stretches, %d of them (%s) in records not yet in Kafka, which the next start drops (ferry spool verify lists them)\n",
-			dir, len(rep.Damage), n, human(lost))
+		fmt.Fprintf(stderr, "ferry: warning: spool %s: %s; the agent starts all the same (ferry spool verify lists them)\n", dir, damageLine(rep))
 	}
 	return nil
 }

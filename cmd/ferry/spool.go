@@ -232,8 +232,13 @@ func printInspect(w io.Writer, rep *spool.Report) {
 		fmt.Fprintln(w, "damage      none")
 		return
 	}
+	fmt.Fprintf(w, "damage      %s: ferry spool verify lists them\n", damageLine(rep))
+}
+
+// damageLine is "3 stretches; 2 of them (89 B) in records a restart reads".
+func damageLine(rep *spool.Report) string {
 	lost, n := rep.Lost()
-	fmt.Fprintf(w, "damage      %d stretches, %s in data a restart reads (%d stretches): ferry spool verify lists them\n", len(rep.Damage), human(lost), n)
+	return fmt.Sprintf("%d damaged stretches; %d of them (%s) in records a restart reads, which are lost", len(rep.Damage), n, human(lost))
 }
 
 func printVerify(w io.Writer, rep *spool.Report) {
@@ -245,8 +250,7 @@ func printVerify(w io.Writer, rep *spool.Report) {
 		fmt.Fprintf(w, "spool %s: no damage (%d segments, %d records; a restart replays %d)\n", rep.Dir, len(rep.Segments), records, rep.ReplayRecords)
 		return
 	}
-	lost, n := rep.Lost()
-	fmt.Fprintf(w, "spool %s: %d damaged stretches; %d of them (%s) in data a restart reads, whose records are lost\n", rep.Dir, len(rep.Damage), n, human(lost))
+	fmt.Fprintf(w, "spool %s: %s\n", rep.Dir, damageLine(rep))
 	for _, d := range rep.Damage {
 		frames := ""
 		switch {
