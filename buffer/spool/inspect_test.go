@@ -382,3 +382,89 @@ func TestInspectEmpty(t *testing.T) {
 		t.Fatalf("files %v", names)
 	}
 }
+
+// FuzzInspectPredicts: three segments of honest frames, bytes the fuzzer
+// chose flipped anywhere in them (headers included), the newest cut short
+// by an amount it chose, and a checkpoint it chose (none, garbage, or a
+// position). Inspect never fails or changes a byte, and what it predicts
+// is what recovery and the reader then do: the records delivered, and the
+// torn tail truncated.
+func FuzzInspectPredicts(f *testing.F) {
+	f.Add([]byte{}, uint16(0), uint8(0), uint64(0), int64(0))
+	f.Add([]byte{0, 40, 1, 1, 200, 2}, uint16(5), uint8(2), uint64(4), int64(100))     // flips in two segments, a torn tail, checkpoint inside 4
+	f.Add([]byte{2, 0, 0, 0xff}, uint16(0), uint8(2), uint64(3), int64(32))            // the newest's header: removed
+	f.Add([]byte{1, 20, 0, 1}, uint16(0), uint8(2), uint64(3), int64(1<<20))           // a middle header: skipped; checkpoint past 3's end
+	f.Add([]byte{0, 90, 0, 0x80}, uint16(300), uint8(1), uint64(0), int64(0))          // garbage checkpoint
+	f.Add([]byte{1, 60, 0, 3, 2, 100, 0, 4}, uint16(1), uint8(2), uint64(9), int64(0)) // checkpoint past every segment
+	f.Add([]byte{}, uint16(0), uint8(2), uint64(2), int64(-5))                         // before every segment, negative offset
+	f.Fuzz(func(t *testing.T, flips []byte, cut uint16, ckMode uint8, ckSeg uint64, ckOff int64) {
+		dir := t.TempDir()
+		segs := map[uint64][]byte{3: fzSegment(t, 30), 4: fzSegment(t, 30), 5: fzSegment(t, 30)}
+		// Each 4 bytes: segment, offset (2 bytes), xor mask.
+		for i := 0; i+4 <= len(flips) && i < 64; i += 4 {
+			b := segs[3+uint64(flips[i]%3)]
+			off := int(flips[i+1])<<8 | int(flips[i+2])
+			if mask := flips[i+3]; mask != 0 {
+				b[off%len(b)] ^= mask
+			}
+		}
+		last := segs[5]
+		segs[5] = last[:len(last)-int(cut)%len(last)]
+		for id, b := range segs {
+			if err := os.WriteFile(filepath.Join(dir, segName(id)), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		switch ckMode % 3 {
+		case 1:
+			_ = os.WriteFile(filepath.Join(dir, "checkpoint"), []byte("not a checkpoint"), 0o600)
+		case 2:
+			_ = os.WriteFile(filepath.Join(dir, "checkpoint"), fzCheckpoint(pos{ckSeg % 10, ckOff}), 0o600)
+		}
+		before := fingerprint(t, dir)
+		rep, err := Inspect(dir, ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameFiles(t, before, fingerprint(t, dir))
+		var torn int64
+		for _, d := range rep.Damage {
+			if d.Kind == DamageTornTail {
+				torn += d.Bytes
+			}
+		}
+		cfg := fzConfig(dir)
+		s, err := Open(cfg, telemetry.TestSettings(), Links{Next: fzNext{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if got := testutil.ToFloat64(s.m.corruptBytes.WithLabelValues("truncated")); got != float64(torn) && got != float64(torn)+float64(sizeIfRemoved(rep)) {
+			t.Fatalf("recovery truncated %v bytes, Inspect said %d (damage %+v)", got, torn, rep.Damage)
+		}
+		if b := s.Backlog(); b != rep.ReplayBytes {
+			t.Fatalf("backlog at open %d bytes, Inspect said %d", b, rep.ReplayBytes)
+		}
+		c := &collector{}
+		if err := start(t, s, Links{Next: c}); err != nil {
+			t.Fatal(err)
+		}
+		c.waitAnswered(t, int64(rep.ReplayRecords))
+		time.Sleep(20 * time.Millisecond)
+		if got := len(c.values()); got != rep.ReplayRecords {
+			t.Fatalf("the restart delivered %d records, Inspect said %d (damage %+v)", got, rep.ReplayRecords, rep.Damage)
+		}
+		_ = s.Shutdown(context.Background())
+	})
+}
+
+// sizeIfRemoved is the size of the newest segment if Open removes it
+// (counted as truncated bytes, all of it), else 0.
+func sizeIfRemoved(rep *Report) int64 {
+	for _, s := range rep.Segments {
+		if s.State == StateRemoved {
+			return s.Size
+		}
+	}
+	return 0
+}
