@@ -35,6 +35,7 @@ func TestDeadLetterReplayAfterTopicCreated(t *testing.T) {
 		fmt.Fprintf(&body, "dlq-%02d\n", i)
 	}
 	req, _ := http.NewRequest("POST", "http://"+a.HTTP+"/v1/messages/"+topic, &body)
+	req.Header.Set("Content-Type", "application/x-ndjson") // a record per line
 	req.Header.Set("X-Ferry-Key", "k")
 	req.Header.Set("X-Ferry-Header-Src", "replay")
 	res, err := http.DefaultClient.Do(req)
