@@ -60,7 +60,16 @@ type ReplayOptions struct {
 	// Progress, when set, is called about once a second while sending and
 	// once at the end.
 	Progress func(ReplayProgress)
+	// MaxLineBytes bounds the line read into memory and decoded (0:
+	// DefaultMaxLineBytes). A longer line is not a dead letter ferry wrote
+	// (those hold a record the exporter took, in base64): it is never
+	// held in memory, only copied, byte for byte, into the new file.
+	MaxLineBytes int
 }
+
+// DefaultMaxLineBytes is ReplayOptions.MaxLineBytes' default: the line of
+// a 16 MiB record, in base64, with room.
+const DefaultMaxLineBytes = 32 << 20
 
 // ReplayProgress is how far a replay is.
 type ReplayProgress struct {
@@ -84,9 +93,11 @@ type ReplaySummary struct {
 	// Failed: Kafka refused them again, by reason; they stay in the file.
 	Failed map[string]int
 	// Skipped: dead letters of another topic than Topic; Unreadable: lines
-	// that are not dead letters. Both stay in the file.
+	// that are not dead letters; TooLong: lines over MaxLineBytes, not
+	// read. All stay in the file.
 	Skipped    int
 	Unreadable int
+	TooLong    int
 	// NotSent: lines not sent because the replay was interrupted;
 	// Unanswered: sent, but Kafka had not answered when the replay ended.
 	// Both stay in the file (the unanswered may reach Kafka too: a later
@@ -125,12 +136,22 @@ type item struct {
 	line  []byte
 	rec   record.Record
 	state itemState
+	// long: a line over MaxLineBytes, not held (line is nil): its n bytes
+	// at off in the file are copied when it is written out; nl says
+	// whether they end with a newline.
+	long bool
+	nl   bool
+	off  int64
+	n    int64
 }
 
 type replayer struct {
 	o    ReplayOptions
 	next consumer.Consumer
 	sum  ReplaySummary
+	in   *os.File // the file, read at off by rd
+	rd   *bufio.Reader
+	off  int64
 	out  *os.File // the new file (nil in a dry run)
 	w    *bufio.Writer
 	lim  *limiter
@@ -167,12 +188,15 @@ func Replay(ctx context.Context, o ReplayOptions, next consumer.Consumer) (*Repl
 	if o.Grace <= 0 {
 		o.Grace = 10 * time.Second
 	}
+	if o.MaxLineBytes <= 0 {
+		o.MaxLineBytes = DefaultMaxLineBytes
+	}
 	in, err := os.Open(o.File)
 	if err != nil {
 		return nil, err
 	}
 	defer in.Close()
-	r := &replayer{o: o, next: next, answered: make(chan struct{}, 1), t0: time.Now(),
+	r := &replayer{o: o, next: next, in: in, answered: make(chan struct{}, 1), t0: time.Now(),
 		sum: ReplaySummary{File: o.File, Topics: map[string]int{}, Failed: map[string]int{}}}
 	if r.sum.Lines, err = countLines(in); err != nil {
 		return nil, err
@@ -193,11 +217,44 @@ func Replay(ctx context.Context, o ReplayOptions, next consumer.Consumer) (*Repl
 		}()
 	}
 	r.lim = newLimiter(o.Rate, r.t0)
-	rd := bufio.NewReaderSize(in, 256<<10)
-	if err := r.run(ctx, rd); err != nil {
+	r.rd = bufio.NewReaderSize(in, 256<<10)
+	if err := r.run(ctx); err != nil {
 		return &r.sum, err
 	}
-	return &r.sum, r.finish(rd)
+	return &r.sum, r.finish()
+}
+
+// readLine reads the next line: its bytes when it is at most
+// MaxLineBytes, else an item that only says where it is (its bytes are
+// read past, never held). n is 0 at the end of the file.
+func (r *replayer) readLine() (line []byte, long *item, n int64, err error) {
+	off := r.off
+	for {
+		frag, ferr := r.rd.ReadSlice('\n')
+		n += int64(len(frag))
+		if long == nil {
+			if n > int64(r.o.MaxLineBytes) {
+				long, line = &item{long: true, off: off}, nil
+			} else {
+				line = append(line, frag...)
+			}
+		}
+		if errors.Is(ferr, bufio.ErrBufferFull) {
+			continue
+		}
+		r.off += n
+		if long != nil {
+			long.n, long.nl = n, ferr == nil
+			long.state = itemKeep
+		}
+		if ferr != nil && !errors.Is(ferr, io.EOF) {
+			return nil, nil, n, ferr
+		}
+		if errors.Is(ferr, io.EOF) {
+			err = io.EOF
+		}
+		return line, long, n, err
+	}
 }
 
 // newBeside creates the file that will replace name: in its directory
@@ -246,7 +303,7 @@ func countLines(f *os.File) (int, error) {
 
 // run reads and sends until the file is read and every record sent is
 // answered, or ctx ends.
-func (r *replayer) run(ctx context.Context, rd *bufio.Reader) error {
+func (r *replayer) run(ctx context.Context) error {
 	var toSend []*item // read and to be sent, in file order
 	eof := false
 	lastProgress := r.t0
@@ -272,19 +329,24 @@ func (r *replayer) run(ctx context.Context, rd *bufio.Reader) error {
 		// Bounded: records waiting or in flight, and the lines held behind
 		// the oldest unanswered one (however many lines of other topics).
 		for !eof && len(toSend) < 500 && inflight+len(toSend) < r.o.InFlight && r.held() < maxHeld {
-			line, err := rd.ReadBytes('\n')
+			line, long, n, err := r.readLine()
 			if errors.Is(err, io.EOF) {
 				eof = true
 			} else if err != nil {
 				return err
 			}
-			if len(line) == 0 {
+			if n == 0 {
 				break
 			}
-			it := r.classify(line)
+			it := long
+			if it != nil {
+				r.sum.TooLong++
+			} else {
+				it = r.classify(line)
+			}
 			r.mu.Lock()
 			r.queue = append(r.queue, it)
-			r.queued += len(line)
+			r.queued += len(it.line)
 			r.mu.Unlock()
 			if it.state == itemToSend {
 				toSend = append(toSend, it)
@@ -493,6 +555,15 @@ func (r *replayer) keep(it *item) error {
 	if r.w == nil {
 		return nil
 	}
+	if it.long {
+		if _, err := io.Copy(r.w, io.NewSectionReader(r.in, it.off, it.n)); err != nil {
+			return err
+		}
+		if !it.nl {
+			return r.w.WriteByte('\n') // a last line without its newline
+		}
+		return nil
+	}
 	line := it.line
 	if line[len(line)-1] != '\n' {
 		line = append(line, '\n') // a last line without its newline
@@ -504,7 +575,7 @@ func (r *replayer) keep(it *item) error {
 // finish writes what is left — the lines still queued and, after an
 // interruption, the rest of the file — and puts the new file in the old
 // one's place (or removes the old one if nothing is left).
-func (r *replayer) finish(rd *bufio.Reader) error {
+func (r *replayer) finish() error {
 	defer func() {
 		if r.o.Progress != nil {
 			r.o.Progress(r.progress())
@@ -513,10 +584,10 @@ func (r *replayer) finish(rd *bufio.Reader) error {
 	if r.o.DryRun {
 		return nil
 	}
-	return r.replace(rd)
+	return r.replace()
 }
 
-func (r *replayer) replace(rd *bufio.Reader) error {
+func (r *replayer) replace() error {
 	r.mu.Lock()
 	r.closed = true
 	for _, it := range r.queue {
@@ -536,10 +607,14 @@ func (r *replayer) replace(rd *bufio.Reader) error {
 	if r.sum.Interrupted {
 		// The rest of the file, not read: as it is.
 		for {
-			line, err := rd.ReadBytes('\n')
-			if len(line) > 0 {
+			line, long, n, err := r.readLine()
+			if n > 0 {
 				r.sum.NotSent++
-				if err := r.keep(&item{line: line}); err != nil {
+				it := long
+				if it == nil {
+					it = &item{line: line}
+				}
+				if err := r.keep(it); err != nil {
 					return err
 				}
 			}

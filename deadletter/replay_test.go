@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -323,5 +324,103 @@ func TestLimiterArithmetic(t *testing.T) {
 				t.Fatalf("rate %d: %d records in %.1f s: it does not keep up", rate, total, el)
 			}
 		}
+	}
+}
+
+// hugeLine writes to file, between the dead letters of before and after, a
+// line of n bytes: a dead letter whose value is n bytes of base64.
+func hugeLine(t *testing.T, before, after []record.Record, n int) (string, []byte) {
+	t.Helper()
+	file, _ := deadLetters(t, before)
+	_, tail := deadLetters(t, after)
+	prefix := `{"time":"2024-01-01T00:00:00Z","reason":"record_too_large","error":"","topic":"big","value":"`
+	huge := bytes.Repeat([]byte("QUFB"), (n-len(prefix)-3)/4)
+	line := append(append([]byte(prefix), huge...), "\"}\n"...)
+	f, err := os.OpenFile(file, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(line); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(strings.Join(tail, "")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return file, line
+}
+
+// allocDuring is the bytes fn allocates on the Go heap.
+func allocDuring(fn func()) uint64 {
+	var a, b runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&a)
+	fn()
+	runtime.ReadMemStats(&b)
+	return b.TotalAlloc - a.TotalAlloc
+}
+
+// TestReplayHugeLineBounded: a dead-letter line far over MaxLineBytes (a
+// damaged file, or one that is not ferry's) is neither read into memory
+// nor decoded: it stays in the file byte for byte, in its place, and the
+// dead letters around it are sent.
+func TestReplayHugeLineBounded(t *testing.T) {
+	file, line := hugeLine(t, sample("a"), sample("b"), 40<<20)
+	k := &kafka{}
+	var sum *ReplaySummary
+	var err error
+	alloc := allocDuring(func() {
+		sum, err = Replay(context.Background(), ReplayOptions{File: file, Rate: 1000, MaxLineBytes: 1 << 20}, k)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alloc > 8<<20 {
+		t.Errorf("a 40 MiB line cost the replay %d bytes of heap", alloc)
+	}
+	if sum.Sent != 2 || sum.TooLong != 1 || sum.Kept != 1 || len(k.records()) != 2 {
+		t.Fatalf("summary %+v, %d records in Kafka", sum, len(k.records()))
+	}
+	got, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, line) {
+		t.Fatalf("the file holds %d bytes, not the huge line's %d", len(got), len(line))
+	}
+}
+
+// TestReplayHugeLineInterrupted: the same line in the part of the file an
+// interrupted replay copies without sending.
+func TestReplayHugeLineInterrupted(t *testing.T) {
+	file, _ := hugeLine(t, sample("a", "a"), sample("b"), 40<<20)
+	orig, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &kafka{hold: true}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	var sum *ReplaySummary
+	alloc := allocDuring(func() {
+		sum, err = Replay(ctx, ReplayOptions{File: file, Rate: 1000, InFlight: 1, Grace: 50 * time.Millisecond, MaxLineBytes: 1 << 20}, k)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alloc > 8<<20 {
+		t.Errorf("a 40 MiB line cost the replay %d bytes of heap", alloc)
+	}
+	if !sum.Interrupted || sum.Kept != 4 {
+		t.Fatalf("summary %+v", sum)
+	}
+	got, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, orig) {
+		t.Fatal("an interrupted replay changed the file")
 	}
 }

@@ -85,7 +85,10 @@ func deadletterCmd(args []string, stdout, stderr io.Writer) int {
 	if dlFile == "" {
 		dlFile = cfg.Delivery.DeadLetter.File
 	}
-	o := deadletter.ReplayOptions{File: dlFile, Topic: topic, Rate: *rate, DryRun: *dry}
+	// A line holds a record the exporter took, in base64 (4/3 of it), and
+	// its error: a longer one is not read, only kept.
+	o := deadletter.ReplayOptions{File: dlFile, Topic: topic, Rate: *rate, DryRun: *dry,
+		MaxLineBytes: int(max(deadletter.DefaultMaxLineBytes, 2*cfg.SpoolRecordBytes()+1<<20))}
 	if *dry {
 		sum, err := deadletter.Replay(context.Background(), o, nil)
 		if err != nil {
@@ -175,6 +178,9 @@ func printReplay(w io.Writer, s *deadletter.ReplaySummary, dry bool) {
 	}
 	if s.Unreadable > 0 {
 		fmt.Fprintf(w, "not dead letters: %d lines\n", s.Unreadable)
+	}
+	if s.TooLong > 0 {
+		fmt.Fprintf(w, "too long to be dead letters: %d lines, not read (left in the file)\n", s.TooLong)
 	}
 	if s.Interrupted {
 		fmt.Fprintf(w, "interrupted: %d not sent, %d sent without an answer from Kafka (a later replay may duplicate those)\n", s.NotSent, s.Unanswered)
