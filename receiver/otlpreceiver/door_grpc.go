@@ -51,6 +51,9 @@ import (
 // listener's connection metrics and log lines.
 const jaegerGRPCName = "jaeger_grpc"
 
+// jaegerPostSpans is the method's full name, as gRPC's tap sees it.
+const jaegerPostSpans = "/" + jaeger.ProtoService + "/" + jaeger.ProtoMethod
+
 // jaegerGRPC is the service's state: its metrics, and its own listener
 // (nil when jaeger_grpc_endpoint is empty).
 type jaegerGRPC struct {

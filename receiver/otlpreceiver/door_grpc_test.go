@@ -284,3 +284,31 @@ func TestJaegerGRPCFloodCostsLittle(t *testing.T) {
 		t.Fatalf("%d bytes allocated for a %d-byte message", alloc, len(req))
 	}
 }
+
+// TestJaegerGRPCTapCountsJaeger: a PostSpans refused when it arrives (no
+// room in memory for its stream) is counted under receiver="jaeger_grpc",
+// on either listener, not as an OTLP request.
+func TestJaegerGRPCTapCountsJaeger(t *testing.T) {
+	set := telemetry.TestSettings()
+	b := budget.New(16 << 20)
+	r, err := New(jaegerConfig(), receiver.Env{Set: set, Next: &consumertest.Sink{}, Bodies: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+	b.Reserve(b.Limit(), b.Limit())
+	jm := receivermetrics.New(set.Registry, "jaeger_grpc")
+	om := receivermetrics.New(set.Registry, "otlp_grpc")
+	for _, addr := range []string{r.JaegerGRPCAddr(), r.GRPCAddr()} {
+		st := status.Convert(postRaw(t, addr, jaegerRequest("s", jaegerSpan(1))))
+		if st.Code() != codes.ResourceExhausted || len(st.Details()) == 0 {
+			t.Fatalf("%s: %v, want RESOURCE_EXHAUSTED with RetryInfo", addr, st.Err())
+		}
+	}
+	if j, o := testutil.ToFloat64(jm.Errors("queue_full")), testutil.ToFloat64(om.Errors("queue_full")); j != 2 || o != 0 {
+		t.Fatalf("refused at arrival: jaeger_grpc %v, otlp_grpc %v; want 2, 0", j, o)
+	}
+}

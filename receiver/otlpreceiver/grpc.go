@@ -250,10 +250,16 @@ func (l *lease) end() { l.once.Do(func() { l.reader.Put(l.buf) }) }
 
 type leaseKey struct{}
 
-func (g *grpcServer) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
+func (g *grpcServer) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	rd := g.r.body
 	if !rd.Budgeted() {
 		return ctx, nil
+	}
+	// A refusal is counted under the service's receiver: Jaeger's
+	// (door_grpc.go) on either listener, OTLP's otherwise.
+	m := g.r.grpcM
+	if j := g.r.jaeger; j != nil && info != nil && info.FullMethodName == jaegerPostSpans {
+		m = j.m
 	}
 	// The first step stays below the room one request's second step needs:
 	// streams that arrived cannot take the budget their own reads wait for.
@@ -261,8 +267,8 @@ func (g *grpcServer) tap(ctx context.Context, _ *tap.Info) (context.Context, err
 	l := &lease{reader: rd, buf: rd.Get(0)}
 	if !rd.ReserveBelow(l.buf, first, rd.Limit()-(g.readBytes()-first)) {
 		rd.Put(l.buf)
-		g.r.grpcM.Error(consumer.ErrFull.Reason)
-		g.r.grpcM.RequestCode(codes.ResourceExhausted.String())
+		m.Error(consumer.ErrFull.Reason)
+		m.RequestCode(codes.ResourceExhausted.String())
 		return nil, retryStatus(classify(consumer.ErrFull))
 	}
 	return context.WithValue(ctx, leaseKey{}, l), nil
