@@ -262,13 +262,22 @@ func lockShared(dir string) (*os.File, error) {
 
 // Hold keeps an agent from opening the spool in dir until release is
 // called, as the read-only tools do while they read (a shared lock on its
-// lock file): ErrInUse if an agent holds it now. A missing directory, or
-// one no agent ever opened, holds nothing and is no error. ferry
-// deadletter replay holds it while it rewrites the dead-letter file, which
-// a running agent appends to.
+// lock file): ErrInUse if an agent holds it now. ferry deadletter replay
+// holds it while it rewrites the dead-letter file, which a running agent
+// appends to, so unlike the read-only tools it creates what it must lock:
+// the directory (0700) and its lock file (0600), as the agent would, owned
+// by the owner of the nearest directory above when run as root — a replay
+// run with sudo must not leave a lock the agent's own user cannot open.
+// Without them an agent started during the replay would lock a file of its
+// own and append dead letters the replay then renames over.
 func Hold(dir string) (release func(), err error) {
+	if _, err := os.Stat(filepath.Join(dir, "lock")); errors.Is(err, os.ErrNotExist) {
+		if err := makeLock(dir); err != nil {
+			return nil, err
+		}
+	}
 	lf, err := lockShared(dir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err != nil {
 		return nil, err
 	}
 	return func() {
@@ -276,6 +285,48 @@ func Hold(dir string) (release func(), err error) {
 			lf.Close()
 		}
 	}, nil
+}
+
+// makeLock creates dir (and the directories above it that are missing)
+// and its lock file, as spool.Open does. Run as root, what it creates
+// goes to the owner of the nearest directory that already existed.
+func makeLock(dir string) error {
+	dir = filepath.Clean(dir)
+	var made []string // from dir upwards
+	owner := dir
+	for {
+		if _, err := os.Stat(owner); err == nil || owner == filepath.Dir(owner) {
+			break
+		}
+		made = append(made, owner)
+		owner = filepath.Dir(owner)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	lock := filepath.Join(dir, "lock")
+	lf, err := os.OpenFile(lock, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	lf.Close()
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	fi, err := os.Stat(owner)
+	if err != nil {
+		return nil
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	for _, p := range append(made, lock) {
+		if err := os.Lchown(p, int(st.Uid), int(st.Gid)); err != nil {
+			return fmt.Errorf("spool: %w", err)
+		}
+	}
+	return nil
 }
 
 func (v *view) close() {

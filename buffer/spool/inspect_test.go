@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 	"testing"
 	"time"
 
@@ -467,4 +468,32 @@ func sizeIfRemoved(rep *Report) int64 {
 		}
 	}
 	return 0
+}
+
+// A replay holding a spool directory no agent has opened yet (no lock
+// file, or no directory) must still keep an agent from starting on it:
+// otherwise the agent locks a file of its own and appends dead letters the
+// replay then renames over.
+func TestHoldCreatesTheLockAnAgentWaitsOn(t *testing.T) {
+	for _, dir := range []string{t.TempDir(), filepath.Join(t.TempDir(), "state", "spool")} {
+		release, err := Hold(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lf, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatalf("%s: no lock file while held: %v", dir, err)
+		}
+		if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
+			t.Fatalf("%s: an agent could lock the spool while a replay holds it", dir)
+		}
+		release()
+		if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			t.Fatalf("%s: still held after release: %v", dir, err)
+		}
+		lf.Close()
+		if fi, err := os.Stat(filepath.Join(dir, "lock")); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: lock file %v, %v; want mode 0600", dir, fi.Mode(), err)
+		}
+	}
 }
