@@ -6,7 +6,13 @@
 // Each file line is one record with why it failed:
 //
 //	{"time":"…","reason":"record_too_large","error":"…","topic":"orders",
-//	 "key":"<base64>","value":"<base64>","headers":{"k":"<base64>"}}
+//	 "timestamp":"…","partition":3,"key":"<base64>","value":"<base64>",
+//	 "headers":{"k":"<base64>"}}
+//
+// time is when the record was dead-lettered; timestamp is the record's
+// own (absent if it had none), partition the one its client chose (absent
+// if none). Lines written before those two fields existed lack them.
+// ferry deadletter replay sends the lines again (replay.go).
 //
 // A dead-letter topic record keeps key, value and headers and adds the
 // headers ferry.dead_letter.reason and ferry.dead_letter.topic. The file is
@@ -18,10 +24,13 @@ package deadletter
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -91,13 +100,15 @@ func New(cfg Config, set telemetry.Settings, next consumer.Consumer) (*Writer, e
 }
 
 type line struct {
-	Time    time.Time         `json:"time"`
-	Reason  string            `json:"reason"`
-	Error   string            `json:"error"`
-	Topic   string            `json:"topic"`
-	Key     []byte            `json:"key,omitempty"`
-	Value   []byte            `json:"value"`
-	Headers map[string][]byte `json:"headers,omitempty"`
+	Time      time.Time         `json:"time"`
+	Reason    string            `json:"reason"`
+	Error     string            `json:"error"`
+	Topic     string            `json:"topic"`
+	Timestamp *time.Time        `json:"timestamp,omitempty"`
+	Partition *int32            `json:"partition,omitempty"`
+	Key       []byte            `json:"key,omitempty"`
+	Value     []byte            `json:"value"`
+	Headers   map[string][]byte `json:"headers,omitempty"`
 }
 
 // Write stores r and calls done once it is durable: fsynced in the file,
@@ -146,6 +157,13 @@ func clone(b []byte) []byte {
 
 func (w *Writer) toFile(r *record.Record, reason string, cause error) error {
 	l := line{Time: time.Now().UTC(), Reason: reason, Topic: r.Topic, Key: r.Key, Value: r.Value}
+	if !r.Timestamp.IsZero() {
+		ts := r.Timestamp.UTC()
+		l.Timestamp = &ts
+	}
+	if p, ok := r.Partition(); ok {
+		l.Partition = &p
+	}
 	if cause != nil {
 		l.Error = cause.Error()
 	}
@@ -194,16 +212,29 @@ func (w *Writer) toFile(r *record.Record, reason string, cause error) error {
 	return nil
 }
 
-// Decode reads one line of the dead-letter file (for tools and tests).
+// Decode reads one line of the dead-letter file (for tools and tests):
+// the record as it was (its own timestamp, zero if the line has none; the
+// partition its client chose; headers sorted by key), why it failed, and
+// the error.
 func Decode(b []byte) (r record.Record, reason, errText string, err error) {
 	var l line
 	if err = json.Unmarshal(b, &l); err != nil {
 		return r, "", "", err
 	}
-	r = record.Record{Topic: l.Topic, Key: l.Key, Value: l.Value, Timestamp: l.Time}
+	if l.Topic == "" {
+		return r, "", "", errors.New("not a dead letter: no topic")
+	}
+	r = record.Record{Topic: l.Topic, Key: l.Key, Value: l.Value}
+	if l.Timestamp != nil {
+		r.Timestamp = *l.Timestamp
+	}
+	if l.Partition != nil && *l.Partition >= 0 {
+		r.SetPartition(*l.Partition)
+	}
 	for k, v := range l.Headers {
 		r.Headers = append(r.Headers, record.Header{Key: k, Value: v})
 	}
+	slices.SortFunc(r.Headers, func(a, b record.Header) int { return strings.Compare(a.Key, b.Key) })
 	return r, l.Reason, l.Error, nil
 }
 

@@ -66,6 +66,7 @@ for target in \
   "FuzzRFC3164 ./receiver/syslogreceiver 10000x" \
   "FuzzFrame ./receiver/syslogreceiver 10000x" \
   "FuzzConvert ./otlp/jaeger 10000x" \
+  "FuzzConvertProto ./otlp/jaeger 10000x" \
   "FuzzLZ4 ./lz4frame" \
   "FuzzLZ4Block ./lz4frame"; do
   set -- $target

@@ -154,6 +154,17 @@
 // again with exponential backoff, without limit. Nothing leaves the spool
 // otherwise.
 //
+// # Reading without the agent
+//
+// Inspect and Scan (inspect.go) read a spool directory without changing
+// it, for ferry spool inspect, verify and dump and ferry validate: the
+// same listing, checkpoint, headers, frame scan (walkFrames, shared with
+// recovery's tail repair) and decoder, predicting what the next Open and
+// its reader would delete, truncate, skip and replay instead of doing it.
+// They hold a shared flock on the lock file while they read, so they
+// refuse a spool an agent holds (ErrInUse, unless forced) and an agent
+// cannot open it under them.
+//
 // # Bounds
 //
 // Disk: max_bytes counts every byte of every segment on disk, acknowledged

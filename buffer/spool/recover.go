@@ -14,28 +14,10 @@ import (
 )
 
 func (s *Spool) recover() error {
-	entries, err := os.ReadDir(s.cfg.Dir)
+	ids, spares, err := listDir(s.cfg.Dir)
 	if err != nil {
-		return fmt.Errorf("spool: %w", err)
+		return err
 	}
-	var ids []uint64
-	var spares []string
-	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), ".spare") {
-			spares = append(spares, e.Name())
-			continue
-		}
-		name, ok := strings.CutSuffix(e.Name(), ".seg")
-		if !ok {
-			continue
-		}
-		id, err := strconv.ParseUint(name, 10, 64)
-		if err != nil {
-			continue
-		}
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
 	cp, ok, err := readCheckpoint(s.path("checkpoint"))
 	if err != nil {
 		// Unreadable checkpoint: replay everything there is (duplicates,
@@ -135,31 +117,13 @@ func (s *Spool) repairTail(id uint64, size int64) (int64, error) {
 		sf.maxFrame = s.v1MaxFrame()
 	}
 	validEnd := sf.dataStart()
-	buf := make([]byte, s.chunk)
-	for off := sf.dataStart(); off < size; {
-		want := min(int64(max(len(buf), s.need)), size-off)
-		if int64(cap(buf)) < want {
-			buf = make([]byte, want)
-		}
-		n, err := f.ReadAt(buf[:want], off)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return 0, fmt.Errorf("spool: reading %s: %w", name, err)
-		}
-		atEnd := off+int64(n) >= size
-		stop, need, _, _ := scan(buf[:n], atEnd, sf, func(o int, p []byte) bool {
-			validEnd = off + int64(o) + int64(sf.hdrLen()) + int64(len(p))
-			return true
-		})
-		s.need = need
-		if stop == 0 && need == 0 && !atEnd {
-			stop = 1
-		}
-		off += int64(stop)
-		if atEnd {
-			break
-		}
+	err = walkFrames(f, size, sf.dataStart(), sf, s.chunk, func(off int64, p []byte) bool {
+		validEnd = off + int64(sf.hdrLen()) + int64(len(p))
+		return true
+	})
+	if err != nil {
+		return 0, fmt.Errorf("spool: reading %s: %w", name, err)
 	}
-	s.need = 0
 	if validEnd < size {
 		torn := size - validEnd
 		if err := f.Truncate(validEnd); err != nil {
@@ -198,3 +162,72 @@ func readSegFormat(name string) (*segFormat, error) {
 // v1MaxFrame bounds the frames of an old segment, which recorded no limit:
 // the current limit or the old default, whichever is larger.
 func (s *Spool) v1MaxFrame() int { return max(s.maxFrame, 8<<20+4096) }
+
+// listDir lists a spool directory: the segments' ids in order and the
+// spares' names. Nothing else in it is the spool's.
+func listDir(dir string) (ids []uint64, spares []string, err error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("spool: %w", err)
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".spare") {
+			spares = append(spares, e.Name())
+			continue
+		}
+		name, ok := strings.CutSuffix(e.Name(), ".seg")
+		if !ok {
+			continue
+		}
+		id, err := strconv.ParseUint(name, 10, 64)
+		if err != nil {
+			continue
+		}
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids, spares, nil
+}
+
+// walkFrames calls fn with every valid frame of the sealed segment in f
+// (size bytes, frames sealed for sf) from start on, with its offset in the
+// file, reading chunk bytes at a time (more for a larger frame); fn
+// returning false stops the walk. Damage is skipped as the reader skips it
+// (scan): a current segment resynchronises at the next valid frame, an old
+// (v1) one ends at its first damage. Recovery's tail repair and the
+// read-only tools (inspect.go) walk segments with it.
+func walkFrames(f io.ReaderAt, size, start int64, sf *segFormat, chunk int, fn func(off int64, payload []byte) bool) error {
+	buf := make([]byte, chunk)
+	need := 0
+	for off := start; off < size; {
+		want := min(int64(max(len(buf), need)), size-off)
+		if int64(cap(buf)) < want {
+			buf = make([]byte, want)
+		}
+		n, err := f.ReadAt(buf[:want], off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		// A file shorter than its recorded size ends where it ends.
+		atEnd := off+int64(n) >= size || int64(n) < want
+		stopped := false
+		stop, nd, skipped, _ := scan(buf[:n], atEnd, sf, func(o int, p []byte) bool {
+			if !fn(off+int64(o), p) {
+				stopped = true
+				return false
+			}
+			return true
+		})
+		need = nd
+		if stopped || atEnd || sf.v1 && skipped > 0 {
+			// An old segment cannot be resynchronised: the reader ends it
+			// at its first damage.
+			return nil
+		}
+		if stop == 0 && need == 0 {
+			stop = 1
+		}
+		off += int64(stop)
+	}
+	return nil
+}

@@ -8,6 +8,8 @@
 //	ferry validate [-c ferry.yaml] [--set ...]
 //	ferry config default
 //	ferry token keygen|issue|inspect ...   (docs/tokens.md)
+//	ferry spool inspect|verify|dump ...    (docs/operating.md)
+//	ferry deadletter replay ...            (docs/operating.md)
 //	ferry version
 //
 // The agent itself is package pipeline; this command reads the config,
@@ -19,6 +21,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -33,6 +36,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/ferryhq/ferry/buffer/spool"
 	"github.com/ferryhq/ferry/cmd/ferry/scheduler"
 	"github.com/ferryhq/ferry/config"
 	"github.com/ferryhq/ferry/pipeline"
@@ -47,6 +51,8 @@ Usage:
   ferry validate [-c FILE] [--set ...]              check a configuration and the files it names
   ferry config default                              print the complete default configuration
   ferry token keygen|issue|inspect                  application tokens (ferry token for help)
+  ferry spool inspect|verify|dump                   a stopped agent's disk spool (ferry spool for help)
+  ferry deadletter replay --rate N                  send dead letters to Kafka again (ferry deadletter for help)
   ferry version                                     print the version
 `
 
@@ -99,6 +105,10 @@ func run(args []string) int {
 				fmt.Fprintln(os.Stderr, "ferry:", err)
 				return 1
 			}
+			if err := checkSpool(cfg, os.Stdout, os.Stderr); err != nil {
+				fmt.Fprintln(os.Stderr, "ferry:", err)
+				return 1
+			}
 			fmt.Println("configuration is valid")
 			return 0
 		}
@@ -110,6 +120,10 @@ func run(args []string) int {
 		return serve(cfg, restartErr, func() (*config.Config, error) { return config.Load(*file, s) })
 	case "token":
 		return tokenCmd(args[1:])
+	case "spool":
+		return spoolCmd(args[1:], os.Stdout, os.Stderr)
+	case "deadletter":
+		return deadletterCmd(args[1:], os.Stdout, os.Stderr)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return 0
@@ -264,6 +278,37 @@ func checkFiles(cfg *config.Config) error {
 	typ := cfg.Exporter.Type
 	if err := cfg.Exporter.Config(typ).CheckFiles(); err != nil {
 		return fmt.Errorf("exporter.%s: %w", typ, err)
+	}
+	return nil
+}
+
+// checkSpool reads the spool the configuration would open (delivery modes
+// spool and spill), as ferry spool verify does, and says what the next
+// start will do with it. Damage is a warning: the agent starts, truncating
+// or skipping it (and the records in it are lost); only a spool it could
+// not open is an error. A spool a running agent holds is not read.
+func checkSpool(cfg *config.Config, stdout, stderr io.Writer) error {
+	if cfg.Delivery.Mode != "spool" && cfg.Delivery.Mode != "spill" {
+		return nil
+	}
+	dir := cfg.Delivery.Spool.Dir
+	rep, err := spool.Inspect(dir, spool.ReadOptions{MaxRecordBytes: int(cfg.SpoolRecordBytes())})
+	switch {
+	case errors.Is(err, spool.ErrNoSpool):
+		fmt.Fprintf(stdout, "spool %s: none yet (created at start)\n", dir)
+		return nil
+	case errors.Is(err, spool.ErrInUse):
+		fmt.Fprintf(stdout, "spool %s: in use by a running ferry, not read (ferry spool verify --force reads it)\n", dir)
+		return nil
+	case err != nil:
+		return fmt.Errorf("delivery.spool.dir: %w", err)
+	}
+	fmt.Fprintf(stdout, "spool %s: %d segments; a start replays %d records (%s)\n", dir, len(rep.Segments), rep.ReplayRecords, human(rep.ReplayBytes))
+	if rep.CheckpointError != "" {
+		fmt.Fprintf(stderr, "ferry: warning: spool %s: checkpoint unreadable (%s): a start replays every segment from its start\n", dir, rep.CheckpointError)
+	}
+	if rep.Damaged() {
+		fmt.Fprintf(stderr, "ferry: warning: spool %s: %s; the agent starts all the same (ferry spool verify lists them)\n", dir, damageLine(rep))
 	}
 	return nil
 }

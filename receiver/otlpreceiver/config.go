@@ -2,6 +2,8 @@ package otlpreceiver
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/ferryhq/ferry/auth"
@@ -63,6 +65,11 @@ type Config struct {
 	Auth auth.ReceiverConfig `yaml:"auth"`
 	// Doors: other wire formats served on the HTTP listener (door.go).
 	Doors []string `yaml:"doors"`
+	// JaegerGRPCEndpoint: with the jaeger door open, Jaeger's gRPC
+	// collector service is served on grpc.listen and on this address
+	// too, with the grpc section's settings (door_grpc.go); "": only on
+	// grpc.listen.
+	JaegerGRPCEndpoint string `yaml:"jaeger_grpc_endpoint"`
 }
 
 // Validate names the first invalid field.
@@ -83,6 +90,9 @@ func (c *Config) Validate() error {
 	}
 	if c.GRPC.Enabled && c.GRPC.Listen == "" {
 		return fmt.Errorf("grpc.listen: required when enabled")
+	}
+	if c.jaegerGRPCOwn() && c.GRPC.Enabled && c.JaegerGRPCEndpoint == c.GRPC.Listen && !strings.HasSuffix(c.GRPC.Listen, ":0") {
+		return fmt.Errorf("jaeger_grpc_endpoint: %s is grpc.listen, where Jaeger's gRPC service is served already (set it to \"\" for that listener alone)", c.JaegerGRPCEndpoint)
 	}
 	if err := c.GRPC.TLS.Validate(); err != nil {
 		return fmt.Errorf("grpc.%w", err)
@@ -126,4 +136,10 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// jaegerGRPCOwn reports whether Jaeger's gRPC service has a listener of its
+// own (the jaeger door open and jaeger_grpc_endpoint set).
+func (c *Config) jaegerGRPCOwn() bool {
+	return c.JaegerGRPCEndpoint != "" && slices.Contains(c.Doors, "jaeger")
 }

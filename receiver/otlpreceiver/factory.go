@@ -109,9 +109,9 @@ func (c *Config) Check(b receiver.Bounds) []error {
 	return errs
 }
 
-// CheckFiles reads the gRPC listener's TLS files.
+// CheckFiles reads the gRPC listeners' TLS files.
 func (c *Config) CheckFiles() error {
-	if !c.Enabled || !c.GRPC.Enabled {
+	if !c.Enabled || !c.GRPC.Enabled && !c.jaegerGRPCOwn() {
 		return nil
 	}
 	if err := c.GRPC.TLS.CheckFiles(); err != nil {
@@ -138,6 +138,9 @@ func (r *Receiver) Listening() []any {
 	}
 	if r.grpc != nil {
 		out = append(out, "otlp_grpc", r.GRPCAddr())
+	}
+	if a := r.JaegerGRPCAddr(); a != "" {
+		out = append(out, jaegerGRPCName, a)
 	}
 	return out
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/receiver/httpbody"
+	"github.com/ferryhq/ferry/receiver/receivermetrics"
 	"github.com/ferryhq/ferry/server"
 )
 
@@ -34,6 +35,9 @@ import (
 type grpcServer struct {
 	r   *Receiver
 	srv *server.GRPC
+	// jaegerOnly: the Jaeger door's own listener (door_grpc.go), which
+	// serves its service alone.
+	jaegerOnly bool
 }
 
 // rawMsg carries a request's bytes in (copied once out of gRPC's buffers into
@@ -172,6 +176,10 @@ func (g *grpcServer) build() *grpc.Server {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 2 * time.Minute, Time: time.Minute, Timeout: 20 * time.Second}),
 	)
+	g.registerJaeger(gs)
+	if g.jaegerOnly {
+		return gs
+	}
 	for _, s := range []struct {
 		service string
 		sig     encoding.Signal
@@ -242,10 +250,16 @@ func (l *lease) end() { l.once.Do(func() { l.reader.Put(l.buf) }) }
 
 type leaseKey struct{}
 
-func (g *grpcServer) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
+func (g *grpcServer) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	rd := g.r.body
 	if !rd.Budgeted() {
 		return ctx, nil
+	}
+	// A refusal is counted under the service's receiver: Jaeger's
+	// (door_grpc.go) on either listener, OTLP's otherwise.
+	m := g.r.grpcM
+	if j := g.r.jaeger; j != nil && info != nil && info.FullMethodName == jaegerPostSpans {
+		m = j.m
 	}
 	// The first step stays below the room one request's second step needs:
 	// streams that arrived cannot take the budget their own reads wait for.
@@ -253,8 +267,8 @@ func (g *grpcServer) tap(ctx context.Context, _ *tap.Info) (context.Context, err
 	l := &lease{reader: rd, buf: rd.Get(0)}
 	if !rd.ReserveBelow(l.buf, first, rd.Limit()-(g.readBytes()-first)) {
 		rd.Put(l.buf)
-		g.r.grpcM.Error(consumer.ErrFull.Reason)
-		g.r.grpcM.RequestCode(codes.ResourceExhausted.String())
+		m.Error(consumer.ErrFull.Reason)
+		m.RequestCode(codes.ResourceExhausted.String())
 		return nil, retryStatus(classify(consumer.ErrFull))
 	}
 	return context.WithValue(ctx, leaseKey{}, l), nil
@@ -292,21 +306,28 @@ func retryStatus(a answer) error {
 	return st.Err()
 }
 
-func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(any) error) (any, error) {
-	m := g.r.grpcM
-	unauthenticated := func(err error) error {
-		m.Error("unauthenticated")
-		m.RequestCode(codes.Unauthenticated.String())
-		return status.Error(codes.Unauthenticated, err.Error())
-	}
+// unauthenticated answers a request without a valid token.
+func unauthenticated(m *receivermetrics.Metrics, err error) error {
+	m.Error("unauthenticated")
+	m.RequestCode(codes.Unauthenticated.String())
+	return status.Error(codes.Unauthenticated, err.Error())
+}
+
+// read is what a request does before its message is looked at, whatever
+// the service: the token in its metadata (unless laterToken: OTLP may find
+// it in the resource), the memory to read the message, the message. It
+// returns the message (the caller's to Put), or the answer to give,
+// counted. The read's lease is not ended here: the caller ends it when it
+// no longer needs it (endLease).
+func (g *grpcServer) read(ctx context.Context, m *receivermetrics.Metrics, dec func(any) error, laterToken bool) (*httpbody.Buf, *token.Claims, string, error) {
 	var claims *token.Claims
 	var headerTok string
 	if g.r.gate.Enabled() {
 		headerTok = g.r.gate.GRPCToken(ctx)
-		if !g.r.gate.WantsResource() {
+		if !laterToken {
 			var aerr error
 			if claims, aerr = g.r.gate.Check(headerTok); aerr != nil {
-				return nil, unauthenticated(aerr)
+				return nil, nil, "", unauthenticated(m, aerr)
 			}
 		}
 	}
@@ -322,12 +343,11 @@ func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(a
 	if !in.noRoom {
 		err = dec(in)
 	}
-	endLease(ctx)
 	if err == nil && in.noRoom {
 		a := classify(consumer.ErrFull)
 		m.Error(a.reason)
 		m.RequestCode(a.code.String())
-		return nil, retryStatus(a)
+		return nil, nil, "", retryStatus(a)
 	}
 	if err != nil {
 		if in.buf != nil {
@@ -335,23 +355,33 @@ func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(a
 		}
 		m.Error("invalid_payload")
 		m.RequestCode(codes.InvalidArgument.String())
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, nil, "", status.Error(codes.InvalidArgument, err.Error())
+	}
+	return in.buf, claims, headerTok, nil
+}
+
+func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(any) error) (any, error) {
+	m := g.r.grpcM
+	buf, claims, headerTok, err := g.read(ctx, m, dec, g.r.gate.WantsResource())
+	endLease(ctx)
+	if err != nil {
+		return nil, err
 	}
 	if g.r.gate.WantsResource() {
 		var aerr error
-		if claims, in.buf, aerr = g.r.resourceAuth(headerTok, sig, in.buf); aerr != nil {
-			g.r.body.Put(in.buf)
+		if claims, buf, aerr = g.r.resourceAuth(headerTok, sig, buf); aerr != nil {
+			g.r.body.Put(buf)
 			if refusedPayload(aerr) {
 				a := classify(aerr)
 				m.Error(a.reason)
 				m.RequestCode(a.code.String())
 				return nil, status.Error(a.code, a.msg)
 			}
-			return nil, unauthenticated(aerr)
+			return nil, unauthenticated(m, aerr)
 		}
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	o := g.r.export(ctx, m, sig, in.buf, claims, mdHeaders(md))
+	o := g.r.export(ctx, m, sig, buf, claims, mdHeaders(md))
 	if o.err != nil {
 		a := classify(o.err)
 		m.RequestCode(a.code.String())

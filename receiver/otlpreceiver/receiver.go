@@ -1,6 +1,8 @@
 // Package otlpreceiver owns OTLP ingest: OTLP/HTTP (/v1/traces, /v1/metrics,
 // /v1/logs; protobuf or JSON; gzip or zstd) and OTLP/gRPC (TraceService,
-// MetricsService, LogsService; gzip).
+// MetricsService, LogsService; gzip), and the doors: other formats of the
+// same signals converted to OTLP (door.go on the HTTP listener,
+// door_grpc.go Jaeger's gRPC collector service).
 //
 // A request is validated and turned into Kafka records by otlp/encoding in
 // one pass over its protobuf bytes (JSON is converted to protobuf first),
@@ -80,6 +82,9 @@ type Receiver struct {
 	recycle func(*record.Batch)
 	// doorSubs: the submitter of each door served (door.go).
 	doorSubs []doorSub
+	// jaeger: Jaeger's gRPC collector service (door_grpc.go); nil unless
+	// the jaeger door is open.
+	jaeger *jaegerGRPC
 }
 
 // signalOut is a signal's fixed output: its encoding config and the Kafka
@@ -143,6 +148,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	if cfg.GRPC.Enabled {
 		r.grpc = newGRPCServer(r)
 	}
+	r.jaeger = newJaegerGRPC(r)
 	return r, nil
 }
 
@@ -161,12 +167,26 @@ func (r *Receiver) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	if r.jaeger != nil && r.jaeger.own != nil {
+		if err := r.jaeger.own.srv.Start(ctx); err != nil {
+			if r.grpc != nil {
+				_ = r.grpc.srv.Shutdown(ctx)
+			}
+			if r.http != nil {
+				_ = r.http.srv.Shutdown(ctx)
+			}
+			return err
+		}
+	}
 	return nil
 }
 
 // Shutdown stops accepting and waits for requests in progress until ctx ends.
 func (r *Receiver) Shutdown(ctx context.Context) error {
 	var errs []error
+	if r.jaeger != nil && r.jaeger.own != nil {
+		errs = append(errs, r.jaeger.own.srv.Shutdown(ctx))
+	}
 	if r.grpc != nil {
 		errs = append(errs, r.grpc.srv.Shutdown(ctx))
 	}

@@ -1,7 +1,9 @@
 // Package jaegertest makes spans with a real Jaeger client
 // (github.com/uber/jaeger-client-go: its tracer, and its HTTP transport
 // as the sender), and checks the OTLP traces ferry made of them against
-// what the client holds. For tests only.
+// what the client holds; and (proto.go) sends Jaeger proto batches with
+// jaeger-idl's generated gRPC client, and checks them the same way. For
+// tests only.
 package jaegertest
 
 import (

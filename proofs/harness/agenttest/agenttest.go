@@ -84,6 +84,7 @@ type Agent struct {
 	HTTP, Admin, OTLP, GRPC string // listen addresses
 	Local, Socket           string // the local protocol's TCP address and Unix socket
 	KafkaFront              string // the Kafka-protocol front's address (when enabled)
+	JaegerGRPC              string // Jaeger's gRPC collector service (with the jaeger door open)
 	Config                  string // the config file given as yaml ("" if none): rewrite it, then Reload
 	Logs                    *SyncBuffer
 	exited                  chan error
@@ -163,7 +164,7 @@ func (a *Agent) portTaken() bool {
 	if !strings.Contains(logs, "address already in use") {
 		return false
 	}
-	for _, addr := range []string{a.HTTP, a.Admin, a.OTLP, a.GRPC, a.Local, a.KafkaFront} {
+	for _, addr := range []string{a.HTTP, a.Admin, a.OTLP, a.GRPC, a.Local, a.KafkaFront, a.JaegerGRPC} {
 		if strings.Contains(logs, addr+": bind: address already in use") {
 			return true
 		}
@@ -174,7 +175,7 @@ func (a *Agent) portTaken() bool {
 func start(t *testing.T, bin, yaml string, piped bool, sets []string) (*Agent, error) {
 	t.Helper()
 	a := &Agent{t: t, HTTP: freeAddr(t), Admin: freeAddr(t), OTLP: freeAddr(t), GRPC: freeAddr(t), Local: freeAddr(t),
-		KafkaFront: freeAddr(t), Logs: &SyncBuffer{}, exited: make(chan error, 1)}
+		KafkaFront: freeAddr(t), JaegerGRPC: freeAddr(t), Logs: &SyncBuffer{}, exited: make(chan error, 1)}
 	// A Unix socket's path must stay under 108 bytes: a short directory.
 	sockDir, err := os.MkdirTemp("", "fy")
 	if err != nil {
@@ -196,7 +197,7 @@ func start(t *testing.T, bin, yaml string, piped bool, sets []string) (*Agent, e
 	for _, s := range append([]string{"receivers.http.listen=" + a.HTTP, "telemetry.admin.listen=" + a.Admin,
 		"receivers.otlp.http.listen=" + a.OTLP, "receivers.otlp.grpc.listen=" + a.GRPC,
 		"receivers.local.listen=" + a.Local, "receivers.local.socket=" + a.Socket,
-		"receivers.kafka.listen=" + a.KafkaFront}, sets...) {
+		"receivers.kafka.listen=" + a.KafkaFront, "receivers.otlp.jaeger_grpc_endpoint=" + a.JaegerGRPC}, sets...) {
 		args = append(args, "--set", s)
 	}
 	a.Cmd = exec.Command(bin, args...)

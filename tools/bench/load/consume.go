@@ -73,8 +73,13 @@ func ConsumeCmd(args []string) error {
 	doVerify := fs.Bool("verify", false, "check the sequence ids of produce --seq: lost, duplicated and out-of-order records (fails if any is lost)")
 	produced := fs.String("produced", "", "with --verify: produce's --report-json, so lost counts exactly the acknowledged ids not read")
 	otlpItems := fs.Bool("otlp-items", false, "count the log records or spans in values that are OTLP protobuf requests (what ferry's and the OpenTelemetry Collector's otlp_proto encoding write)")
+	otlpPoints := fs.Bool("otlp-points", false, "with --otlp-items: the values are OTLP metrics requests; count their data points")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	count := OTLPItems
+	if *otlpPoints {
+		count = OTLPPoints
 	}
 	var ver *verify.Verifier
 	if *doVerify {
@@ -130,7 +135,7 @@ func ConsumeCmd(args []string) error {
 				ver.Add(r.Value, r.Partition)
 			}
 			if *otlpItems {
-				if c, ok := OTLPItems(r.Value); ok {
+				if c, ok := count(r.Value); ok {
 					items += c
 				} else {
 					notOTLP++

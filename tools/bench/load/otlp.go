@@ -56,6 +56,7 @@ func OTLPCmd(args []string) error {
 	report := fs.String("report-json", "", "also write the result as JSON to this file")
 	retry := fs.Bool("retry", true, "retry a request answered 429/503 (gRPC RESOURCE_EXHAUSTED/UNAVAILABLE: an agent's backpressure) or whose connection failed, after 20 ms, as OTLP exporters retry, until --duration ends and for at most 1 min; QPS counts accepted requests")
 	failOnError := fs.Bool("fail-on-error", true, "exit non-zero when a request failed (the report is written either way)")
+	format := fs.String("format", FormatOTLP, "what is on the wire: otlp; zipkin (--signal traces: Zipkin v2 JSON to /api/v2/spans, the same spans otlpgen makes for OTLP); remote_write (--signal metrics: Prometheus remote write 1.0, --count series of one sample, to /api/v1/write); remote_write_otlp (the same samples as the OTLP request ferry's remote write door makes of them, over OTLP)")
 	rate := fs.Float64("rate", 0, "requests per second (0 = as fast as answers come): request i is due at start + i/rate and sent then, by one of --concurrency workers; latency counts from when it was due, so a slow agent is not excused by the wait it caused")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -75,6 +76,15 @@ func OTLPCmd(args []string) error {
 	if *protocol == "grpc" && *asJSON {
 		return fmt.Errorf("--json is for --protocol http")
 	}
+	door, err := formatRequest(*format, *signal)
+	if err != nil {
+		return err
+	}
+	if *format == FormatZipkin || *format == FormatRemoteWrite {
+		if *protocol != "http" || *asJSON {
+			return fmt.Errorf("--format %s is sent over --protocol http in its own encoding (no --json)", *format)
+		}
+	}
 	// A pool of distinct requests, so bodies differ and compression in the
 	// exporter is honest.
 	const poolSize = 16
@@ -83,14 +93,16 @@ func OTLPCmd(args []string) error {
 		g := otlpgen.New(uint64(i + 1))
 		var b []byte
 		var err error
-		switch *signal {
-		case "logs":
+		switch {
+		case *format != FormatOTLP:
+			b, err = doorBody(*format, uint64(i+1), *count)
+		case *signal == "logs":
 			req := plogotlp.NewExportRequestFromLogs(g.LogsOf(*count, *length, *body))
 			b, err = marshal(req.MarshalProto, req.MarshalJSON, *asJSON)
-		case "traces":
+		case *signal == "traces":
 			req := ptraceotlp.NewExportRequestFromTraces(g.Traces(*count))
 			b, err = marshal(req.MarshalProto, req.MarshalJSON, *asJSON)
-		case "metrics":
+		case *signal == "metrics":
 			req := pmetricotlp.NewExportRequestFromMetrics(g.Metrics(*count, *count, *count))
 			b, err = marshal(req.MarshalProto, req.MarshalJSON, *asJSON)
 		default:
@@ -101,7 +113,7 @@ func OTLPCmd(args []string) error {
 		}
 		pool[i] = b
 	}
-	newSender, closeAll, err := otlpSenders(*protocol, *clientKind, *target, *signal, *asJSON, *concurrency, pool)
+	newSender, closeAll, err := otlpSenders(*protocol, *clientKind, *target, *signal, *asJSON, *concurrency, pool, door)
 	if err != nil {
 		return err
 	}
@@ -300,7 +312,7 @@ const (
 // otlpSenders returns a constructor of one worker's send function (each
 // worker owns its connection state) and a func closing what they share.
 // The string a send returns with a failure names it for the report.
-func otlpSenders(protocol, clientKind, target, signal string, asJSON bool, concurrency int, pool [][]byte) (func(w int) func(i int) (answer, string), func(), error) {
+func otlpSenders(protocol, clientKind, target, signal string, asJSON bool, concurrency int, pool [][]byte, door doorRequest) (func(w int) func(i int) (answer, string), func(), error) {
 	if protocol == "grpc" {
 		addr := strings.TrimPrefix(strings.TrimPrefix(target, "http://"), "grpc://")
 		method := map[string]string{
@@ -355,12 +367,12 @@ func otlpSenders(protocol, clientKind, target, signal string, asJSON bool, concu
 			}
 		}, closeAll, nil
 	}
-	url := strings.TrimSuffix(target, "/") + "/v1/" + signal
+	url := strings.TrimSuffix(target, "/") + door.path
 	u, err := neturl.Parse(url)
 	if err != nil {
 		return nil, nil, err
 	}
-	ctype := "application/x-protobuf"
+	ctype := door.ctype
 	if asJSON {
 		ctype = "application/json"
 	}
@@ -368,7 +380,7 @@ func otlpSenders(protocol, clientKind, target, signal string, asJSON bool, concu
 	client := &http.Client{Transport: tr, Timeout: 60 * time.Second}
 	rawReqs := make([][]byte, len(pool))
 	for i := range pool {
-		rawReqs[i] = buildRawRequest(u.Host, u.Path, ctype, pool[i])
+		rawReqs[i] = buildRawRequest(u.Host, u.Path, ctype, door.headers, pool[i])
 	}
 	var mu sync.Mutex
 	var raws []*rawClient
@@ -393,6 +405,10 @@ func otlpSenders(protocol, clientKind, target, signal string, asJSON bool, concu
 			} else {
 				req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(pool[i]))
 				req.Header.Set("Content-Type", ctype)
+				for _, h := range door.headers {
+					k, v, _ := strings.Cut(h, ": ")
+					req.Header.Set(k, v)
+				}
 				var res *http.Response
 				if res, err = client.Do(req); err == nil {
 					_, _ = io.Copy(io.Discard, res.Body)
@@ -405,7 +421,7 @@ func otlpSenders(protocol, clientKind, target, signal string, asJSON bool, concu
 				// Retried like a 503: an exporter retries a connection
 				// the agent did not take.
 				return answerBusy, connCause(err)
-			case code == http.StatusOK:
+			case code/100 == 2: // OTLP 200, Zipkin 202, remote write 204
 				return answerOK, ""
 			case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 				return answerBusy, strconv.Itoa(code)

@@ -65,3 +65,43 @@ type stopErr struct{}
 func (stopErr) Error() string { return "not an OTLP logs or traces request" }
 
 var errStop error = stopErr{}
+
+// OTLPPoints counts the data points of an OTLP metrics request in protobuf
+// (ExportMetricsServiceRequest): resource_metrics (1) → scope_metrics (2) →
+// metrics (2) → gauge (5), sum (7), histogram (9), exponential_histogram
+// (10) or summary (11) → data_points (1). A metric's item in Prometheus
+// terms is a sample, so that is what a remote write row counts.
+func OTLPPoints(v []byte) (n int64, ok bool) {
+	err := eachField(v, func(num protowire.Number, typ protowire.Type, b []byte) bool {
+		if num != 1 || typ != protowire.BytesType {
+			return true
+		}
+		return eachField(b, func(num protowire.Number, typ protowire.Type, b []byte) bool {
+			if num != 2 || typ != protowire.BytesType {
+				return true
+			}
+			return eachField(b, func(num protowire.Number, typ protowire.Type, b []byte) bool {
+				if num != 2 || typ != protowire.BytesType {
+					return true
+				}
+				return eachField(b, func(num protowire.Number, typ protowire.Type, b []byte) bool {
+					switch num {
+					case 5, 7, 9, 10, 11:
+					default:
+						return true
+					}
+					if typ != protowire.BytesType {
+						return false
+					}
+					return eachField(b, func(num protowire.Number, typ protowire.Type, _ []byte) bool {
+						if num == 1 && typ == protowire.BytesType {
+							n++
+						}
+						return true
+					}) == nil
+				}) == nil
+			}) == nil
+		}) == nil
+	})
+	return n, err == nil
+}

@@ -22,9 +22,14 @@ type rawClient struct {
 }
 
 // buildRawRequest serializes a POST with the given body once.
-func buildRawRequest(host, path, ctype string, body []byte) []byte {
+// extra holds more header lines ("Name: value").
+func buildRawRequest(host, path, ctype string, extra []string, body []byte) []byte {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", path, host, ctype, len(body))
+	fmt.Fprintf(&b, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\n", path, host, ctype)
+	for _, h := range extra {
+		b.WriteString(h + "\r\n")
+	}
+	fmt.Fprintf(&b, "Content-Length: %d\r\n\r\n", len(body))
 	b.Write(body)
 	return b.Bytes()
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/tools/bench/load"
 	"github.com/ferryhq/ferry/tools/bench/proc"
 	"github.com/ferryhq/ferry/tools/bench/report"
 	"github.com/ferryhq/ferry/tools/otlpgen"
@@ -54,6 +55,9 @@ type colSystem struct {
 const (
 	colGRPC = "127.0.0.1:14317"
 	colHTTP = "127.0.0.1:14318"
+	// colZipkin: the Collector's zipkin receiver (ferry serves Zipkin on
+	// its OTLP/HTTP listener, colHTTP).
+	colZipkin = "127.0.0.1:19411"
 )
 
 type colRow struct {
@@ -81,6 +85,9 @@ type colRow struct {
 	// monitor: a row of the table on Go's monitor thread (the
 	// runtime.monitor_deep_sleep setting), not of the main table.
 	monitor bool
+	// format: what the load sends (load.Formats; "" is OTLP), for the
+	// other doors' section.
+	format string
 }
 
 // switchesPerRequest is the agent's thread switches per request delivered.
@@ -124,8 +131,15 @@ func (r colRow) what() string {
 // batch processor at its default (8192 items, no cap) and raises
 // max_message_bytes, which is what a user does when the exporter refuses
 // large batches.
-func collectorConfig(brokers, topic, signal string, oversize bool) string {
+//
+// format zipkin adds the zipkin receiver (on colZipkin) to the pipeline, so
+// Zipkin's v2 API reaches the same batch and exporter.
+func collectorConfig(brokers, topic, signal string, oversize bool, format string) string {
 	batch := "{send_batch_size: 512, send_batch_max_size: 700, timeout: 200ms}"
+	zipkin, receivers := "", "[otlp]"
+	if format == load.FormatZipkin {
+		zipkin, receivers = "\n  zipkin: {endpoint: "+colZipkin+"}", "[otlp, zipkin]"
+	}
 	maxMsg := 1000000
 	if oversize {
 		batch, maxMsg = "{}", 10000000
@@ -134,7 +148,7 @@ func collectorConfig(brokers, topic, signal string, oversize bool) string {
   otlp:
     protocols:
       grpc: {endpoint: %s, max_recv_msg_size_mib: 16}
-      http: {endpoint: %s}
+      http: {endpoint: %s}%s
 processors:
   memory_limiter: {check_interval: 1s, limit_mib: 1024, spike_limit_mib: 256}
   batch: %s
@@ -151,15 +165,15 @@ service:
     metrics: {level: none}
     logs: {level: warn}
   pipelines:
-    %s: {receivers: [otlp], processors: [memory_limiter, batch], exporters: [kafka]}
-`, colGRPC, colHTTP, batch, brokers, signal, topic, maxMsg, signal)
+    %s: {receivers: %s, processors: [memory_limiter, batch], exporters: [kafka]}
+`, colGRPC, colHTTP, zipkin, batch, brokers, signal, topic, maxMsg, signal, receivers)
 }
 
 // startCollector runs the Collector with a config for topic and waits
 // until both OTLP ports accept connections.
-func (s *suite) startCollector(bin, topic, signal string, oversize bool, env []string) (*benchAgent, error) {
+func (s *suite) startCollector(bin, topic, signal string, oversize bool, env []string, format string) (*benchAgent, error) {
 	cfg := filepath.Join(s.work, "otelcol.yaml")
-	if err := os.WriteFile(cfg, []byte(collectorConfig(s.brokers, topic, signal, oversize)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(collectorConfig(s.brokers, topic, signal, oversize, format)), 0o644); err != nil {
 		return nil, err
 	}
 	logf, err := os.Create(filepath.Join(s.work, "otelcol.log"))
@@ -176,7 +190,7 @@ func (s *suite) startCollector(bin, topic, signal string, oversize bool, env []s
 	go a.sample()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if portOpen(colGRPC) && portOpen(colHTTP) {
+		if portOpen(colGRPC) && portOpen(colHTTP) && (format != load.FormatZipkin || portOpen(colZipkin)) {
 			return a, nil
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -379,7 +393,7 @@ func (s *suite) collectorRow(adm *kadm.Client, bin string, row colRow, sys colSy
 	defer s.deleteTopic(topic)
 	var a *benchAgent
 	if sets == nil {
-		a, err = s.startCollector(bin, topic, signal, oversize, sys.env)
+		a, err = s.startCollector(bin, topic, signal, oversize, sys.env, row.format)
 	} else {
 		a, err = s.agent(append([]string{"receivers.otlp.grpc.listen=" + colGRPC, "receivers.otlp.http.listen=" + colHTTP,
 			"receivers.otlp." + signal + ".topic=" + topic}, sets...)...)
@@ -389,14 +403,20 @@ func (s *suite) collectorRow(adm *kadm.Client, bin string, row colRow, sys colSy
 	}
 	defer a.stop()
 	target := "http://" + colHTTP
-	if row.protocol == "grpc" {
+	switch {
+	case row.protocol == "grpc":
 		target = colGRPC
+	case row.format == load.FormatZipkin && sets == nil:
+		target = "http://" + colZipkin
 	}
 	args := []string{"--protocol", row.protocol, "--target", target, "--signal", signal, "--count", strconv.Itoa(row.count),
 		"--length", "1024", "--requests", "1000000000", "--duration", d.String(), "--concurrency", "64",
 		"--rate", strconv.FormatFloat(float64(row.rate)/float64(row.count), 'f', -1, 64), "--exporter", row.system, "--fail-on-error=false"}
 	if row.body != "" {
 		args = append(args, "--body", row.body)
+	}
+	if row.format != "" {
+		args = append(args, "--format", row.format)
 	}
 	a.rssPeak.Store(0)
 	t0, c0, sw0 := time.Now(), a.cpuTicks(), proc.Switches(a.cmd.Process.Pid)
@@ -426,7 +446,7 @@ func (s *suite) collectorRow(adm *kadm.Client, bin string, row colRow, sys colSy
 	row.accepted, row.failed, row.failures = int64(res.Items), int64(res.Failed), res.Failures
 	row.p50, row.p99 = res.P50, res.P99
 	if last > 0 { // none written: nothing delivered, nothing to read
-		if row.delivered, err = s.otlpItemsIn(topic, last); err != nil {
+		if row.delivered, err = s.otlpItemsIn(topic, last, signal == "metrics"); err != nil {
 			return row, err
 		}
 	}
@@ -443,11 +463,12 @@ func (s *suite) collectorRow(adm *kadm.Client, bin string, row colRow, sys colSy
 }
 
 // otlpItemsIn reads the topic's n records back and counts the OTLP items
-// in them.
-func (s *suite) otlpItemsIn(topic string, n int64) (int64, error) {
+// in them (points: the data points of metrics requests).
+func (s *suite) otlpItemsIn(topic string, n int64, points bool) (int64, error) {
 	rep := filepath.Join(s.work, "otlp-col-consume.json")
 	if _, err := s.bench("consume", "--bootstrap-server", s.brokers, "--topic", topic, "--otlp-items", "--timeout", "10s",
-		"--num-records", strconv.FormatInt(n, 10), "--expect", strconv.FormatInt(n, 10), "--report-json", rep); err != nil {
+		"--num-records", strconv.FormatInt(n, 10), "--expect", strconv.FormatInt(n, 10), "--report-json", rep,
+		"--otlp-points="+strconv.FormatBool(points)); err != nil {
 		return 0, err
 	}
 	var res struct {

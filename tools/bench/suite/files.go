@@ -557,18 +557,19 @@ func plural(n int) string {
 	return "s"
 }
 
-// replaceFilesSection puts the files section (between its markers) into
-// path in place, or appends it if the markers are not there yet.
-func replaceFilesSection(path, section string) error {
+// replaceSection puts a section of the report (between its markers begin
+// and end, which section holds) into path in place, or before Reproduce
+// if the markers are not there yet: how --only rewrites one section.
+func replaceSection(path, begin, end, section string) error {
 	old, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	doc := string(old)
 	section = strings.TrimPrefix(section, "\n")
-	i, j := strings.Index(doc, filesBegin), strings.Index(doc, filesEnd)
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
 	if i >= 0 && j > i {
-		doc = doc[:i] + strings.TrimSuffix(section, "\n") + doc[j+len(filesEnd):]
+		doc = doc[:i] + strings.TrimSuffix(section, "\n") + doc[j+len(end):]
 	} else if k := strings.Index(doc, "\n## Reproduce"); k >= 0 {
 		doc = doc[:k] + "\n" + section + doc[k:]
 	} else {

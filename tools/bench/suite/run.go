@@ -79,7 +79,7 @@ func (s *suite) runFiles() error {
 	if _, err := os.Stat(s.doc.Out); err != nil {
 		return os.WriteFile(s.doc.Out, []byte(s.doc.String()), 0o644)
 	}
-	return replaceFilesSection(s.doc.Out, s.doc.String())
+	return replaceSection(s.doc.Out, filesBegin, filesEnd, s.doc.String())
 }
 
 func (s *suite) run() error {
@@ -133,8 +133,12 @@ func (s *suite) run() error {
 	if err != nil {
 		return err
 	}
+	doors, err := s.doorsBench()
+	if err != nil {
+		return err
+	}
 	s.stepf("writing %s and the charts in %s", s.doc.Out, s.doc.Charts)
-	return s.write(prod, front, pan, cons, otlp, lingers, col, modes, micro, java, files)
+	return s.write(prod, front, pan, cons, otlp, lingers, col, modes, micro, java, files, doors)
 }
 
 func (s *suite) sizes() []int {

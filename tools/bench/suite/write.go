@@ -14,7 +14,7 @@ import (
 	"github.com/ferryhq/ferry/tools/bench/report"
 )
 
-func (s *suite) write(prod []prodRow, front []frontRow, pan []panResult, cons *consResult, otlp []otlpRow, lingers []lingerRow, col []colRow, modes []modeRow, micro []microRow, java []javaRow, files []filesRow) error {
+func (s *suite) write(prod []prodRow, front []frontRow, pan []panResult, cons *consResult, otlp []otlpRow, lingers []lingerRow, col []colRow, modes []modeRow, micro []microRow, java []javaRow, files []filesRow, doors []doorRow) error {
 	took := time.Since(s.started).Round(time.Second)
 	s.doc.P("# ferry benchmarks")
 	s.doc.P("")
@@ -34,7 +34,7 @@ func (s *suite) write(prod []prodRow, front []frontRow, pan []panResult, cons *c
 		[]string{"thread switch (two threads over pipes, `proc.SwitchCost`)", s.switchCost + " CPU each"},
 		[]string{"timed 20 µs sleep (`proc.SleepCost`)", s.sleepCost + " CPU each"}))
 
-	s.summarise(prod, front, pan, cons, otlp, col, modes, micro, java, files)
+	s.summarise(prod, front, pan, cons, otlp, col, modes, micro, java, files, doors)
 	s.writeProducers(prod)
 	s.writePan(pan)
 	s.writeConsumers(cons)
@@ -46,6 +46,7 @@ func (s *suite) write(prod []prodRow, front []frontRow, pan []panResult, cons *c
 	s.writeJava(java)
 	s.writeFront(front)
 	s.writeFiles(files)
+	s.writeDoors(doors)
 	s.doc.H("Reproduce")
 	s.doc.P("```sh")
 	s.doc.P("make bench            # this whole file, about 35 minutes on 2 cores")
@@ -55,7 +56,7 @@ func (s *suite) write(prod []prodRow, front []frontRow, pan []panResult, cons *c
 	return os.WriteFile(s.doc.Out, []byte(s.doc.String()), 0o644)
 }
 
-func (s *suite) summarise(prod []prodRow, front []frontRow, pan []panResult, cons *consResult, otlp []otlpRow, col []colRow, modes []modeRow, micro []microRow, java []javaRow, files []filesRow) {
+func (s *suite) summarise(prod []prodRow, front []frontRow, pan []panResult, cons *consResult, otlp []otlpRow, col []colRow, modes []modeRow, micro []microRow, java []javaRow, files []filesRow, doors []doorRow) {
 	s.doc.H("Summary: ferry against the seeds")
 	s.doc.P("Seed figures are from their own machines (cores as stated); \"here\" figures from this run. Per-core figures divide by the CPU the process actually used.")
 	s.doc.P("")
@@ -116,6 +117,7 @@ func (s *suite) summarise(prod []prodRow, front []frontRow, pan []panResult, con
 	}
 	rows = append(rows, collectorSummary(col)...)
 	rows = append(rows, filesSummary(files)...)
+	rows = append(rows, doorsSummary(doors)...)
 	if len(modes) >= 2 {
 		rows = append(rows, []string{"disk spool (fsync interval) vs memory path (issue 5: ≥ 0.8×)", "–",
 			report.F0(modes[1].acked.RecordsSec) + " vs " + report.F0(modes[0].acked.RecordsSec) + " rec/s acknowledged", report.Ratio(modes[1].acked.RecordsSec, modes[0].acked.RecordsSec)})
