@@ -102,9 +102,15 @@ func deadletterCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "ferry:", err)
 		return 2
 	}
-	release, err := spool.Hold(cfg.Delivery.Spool.Dir)
-	if err != nil {
-		fmt.Fprintf(stderr, "ferry: %v: stop the agent before replaying its dead letters (it appends to %s through an open descriptor, which the replaced file would not reach)\n", err, dlFile)
+	// Only the modes with a spool write dead letters, and only their
+	// agents lock the spool directory: in kafka mode there is nothing to
+	// hold (and nothing to create in a directory the agent never uses).
+	release, herr := func() {}, error(nil)
+	if cfg.Delivery.Mode == "spool" || cfg.Delivery.Mode == "spill" {
+		release, herr = spool.Hold(cfg.Delivery.Spool.Dir)
+	}
+	if herr != nil {
+		fmt.Fprintf(stderr, "ferry: %v: stop the agent before replaying its dead letters (it appends to %s through an open descriptor, which the replaced file would not reach)\n", herr, dlFile)
 		return 2
 	}
 	defer release()
