@@ -3,6 +3,7 @@ package jaeger
 import (
 	"reflect"
 
+	"github.com/jaegertracing/jaeger-idl/model/v1"
 	jthrift "github.com/jaegertracing/jaeger-idl/thrift-gen/jaeger"
 
 	"github.com/ferryhq/ferry/otlp/door"
@@ -33,16 +34,26 @@ type keySet struct{ m map[string]struct{} }
 // dups counts the tags whose key is seed's (when not empty) or an earlier
 // tag's.
 func (k *keySet) dups(tags []*jthrift.Tag, seed string) int {
+	return dupsOf(k, tags, thriftKey, seed)
+}
+
+func thriftKey(t *jthrift.Tag) string { return tagKey(t.Key) }
+func modelKey(t model.KeyValue) string { return tagKey(t.Key) }
+
+// dupsOf counts the elements of tags whose key (by key) is seed's (when
+// not empty) or an earlier one's: the thrift door's tags and the gRPC
+// door's KeyValues alike.
+func dupsOf[T any](k *keySet, tags []T, key func(T) string, seed string) int {
 	n := 0
 	if len(tags) <= 16 {
 		for i, t := range tags {
-			key := tagKey(t.Key)
-			if key == seed && seed != "" {
+			kt := key(t)
+			if kt == seed && seed != "" {
 				n++
 				continue
 			}
 			for _, u := range tags[:i] {
-				if tagKey(u.Key) == key {
+				if key(u) == kt {
 					n++
 					break
 				}
@@ -58,14 +69,30 @@ func (k *keySet) dups(tags []*jthrift.Tag, seed string) int {
 		k.m[seed] = struct{}{}
 	}
 	for _, t := range tags {
-		key := tagKey(t.Key)
-		if _, ok := k.m[key]; ok {
+		kt := key(t)
+		if _, ok := k.m[kt]; ok {
 			n++
 			continue
 		}
-		k.m[key] = struct{}{}
+		k.m[kt] = struct{}{}
 	}
 	return n
+}
+
+// countModelSpan counts what a gRPC (api_v2) span loses to repeated keys:
+// its tags, its own process's tags (after service.name), its logs' fields.
+func (k *keySet) countModelSpan(st *door.Stats, s *model.Span) {
+	st.Drop(door.DuplicateKey, dupsOf(k, s.Tags, modelKey, ""))
+	if s.Process != nil {
+		seed := ""
+		if s.Process.ServiceName != "" {
+			seed = "service.name"
+		}
+		st.Drop(door.DuplicateKey, dupsOf(k, s.Process.Tags, modelKey, seed))
+	}
+	for _, l := range s.Logs {
+		st.Drop(door.DuplicateKey, dupsOf(k, l.Fields, modelKey, ""))
+	}
 }
 
 func unknownTypes(tags []*jthrift.Tag) int {

@@ -25,6 +25,8 @@ import (
 	translator "github.com/open-telemetry/opentelemetry-collector-contrib/pkg/translator/jaeger"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/ferryhq/ferry/otlp/door"
 )
 
 // ProtoAmplify bounds the OTLP bytes a PostSpansRequest byte converts to
@@ -56,7 +58,7 @@ func ConvertProto(req, dst []byte, max int, tooLarge error) ([]byte, error) {
 	if err != nil {
 		return nil, ProtoWalkError(err, tooLarge)
 	}
-	return ConvertWalked(&c, dst, max, tooLarge)
+	return ConvertWalked(&c, dst, max, nil, tooLarge)
 }
 
 // ProtoWalkError is WalkProto's error as ConvertProto returns it: over a
@@ -79,7 +81,22 @@ func ProtoWalkError(err, tooLarge error) error {
 // client's and agent's) are written first, into one resource_spans; spans
 // with their own process then, a chunk at a time, each chunk's
 // resource_spans as the translator makes them.
-func ConvertWalked(c *ProtoCounts, dst []byte, max int, tooLarge error) ([]byte, error) {
+//
+// st, when not nil, counts what the translator folds without a word
+// (door.Stats): a tag or log field whose key an earlier one of the same
+// list has (OTLP keeps the last), as the thrift door counts it.
+func ConvertWalked(c *ProtoCounts, dst []byte, max int, st *door.Stats, tooLarge error) ([]byte, error) {
+	var keys keySet
+	if st != nil && c.processOK {
+		var p model.Process
+		if err := p.Unmarshal(c.process); err == nil {
+			seed := ""
+			if p.ServiceName != "" {
+				seed = "service.name"
+			}
+			st.Drop(door.DuplicateKey, dupsOf(&keys, p.Tags, modelKey, seed))
+		}
+	}
 	// over refuses to make dst, the output so far, n bytes longer past max.
 	end := len(dst) + max
 	over := func(dst []byte, n int) error {
@@ -104,14 +121,14 @@ func ConvertWalked(c *ProtoCounts, dst []byte, max int, tooLarge error) ([]byte,
 			}
 		}
 		if c.Spans > c.OwnProcess {
-			if dst, err = protoEachChunk(c.batch, false, dst, over, pbAppendScopes); err != nil {
+			if dst, err = protoEachChunk(c.batch, false, dst, over, pbAppendScopes, st, &keys); err != nil {
 				return nil, err
 			}
 		}
 		dst = pbCloseLen(dst, at)
 	}
 	if c.OwnProcess > 0 {
-		if dst, err = protoEachChunk(c.batch, true, dst, over, func(dst, pb []byte) []byte { return append(dst, pb...) }); err != nil {
+		if dst, err = protoEachChunk(c.batch, true, dst, over, func(dst, pb []byte) []byte { return append(dst, pb...) }, st, &keys); err != nil {
 			return nil, err
 		}
 	}
@@ -183,7 +200,7 @@ func pbAppendFields(dst, pb []byte, num protowire.Number) []byte {
 // protoEachChunk decodes and translates the batch's spans with (own) or
 // without their own process, a chunk at a time, and appends each chunk's
 // marshalled TracesData to dst with add, within over's bound.
-func protoEachChunk(batch []byte, own bool, dst []byte, over func([]byte, int) error, add func(dst, pb []byte) []byte) ([]byte, error) {
+func protoEachChunk(batch []byte, own bool, dst []byte, over func([]byte, int) error, add func(dst, pb []byte) []byte, st *door.Stats, keys *keySet) ([]byte, error) {
 	var ch protoChunker
 	idx := -1 // the span's index in the batch
 	var spans []*model.Span
@@ -244,6 +261,9 @@ func protoEachChunk(batch []byte, own bool, dst []byte, over func([]byte, int) e
 		}
 		if sp.Process != nil && len(sp.Process.Tags) == 0 {
 			sp.Process.Tags = nil
+		}
+		if st != nil {
+			keys.countModelSpan(st, sp)
 		}
 		spans = append(spans, sp)
 		if ch.add(len(v), s.items, s.fields) {

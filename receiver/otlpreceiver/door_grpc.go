@@ -34,11 +34,13 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/otlp/door"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/otlp/jaeger"
 	"github.com/ferryhq/ferry/receiver/httpbody"
@@ -57,8 +59,9 @@ const jaegerPostSpans = "/" + jaeger.ProtoService + "/" + jaeger.ProtoMethod
 // jaegerGRPC is the service's state: its metrics, and its own listener
 // (nil when jaeger_grpc_endpoint is empty).
 type jaegerGRPC struct {
-	m   *receivermetrics.Metrics
-	own *grpcServer
+	m       *receivermetrics.Metrics
+	dropped *prometheus.CounterVec // ferry_door_dropped_items_total, the HTTP doors' too
+	own     *grpcServer
 }
 
 // newJaegerGRPC sets the service up when the jaeger door is open; nil
@@ -67,7 +70,7 @@ func newJaegerGRPC(r *Receiver) *jaegerGRPC {
 	if !slices.Contains(r.cfg.Doors, "jaeger") {
 		return nil
 	}
-	j := &jaegerGRPC{m: receivermetrics.New(r.set.Registry, jaegerGRPCName)}
+	j := &jaegerGRPC{m: receivermetrics.New(r.set.Registry, jaegerGRPCName), dropped: droppedItems(r.set.Registry)}
 	r.doorSubs = append(r.doorSubs, doorSub{j.m, &submit.Submitter{Next: r.next, Bodies: r.body, AckTimeout: r.cfg.AckTimeout, M: j.m, Recycle: r.recycle}})
 	if r.cfg.jaegerGRPCOwn() {
 		g := &grpcServer{r: r, jaegerOnly: true}
@@ -157,7 +160,8 @@ func (g *grpcServer) postSpans(ctx context.Context, dec func(any) error) (any, e
 		return refuse(classify(consumer.ErrFull))
 	}
 	endLease(ctx)
-	pb, err := jaeger.ConvertWalked(&c, out.B[:0], limit, ErrDoorTooLarge)
+	var st door.Stats
+	pb, err := jaeger.ConvertWalked(&c, out.B[:0], limit, &st, ErrDoorTooLarge)
 	r.body.Put(in)
 	r.body.Put(heap)
 	if err == nil && (len(pb) > limit || len(pb) > cap(out.B)) {
@@ -182,6 +186,14 @@ func (g *grpcServer) postSpans(ctx context.Context, dec func(any) error) (any, e
 	m.RequestCode(codes.OK.String())
 	if o.rejected > 0 {
 		_ = grpc.SetTrailer(ctx, metadata.Pairs("x-ferry-rejected", strconv.Itoa(o.rejected)))
+	}
+	if n := st.Total(); n > 0 {
+		for reason, k := range st.Dropped {
+			if k > 0 {
+				r.jaeger.dropped.WithLabelValues(jaegerGRPCName, door.Reason(reason).String()).Add(float64(k))
+			}
+		}
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("x-ferry-dropped", strconv.Itoa(n)))
 	}
 	return &rawMsg{}, nil // an empty PostSpansResponse
 }

@@ -312,3 +312,25 @@ func TestJaegerGRPCTapCountsJaeger(t *testing.T) {
 		t.Fatalf("refused at arrival: jaeger_grpc %v, otlp_grpc %v; want 2, 0", j, o)
 	}
 }
+
+// TestJaegerGRPCCountsRepeatedKeys: tags repeating a key fold into one
+// OTLP attribute (the last value); the gRPC door counts each folded tag in
+// ferry_door_dropped_items_total{receiver="jaeger_grpc",reason="duplicate_key"},
+// as the HTTP doors do, and still delivers the span.
+func TestJaegerGRPCCountsRepeatedKeys(t *testing.T) {
+	set := telemetry.TestSettings()
+	sink := &consumertest.Sink{}
+	r := startWith(t, jaegerConfig(), set, sink, nil)
+	kv := func(k, v string) []byte { return append(field(1, []byte(k)), field(3, []byte(v))...) }
+	span := jaegerSpan(1, field(8, kv("a", "1"), kv("b", "2"), kv("a", "3"), kv("a", "4"))...)
+	if err := postRaw(t, r.JaegerGRPCAddr(), jaegerRequest("s", span)); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(sink.Records()); n != 1 {
+		t.Fatalf("%d records, want the span's 1", n)
+	}
+	got := testutil.ToFloat64(droppedItems(set.Registry).WithLabelValues("jaeger_grpc", "duplicate_key"))
+	if got != 2 {
+		t.Fatalf("duplicate_key dropped %v, want 2 (the first two values of a)", got)
+	}
+}
