@@ -23,9 +23,10 @@ test:
 	scripts/test.sh
 
 # Every seed's table measured on this machine beside Kafka's own tools, and
-# OTLP and log files into Kafka beside the OpenTelemetry Collector (built
-# once by scripts/otelcol-local) and rsyslog (scripts/rsyslog-local install,
-# apt-get when missing), in one run (about 45 min on 2 cores): rewrites
+# OTLP, log files and the other doors (Zipkin, remote write, span metrics)
+# into Kafka beside the OpenTelemetry Collector (built once by
+# scripts/otelcol-local) and rsyslog (scripts/rsyslog-local install,
+# apt-get when missing), in one run (about 62 min on 2 cores): rewrites
 # BENCHMARKS.md and docs/bench/*.svg. First, the runtime.adaptive_procs
 # tests under a real load, which need a core to themselves (FERRY_REAL_LOAD).
 bench: build prometheus-compat
