@@ -37,7 +37,7 @@ func (k *keySet) dups(tags []*jthrift.Tag, seed string) int {
 	return dupsOf(k, tags, thriftKey, seed)
 }
 
-func thriftKey(t *jthrift.Tag) string { return tagKey(t.Key) }
+func thriftKey(t *jthrift.Tag) string  { return tagKey(t.Key) }
 func modelKey(t model.KeyValue) string { return tagKey(t.Key) }
 
 // dupsOf counts the elements of tags whose key (by key) is seed's (when
