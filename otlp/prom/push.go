@@ -241,8 +241,9 @@ func decodeExposition(h http.Header, body []byte, lim door.Limits) ([]*dto.Metri
 				continue
 			}
 			if c := bytes.TrimLeft(l[1:], " \t"); bytes.HasPrefix(c, []byte("TYPE")) {
-				switch string(c[bytes.LastIndexAny(c, " \t")+1:]) {
-				case "histogram", "summary", "gaugehistogram":
+				// as the parser reads it: any case, gauge_histogram too
+				switch strings.ToUpper(string(c[bytes.LastIndexAny(c, " \t")+1:])) {
+				case "HISTOGRAM", "SUMMARY", "GAUGEHISTOGRAM", "GAUGE_HISTOGRAM":
 					merge = true
 				}
 			}
