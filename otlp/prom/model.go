@@ -115,6 +115,8 @@ type series struct {
 	part       part
 	nhcb       bool // native histograms with custom buckets (schema -53)
 	info       bool // target_info: resource attributes
+	// v2: the symbols of __name__, job and instance (canonical: canon)
+	nameRef, jobRef, instRef int32
 }
 
 // fam is one OTLP metric: a family of one resource.
@@ -155,6 +157,50 @@ type conv struct {
 	// points: data points counted against lim.MaxItems (while decoding,
 	// those sure to be written; while writing, every one).
 	points int
+	// v2: a symbol's canonical index (1+ the first symbol of its bytes; 0
+	// not yet known) and the index by bytes, so that what keys series by
+	// their strings (resources, families, classic points) keys them by
+	// index: every series may reference the same 16 KiB symbols, and
+	// hashing or copying their bytes once a series costs what the body
+	// does not hold.
+	canonOf  []int32
+	canonIdx map[string]int32
+	fnames   map[[2]int32]int32 // v2: a family name (canonical symbol, length) → its index in fnameIdx
+	fnameIdx map[string]int32
+}
+
+// canon is v2 symbol r's canonical index: the first symbol of its bytes
+// the conversion met.
+func (c *conv) canon(r int32) int32 {
+	if v := c.canonOf[r]; v != 0 {
+		return v - 1
+	}
+	id, ok := c.canonIdx[string(c.str(c.syms[r]))]
+	if !ok {
+		id = r
+		c.canonIdx[string(c.str(c.syms[r]))] = id
+	}
+	c.canonOf[r] = id + 1
+	return id
+}
+
+// fnameID is v2's index of a family name, a prefix of symbol r's bytes.
+func (c *conv) fnameID(r int32, fname []byte) int32 {
+	k := [2]int32{c.canon(r), int32(len(fname))}
+	if id, ok := c.fnames[k]; ok {
+		return id
+	}
+	id, ok := c.fnameIdx[string(fname)]
+	if !ok {
+		id = int32(len(c.fnameIdx))
+		c.fnameIdx[string(fname)] = id
+	}
+	c.fnames[k] = id
+	return id
+}
+
+func appendInt32(b []byte, v int32) []byte {
+	return append(b, byte(v), byte(v>>8), byte(v>>16), byte(v>>24))
 }
 
 func (c *conv) str(s span) []byte { return s.of(c.src) }
@@ -177,11 +223,26 @@ func (c *conv) point() bool {
 func (c *conv) group() {
 	c.resIdx = make(map[string]int32)
 	c.famIdx = make(map[string]int32)
+	if c.v2 {
+		c.fnames, c.fnameIdx = make(map[[2]int32]int32), make(map[string]int32)
+	}
 	for i := range c.series {
 		s := &c.series[i]
-		c.key = append(c.key[:0], c.str(s.job)...)
-		c.key = append(c.key, 0xff)
-		c.key = append(c.key, c.str(s.inst)...)
+		if c.v2 {
+			// a job or instance absent or empty is no bytes, as below
+			job, inst := int32(-1), int32(-1)
+			if s.job.n > 0 {
+				job = c.canon(s.jobRef)
+			}
+			if s.inst.n > 0 {
+				inst = c.canon(s.instRef)
+			}
+			c.key = appendInt32(appendInt32(c.key[:0], job), inst)
+		} else {
+			c.key = append(c.key[:0], c.str(s.job)...)
+			c.key = append(c.key, 0xff)
+			c.key = append(c.key, c.str(s.inst)...)
+		}
 		ri, ok := c.resIdx[string(c.key)]
 		if !ok {
 			ri = int32(len(c.res))
@@ -216,7 +277,11 @@ func (c *conv) group() {
 		}
 		nhcb := p == pNative && s.nhcb
 		c.key = append(c.key[:0], byte(ri), byte(ri>>8), byte(ri>>16), byte(ri>>24), byte(k), byte(p/pNative), b2i(nhcb))
-		c.key = append(c.key, fname...)
+		if c.v2 {
+			c.key = appendInt32(c.key, c.fnameID(s.nameRef, fname))
+		} else {
+			c.key = append(c.key, fname...)
+		}
 		fi, ok := c.famIdx[string(c.key)]
 		if !ok {
 			fi = int32(len(c.fams))
@@ -459,7 +524,20 @@ func (c *conv) emitClassic(f *fam, samples func(s *series, fn func(v float64, ts
 		skip = "quantile"
 	}
 	var pts []cpoint
-	idx := make(map[string]int, len(f.series))
+	// A point is its series' labels (less skip) and a timestamp: the
+	// labels are keyed once a series (group), the point by group and
+	// timestamp, so that a sample costs neither its labels' bytes nor a
+	// copy of them.
+	type pkey struct {
+		group int32
+		ts    int64
+	}
+	groups := make(map[string]int32, len(f.series))
+	var ats map[int32]float64 // v2: le or quantile values parsed
+	if c.v2 {
+		ats = make(map[int32]float64)
+	}
+	idx := make(map[pkey]int, len(f.series))
 	var perr error
 	for _, si := range f.series {
 		s := &c.series[si]
@@ -468,30 +546,58 @@ func (c *conv) emitClassic(f *fam, samples func(s *series, fn func(v float64, ts
 		c.key = c.key[:0]
 		at := math.NaN()
 		var lerr error
-		c.eachLabel(s, func(name, value []byte) {
-			if string(name) == skip {
-				v, err := strconv.ParseFloat(string(value), 64)
-				if err != nil {
-					lerr = fmt.Errorf("series %s: %s=%q is not a number", c.str(s.name), skip, value)
-				}
-				at = v
-				return
+		parse := func(value []byte) {
+			v, err := strconv.ParseFloat(string(value), 64)
+			if err != nil {
+				lerr = fmt.Errorf("series %s: %s=%q is not a number", c.str(s.name), skip, value)
 			}
-			c.key = append(c.key, name...)
-			c.key = append(c.key, 0xff)
-			c.key = append(c.key, value...)
-			c.key = append(c.key, 0xfe)
-		})
+			at = v
+		}
+		if c.v2 {
+			// by canonical symbols (canon), each le or quantile value
+			// parsed once
+			c.eachRef(s, func(nr, vr int32) {
+				if string(c.str(c.syms[nr])) == skip {
+					id := c.canon(vr)
+					v, ok := ats[id]
+					if !ok {
+						parse(c.str(c.syms[vr]))
+						v = at
+						if lerr == nil {
+							ats[id] = v
+						}
+					}
+					at = v
+					return
+				}
+				c.key = appendInt32(appendInt32(c.key, c.canon(nr)), c.canon(vr))
+			})
+		} else {
+			c.eachLabel(s, func(name, value []byte) {
+				if string(name) == skip {
+					parse(value)
+					return
+				}
+				c.key = append(c.key, name...)
+				c.key = append(c.key, 0xff)
+				c.key = append(c.key, value...)
+				c.key = append(c.key, 0xfe)
+			})
+		}
 		if lerr != nil {
 			return lerr
 		}
-		n := len(c.key)
+		g, ok := groups[string(c.key)]
+		if !ok {
+			g = int32(len(groups))
+			groups[string(c.key)] = g
+		}
 		err := samples(s, func(v float64, ts, start int64) {
-			c.key = append(c.key[:n], byte(ts), byte(ts>>8), byte(ts>>16), byte(ts>>24), byte(ts>>32), byte(ts>>40), byte(ts>>48), byte(ts>>56))
-			pi, ok := idx[string(c.key)]
+			k := pkey{g, ts}
+			pi, ok := idx[k]
 			if !ok {
 				pi = len(pts)
-				idx[string(c.key)] = pi
+				idx[k] = pi
 				pts = append(pts, cpoint{series: si, ts: ts})
 			}
 			p := &pts[pi]

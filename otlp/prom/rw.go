@@ -114,6 +114,11 @@ func fields(msg []byte, fn func(num protowire.Number, typ protowire.Type, v uint
 // hold its samples.
 const maxInterleaved = 16
 
+// maxLabelFields bounds the fields of a v1 Label message (name and value;
+// a sender may repeat them, protobuf keeping the last), walked again for
+// every point of its series.
+const maxLabelFields = 16
+
 // labelRegion is the stretch of a series message (v1 TimeSeries, v2
 // TimeSeries: labels or their references are field 1) from its first
 // label field to the end of its last.
@@ -135,6 +140,11 @@ func labelRegion(msg []byte) (span []byte, err error) {
 			hi, others, pending = i+n+m, others+pending, 0
 		} else if lo >= 0 {
 			pending++
+			if typ == protowire.StartGroupType {
+				// a group is one field however many it nests, and each
+				// point's walk of the region would parse them all
+				pending += maxInterleaved
+			}
 		}
 		i += n + m
 	}
@@ -192,6 +202,11 @@ func (c *conv) addLabel(s *series, name, value []byte) error {
 	if err := checkLabel(name, value); err != nil {
 		return err
 	}
+	return c.addChecked(s, name, value)
+}
+
+// addChecked is addLabel for a label checkLabel passed.
+func (c *conv) addChecked(s *series, name, value []byte) error {
 	if int(s.nLabels) >= MaxLabelsPerSeries {
 		return fmt.Errorf("a series with more than %d labels", MaxLabelsPerSeries)
 	}
@@ -254,18 +269,31 @@ func (c *conv) eachLabel(s *series, fn func(name, value []byte)) {
 		})
 		return
 	}
-	var pend []byte
+	c.eachRef(s, func(nr, vr int32) { fn(c.str(c.syms[nr]), c.str(c.syms[vr])) })
+}
+
+// eachRef is v2's eachLabel by symbol indices: fn gets each kept label's
+// name and value symbols.
+func (c *conv) eachRef(s *series, fn func(nr, vr int32)) {
+	var pend int32
 	half := false
 	ref := func(r uint64) {
 		if r >= uint64(len(c.syms)) {
 			return // decodeV2 refused it
 		}
 		if !half {
-			pend, half = c.str(c.syms[r]), true
+			pend, half = int32(r), true
 			return
 		}
 		half = false
-		keep(pend, c.str(c.syms[r]))
+		if c.syms[r].n == 0 {
+			return
+		}
+		switch string(c.str(c.syms[pend])) {
+		case "__name__", "job", "instance":
+			return
+		}
+		fn(pend, int32(r))
 	}
 	_ = fields(s.lab.of(c.src), func(num protowire.Number, typ protowire.Type, v uint64, fb []byte) error {
 		if num != 1 {
@@ -379,7 +407,13 @@ func (c *conv) decodeV1(max int) error {
 				switch num {
 				case 1:
 					var name, value []byte
+					nf := 0
 					if err := fields(lb, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
+						// each point's attributes walk this message again
+						// (eachLabel): it must cost its name and value
+						if nf++; nf > maxLabelFields || typ == protowire.StartGroupType {
+							return fmt.Errorf("a label of more than %d fields, or of a group", maxLabelFields)
+						}
 						switch num {
 						case 1:
 							name = b
@@ -491,6 +525,7 @@ func (c *conv) decodeV2(max int) error {
 			nSym++
 		case num == 5 && typ == protowire.BytesType:
 			nSeries++
+			refs := 0 // the series' label references, in all its field-1 entries
 			return fields(b, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
 				switch num {
 				case 1:
@@ -503,7 +538,8 @@ func (c *conv) decodeV2(max int) error {
 							}
 						}
 					}
-					if n/2 > MaxLabelsPerSeries {
+					refs += n
+					if refs/2 > MaxLabelsPerSeries {
 						return fmt.Errorf("a series with more than %d labels", MaxLabelsPerSeries)
 					}
 				case 2, 3:
@@ -531,12 +567,15 @@ func (c *conv) decodeV2(max int) error {
 		return nil
 	})
 	c.syms, c.v2 = syms, true
+	c.canonOf, c.canonIdx = make([]int32, len(syms)), make(map[string]int32)
 	sym := func(r uint64) ([]byte, error) {
 		if r >= uint64(len(syms)) {
 			return nil, fmt.Errorf("symbol reference %d past the %d symbols", r, len(syms))
 		}
 		return c.str(syms[r]), nil
 	}
+	const asName, asValue = 1, 2
+	checked := make([]uint8, len(syms)) // what checkLabel passed each symbol as
 	c.series = make([]series, 0, min(nSeries, seriesPrealloc))
 	return fields(c.src, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
 		if num != 5 || typ != protowire.BytesType {
@@ -619,8 +658,25 @@ func (c *conv) decodeV2(max int) error {
 			if err != nil {
 				return err
 			}
-			if err := c.addLabel(&s, name, value); err != nil {
+			// checked once a symbol (as a name, as a value), not once a
+			// reference: every series may reference the same 16 KiB
+			if checked[refs[i]]&asName == 0 || checked[refs[i+1]]&asValue == 0 {
+				if err := checkLabel(name, value); err != nil {
+					return err
+				}
+				checked[refs[i]] |= asName
+				checked[refs[i+1]] |= asValue
+			}
+			if err := c.addChecked(&s, name, value); err != nil {
 				return err
+			}
+			switch string(name) {
+			case "__name__":
+				s.nameRef = int32(refs[i+1])
+			case "job":
+				s.jobRef = int32(refs[i+1])
+			case "instance":
+				s.instRef = int32(refs[i+1])
 			}
 		}
 		if s.name.n == 0 {
