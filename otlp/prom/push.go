@@ -30,6 +30,23 @@ const PushAmplify = 24
 // few hundred bytes a sample.
 var MaxPushSamples = 65536
 
+// MaxPushLabelWork bounds Σ (labels + 1)² over a text push's sample lines,
+// counted before the parser runs: expfmt's text parser rebuilds a map of a
+// line's labels at each label, so a line costs the square of its labels
+// (~160 ns a unit here: 250 labels a line, 10 ms). 2²¹ lets 20,000 lines of
+// 10 labels through and holds the worst request to about a third of a
+// second of CPU.
+var MaxPushLabelWork = 1 << 21
+
+// pushElemBytes: a delimited protobuf push must hold at least this many
+// body bytes per message it decodes into (a family, a metric, a label
+// pair, a bucket, a quantile, a span, an exemplar), counted before
+// proto.Unmarshal: each costs a Go struct of 50–100 bytes, so the decoded
+// form stays within about 12× the body. The smallest real elements (a
+// bucket, a gauge's metric) take 11–13 bytes; 2-byte empty label pairs
+// would make 50×.
+const pushElemBytes = 8
+
 // PushPatterns are the pushgateway's paths.
 var PushPatterns = []string{"/metrics/job/", "/metrics/job@base64/"}
 
@@ -184,7 +201,7 @@ func decodeExposition(h http.Header, body []byte, lim door.Limits) ([]*dto.Metri
 		// Counted before anything is decoded: every family counts as a
 		// sample too, so that empty messages (a zero byte each) cannot
 		// make ferry build millions of families from a small request.
-		n, nfam, points := 0, 0, 0
+		n, nfam, points, elems := 0, 0, 0, 0
 		for b := body; len(b) > 0; {
 			size, k := protowire.ConsumeVarint(b)
 			if k < 0 || size > uint64(len(b)-k) {
@@ -194,15 +211,18 @@ func decodeExposition(h http.Header, body []byte, lim door.Limits) ([]*dto.Metri
 			b = b[k+int(size):]
 			nfam++
 			metrics, typ := 0, uint64(0)
-			_ = fields(msg, func(num protowire.Number, t protowire.Type, v uint64, _ []byte) error {
+			elems++
+			_ = fields(msg, func(num protowire.Number, t protowire.Type, v uint64, m []byte) error {
 				switch {
 				case num == 4:
 					metrics++
+					elems += 1 + pushElems(m)
 				case num == 3 && t == protowire.VarintType:
 					typ = v
 				}
 				return nil
 			})
+
 			n += metrics
 			if typ != uint64(dto.MetricType_GAUGE_HISTOGRAM) {
 				points += metrics
@@ -212,6 +232,9 @@ func decodeExposition(h http.Header, body []byte, lim door.Limits) ([]*dto.Metri
 			}
 			if n+nfam > limit {
 				return nil, fmt.Errorf("%w: more than %d samples and families in a push", ErrTooLarge, limit)
+			}
+			if elems*pushElemBytes > len(body)+4096 {
+				return nil, fmt.Errorf("%w: %d messages in a push of %d bytes (at most one a %d bytes: decoded, each costs a Go struct)", ErrTooLarge, elems, len(body), pushElemBytes)
 			}
 		}
 		fams := make([]*dto.MetricFamily, 0, nfam)
@@ -229,7 +252,7 @@ func decodeExposition(h http.Header, body []byte, lim door.Limits) ([]*dto.Metri
 	case expfmt.TypeTextPlain, expfmt.TypeUnknown:
 		// Every non-empty line counts, comments too: a # TYPE line makes a
 		// family in the parser.
-		lines, samples, merge := 0, 0, false
+		lines, samples, merge, work := 0, 0, false, 0
 		for l := range bytes.SplitSeq(body, []byte("\n")) {
 			l = bytes.TrimSpace(l)
 			if len(l) == 0 {
@@ -242,16 +265,22 @@ func decodeExposition(h http.Header, body []byte, lim door.Limits) ([]*dto.Metri
 				// building a map of all the labels so far at each label:
 				// quadratic in a line's labels, which validate bounds only
 				// once parsed (a line of 5,000 labels: 2.5 s, 900 MB).
-				if labelsIn(l) > MaxLabelsPerSeries+1 { // +1: an le or quantile
+				k := labelsIn(l)
+				if k > MaxLabelsPerSeries+1 { // +1: an le or quantile
 					return nil, fmt.Errorf("a series with more than %d labels", MaxLabelsPerSeries)
+				}
+				if work += (k + 1) * (k + 1); work > MaxPushLabelWork {
+					return nil, fmt.Errorf("%w: too many labels on its lines to parse (Σ (labels+1)² over the lines past %d; a line's cost in the text parser grows with the square of its labels)", ErrTooLarge, MaxPushLabelWork)
 				}
 				continue
 			}
 			if c := bytes.TrimLeft(l[1:], " \t"); bytes.HasPrefix(c, []byte("TYPE")) {
 				// as the parser reads it: any case, gauge_histogram too
-				switch strings.ToUpper(string(c[bytes.LastIndexAny(c, " \t")+1:])) {
-				case "HISTOGRAM", "SUMMARY", "GAUGEHISTOGRAM", "GAUGE_HISTOGRAM":
-					merge = true
+				w := c[bytes.LastIndexAny(c, " \t")+1:]
+				for _, m := range mergingTypes { // no string made a line
+					if bytes.EqualFold(w, m) {
+						merge = true
+					}
 				}
 			}
 		}
@@ -275,6 +304,51 @@ func decodeExposition(h http.Header, body []byte, lim door.Limits) ([]*dto.Metri
 	}
 	return nil, fmt.Errorf("content type %q: the push format is text/plain;version=0.0.4 or delimited protobuf", h.Get("Content-Type"))
 }
+
+// pushElems counts the messages proto.Unmarshal makes of a dto.Metric
+// beneath it: a label pair each; its gauge, counter, summary, untyped or
+// histogram, and what that holds — buckets, quantiles, spans, packed
+// deltas and counts (a slice each), exemplars and timestamps — walked down
+// to an exemplar's labels. Strings are not walked (only label pairs and a
+// family's name, help and unit have them).
+func pushElems(m []byte) int {
+	n := 0
+	_ = fields(m, func(num protowire.Number, t protowire.Type, _ uint64, b []byte) error {
+		if t != protowire.BytesType {
+			return nil
+		}
+		n++
+		switch num {
+		case 2, 3, 4, 5, 7: // gauge, counter, summary, untyped, histogram
+			n += pushSubElems(b, 0)
+		}
+		return nil
+	})
+	return n
+}
+
+// pushSubElems counts the messages in a metric's value (depth 0: its
+// buckets, quantiles, spans, exemplars …) and in what they hold (depth 1:
+// a bucket's exemplar, an exemplar's labels and timestamp), a message or a
+// packed slice per length-delimited field.
+func pushSubElems(m []byte, depth int) int {
+	n := 0
+	_ = fields(m, func(num protowire.Number, t protowire.Type, _ uint64, b []byte) error {
+		if t != protowire.BytesType {
+			return nil
+		}
+		n++
+		if depth < 2 && (num == 3 || num == 2 || num == 16 || depth == 1 && num == 1) {
+			n += pushSubElems(b, depth+1)
+		}
+		return nil
+	})
+	return n
+}
+
+// mergingTypes are the # TYPE words (any case, as the parser reads them)
+// whose sample lines merge into fewer points.
+var mergingTypes = [][]byte{[]byte("histogram"), []byte("summary"), []byte("gaugehistogram"), []byte("gauge_histogram")}
 
 // labelsIn counts a text sample line's labels: its '=' outside quotes
 // (only a label's name and value are separated by one; a line with more is

@@ -72,6 +72,11 @@ func convertRW(body, dst []byte, lim door.Limits, st *door.Stats, v2 bool, doorN
 
 var errTrunc = errors.New("truncated protobuf")
 
+// onSymbolCheck, set by a test, is called each time a v2 label's symbols
+// are checked (checkLabel), which must be once a symbol pair, not once a
+// reference.
+var onSymbolCheck func()
+
 // fields walks the fields of msg: fn gets each field's number, wire type,
 // the varint or fixed value, and the bytes of a length-delimited one.
 func fields(msg []byte, fn func(num protowire.Number, typ protowire.Type, v uint64, b []byte) error) error {
@@ -661,6 +666,9 @@ func (c *conv) decodeV2(max int) error {
 			// checked once a symbol (as a name, as a value), not once a
 			// reference: every series may reference the same 16 KiB
 			if checked[refs[i]]&asName == 0 || checked[refs[i+1]]&asValue == 0 {
+				if onSymbolCheck != nil {
+					onSymbolCheck()
+				}
 				if err := checkLabel(name, value); err != nil {
 					return err
 				}
