@@ -308,7 +308,7 @@ func TestSpoolToolsRespectTheAgentsLock(t *testing.T) {
 
 	dl, _ := deadLetterFile(t, record.Record{Topic: "orders", Value: []byte("x")})
 	before, _ := os.ReadFile(dl)
-	code, _, errs = ferry("deadletter", "replay", "--set", "delivery.spool.dir="+dir, "--file", dl, "--rate", "10",
+	code, _, errs = ferry("deadletter", "replay", "--set", "delivery.mode=spool", "--set", "delivery.spool.dir="+dir, "--file", dl, "--rate", "10",
 		"--set", "exporter.kafka.brokers=[127.0.0.1:1]")
 	if code != 2 || !strings.Contains(errs, "stop the agent") {
 		t.Fatalf("replay while the agent runs: %d %s", code, errs)

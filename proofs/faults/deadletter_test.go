@@ -68,7 +68,7 @@ func TestDeadLetterReplayAfterTopicCreated(t *testing.T) {
 		}
 		return code, string(out)
 	}
-	replay := []string{"deadletter", "replay", "--set", "exporter.kafka.brokers=[" + brokers + "]", "--set", "delivery.spool.dir=" + dir,
+	replay := []string{"deadletter", "replay", "--set", "exporter.kafka.brokers=[" + brokers + "]", "--set", "delivery.mode=spool", "--set", "delivery.spool.dir=" + dir,
 		"--file", dead, "--rate", "100"}
 	if code, out := ferry(replay...); code != 2 || !strings.Contains(out, "stop the agent") {
 		t.Fatalf("replay while the agent runs: exit %d\n%s", code, out)

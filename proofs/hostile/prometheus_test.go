@@ -100,8 +100,8 @@ func TestPrometheusDoorAttacks(t *testing.T) {
 		for i := range 1_000_000 {
 			fmt.Fprintf(&b, "%c%d 1\n", 'a'+i%26, i)
 		}
-		ans, ok := is(send(otlp+"/metrics/job/flood", "text/plain; version=0.0.4", "", b.Bytes()), 413, "samples in a push")
-		return ans, ok, fmt.Sprintf("%d MB; counted before the text is parsed (a parsed sample costs a few hundred bytes)", b.Len()>>20)
+		ans, ok := is(send(otlp+"/metrics/job/flood", "text/plain; version=0.0.4", "", b.Bytes()), 413, "receivers.otlp.max_items_per_request")
+		return ans, ok, fmt.Sprintf("%d MB; counted before the text is parsed (max_items_per_request, then the push's own bound; a parsed sample costs a few hundred bytes)", b.Len()>>20)
 	}, nil)
 
 	good.stop()
