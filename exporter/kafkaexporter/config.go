@@ -108,5 +108,10 @@ func (c *Config) problems() []error {
 	if err := c.SASL.validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.SASL.Mechanism == "AWS_MSK_IAM" && !c.TLS.Enabled {
+		// MSK serves IAM only over TLS (port 9098); without it a signed
+		// request could be read and replayed for its 5 minutes.
+		errs = append(errs, errors.New("sasl.mechanism AWS_MSK_IAM needs tls.enabled: true (MSK's IAM listener is TLS, port 9098)"))
+	}
 	return errs
 }

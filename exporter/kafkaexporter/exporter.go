@@ -117,8 +117,12 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 	}
 	// TLS and SASL are looked up at each connection (see security), so
 	// files are read here once to fail early and again when they change.
-	sec, err := newSecurity(cfg.TLS, cfg.SASL, cfg.DialTimeout)
-	if err != nil {
+	sec := &security{dialTimeout: cfg.DialTimeout, brokers: cfg.Brokers,
+		fetched: func(result string) { e.m.tokens.WithLabelValues(result).Inc() },
+		warn: func(err error) {
+			e.log.Log(slog.LevelWarn, "oauth", "OAUTHBEARER token refresh failed; the current token is still valid and the request is retried", "err", err)
+		}}
+	if err := sec.set(cfg.TLS, cfg.SASL); err != nil {
 		return nil, err
 	}
 	e.sec = sec
@@ -180,6 +184,7 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 	opts = append(opts, kgo.RecordPartitioner(chosenFirst(part)))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
+		sec.close()
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	e.cl, e.maxBuffered = cl, buffered
@@ -537,6 +542,7 @@ func (e *Exporter) shutdown(ctx context.Context) error {
 			e.set.Logger.Warn("shutdown: some records were still unanswered when the client closed", "component", "exporter/kafka", "records", e.inflight.Load())
 		}
 	}
+	e.sec.close()
 	if left > 0 {
 		return fmt.Errorf("kafka exporter: %d records not acknowledged at shutdown", left)
 	}
@@ -559,6 +565,7 @@ type metrics struct {
 	brokerErr *prometheus.CounterVec
 	purged    prometheus.Counter
 	created   prometheus.Counter
+	tokens    *prometheus.CounterVec
 	// requests by Kafka API key, resolved once: what this agent costs the
 	// cluster (docs/scaling.md sizes fleets from these two).
 	requests [kmsg.MaxKey + 1]prometheus.Counter
@@ -593,6 +600,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Topics that turned out not to exist, removed from the Kafka client's metadata.", ConstLabels: lbl}),
 		created: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_exporter_kafka_created_topics_total",
 			Help: "Topics named in the configuration that ferry created because they were missing (create_topics).", ConstLabels: lbl}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exporter_kafka_oauth_token_requests_total",
+			Help: "Requests to the OAUTHBEARER token endpoint, by result (ok, error).", ConstLabels: lbl}, []string{"result"}),
 	}
 	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exporter_kafka_requests_total",
 		Help: "Requests written to brokers, by Kafka API (Produce, Metadata, ...).", ConstLabels: lbl}, []string{"api"})
@@ -603,7 +612,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.conns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_exporter_kafka_connections",
 		Help: "Open connections to brokers.", ConstLabels: lbl})
-	reg.MustRegister(m.sent, m.sentBytes, m.dropped, m.inflight, m.up, m.latency, m.batchRecs, m.batchB, m.batchC, m.brokerErr, m.purged, m.created, reqs, m.conns)
+	reg.MustRegister(m.sent, m.sentBytes, m.dropped, m.inflight, m.up, m.latency, m.batchRecs, m.batchB, m.batchC, m.brokerErr, m.purged, m.created, m.tokens, reqs, m.conns)
 	return m
 }
 
