@@ -194,6 +194,14 @@ func (ts *tokenSource) close() {
 	}
 }
 
+// retryNow lets the next connection ask the provider at once, whatever
+// the backoff after failures says.
+func (ts *tokenSource) retryNow() {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.retryAt = time.Time{}
+}
+
 // token returns a valid access token, waiting for a request to the
 // provider only when none is held. ctx bounds the wait, not the request,
 // which other connections may be waiting on too.

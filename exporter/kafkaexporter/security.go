@@ -209,6 +209,9 @@ func (sec *security) set(t TLSConfig, s SASLConfig) error {
 			if _, err := s.OAuthBearer.secret(); err != nil {
 				return err
 			}
+			// A reload is the operator saying "try now" (a fixed secret
+			// file, a provider back up): the backoff does not delay it.
+			old.oauth.retryNow()
 			st.oauth = old.oauth
 			break
 		}

@@ -1,0 +1,175 @@
+package security
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferryhq/ferry/proofs/harness/agenttest"
+	"github.com/ferryhq/ferry/proofs/harness/kafkatest"
+)
+
+// oauthYAML configures the agent for the broker's OAUTHBEARER listener,
+// with tokens from the test's identity provider (HTTPS, its own CA) for
+// client id, the secret in secretFile.
+func oauthYAML(b *kafkatest.Secure, id, secretFile string) string {
+	return fmt.Sprintf(`receivers:
+  http:
+    ack_timeout: 2m
+exporter:
+  kafka:
+    brokers: [%s]
+    tls: {enabled: true, ca_file: %s}
+    sasl:
+      mechanism: OAUTHBEARER
+      oauthbearer:
+        token_endpoint: %s
+        client_id: %s
+        client_secret_file: %s
+        scope: kafka:produce
+        ca_file: %s
+`, b.OAuth, b.CAFile, idp.TokenURL, id, secretFile, idp.CAFile)
+}
+
+// noSecrets fails when the agent's output holds the client secret or a
+// token (every JWT starts with the base64 of `{"`: "eyJ").
+func noSecrets(t *testing.T, a *agenttest.Agent, secret string) {
+	t.Helper()
+	logs := a.Logs.String()
+	if strings.Contains(logs, secret) || strings.Contains(logs, "eyJ") {
+		t.Fatal("a client secret or a token appears in the agent's output")
+	}
+}
+
+// OAUTHBEARER end to end: the real agent gets a token from the identity
+// provider with the client-credentials grant, the broker checks it with
+// Kafka's own JWT validator (signature against the JWKS, audience,
+// issuer, expiry), and the records reach Kafka.
+func TestOAuthBearerDelivers(t *testing.T) {
+	b := secured(t)
+	topic := kafkatest.NewTopic(t, b.Addr, "secure-oauth", 3)
+	idp.AddClient("ferry-deliver", "deliver-secret", time.Hour)
+	secret := writeFile(t, t.TempDir(), "secret", "deliver-secret\n")
+	a := agenttest.Start(t, ferryBin, oauthYAML(b, "ferry-deliver", secret))
+	waitReadyz(t, a, 200)
+	if code, body := post(t, a, topic, "oauth", 500); code != 200 || !strings.Contains(body, `"accepted":500`) {
+		t.Fatalf("answer %d %s", code, body)
+	}
+	if got := countTags(t, b.Addr, topic, 500); got["oauth"] != 500 {
+		t.Fatalf("%v of 500 records in Kafka", got)
+	}
+	if n := idp.Requests("ferry-deliver"); n != 1 {
+		t.Errorf("%d token requests for one agent within a token's lifetime, want 1", n)
+	}
+	if v := a.Metric(`ferry_exporter_kafka_oauth_token_requests_total{result="ok"}`); v != 1 {
+		t.Errorf("token request metric %v, want 1", v)
+	}
+	a.Stop()
+	noSecrets(t, a, "deliver-secret")
+}
+
+// A wrong client secret: /readyz quotes the provider's refusal and names
+// the client and the settings to check, the agent stays up and records
+// wait; once the secret file is fixed and the agent reloaded, they reach
+// Kafka and the waiting request is answered.
+func TestOAuthBearerWrongSecret(t *testing.T) {
+	b := secured(t)
+	topic := kafkatest.NewTopic(t, b.Addr, "secure-oauth-pw", 1)
+	idp.AddClient("ferry-wrong", "right-secret", time.Hour)
+	secret := writeFile(t, t.TempDir(), "secret", "not-the-secret")
+	a := agenttest.Start(t, ferryBin, oauthYAML(b, "ferry-wrong", secret))
+	body := waitReadyz(t, a, 503, "OAUTHBEARER", "invalid_client", `"ferry-wrong"`, "client_id and the client secret")
+	t.Logf("/readyz with a wrong client secret: %s", body)
+	answered := make(chan string, 1)
+	go func() {
+		code, body := post(t, a, topic, "waited", 200)
+		answered <- fmt.Sprint(code, " ", body)
+	}()
+	time.Sleep(2 * time.Second)
+	select {
+	case ans := <-answered:
+		t.Fatalf("answered before Kafka could have the records: %s", ans)
+	default:
+	}
+	refused := idp.Refused("ferry-wrong")
+	if refused < 1 || refused > 12 {
+		t.Errorf("%d refused token requests in the first seconds: want a few (backoff), not one per connection attempt", refused)
+	}
+	if err := os.WriteFile(secret, []byte("right-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a.Reload()
+	select {
+	case ans := <-answered:
+		if !strings.HasPrefix(ans, "200 ") {
+			t.Fatalf("after the fix: %s", ans)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the waiting request was not answered after the secret was fixed")
+	}
+	waitReadyz(t, a, 200)
+	if got := countTags(t, b.Addr, topic, 200); got["waited"] != 200 {
+		t.Fatalf("%v of 200 records in Kafka", got)
+	}
+	if v := a.Metric(`ferry_exporter_kafka_oauth_token_requests_total{result="error"}`); v < 1 {
+		t.Errorf("refused token requests not counted: %v", v)
+	}
+	a.Stop()
+	noSecrets(t, a, "right-secret")
+	noSecrets(t, a, "not-the-secret")
+}
+
+// Tokens that live 12 s on a listener that re-authenticates every 8 s
+// (connections.max.reauth.ms) and no later than the token's expiry:
+// records flow for 30 s without a failed request or a lost record, the
+// agent asks for new tokens before the old ones expire, and the
+// connections re-authenticate in place.
+func TestOAuthBearerRefreshAndReauth(t *testing.T) {
+	b := secured(t)
+	topic := kafkatest.NewTopic(t, b.Addr, "secure-oauth-reauth", 3)
+	idp.AddClient("ferry-short", "short-secret", 12*time.Second)
+	secret := writeFile(t, t.TempDir(), "secret", "short-secret")
+	a := agenttest.Start(t, ferryBin, oauthYAML(b, "ferry-short", secret))
+	waitReadyz(t, a, 200)
+	start := time.Now()
+	const perPost = 50
+	var (
+		mu    sync.Mutex
+		posts int
+		fails []string
+	)
+	for time.Since(start) < 30*time.Second {
+		code, body := post(t, a, topic, "flow", perPost)
+		mu.Lock()
+		posts++
+		if code != 200 {
+			fails = append(fails, fmt.Sprint(code, " ", body))
+		}
+		mu.Unlock()
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(fails) > 0 {
+		t.Fatalf("%d of %d requests failed while tokens rotated: %v", len(fails), posts, fails[0])
+	}
+	tokens := idp.Requests("ferry-short")
+	reauths := a.Metric(`ferry_exporter_kafka_requests_total{api="SaslAuthenticate"}`)
+	conns := a.Metric("ferry_exporter_kafka_connections")
+	t.Logf("%d requests (%d records) in %v; %d tokens issued, %v SASL authentications on %v open connections",
+		posts, posts*perPost, time.Since(start).Round(time.Second), tokens, reauths, conns)
+	// 30 s of 12 s tokens refreshed at about 80%: the first and at least two more.
+	if tokens < 3 {
+		t.Errorf("%d tokens issued in 30 s of 12 s tokens: not refreshed before expiry", tokens)
+	}
+	// Each connection authenticated once at connect, then about every 8 s.
+	if conns > 0 && reauths < 3*conns {
+		t.Errorf("%v SASL authentications on %v connections in 30 s: the broker's re-authentication did not happen", reauths, conns)
+	}
+	if got := countTags(t, b.Addr, topic, posts*perPost); got["flow"] != posts*perPost {
+		t.Fatalf("%v of %d records in Kafka", got, posts*perPost)
+	}
+	a.Stop()
+	noSecrets(t, a, "short-secret")
+}
