@@ -119,6 +119,7 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 	// files are read here once to fail early and again when they change.
 	sec := &security{dialTimeout: cfg.DialTimeout, brokers: cfg.Brokers,
 		fetched: func(result string) { e.m.tokens.WithLabelValues(result).Inc() },
+		authed:  func() { e.m.auths.Inc() },
 		warn: func(err error) {
 			e.log.Log(slog.LevelWarn, "oauth", "OAUTHBEARER token refresh failed; the current token is still valid and the request is retried", "err", err)
 		}}
@@ -566,6 +567,8 @@ type metrics struct {
 	purged    prometheus.Counter
 	created   prometheus.Counter
 	tokens    *prometheus.CounterVec
+	auths     prometheus.Counter
+	connects  prometheus.Counter
 	// requests by Kafka API key, resolved once: what this agent costs the
 	// cluster (docs/scaling.md sizes fleets from these two).
 	requests [kmsg.MaxKey + 1]prometheus.Counter
@@ -602,6 +605,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Topics named in the configuration that ferry created because they were missing (create_topics).", ConstLabels: lbl}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exporter_kafka_oauth_token_requests_total",
 			Help: "Requests to the OAUTHBEARER token endpoint, by result (ok, error).", ConstLabels: lbl}, []string{"result"}),
+		// Beyond connects, these are re-authentications of open
+		// connections (the brokers' connections.max.reauth.ms, KIP-368).
+		auths: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_exporter_kafka_sasl_authentications_total",
+			Help: "SASL authentications begun with a broker: one per new connection, one per re-authentication.", ConstLabels: lbl}),
+		connects: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_exporter_kafka_connects_total",
+			Help: "Connections opened to brokers.", ConstLabels: lbl}),
 	}
 	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exporter_kafka_requests_total",
 		Help: "Requests written to brokers, by Kafka API (Produce, Metadata, ...).", ConstLabels: lbl}, []string{"api"})
@@ -612,7 +621,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.conns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_exporter_kafka_connections",
 		Help: "Open connections to brokers.", ConstLabels: lbl})
-	reg.MustRegister(m.sent, m.sentBytes, m.dropped, m.inflight, m.up, m.latency, m.batchRecs, m.batchB, m.batchC, m.brokerErr, m.purged, m.created, m.tokens, reqs, m.conns)
+	reg.MustRegister(m.sent, m.sentBytes, m.dropped, m.inflight, m.up, m.latency, m.batchRecs, m.batchB, m.batchC, m.brokerErr, m.purged, m.created, m.tokens, m.auths, m.connects, reqs, m.conns)
 	return m
 }
 
@@ -658,6 +667,7 @@ func (h hooks) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn
 		return
 	}
 	h.e.m.conns.Inc()
+	h.e.m.connects.Inc()
 }
 
 // kgoLogger routes franz-go's own warnings and errors into ferry's log at a

@@ -160,6 +160,7 @@ type tokenSource struct {
 	mu        sync.Mutex
 	tok       string
 	exp       time.Time // when tok stops being valid
+	issued    time.Time
 	refreshAt time.Time // when to replace it
 	fetching  chan struct{}
 	lastErr   error
@@ -191,6 +192,19 @@ func (ts *tokenSource) close() {
 	ts.closed = true
 	if ts.timer != nil {
 		ts.timer.Stop()
+	}
+}
+
+// invalidate drops tok, which a broker refused, so that the next
+// connection asks for another; a token issued in the last 10 s is kept
+// (the broker refusing a fresh token is a setting, such as the audience,
+// that a new token will not fix, and the provider is not asked again at
+// each reconnection).
+func (ts *tokenSource) invalidate(tok string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if tok != "" && ts.tok == tok && ts.now().Sub(ts.issued) > 10*time.Second {
+		ts.tok = ""
 	}
 }
 
@@ -269,7 +283,7 @@ func (ts *tokenSource) startFetch() {
 				ts.schedule(back)
 			}
 		} else {
-			ts.tok, ts.exp = tok, now.Add(life)
+			ts.tok, ts.exp, ts.issued = tok, now.Add(life), now
 			ts.failures, ts.lastErr, ts.retryAt = 0, nil, time.Time{}
 			// 80% of the lifetime, less up to 5% of jitter.
 			in := life*8/10 - rand.N(life/20+1)

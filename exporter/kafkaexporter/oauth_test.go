@@ -352,3 +352,40 @@ func TestOAuthReloadKeepsToken(t *testing.T) {
 		t.Fatalf("changed settings kept the old token: %s", v)
 	}
 }
+
+// A broker's refusal (RFC 7628 3.2.2: a JSON error as the challenge) is
+// answered with %x01 so the broker ends with SASL_AUTHENTICATION_FAILED
+// and its reason; the refused token is dropped unless it is fresh.
+func TestOAuthBrokerRefusal(t *testing.T) {
+	p := newIDP(t, false, tokenJSON("tok", 3600))
+	sec, err := newSecurity(TLSConfig{}, SASLConfig{Mechanism: "OAUTHBEARER", OAuthBearer: oauthCfg(p.URL)}, time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sec.close()
+	sess, first, err := mechanism{sec}.Authenticate(context.Background(), "127.0.0.1:9092")
+	if err != nil || !strings.Contains(string(first), "auth=Bearer tok-1\x01") {
+		t.Fatalf("initial response %q, %v", first, err)
+	}
+	done, out, err := sess.Challenge([]byte(`{"status":"invalid_token"}`))
+	if done || string(out) != "\x01" || err != nil {
+		t.Fatalf("refusal answered %v %q %v, want %%x01", done, out, err)
+	}
+	ts := sec.cur.Load().oauth
+	if tok, _ := ts.token(context.Background()); tok != "tok-1" {
+		t.Fatalf("a token refused in its first 10 s was dropped: %s", tok)
+	}
+	ts.mu.Lock()
+	ts.issued = ts.issued.Add(-time.Minute)
+	ts.mu.Unlock()
+	sess, _, _ = mechanism{sec}.Authenticate(context.Background(), "127.0.0.1:9092")
+	sess.Challenge([]byte(`{"status":"invalid_token"}`))
+	if tok, _ := ts.token(context.Background()); tok != "tok-2" {
+		t.Fatalf("an older refused token was kept: %s", tok)
+	}
+	// Accepted: the broker's empty answer ends the exchange.
+	sess, _, _ = mechanism{sec}.Authenticate(context.Background(), "127.0.0.1:9092")
+	if done, _, err := sess.Challenge(nil); !done || err != nil {
+		t.Fatalf("acceptance: %v %v", done, err)
+	}
+}

@@ -154,6 +154,8 @@ type security struct {
 	// and the log); nil in `ferry validate`.
 	fetched func(result string)
 	warn    func(err error)
+	// authed counts each authentication begun (metrics); nil in tests.
+	authed func()
 }
 
 type secState struct {
@@ -299,17 +301,26 @@ type mechanism struct{ sec *security }
 func (m mechanism) Name() string { return m.sec.cur.Load().sasl.Mechanism }
 
 func (m mechanism) Authenticate(ctx context.Context, host string) (sasl.Session, []byte, error) {
+	if m.sec.authed != nil {
+		m.sec.authed()
+	}
 	st := m.sec.cur.Load()
 	s := st.sasl
 	var mech sasl.Mechanism
 	switch s.Mechanism {
 	case "OAUTHBEARER":
 		ts := st.oauth
+		var tok string
 		mech = oauth.Oauth(func(ctx context.Context) (oauth.Auth, error) {
-			tok, err := ts.token(ctx)
+			var err error
+			tok, err = ts.token(ctx)
 			return oauth.Auth{Token: tok, Extensions: s.OAuthBearer.Extensions}, err
 		})
-		return mech.Authenticate(ctx, host)
+		sess, first, err := mech.Authenticate(ctx, host)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &oauthSession{Session: sess, refused: func() { ts.invalidate(tok) }}, first, nil
 	case "AWS_MSK_IAM":
 		return aws.ManagedStreamingIAM(awsAuth(s.AWSMSKIAM)).Authenticate(ctx, host)
 	}
@@ -328,6 +339,27 @@ func (m mechanism) Authenticate(ctx context.Context, host string) (sasl.Session,
 		return nil, nil, fmt.Errorf("sasl.mechanism %q", s.Mechanism)
 	}
 	return mech.Authenticate(ctx, host)
+}
+
+// oauthSession answers a broker's refusal of the token as RFC 7628
+// section 3.2.2 asks (the server sends a JSON error as a challenge, the
+// client answers %x01 and the server then fails the authentication), so
+// the failure arrives as Kafka's SASL_AUTHENTICATION_FAILED with the
+// broker's reason (franz-go's own session calls the challenge an error of
+// its own, which neither readiness nor a retry recognizes). The refused
+// token is dropped, so the next connection asks for a fresh one (a token
+// revoked, or signed by a key the provider rotated).
+type oauthSession struct {
+	sasl.Session
+	refused func()
+}
+
+func (s *oauthSession) Challenge(resp []byte) (bool, []byte, error) {
+	if len(resp) != 0 {
+		s.refused()
+		return false, []byte{0x01}, nil
+	}
+	return s.Session.Challenge(resp)
 }
 
 // describe turns a connection error into the words readiness and the log

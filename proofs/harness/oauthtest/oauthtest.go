@@ -28,8 +28,8 @@ import (
 	"time"
 )
 
-// Audience is the aud claim of every token; kafka-local's OAUTHBEARER
-// listener expects it.
+// Audience is the aud claim of a token when the request names no
+// audience; kafka-local's OAUTHBEARER listener expects it.
 const Audience = "kafka-local"
 
 // Server is the identity provider.
@@ -146,8 +146,14 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 	c.requests++
 	life := c.life
 	s.mu.Unlock()
+	// The audience asked for, as Auth0 and Okta issue it; by default the
+	// broker's.
+	aud := Audience
+	if a := r.PostForm.Get("audience"); a != "" {
+		aud = a
+	}
 	now := time.Now()
-	claims := map[string]any{"iss": s.Issuer, "sub": id, "aud": Audience, "iat": now.Unix(), "nbf": now.Unix() - 5,
+	claims := map[string]any{"iss": s.Issuer, "sub": id, "aud": aud, "iat": now.Unix(), "nbf": now.Unix() - 5,
 		"exp": now.Add(life).Unix(), "scope": r.PostForm.Get("scope")}
 	tok, err := s.sign(claims)
 	if err != nil {
