@@ -33,7 +33,7 @@ var (
 
 // reauthMS is the OAUTHBEARER listener's connections.max.reauth.ms: every
 // connection re-authenticates this often, and before its token expires.
-const reauthMS = 8000
+const reauthMS = 6000
 
 func TestMain(m *testing.M) {
 	flag.Parse()
