@@ -163,7 +163,7 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 	if cfg.SASL.Mechanism != "" {
 		opts = append(opts, kgo.SASL(mechanism{sec}))
 		if !cfg.TLS.Enabled {
-			set.Logger.Warn("SASL without TLS: the brokers' traffic, and with PLAIN the password, cross the network in clear",
+			set.Logger.Warn("SASL without TLS: the brokers' traffic, and with PLAIN the password or with OAUTHBEARER the token, cross the network in clear",
 				"component", "exporter/kafka", "mechanism", cfg.SASL.Mechanism)
 		}
 	}
