@@ -88,7 +88,11 @@ func (c *TLSConfig) validate() error {
 	return nil
 }
 
-func (c *SASLConfig) validate() error {
+func (c *SASLConfig) validate() error { return errors.Join(c.problems()...) }
+
+// problems is every invalid SASL field, each its own error (so each is
+// named by its full key).
+func (c *SASLConfig) problems() []error {
 	var errs []error
 	userPass := c.Username != "" || c.Password != "" || c.PasswordFile != ""
 	o := c.OAuthBearer
@@ -123,7 +127,7 @@ func (c *SASLConfig) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("sasl.mechanism: %q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM", c.Mechanism))
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // password is the SASL password: inline, or the file's content now.
