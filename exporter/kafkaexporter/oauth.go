@@ -144,8 +144,9 @@ func (c *OAuthConfig) secret() (string, error) {
 // (connections.max.reauth.ms, KIP-368) finds a fresh token. Only when no
 // valid token is held does a connection wait, for one request shared by
 // every connection waiting. A failed request is retried with backoff (1 s
-// doubling to 1 min, with jitter); in between, connections get the error at
-// once instead of each asking the provider again.
+// doubling to 10 s as Kafka's own client does, with jitter); in between,
+// connections get the error at once instead of each asking the provider
+// again.
 type tokenSource struct {
 	cfg   OAuthConfig
 	files *tlsfiles.Loader // nil: the system's roots
@@ -271,9 +272,11 @@ func (ts *tokenSource) startFetch() {
 		if err != nil {
 			ts.failures++
 			ts.lastErr = err
-			// 1s, 2s, 4s ... 1 min, each between half and all of it.
+			// 1s, 2s, 4s ... 10s (the default of Kafka's
+			// sasl.login.retry.backoff.max.ms), each between half and
+			// all of it.
 			back := time.Second << min(ts.failures-1, 6)
-			back = min(back, time.Minute)
+			back = min(back, 10*time.Second)
 			back = back/2 + rand.N(back/2+1)
 			ts.retryAt = now.Add(back)
 			if ts.tok != "" && now.Before(ts.exp) {
@@ -383,6 +386,18 @@ func (ts *tokenSource) request() (string, time.Duration, error) {
 	return parseTokenResponse(c, res.StatusCode, body, ts.now())
 }
 
+// noToken is why a connection could not authenticate for want of a
+// token. It is temporary in franz-go's sense (Temporary() true makes it a
+// retryable broker error), so the client keeps the records and retries
+// the connection, as when a broker is unreachable: an identity provider
+// that is down, or a client secret waiting to be fixed, holds records back
+// instead of failing them.
+type noToken struct{ err error }
+
+func (e noToken) Error() string   { return e.err.Error() }
+func (e noToken) Unwrap() error   { return e.err }
+func (e noToken) Temporary() bool { return true }
+
 // tokenError is the token endpoint refusing the request (RFC 6749
 // section 5.2), so readiness can say which setting to check.
 type tokenError struct {
@@ -393,6 +408,9 @@ type tokenError struct {
 
 func (e *tokenError) Error() string {
 	s := fmt.Sprintf("OAUTHBEARER: token endpoint %s refused client %q: HTTP %d", e.endpoint, e.clientID, e.status)
+	if e.status >= 500 || e.status == http.StatusTooManyRequests {
+		s = fmt.Sprintf("OAUTHBEARER: token endpoint %s is unavailable (retried with backoff): HTTP %d", e.endpoint, e.status)
+	}
 	if e.code != "" {
 		s += " " + e.code
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"gopkg.in/yaml.v3"
 )
 
@@ -387,5 +388,21 @@ func TestOAuthBrokerRefusal(t *testing.T) {
 	sess, _, _ = mechanism{sec}.Authenticate(context.Background(), "127.0.0.1:9092")
 	if done, _, err := sess.Challenge(nil); !done || err != nil {
 		t.Fatalf("acceptance: %v %v", done, err)
+	}
+}
+
+// A connection that could not get a token fails with an error franz-go
+// retries (like an unreachable broker), so records wait instead of
+// failing while the provider is down or the secret is being fixed.
+func TestOAuthNoTokenIsRetried(t *testing.T) {
+	p := newIDP(t, false, func(_ int64, w http.ResponseWriter) { w.WriteHeader(http.StatusServiceUnavailable) })
+	sec, err := newSecurity(TLSConfig{}, SASLConfig{Mechanism: "OAUTHBEARER", OAuthBearer: oauthCfg(p.URL)}, time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sec.close()
+	_, _, err = mechanism{sec}.Authenticate(context.Background(), "127.0.0.1:9092")
+	if err == nil || !kgo.IsRetryableBrokerErr(err) || !strings.Contains(err.Error(), "is unavailable (retried with backoff): HTTP 503") {
+		t.Fatalf("no token: %v (retryable %v)", err, kgo.IsRetryableBrokerErr(err))
 	}
 }

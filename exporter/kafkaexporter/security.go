@@ -317,8 +317,10 @@ func (m mechanism) Authenticate(ctx context.Context, host string) (sasl.Session,
 		var tok string
 		mech = oauth.Oauth(func(ctx context.Context) (oauth.Auth, error) {
 			var err error
-			tok, err = ts.token(ctx)
-			return oauth.Auth{Token: tok, Extensions: s.OAuthBearer.Extensions}, err
+			if tok, err = ts.token(ctx); err != nil {
+				return oauth.Auth{}, noToken{err}
+			}
+			return oauth.Auth{Token: tok, Extensions: s.OAuthBearer.Extensions}, nil
 		})
 		sess, first, err := mech.Authenticate(ctx, host)
 		if err != nil {

@@ -208,3 +208,67 @@ func TestOAuthBearerTokenRefusedByBroker(t *testing.T) {
 	a.Stop()
 	noSecrets(t, a, "aud-secret")
 }
+
+// The identity provider down past the token's expiry (10 s tokens, down
+// from 2 s to 14 s): the connections cannot re-authenticate, so records
+// wait (none is failed), /readyz names the token endpoint, and when the
+// provider is back every record reaches Kafka and every request is
+// answered 200.
+func TestOAuthBearerProviderOutage(t *testing.T) {
+	b := secured(t)
+	topic := kafkatest.NewTopic(t, b.Addr, "secure-oauth-outage", 3)
+	idp.AddClient("ferry-outage", "outage-secret", 10*time.Second)
+	secret := writeFile(t, t.TempDir(), "secret", "outage-secret")
+	a := agenttest.Start(t, ferryBin, oauthYAML(b, "ferry-outage", secret))
+	waitReadyz(t, a, 200)
+	defer idp.SetDown(false)
+	const perPost = 20
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		posts int
+		fails []string
+	)
+	sawDown := false
+	start := time.Now()
+	for time.Since(start) < 16*time.Second {
+		switch el := time.Since(start); {
+		case el > 2*time.Second && el < 14*time.Second:
+			idp.SetDown(true)
+		default:
+			idp.SetDown(false)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, body := post(t, a, topic, "outage", perPost)
+			mu.Lock()
+			defer mu.Unlock()
+			posts++
+			if code != 200 {
+				fails = append(fails, fmt.Sprint(code, " ", body))
+			}
+		}()
+		if el := time.Since(start); el > 12*time.Second && !sawDown {
+			if code, body := readyz(t, a); code == 503 && strings.Contains(body, "unavailable") {
+				sawDown = true
+				t.Logf("/readyz during the outage: %s", body)
+			}
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	idp.SetDown(false)
+	wg.Wait()
+	t.Logf("%d requests in %v, provider down from 2 s to 14 s; %d tokens issued", posts, time.Since(start).Round(time.Second), idp.Requests("ferry-outage"))
+	if len(fails) > 0 {
+		t.Fatalf("%d of %d requests failed during the provider's outage: %v", len(fails), posts, fails[0])
+	}
+	if !sawDown {
+		t.Error("/readyz did not say the token endpoint was unavailable during the outage")
+	}
+	if got := countTags(t, b.Addr, topic, posts*perPost); got["outage"] != posts*perPost {
+		t.Fatalf("%v of %d records in Kafka", got, posts*perPost)
+	}
+	a.Stop()
+	noSecrets(t, a, "outage-secret")
+}

@@ -50,6 +50,7 @@ type Server struct {
 	mu       sync.Mutex
 	clients  map[string]*client
 	failures map[string]int
+	down     bool
 }
 
 type client struct {
@@ -102,6 +103,14 @@ func (s *Server) Requests(id string) int {
 	return 0
 }
 
+// SetDown makes the token endpoint answer 503 temporarily_unavailable
+// (an outage of the provider) until SetDown(false).
+func (s *Server) SetDown(down bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = down
+}
+
 // Refused is how many requests for the client were refused (wrong secret).
 func (s *Server) Refused(id string) int {
 	s.mu.Lock()
@@ -136,6 +145,11 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 		id, secret = unescape(u), unescape(p)
 	}
 	s.mu.Lock()
+	if s.down {
+		s.mu.Unlock()
+		oauthError(w, http.StatusServiceUnavailable, "temporarily_unavailable", "the provider is down")
+		return
+	}
 	c := s.clients[id]
 	if c == nil || c.secret != secret {
 		s.failures[id]++
