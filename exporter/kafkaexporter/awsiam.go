@@ -208,6 +208,9 @@ func awsRegionKnown(brokers []string) error {
 func awsAuth(c AWSConfig) func(context.Context) (aws.Auth, error) {
 	return func(context.Context) (aws.Auth, error) {
 		a, _, err := c.credentials()
-		return a, err
+		if err != nil {
+			return a, noCredentials{err}
+		}
+		return a, nil
 	}
 }

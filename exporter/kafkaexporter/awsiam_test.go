@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/aws"
 )
 
@@ -203,5 +204,18 @@ func TestMSKIAMConfigChecked(t *testing.T) {
 		if err := s.validate(); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("want %q, got %v", want, err)
 		}
+	}
+}
+
+// Credentials that cannot be read at a connection are a retryable error
+// for franz-go: records wait for them as for an unreachable broker.
+func TestMSKIAMMissingCredentialsRetried(t *testing.T) {
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_PROFILE"} {
+		t.Setenv(k, "")
+	}
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	_, _, err := aws.ManagedStreamingIAM(awsAuth(AWSConfig{})).Authenticate(context.Background(), "b-1.x.y.c2.kafka.us-east-1.amazonaws.com:9098")
+	if err == nil || !kgo.IsRetryableBrokerErr(err) || !strings.Contains(err.Error(), "no credentials") {
+		t.Fatalf("%v (retryable %v)", err, kgo.IsRetryableBrokerErr(err))
 	}
 }

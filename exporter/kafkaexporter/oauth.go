@@ -386,18 +386,6 @@ func (ts *tokenSource) request() (string, time.Duration, error) {
 	return parseTokenResponse(c, res.StatusCode, body, ts.now())
 }
 
-// noToken is why a connection could not authenticate for want of a
-// token. It is temporary in franz-go's sense (Temporary() true makes it a
-// retryable broker error), so the client keeps the records and retries
-// the connection, as when a broker is unreachable: an identity provider
-// that is down, or a client secret waiting to be fixed, holds records back
-// instead of failing them.
-type noToken struct{ err error }
-
-func (e noToken) Error() string   { return e.err.Error() }
-func (e noToken) Unwrap() error   { return e.err }
-func (e noToken) Temporary() bool { return true }
-
 // tokenError is the token endpoint refusing the request (RFC 6749
 // section 5.2), so readiness can say which setting to check.
 type tokenError struct {

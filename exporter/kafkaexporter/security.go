@@ -318,7 +318,7 @@ func (m mechanism) Authenticate(ctx context.Context, host string) (sasl.Session,
 		mech = oauth.Oauth(func(ctx context.Context) (oauth.Auth, error) {
 			var err error
 			if tok, err = ts.token(ctx); err != nil {
-				return oauth.Auth{}, noToken{err}
+				return oauth.Auth{}, noCredentials{err}
 			}
 			return oauth.Auth{Token: tok, Extensions: s.OAuthBearer.Extensions}, nil
 		})
@@ -332,7 +332,7 @@ func (m mechanism) Authenticate(ctx context.Context, host string) (sasl.Session,
 	}
 	pass, err := s.password()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, noCredentials{err}
 	}
 	switch s.Mechanism {
 	case "PLAIN":
@@ -346,6 +346,18 @@ func (m mechanism) Authenticate(ctx context.Context, host string) (sasl.Session,
 	}
 	return mech.Authenticate(ctx, host)
 }
+
+// noCredentials is why a connection could not authenticate before
+// reaching the broker: no token (the identity provider down, a client
+// secret being fixed), or a password or AWS credentials file unreadable.
+// It is temporary in franz-go's sense (Temporary() true makes it a
+// retryable broker error), so the client keeps the records and retries the
+// connection as when a broker is unreachable, instead of failing them.
+type noCredentials struct{ err error }
+
+func (e noCredentials) Error() string   { return e.err.Error() }
+func (e noCredentials) Unwrap() error   { return e.err }
+func (e noCredentials) Temporary() bool { return true }
 
 // oauthSession answers a broker's refusal of the token as RFC 7628
 // section 3.2.2 asks (the server sends a JSON error as a challenge, the
