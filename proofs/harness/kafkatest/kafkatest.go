@@ -162,7 +162,7 @@ func NewSecureWith(o SecureOptions) (*Secure, error) {
 			break
 		}
 		if i == 100 {
-			return nil, errors.New("kafkatest: no four free ports in a row")
+			return nil, errors.New("kafkatest: no free ports for the secured listeners")
 		}
 	}
 	b := &Broker{Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port)}
