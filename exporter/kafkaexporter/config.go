@@ -105,8 +105,11 @@ func (c *Config) problems() []error {
 	if err := c.TLS.validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.SASL.validate(); err != nil {
-		errs = append(errs, err)
+	errs = append(errs, c.SASL.problems()...)
+	if c.SASL.Mechanism == "AWS_MSK_IAM" && !c.TLS.Enabled {
+		// MSK serves IAM only over TLS (port 9098); without it a signed
+		// request could be read and replayed for its 5 minutes.
+		errs = append(errs, errors.New("sasl.mechanism AWS_MSK_IAM needs tls.enabled: true (MSK's IAM listener is TLS, port 9098)"))
 	}
 	return errs
 }

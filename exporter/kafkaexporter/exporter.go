@@ -117,8 +117,13 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 	}
 	// TLS and SASL are looked up at each connection (see security), so
 	// files are read here once to fail early and again when they change.
-	sec, err := newSecurity(cfg.TLS, cfg.SASL, cfg.DialTimeout)
-	if err != nil {
+	sec := &security{dialTimeout: cfg.DialTimeout, brokers: cfg.Brokers,
+		fetched: func(result string) { e.m.tokens.WithLabelValues(result).Inc() },
+		authed:  func() { e.m.auths.Inc() },
+		warn: func(err error) {
+			e.log.Log(slog.LevelWarn, "oauth", "OAUTHBEARER token refresh failed; the current token is still valid and the request is retried", "err", err)
+		}}
+	if err := sec.set(cfg.TLS, cfg.SASL); err != nil {
 		return nil, err
 	}
 	e.sec = sec
@@ -158,7 +163,7 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 	if cfg.SASL.Mechanism != "" {
 		opts = append(opts, kgo.SASL(mechanism{sec}))
 		if !cfg.TLS.Enabled {
-			set.Logger.Warn("SASL without TLS: the brokers' traffic, and with PLAIN the password, cross the network in clear",
+			set.Logger.Warn("SASL without TLS: the brokers' traffic, and with PLAIN the password or with OAUTHBEARER the token, cross the network in clear",
 				"component", "exporter/kafka", "mechanism", cfg.SASL.Mechanism)
 		}
 	}
@@ -180,6 +185,7 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 	opts = append(opts, kgo.RecordPartitioner(chosenFirst(part)))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
+		sec.close()
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	e.cl, e.maxBuffered = cl, buffered
@@ -537,6 +543,7 @@ func (e *Exporter) shutdown(ctx context.Context) error {
 			e.set.Logger.Warn("shutdown: some records were still unanswered when the client closed", "component", "exporter/kafka", "records", e.inflight.Load())
 		}
 	}
+	e.sec.close()
 	if left > 0 {
 		return fmt.Errorf("kafka exporter: %d records not acknowledged at shutdown", left)
 	}
@@ -559,6 +566,9 @@ type metrics struct {
 	brokerErr *prometheus.CounterVec
 	purged    prometheus.Counter
 	created   prometheus.Counter
+	tokens    *prometheus.CounterVec
+	auths     prometheus.Counter
+	connects  prometheus.Counter
 	// requests by Kafka API key, resolved once: what this agent costs the
 	// cluster (docs/scaling.md sizes fleets from these two).
 	requests [kmsg.MaxKey + 1]prometheus.Counter
@@ -593,6 +603,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Topics that turned out not to exist, removed from the Kafka client's metadata.", ConstLabels: lbl}),
 		created: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_exporter_kafka_created_topics_total",
 			Help: "Topics named in the configuration that ferry created because they were missing (create_topics).", ConstLabels: lbl}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exporter_kafka_oauth_token_requests_total",
+			Help: "Requests to the OAUTHBEARER token endpoint, by result (ok, error).", ConstLabels: lbl}, []string{"result"}),
+		// Beyond connects, these are re-authentications of open
+		// connections (the brokers' connections.max.reauth.ms, KIP-368).
+		auths: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_exporter_kafka_sasl_authentications_total",
+			Help: "SASL authentications begun with a broker: one per new connection, one per re-authentication.", ConstLabels: lbl}),
+		connects: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_exporter_kafka_connects_total",
+			Help: "Connections opened to brokers.", ConstLabels: lbl}),
 	}
 	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exporter_kafka_requests_total",
 		Help: "Requests written to brokers, by Kafka API (Produce, Metadata, ...).", ConstLabels: lbl}, []string{"api"})
@@ -603,7 +621,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.conns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_exporter_kafka_connections",
 		Help: "Open connections to brokers.", ConstLabels: lbl})
-	reg.MustRegister(m.sent, m.sentBytes, m.dropped, m.inflight, m.up, m.latency, m.batchRecs, m.batchB, m.batchC, m.brokerErr, m.purged, m.created, reqs, m.conns)
+	reg.MustRegister(m.sent, m.sentBytes, m.dropped, m.inflight, m.up, m.latency, m.batchRecs, m.batchB, m.batchC, m.brokerErr, m.purged, m.created, m.tokens, m.auths, m.connects, reqs, m.conns)
 	return m
 }
 
@@ -649,6 +667,7 @@ func (h hooks) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn
 		return
 	}
 	h.e.m.conns.Inc()
+	h.e.m.connects.Inc()
 }
 
 // kgoLogger routes franz-go's own warnings and errors into ferry's log at a

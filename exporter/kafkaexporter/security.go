@@ -9,12 +9,15 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/aws"
+	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
@@ -40,13 +43,19 @@ type TLSConfig struct {
 
 // SASLConfig is how ferry authenticates to the brokers (exporter.kafka.sasl).
 type SASLConfig struct {
-	// Mechanism: "" (none), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+	// Mechanism: "" (none), PLAIN, SCRAM-SHA-256, SCRAM-SHA-512,
+	// OAUTHBEARER (OAuthBearer) or AWS_MSK_IAM (AWSMSKIAM).
 	Mechanism string `yaml:"mechanism"`
 	Username  string `yaml:"username"`
 	// Password, or PasswordFile holding it (trailing newline ignored; read
 	// again at every connection, so a rotated file needs no reload).
 	Password     Secret `yaml:"password"`
 	PasswordFile string `yaml:"password_file"`
+	// OAuthBearer: the client-credentials grant OAUTHBEARER takes its
+	// tokens from (oauth.go).
+	OAuthBearer OAuthConfig `yaml:"oauthbearer"`
+	// AWSMSKIAM: the credentials AWS_MSK_IAM signs with (awsiam.go).
+	AWSMSKIAM AWSConfig `yaml:"aws_msk_iam"`
 }
 
 // Secret is a configuration value that must never reach a log or an
@@ -79,24 +88,46 @@ func (c *TLSConfig) validate() error {
 	return nil
 }
 
-func (c *SASLConfig) validate() error {
+func (c *SASLConfig) validate() error { return errors.Join(c.problems()...) }
+
+// problems is every invalid SASL field, each its own error (so each is
+// named by its full key).
+func (c *SASLConfig) problems() []error {
+	var errs []error
+	userPass := c.Username != "" || c.Password != "" || c.PasswordFile != ""
+	o := c.OAuthBearer
+	oauthSet := o.TokenEndpoint != "" || o.ClientID != "" || o.ClientSecret != "" || o.ClientSecretFile != "" || o.Scope != "" || o.Audience != "" || len(o.Extensions) > 0 || o.CAFile != ""
+	if oauthSet && c.Mechanism != "OAUTHBEARER" {
+		errs = append(errs, errors.New("sasl.oauthbearer is set but sasl.mechanism is not OAUTHBEARER"))
+	}
+	if c.AWSMSKIAM != (AWSConfig{}) && c.Mechanism != "AWS_MSK_IAM" {
+		errs = append(errs, errors.New("sasl.aws_msk_iam is set but sasl.mechanism is not AWS_MSK_IAM"))
+	}
 	switch c.Mechanism {
 	case "":
-		if c.Username != "" || c.Password != "" || c.PasswordFile != "" {
-			return errors.New("sasl: username or password set but sasl.mechanism is empty")
+		if userPass {
+			errs = append(errs, errors.New("sasl: username or password set but sasl.mechanism is empty"))
 		}
-		return nil
 	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		if c.Username == "" {
+			errs = append(errs, fmt.Errorf("sasl.username: required for %s", c.Mechanism))
+		}
+		if (c.Password == "") == (c.PasswordFile == "") {
+			errs = append(errs, fmt.Errorf("sasl: set one of sasl.password and sasl.password_file for %s", c.Mechanism))
+		}
+	case "OAUTHBEARER", "AWS_MSK_IAM":
+		if userPass {
+			errs = append(errs, fmt.Errorf("sasl: username and password are not used by %s (see sasl.%s)", c.Mechanism, map[string]string{"OAUTHBEARER": "oauthbearer", "AWS_MSK_IAM": "aws_msk_iam"}[c.Mechanism]))
+		}
+		if c.Mechanism == "OAUTHBEARER" {
+			errs = append(errs, o.problems()...)
+		} else {
+			errs = append(errs, c.AWSMSKIAM.problems()...)
+		}
 	default:
-		return fmt.Errorf("sasl.mechanism: %q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512", c.Mechanism)
+		errs = append(errs, fmt.Errorf("sasl.mechanism: %q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM", c.Mechanism))
 	}
-	if c.Username == "" {
-		return fmt.Errorf("sasl.username: required for %s", c.Mechanism)
-	}
-	if (c.Password == "") == (c.PasswordFile == "") {
-		return fmt.Errorf("sasl: set one of sasl.password and sasl.password_file for %s", c.Mechanism)
-	}
-	return nil
+	return errs
 }
 
 // password is the SASL password: inline, or the file's content now.
@@ -122,24 +153,35 @@ func (c *SASLConfig) password() (string, error) {
 type security struct {
 	cur         atomic.Pointer[secState]
 	dialTimeout time.Duration
+	brokers     []string
+	// fetched and warn are given to OAUTHBEARER's token source (metrics
+	// and the log); nil in `ferry validate`.
+	fetched func(result string)
+	warn    func(err error)
+	// authed counts each authentication begun (metrics); nil in tests.
+	authed func()
 }
 
 type secState struct {
 	tls   TLSConfig
 	sasl  SASLConfig
 	files *tlsfiles.Loader // nil without TLS
+	oauth *tokenSource     // OAUTHBEARER only
 }
 
 // CheckFiles reads the TLS and SASL files as New does, so `ferry
 // validate` finds a file that is missing or unreadable before `ferry run`
 // does.
 func (c *Config) CheckFiles() error {
-	_, err := newSecurity(c.TLS, c.SASL, c.DialTimeout)
+	sec, err := newSecurity(c.TLS, c.SASL, c.DialTimeout, c.Brokers)
+	if err == nil {
+		sec.close()
+	}
 	return err
 }
 
-func newSecurity(t TLSConfig, s SASLConfig, dialTimeout time.Duration) (*security, error) {
-	sec := &security{dialTimeout: dialTimeout}
+func newSecurity(t TLSConfig, s SASLConfig, dialTimeout time.Duration, brokers []string) (*security, error) {
+	sec := &security{dialTimeout: dialTimeout, brokers: brokers}
 	if err := sec.set(t, s); err != nil {
 		return nil, err
 	}
@@ -147,7 +189,10 @@ func newSecurity(t TLSConfig, s SASLConfig, dialTimeout time.Duration) (*securit
 }
 
 // set checks the settings (reading every file once) and makes them the
-// ones the next connection uses; on error nothing changes.
+// ones the next connection uses; on error nothing changes. OAUTHBEARER's
+// token is kept when its settings did not change (a reload of something
+// else must not cost a token request); otherwise the next connection asks
+// for a new one.
 func (sec *security) set(t TLSConfig, s SASLConfig) error {
 	if err := t.validate(); err != nil {
 		return err
@@ -162,13 +207,50 @@ func (sec *security) set(t TLSConfig, s SASLConfig) error {
 			return err
 		}
 	}
-	if s.Mechanism != "" {
+	old := sec.cur.Load()
+	switch s.Mechanism {
+	case "":
+	case "OAUTHBEARER":
+		if old != nil && old.oauth != nil && reflect.DeepEqual(old.sasl.OAuthBearer, s.OAuthBearer) {
+			if _, err := s.OAuthBearer.secret(); err != nil {
+				return err
+			}
+			// A reload is the operator saying "try now" (a fixed secret
+			// file, a provider back up): the backoff does not delay it.
+			old.oauth.retryNow()
+			st.oauth = old.oauth
+			break
+		}
+		ts, err := newTokenSource(s.OAuthBearer)
+		if err != nil {
+			return err
+		}
+		ts.fetched, ts.warn = sec.fetched, sec.warn
+		st.oauth = ts
+	case "AWS_MSK_IAM":
+		if _, _, err := s.AWSMSKIAM.credentials(); err != nil {
+			return err
+		}
+		if err := awsRegionKnown(sec.brokers); err != nil {
+			return err
+		}
+	default:
 		if _, err := s.password(); err != nil {
 			return err
 		}
 	}
 	sec.cur.Store(st)
+	if old != nil && old.oauth != nil && old.oauth != st.oauth {
+		old.oauth.close()
+	}
 	return nil
+}
+
+// close stops OAUTHBEARER's background token refreshes.
+func (sec *security) close() {
+	if st := sec.cur.Load(); st != nil && st.oauth != nil {
+		st.oauth.close()
+	}
 }
 
 // tlsConfig is the TLS configuration from the files as they are now.
@@ -223,12 +305,35 @@ type mechanism struct{ sec *security }
 func (m mechanism) Name() string { return m.sec.cur.Load().sasl.Mechanism }
 
 func (m mechanism) Authenticate(ctx context.Context, host string) (sasl.Session, []byte, error) {
-	s := m.sec.cur.Load().sasl
+	if m.sec.authed != nil {
+		m.sec.authed()
+	}
+	st := m.sec.cur.Load()
+	s := st.sasl
+	var mech sasl.Mechanism
+	switch s.Mechanism {
+	case "OAUTHBEARER":
+		ts := st.oauth
+		var tok string
+		mech = oauth.Oauth(func(ctx context.Context) (oauth.Auth, error) {
+			var err error
+			if tok, err = ts.token(ctx); err != nil {
+				return oauth.Auth{}, noCredentials{err}
+			}
+			return oauth.Auth{Token: tok, Extensions: s.OAuthBearer.Extensions}, nil
+		})
+		sess, first, err := mech.Authenticate(ctx, host)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &oauthSession{Session: sess, refused: func() { ts.invalidate(tok) }}, first, nil
+	case "AWS_MSK_IAM":
+		return aws.ManagedStreamingIAM(awsAuth(s.AWSMSKIAM)).Authenticate(ctx, host)
+	}
 	pass, err := s.password()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, noCredentials{err}
 	}
-	var mech sasl.Mechanism
 	switch s.Mechanism {
 	case "PLAIN":
 		mech = plain.Auth{User: s.Username, Pass: pass}.AsMechanism()
@@ -242,12 +347,54 @@ func (m mechanism) Authenticate(ctx context.Context, host string) (sasl.Session,
 	return mech.Authenticate(ctx, host)
 }
 
+// noCredentials is why a connection could not authenticate before
+// reaching the broker: no token (the identity provider down, a client
+// secret being fixed), or a password or AWS credentials file unreadable.
+// It is temporary in franz-go's sense (Temporary() true makes it a
+// retryable broker error), so the client keeps the records and retries the
+// connection as when a broker is unreachable, instead of failing them.
+type noCredentials struct{ err error }
+
+func (e noCredentials) Error() string   { return e.err.Error() }
+func (e noCredentials) Unwrap() error   { return e.err }
+func (e noCredentials) Temporary() bool { return true }
+
+// oauthSession answers a broker's refusal of the token as RFC 7628
+// section 3.2.2 asks (the server sends a JSON error as a challenge, the
+// client answers %x01 and the server then fails the authentication), so
+// the failure arrives as Kafka's SASL_AUTHENTICATION_FAILED with the
+// broker's reason (franz-go's own session calls the challenge an error of
+// its own, which neither readiness nor a retry recognizes). The refused
+// token is dropped, so the next connection asks for a fresh one (a token
+// revoked, or signed by a key the provider rotated).
+type oauthSession struct {
+	sasl.Session
+	refused func()
+}
+
+func (s *oauthSession) Challenge(resp []byte) (bool, []byte, error) {
+	if len(resp) != 0 {
+		s.refused()
+		return false, []byte{0x01}, nil
+	}
+	return s.Session.Challenge(resp)
+}
+
 // describe turns a connection error into the words readiness and the log
 // give: what failed (TLS, or which SASL mechanism for which user) and why.
 func (sec *security) describe(err error) string {
 	st := sec.cur.Load()
 	var te tlsError
 	switch {
+	case errors.Is(err, kerr.SaslAuthenticationFailed) && st.sasl.Mechanism == "OAUTHBEARER":
+		return fmt.Sprintf("SASL OAUTHBEARER: the broker refused the token issued to client %q by %s (check sasl.oauthbearer.scope and audience against the broker's expected audience and issuer): %v",
+			st.sasl.OAuthBearer.ClientID, st.sasl.OAuthBearer.TokenEndpoint, err)
+	case errors.Is(err, kerr.SaslAuthenticationFailed) && st.sasl.Mechanism == "AWS_MSK_IAM":
+		who := "unknown credentials"
+		if a, from, cerr := st.sasl.AWSMSKIAM.credentials(); cerr == nil {
+			who = fmt.Sprintf("access key %s from %s", a.AccessKey, from)
+		}
+		return fmt.Sprintf("SASL AWS_MSK_IAM authentication with %s failed (check the IAM policy's kafka-cluster:Connect and the credentials): %v", who, err)
 	case errors.Is(err, kerr.SaslAuthenticationFailed):
 		return fmt.Sprintf("SASL %s authentication as %q failed (check sasl.username and the password): %v", st.sasl.Mechanism, st.sasl.Username, err)
 	case errors.Is(err, kerr.UnsupportedSaslMechanism):

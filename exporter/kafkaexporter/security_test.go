@@ -83,14 +83,14 @@ func TestTLSFilesCheckedAndReloaded(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.pem")
 	os.WriteFile(bad, []byte("not a certificate"), 0o600)
-	if _, err := newSecurity(TLSConfig{Enabled: true, CAFile: bad}, SASLConfig{}, time.Second); err == nil || !strings.Contains(err.Error(), "tls.ca_file") {
+	if _, err := newSecurity(TLSConfig{Enabled: true, CAFile: bad}, SASLConfig{}, time.Second, nil); err == nil || !strings.Contains(err.Error(), "tls.ca_file") {
 		t.Fatalf("bad CA file: %v", err)
 	}
-	if _, err := newSecurity(TLSConfig{Enabled: true, CAFile: filepath.Join(dir, "missing.pem")}, SASLConfig{}, time.Second); err == nil {
+	if _, err := newSecurity(TLSConfig{Enabled: true, CAFile: filepath.Join(dir, "missing.pem")}, SASLConfig{}, time.Second, nil); err == nil {
 		t.Fatal("missing CA file accepted")
 	}
 	ca := writeCA(t, dir, "ca")
-	sec, err := newSecurity(TLSConfig{Enabled: true, CAFile: ca}, SASLConfig{}, time.Second)
+	sec, err := newSecurity(TLSConfig{Enabled: true, CAFile: ca}, SASLConfig{}, time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,20 +20,35 @@ import (
 
 	"github.com/ferryhq/ferry/proofs/harness/agenttest"
 	"github.com/ferryhq/ferry/proofs/harness/kafkatest"
+	"github.com/ferryhq/ferry/proofs/harness/oauthtest"
 )
 
 var (
 	ferryBin string
 	broker   *kafkatest.Secure // one secured broker for the package's tests
+	// idp issues the OAUTHBEARER listener's tokens; it runs before the
+	// broker, which reads its JWKS at start-up.
+	idp *oauthtest.Server
 )
+
+// reauthMS is the OAUTHBEARER listener's connections.max.reauth.ms: every
+// connection re-authenticates this often, and before its token expires.
+const reauthMS = 6000
 
 func TestMain(m *testing.M) {
 	flag.Parse()
 	bin, cleanup := agenttest.BuildForTests()
 	ferryBin = bin
+	var dir string
 	if !testing.Short() {
 		var err error
-		if broker, err = kafkatest.NewSecure(); err != nil {
+		if dir, err = os.MkdirTemp("", "ferry-security-"); err == nil {
+			idp, err = oauthtest.Start(dir)
+		}
+		if err == nil {
+			broker, err = kafkatest.NewSecureWith(kafkatest.SecureOptions{OAuthJWKS: idp.JWKSURL, OAuthIssuer: idp.Issuer, ReauthMS: reauthMS})
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -41,6 +56,12 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if broker != nil {
 		broker.Stop()
+	}
+	if idp != nil {
+		idp.Close()
+	}
+	if dir != "" {
+		os.RemoveAll(dir)
 	}
 	cleanup()
 	os.Exit(code)

@@ -118,12 +118,23 @@ func Start(t testing.TB) *Broker {
 // Secure is a broker started with kafka-local --secure: PLAINTEXT at Addr
 // (for the test's own admin and checks), SASL_SSL (PLAIN, SCRAM-SHA-256,
 // SCRAM-SHA-512) at SASL and mTLS at MTLS, with the throw-away CA and the
-// client certificate the script made.
+// client certificate the script made; with SecureOptions.OAuthJWKS also
+// SASL_SSL with OAUTHBEARER only at OAuth.
 type Secure struct {
 	*Broker
 	SASL, MTLS                    string
 	CAFile, ClientCert, ClientKey string
 	User, Password                string
+	OAuth                         string
+}
+
+// SecureOptions adds kafka-local's OAUTHBEARER listener (port+4): tokens
+// signed by a key in the JWKS at OAuthJWKS (serving before the broker
+// starts), issued by OAuthIssuer when set; ReauthMS is that listener's
+// connections.max.reauth.ms (0: never re-authenticate).
+type SecureOptions struct {
+	OAuthJWKS, OAuthIssuer string
+	ReauthMS               int
 }
 
 // StartSecure starts a secured broker of the test's own on free ports; it
@@ -141,18 +152,28 @@ func StartSecure(t testing.TB) *Secure {
 
 // NewSecure starts a secured broker on free ports for a whole test binary
 // (from TestMain); the caller stops it.
-func NewSecure() (*Secure, error) {
+func NewSecure() (*Secure, error) { return NewSecureWith(SecureOptions{}) }
+
+// NewSecureWith is NewSecure with the OAUTHBEARER listener of o.
+func NewSecureWith(o SecureOptions) (*Secure, error) {
 	var port int
 	for i := 0; ; i++ {
-		if port = FreePort(); free(port+2) && free(port+3) {
+		if port = FreePort(); free(port+2) && free(port+3) && (o.OAuthJWKS == "" || free(port+4)) {
 			break
 		}
 		if i == 100 {
-			return nil, errors.New("kafkatest: no four free ports in a row")
+			return nil, errors.New("kafkatest: no free ports for the secured listeners")
 		}
 	}
 	b := &Broker{Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port)}
-	out, err := exec.Command(script(), "start", "--secure", "--port", strconv.Itoa(port)).Output()
+	args := []string{"start", "--secure", "--port", strconv.Itoa(port)}
+	if o.OAuthJWKS != "" {
+		args = append(args, "--oauth-jwks", o.OAuthJWKS, "--reauth-ms", strconv.Itoa(o.ReauthMS))
+		if o.OAuthIssuer != "" {
+			args = append(args, "--oauth-issuer", o.OAuthIssuer)
+		}
+	}
+	out, err := exec.Command(script(), args...).Output()
 	if err != nil {
 		var stderr []byte
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -168,8 +189,8 @@ func NewSecure() (*Secure, error) {
 		}
 	}
 	s := &Secure{Broker: b, SASL: env["KAFKA_SASL_SSL"], MTLS: env["KAFKA_MTLS"], CAFile: env["KAFKA_CA_FILE"],
-		ClientCert: env["KAFKA_CLIENT_CERT"], ClientKey: env["KAFKA_CLIENT_KEY"], User: env["KAFKA_USER"], Password: env["KAFKA_PASSWORD"]}
-	if s.SASL == "" || s.CAFile == "" || s.Password == "" {
+		ClientCert: env["KAFKA_CLIENT_CERT"], ClientKey: env["KAFKA_CLIENT_KEY"], User: env["KAFKA_USER"], Password: env["KAFKA_PASSWORD"], OAuth: env["KAFKA_OAUTH"]}
+	if s.SASL == "" || s.CAFile == "" || s.Password == "" || (o.OAuthJWKS != "" && s.OAuth == "") {
 		b.Stop()
 		return nil, fmt.Errorf("kafka-local start --secure printed no settings:\n%s", out)
 	}
