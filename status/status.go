@@ -220,7 +220,10 @@ func (s *Status) Report(seconds float64) *Report {
 		return nil
 	}
 	r := *s.latest
-	n := min(s.n, int(math.Ceil(seconds/s.cfg.Interval.Seconds())))
+	n := s.n
+	if want := seconds / s.cfg.Interval.Seconds(); want < float64(n) {
+		n = int(math.Ceil(want))
+	}
 	if n <= 0 {
 		return &r
 	}

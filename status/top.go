@@ -236,7 +236,7 @@ func (f *frame) receivers(r *Report) *table {
 
 func (f *frame) topics(r *Report) *table {
 	t := &table{title: "TOPICS", empty: "none yet", hidden: r.Omitted["topics"], cols: []column{
-		{"topic", 0, 0}, {"in/s", 8, 0}, {"out/s", 8, 0}, {"in", 9, 0}, {"out", 9, 0}, {"bytes/s out", 11, 3}, {"dropped", 8, 0}}}
+		{"topic", 0, 0}, {"in/s", 8, 0}, {"out/s", 8, 0}, {"in", 9, 0}, {"out", 9, 0}, {"out bytes/s", 12, 3}, {"dropped", 8, 0}}}
 	for _, x := range r.Topics {
 		t.rows = append(t.rows, []string{x.Topic, rate(x.In.PerSec), rate(x.Out.PerSec), num(x.In.Total), num(x.Out.Total),
 			size(x.OutBytes.PerSec), num(x.Dropped.Total)})
