@@ -488,24 +488,48 @@ func TestStatusPageScreenshot(t *testing.T) {
 		t.Skip("FERRY_SCREENSHOT is not set")
 	}
 	brokers := kafkatest.Shared(t)
-	topics := []string{kafkatest.NewTopic(t, brokers, "app-logs", 1), kafkatest.NewTopic(t, brokers, "checkout-events", 1)}
-	a, tokens := agent(t, brokers, "delivery.mode=spool", "delivery.spool.dir="+t.TempDir())
-	end := time.Now().Add(70 * time.Second)
-	for i := 0; time.Now().Before(end); i++ {
-		// A rate that rises and falls, and a burst of refusals now and then.
-		n := 5 + int(20*(1+math.Sin(float64(i)/8)))
-		post(t, a, topics[0], tokens["billing"], lines(n))
-		if i%3 == 0 {
-			post(t, a, topics[1], tokens["billing"], lines(n/2))
-		}
-		if i%4 == 0 {
-			post(t, a, topics[1], tokens["shop"], lines(3))
-		}
-		if i%25 == 10 {
-			post(t, a, topics[0], tokens["billing"], bytes.Repeat([]byte("x"), 5000))
-		}
-		time.Sleep(250 * time.Millisecond)
+	// Fixed names, as a reader's would be: this test has a broker of its own (make screenshot).
+	topics := []string{"app-logs", "checkout-events"}
+	for _, tp := range topics {
+		kafkatest.CreateTopicIfMissing(t, brokers, tp, 1)
 	}
+	a, tokens := agent(t, brokers, "delivery.mode=spool", "delivery.spool.dir="+t.TempDir())
+	// The load goes on while the pictures are taken, so they show it
+	// flowing, not a quiet agent after it.
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		send := func(topic, token string, body []byte) {
+			req, _ := http.NewRequest("POST", "http://"+a.HTTP+"/v1/messages/"+topic, bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/x-ndjson")
+			req.Header.Set("Authorization", "Bearer "+token)
+			if res, err := http.DefaultClient.Do(req); err == nil {
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+			}
+		}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+			// A rate that rises and falls, and a burst of refusals now and then.
+			n := 5 + int(20*(1+math.Sin(float64(i)/8)))
+			send(topics[0], tokens["billing"], lines(n))
+			if i%3 == 0 {
+				send(topics[1], tokens["billing"], lines(n/2))
+			}
+			if i%4 == 0 {
+				send(topics[1], tokens["shop"], lines(3))
+			}
+			if i%25 == 10 {
+				send(topics[0], tokens["billing"], bytes.Repeat([]byte("x"), 5000))
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	time.Sleep(70 * time.Second)
 	raw := screenshot(t, "http://"+a.Admin+"/", filepath.Join(t.TempDir(), "status.png"))
 	checkImage(t, raw)
 	if err := os.WriteFile(out, raw, 0o644); err != nil {
