@@ -116,8 +116,14 @@ func load(t *testing.T, a *agenttest.Agent, topic string, tokens map[string]stri
 			t.Fatalf("too large: %d", c)
 		}
 	}
+	// Another valid base64url character in the middle: the token decodes,
+	// and its ciphertext fails authentication (forged, not malformed).
 	bad := []byte(tokens["billing"])
-	bad[len(bad)/2] ^= 1
+	if bad[len(bad)/2] == 'A' {
+		bad[len(bad)/2] = 'B'
+	} else {
+		bad[len(bad)/2] = 'A'
+	}
 	for i := 0; i < forged; i++ {
 		if c := post(t, a, topic, string(bad), lines(1)); c != 401 {
 			t.Fatalf("forged token: %d", c)
@@ -218,6 +224,20 @@ func TestOperatorViews(t *testing.T) {
 		}
 		if h := r.History; h == nil || len(h.Series["in_records_per_sec"]) < 2 {
 			t.Errorf("history %+v", r.History)
+		}
+		// A web page that rebinds its DNS name to the agent still says its
+		// own name: the status routes, like every admin route, refuse it.
+		for _, path := range []string{"/status", "/"} {
+			req, _ := http.NewRequest("GET", "http://"+a.Admin+path, nil)
+			req.Host = "attacker.example:8089"
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != http.StatusMisdirectedRequest {
+				t.Errorf("%s for Host attacker.example: %d", path, res.StatusCode)
+			}
 		}
 	})
 
