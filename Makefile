@@ -1,6 +1,6 @@
 # ferry — see README.md. Every target installs what it needs (Kafka jars from
 # Maven Central, Go modules) so it works on a fresh machine with Go, Java, Maven.
-.PHONY: build release demo test test-short faults hostile bench bench-quick fleet fuzz vet clean kafka-start kafka-stop prometheus-compat
+.PHONY: build release demo test test-short faults hostile bench bench-quick fleet fuzz vet clean kafka-start kafka-stop prometheus-compat screenshot
 
 GO ?= go
 BIN := bin
@@ -61,6 +61,18 @@ prometheus-compat:
 	scripts/kafka-local start --port $(PROM_KAFKA_PORT)
 	FERRY_PROMETHEUS_SERVER=1 FERRY_TEST_KAFKA=127.0.0.1:$(PROM_KAFKA_PORT) $(GO) test -count=1 -run TestPrometheusServerRemoteWrite ./proofs/compat; \
 	  st=$$?; scripts/kafka-local stop --port $(PROM_KAFKA_PORT); exit $$st
+
+# The README's status page picture (docs/status-page.png) and ferry top
+# frame (docs/top.txt) from a real run: a minute of varying load through
+# the real agent into a local Kafka, shot by headless Chromium (~2 min).
+SHOT_KAFKA_PORT ?= 29792
+screenshot:
+	scripts/kafka-local jars
+	scripts/chromium-local >/dev/null
+	scripts/kafka-local start --port $(SHOT_KAFKA_PORT)
+	FERRY_SCREENSHOT=$(CURDIR)/docs/status-page.png FERRY_TOP_CAPTURE=$(CURDIR)/docs/top.txt FERRY_TEST_KAFKA=127.0.0.1:$(SHOT_KAFKA_PORT) \
+	  $(GO) test -count=1 -run TestStatusPageScreenshot ./proofs/operate; \
+	  st=$$?; scripts/kafka-local stop --port $(SHOT_KAFKA_PORT); exit $$st
 
 # The fault tests at full length (~15 min, real Kafka killed and restarted, a
 # 3-broker cluster's leader killed and paused); rewrites the results tables

@@ -21,6 +21,7 @@ import (
 	"github.com/ferryhq/ferry/processor/spanmetrics"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/routing"
+	"github.com/ferryhq/ferry/status"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -53,11 +54,12 @@ type Runtime struct {
 	AdaptiveProcs bool `yaml:"adaptive_procs"`
 }
 
-// Telemetry is logs and the summary line (package telemetry) and the admin
-// listener (package admin).
+// Telemetry is logs and the summary line (package telemetry), the admin
+// listener (package admin) and the live view it serves (package status).
 type Telemetry struct {
 	telemetry.Config `yaml:",inline"`
-	Admin            admin.Config `yaml:"admin"`
+	Admin            admin.Config  `yaml:"admin"`
+	Status           status.Config `yaml:"status"`
 }
 
 // Processors configures the processing stages.
@@ -156,6 +158,7 @@ func (c *Config) Validate() error {
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf("config: "+format, args...)) }
 	wrap("telemetry", c.Telemetry.Config.Validate())
 	wrap("telemetry.admin", c.Telemetry.Admin.Validate())
+	wrap("telemetry.status", c.Telemetry.Status.Validate())
 	if c.Telemetry.Admin.Pprof && !loopback(c.Telemetry.Admin.Listen) {
 		fail("telemetry.admin.pprof is on and telemetry.admin.listen (%s) is not a loopback address: the profiler would be open to the network", c.Telemetry.Admin.Listen)
 	}

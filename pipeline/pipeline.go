@@ -15,6 +15,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"reflect"
 	"strings"
 	"sync"
@@ -38,14 +39,17 @@ import (
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/processor/spanmetrics"
 	"github.com/ferryhq/ferry/receiver"
+	"github.com/ferryhq/ferry/status"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
 // Pipeline is a running agent.
 type Pipeline struct {
-	cfg      *config.Config
-	Set      telemetry.Settings
-	Admin    *admin.Admin
+	cfg   *config.Config
+	Set   telemetry.Settings
+	Admin *admin.Admin
+	// Status is the live view the admin listener serves (/status, /).
+	Status   *status.Status
 	Exporter exporter.Exporter
 	// Budget is the memory bound every stage that holds data reserves from.
 	Budget *budget.Budget
@@ -190,6 +194,11 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 		return nil, rerr
 	}
 	p.Admin = admin.New(cfg.Telemetry.Admin, set)
+	if p.Status, err = status.New(cfg.Telemetry.Status, set, Version); err != nil {
+		return nil, fmt.Errorf("telemetry.status: %w", err)
+	}
+	p.Admin.Handle("GET /status", http.HandlerFunc(p.Status.ServeJSON))
+	p.Admin.Handle("GET /{$}", http.HandlerFunc(p.Status.ServePage))
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_build_info", Help: "Always 1; labels say what runs.",
 		ConstLabels: prometheus.Labels{"version": Version}})
 	info.Set(1)
@@ -203,7 +212,7 @@ var Version = "dev"
 
 // components lists the pipeline's parts in start order (see lifecycle):
 // the admin server first, so /metrics and /readyz answer until the end of
-// a stop; the spool's files closed after the exporter has flushed; the
+// a stop, and the status sampler it serves; the spool's files closed after the exporter has flushed; the
 // exporter before the spool reader that feeds it; the queue and the token
 // checker before the receivers; the report loop last.
 func (p *Pipeline) components() *lifecycle {
@@ -216,6 +225,9 @@ func (p *Pipeline) components() *lifecycle {
 			defer cancel()
 			return p.Admin.Shutdown(sctx)
 		}})
+	// Sampled from the start to the end of a stop: the last report, served
+	// while the receivers drain, shows the stop itself.
+	l.add("telemetry.status", p.Status)
 	if p.Spool != nil {
 		// Stopped after the exporter: the checkpoint written here records
 		// how far Kafka got.

@@ -23,6 +23,9 @@ tgdir="${FERRY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ferry}/telemetrygen-$tgver
 echo "== rsyslog (for the syslog receiver's tests: a real rsyslogd forwarding over TCP and TLS)"
 scripts/rsyslog-local >/dev/null
 
+echo "== chromium and tmux (for the status page and ferry top: a real browser and a real terminal)"
+scripts/chromium-local >/dev/null
+
 echo "== gofmt, go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted"; exit 1; fi

@@ -72,7 +72,11 @@ type Limiter struct {
 	buckets map[string]*bucket
 	labels  *telemetry.Labels
 	refused *prometheus.CounterVec
-	now     func() time.Time
+	// admitted counts every request let through, limited or not, so an
+	// operator sees each application's rate beside its refusals (ferry
+	// top, /status).
+	admitted, admittedBytes *prometheus.CounterVec
+	now                     func() time.Time
 }
 
 type bucket struct {
@@ -92,7 +96,11 @@ func New(cfg Config, set telemetry.Settings) (*Limiter, error) {
 	l.active.Store(len(cfg.Classes) > 0)
 	l.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_ratelimit_refused_records_total",
 		Help: "Records refused because their app was over its rate limit, by app."}, []string{"app"})
-	set.Registry.MustRegister(l.refused)
+	l.admitted = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_ratelimit_admitted_records_total",
+		Help: "Records let through the rate limit (limited or not), by app (\"\" for requests without a token)."}, []string{"app"})
+	l.admittedBytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_ratelimit_admitted_bytes_total",
+		Help: "Bytes let through the rate limit (limited or not), by app."}, []string{"app"})
+	set.Registry.MustRegister(l.refused, l.admitted, l.admittedBytes, debtCollector{l})
 	return l, nil
 }
 
@@ -135,6 +143,7 @@ func (l *Limiter) classOf(app, tokenClass string) (Class, bool) {
 // says how long to wait before retrying.
 func (l *Limiter) Allow(app, tokenClass string, records, bytes int) (bool, time.Duration) {
 	if !l.active.Load() {
+		l.admit(app, records, bytes)
 		return true, 0
 	}
 	l.mu.RLock()
@@ -143,6 +152,7 @@ func (l *Limiter) Allow(app, tokenClass string, records, bytes int) (bool, time.
 	if b == nil {
 		class, limited := l.classOf(app, tokenClass)
 		if !limited {
+			l.admit(app, records, bytes)
 			return true, 0
 		}
 		l.mu.Lock()
@@ -159,8 +169,72 @@ func (l *Limiter) Allow(app, tokenClass string, records, bytes int) (bool, time.
 	ok, wait := b.take(l.now(), float64(records), float64(bytes))
 	if !ok {
 		l.refused.WithLabelValues(l.labels.Get(app)).Add(float64(records))
+	} else {
+		l.admit(app, records, bytes)
 	}
 	return ok, wait
+}
+
+// admit counts a request let through: once per request, not per record.
+func (l *Limiter) admit(app string, records, bytes int) {
+	a := l.labels.Get(app)
+	l.admitted.WithLabelValues(a).Add(float64(records))
+	l.admittedBytes.WithLabelValues(a).Add(float64(bytes))
+}
+
+// debtDesc is the debt of the applications whose bucket is below zero.
+var debtDesc = prometheus.NewDesc("ferry_ratelimit_debt_seconds",
+	"Rate-limit debt: seconds of refill an app's buckets need to be back to zero after a request larger than "+
+		"what they held was admitted whole; it is refused everything until then. Only apps in debt are listed, by app.", []string{"app"}, nil)
+
+// debtCollector reports, at each scrape, the applications that owe refill:
+// the buckets are refilled lazily, on each request, so the debt is
+// computed at the scrape's time without changing them.
+type debtCollector struct{ l *Limiter }
+
+func (c debtCollector) Describe(ch chan<- *prometheus.Desc) { ch <- debtDesc }
+
+func (c debtCollector) Collect(ch chan<- prometheus.Metric) {
+	l := c.l
+	if !l.active.Load() {
+		return
+	}
+	now := l.now()
+	// Apps beyond the label cap share "_other": the largest debt stands
+	// for them (one series per label value, or the scrape fails).
+	debt := map[string]float64{}
+	l.mu.RLock()
+	for app, b := range l.buckets {
+		if d := b.debt(now); d > 0 {
+			a := l.labels.Get(app)
+			debt[a] = math.Max(debt[a], d)
+		}
+	}
+	l.mu.RUnlock()
+	for app, d := range debt {
+		ch <- prometheus.MustNewConstMetric(debtDesc, prometheus.GaugeValue, d, app)
+	}
+}
+
+// debt is how many seconds of refill the bucket needs to be out of debt
+// (back to zero on both axes): until then the app is refused everything.
+func (b *bucket) debt(now time.Time) float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.class
+	dt := now.Sub(b.last).Seconds()
+	var d float64
+	if c.RecordsPerSec > 0 {
+		if level := math.Min(burst(c.BurstRecords, c.RecordsPerSec), b.records+dt*c.RecordsPerSec); level < 0 {
+			d = math.Max(d, -level/c.RecordsPerSec)
+		}
+	}
+	if c.BytesPerSec > 0 {
+		if level := math.Min(burst(c.BurstBytes, c.BytesPerSec), b.byts+dt*c.BytesPerSec); level < 0 {
+			d = math.Max(d, -level/c.BytesPerSec)
+		}
+	}
+	return d
 }
 
 func burst(b, rate float64) float64 {

@@ -151,3 +151,65 @@ func TestReloadKeepsDebt(t *testing.T) {
 		t.Fatal("b's class (from its token) did not change, yet its bucket was refilled")
 	}
 }
+
+// TestAdmittedAndDebt: what ferry top shows per application: records let
+// through (limited or not) and the debt of a bucket that admitted a
+// request larger than its burst, falling as the refill pays it back.
+func TestAdmittedAndDebt(t *testing.T) {
+	set := telemetry.TestSettings()
+	l, err := New(Config{Classes: map[string]Class{"small": {RecordsPerSec: 100, BurstRecords: 10}}}, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	l.now = func() time.Time { return now }
+	debt := func(app string) float64 {
+		mfs, err := set.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "ferry_ratelimit_debt_seconds" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				if m.GetLabel()[0].GetValue() == app {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+		return 0
+	}
+	if ok, _ := l.Allow("shop", "small", 60, 600); !ok { // full bucket: admitted whole, 50 records in debt
+		t.Fatal("refused on a full bucket")
+	}
+	if ok, _ := l.Allow("shop", "small", 1, 10); ok {
+		t.Fatal("admitted in debt")
+	}
+	if ok, _ := l.Allow("free", "", 7, 70); !ok { // no class: unlimited, still counted
+		t.Fatal("unlimited app refused")
+	}
+	if v := testutil.ToFloat64(l.admitted.WithLabelValues("shop")); v != 60 {
+		t.Fatalf("shop admitted %v records, want 60", v)
+	}
+	if v := testutil.ToFloat64(l.admittedBytes.WithLabelValues("shop")); v != 600 {
+		t.Fatalf("shop admitted %v bytes, want 600", v)
+	}
+	if v := testutil.ToFloat64(l.admitted.WithLabelValues("free")); v != 7 {
+		t.Fatalf("free admitted %v, want 7", v)
+	}
+	if d := debt("shop"); d < 0.499 || d > 0.501 {
+		t.Fatalf("debt %v s, want 0.5 (50 records at 100/s)", d)
+	}
+	now = now.Add(200 * time.Millisecond)
+	if d := debt("shop"); d < 0.299 || d > 0.301 {
+		t.Fatalf("debt %v s after 200 ms, want 0.3", d)
+	}
+	now = now.Add(time.Second)
+	if d := debt("shop"); d != 0 {
+		t.Fatalf("debt %v after it was paid, want none listed", d)
+	}
+	if d := debt("free"); d != 0 {
+		t.Fatalf("an unlimited app has debt %v", d)
+	}
+}

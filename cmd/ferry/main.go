@@ -10,6 +10,7 @@
 //	ferry token keygen|issue|inspect ...   (docs/tokens.md)
 //	ferry spool inspect|verify|dump ...    (docs/operating.md)
 //	ferry deadletter replay ...            (docs/operating.md)
+//	ferry top [--admin HOST:PORT] [--once] (docs/operating.md)
 //	ferry version
 //
 // The agent itself is package pipeline; this command reads the config,
@@ -53,6 +54,7 @@ Usage:
   ferry token keygen|issue|inspect                  application tokens (ferry token for help)
   ferry spool inspect|verify|dump                   a stopped agent's disk spool (ferry spool for help)
   ferry deadletter replay --rate N                  send dead letters to Kafka again (ferry deadletter for help)
+  ferry top [--admin HOST:PORT] [--once]            a running agent's live view: rates, refusals, apps, Kafka
   ferry version                                     print the version
 `
 
@@ -124,6 +126,8 @@ func run(args []string) int {
 		return spoolCmd(args[1:], os.Stdout, os.Stderr)
 	case "deadletter":
 		return deadletterCmd(args[1:], os.Stdout, os.Stderr)
+	case "top":
+		return topCmd(args[1:], os.Stdout, os.Stderr)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return 0
