@@ -30,6 +30,9 @@ type Receipt struct {
 	// up later under this id. Empty when the batch went to Kafka from
 	// memory.
 	SpoolID string
+	// Owner is who may look the receipt up later (receipt.Owner of the
+	// request's token), set by the receiver.
+	Owner uint64
 }
 
 // NewReceipt returns a Receipt for n records, none acknowledged yet.

@@ -35,6 +35,7 @@ import (
 
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/token"
+	"github.com/ferryhq/ferry/receipt"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/receiver/httpbody"
@@ -148,6 +149,27 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 		}
 		wait = b
 	}
+	wantReceipt := false
+	if v := req.URL.Query().Get("receipt"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			r.fail(w, http.StatusBadRequest, "invalid_parameter", fmt.Sprintf("receipt=%q is not true or false", v), 0)
+			return
+		}
+		wantReceipt = b
+	}
+	if wantReceipt && !wait {
+		// A receipt is the answer's, and wait=false answers before there
+		// is anything to say.
+		r.fail(w, http.StatusBadRequest, "invalid_parameter", "receipt=true needs the answer to wait for the records (not wait=false)", 0)
+		return
+	}
+	reqID := req.Header.Get("X-Ferry-Request-Id")
+	if reqID != "" && !receipt.ValidRequestID(reqID) {
+		r.fail(w, http.StatusBadRequest, "invalid_request_id",
+			fmt.Sprintf("X-Ferry-Request-Id must be 1 to %d of A-Z a-z 0-9 . _ : -", receipt.MaxRequestIDBytes), 0)
+		return
+	}
 
 	body, berr := r.body.Read(req)
 	if berr != nil {
@@ -171,6 +193,10 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 		key = []byte(k)
 	}
 	headers := r.headers(req.Header)
+	if reqID != "" {
+		// On every record of the request, in ferry's own namespace.
+		headers = append(headers, record.Header{Key: receipt.HeaderKey, Value: []byte(reqID)})
+	}
 	if claims != nil {
 		headers, _ = routing.TenantHeaders(headers, claims, token.Messages)
 	}
@@ -212,6 +238,14 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 		r.failErr(w, err, n)
 		return
 	}
+	var rc *record.Receipt
+	if wantReceipt {
+		// The batch goes back to its pool at completion: the answer reads
+		// the receipt through this pointer, not through b.
+		rc = record.NewReceipt(n)
+		rc.Owner = receipt.Owner(r.gate.HTTPToken(req))
+		b.Receipt = rc
+	}
 	tk, err := r.sub.Submit(req.Context(), b, wait, body, nil)
 	if err != nil {
 		r.failErr(w, err, n)
@@ -222,15 +256,18 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 	r.m.Items("messages", n)
 	r.m.ReqBytes.Observe(float64(payload))
 
+	if reqID != "" {
+		w.Header().Set("X-Ferry-Request-Id", reqID)
+	}
 	if !wait {
 		r.m.NoWait(n)
-		r.answer(w, http.StatusAccepted, n)
+		r.answer(w, http.StatusAccepted, n, reqID, nil)
 		return
 	}
 	failed, err := tk.Wait(req.Context())
 	switch {
 	case err == nil:
-		r.answer(w, http.StatusOK, n)
+		r.answer(w, http.StatusOK, n, reqID, rc)
 	case req.Context().Err() != nil:
 		// The client left; the records stay queued and are delivered or
 		// counted by the exporter. Nothing to answer.
@@ -323,12 +360,28 @@ func (r *Receiver) headers(h http.Header) []record.Header {
 	return out
 }
 
-func (r *Receiver) answer(w http.ResponseWriter, code, n int) {
+// answer writes {"accepted":N}, with the request id the client gave and,
+// when it asked, the receipt: the ranges where its records are in Kafka,
+// or (the spool took them first) the id to look them up under.
+func (r *Receiver) answer(w http.ResponseWriter, code, n int, reqID string, rc *record.Receipt) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	var b [48]byte
 	out := append(b[:0], `{"accepted":`...)
 	out = strconv.AppendInt(out, int64(n), 10)
+	if reqID != "" {
+		out = append(out, `,"request_id":`...)
+		out = strconv.AppendQuote(out, reqID)
+	}
+	if rc != nil {
+		if rc.SpoolID != "" {
+			out = append(out, `,"receipt_id":`...)
+			out = strconv.AppendQuote(out, rc.SpoolID)
+		} else {
+			out = append(out, `,"receipts":`...)
+			out = receipt.AppendJSON(out, rc.Ranges(nil))
+		}
+	}
 	out = append(out, "}\n"...)
 	_, _ = w.Write(out)
 	r.m.Request(code)

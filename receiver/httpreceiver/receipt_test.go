@@ -1,0 +1,134 @@
+package httpreceiver
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/consumer/consumertest"
+	"github.com/ferryhq/ferry/exporter/kafkaexporter"
+	"github.com/ferryhq/ferry/receipt"
+	"github.com/ferryhq/ferry/telemetry"
+)
+
+// TestReceiptsOverHTTP: ?receipt=true answers the ranges where the
+// request's records are in Kafka (a fake broker, the real exporter), and
+// reading Kafka there gives back exactly the lines sent; the request id
+// is on every record as ferry.request_id and echoed.
+func TestReceiptsOverHTTP(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ecfg := kafkaexporter.Config{Brokers: c.ListenAddrs(), ClientID: "test", Acks: "all", Idempotent: true, Compression: "none",
+		Linger: time.Millisecond, MaxBatchBytes: 1_000_000, Partitioner: "round_robin", RequestTimeout: 5 * time.Second,
+		DialTimeout: time.Second, RetryBackoffMax: 200 * time.Millisecond, HealthCheckInterval: 100 * time.Millisecond, MaxPendingTopics: 1000,
+		CreateTopics: kafkaexporter.CreateTopics{Partitions: -1, ReplicationFactor: -1}}
+	e, err := kafkaexporter.New(ecfg, telemetry.TestSettings(), 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = e.Start(context.Background())
+	defer e.Shutdown(context.Background())
+	_, url := start(t, testConfig(), e)
+
+	var lines []string
+	for i := 0; i < 50; i++ {
+		lines = append(lines, fmt.Sprintf(`{"n":%d}`, i))
+	}
+	res := post(t, url+"/v1/messages/t?receipt=true", "application/x-ndjson", "", []byte(strings.Join(lines, "\n")), "X-Ferry-Request-Id", "req-42.a:b_c")
+	if res.code != 200 || res.body["accepted"] != float64(50) || res.body["request_id"] != "req-42.a:b_c" || res.hdr.Get("X-Ferry-Request-Id") != "req-42.a:b_c" {
+		t.Fatalf("%d %v %v", res.code, res.body, res.hdr)
+	}
+	rs, _ := res.body["receipts"].([]any)
+	type place struct {
+		p int32
+		o int64
+	}
+	var want []place
+	for _, x := range rs {
+		m := x.(map[string]any)
+		if m["topic"] != "t" {
+			t.Fatalf("range %v", m)
+		}
+		for k := 0; k < int(m["count"].(float64)); k++ {
+			want = append(want, place{int32(m["partition"].(float64)), int64(m["offset"].(float64)) + int64(k)})
+		}
+	}
+	if len(want) != 50 {
+		t.Fatalf("receipts cover %d records: %v", len(want), rs)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	got := map[place]*kgo.Record{}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for len(got) < 50 && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { got[place{r.Partition, r.Offset}] = r })
+	}
+	for i, p := range want {
+		r := got[p]
+		if r == nil || string(r.Value) != lines[i] {
+			t.Fatalf("line %d: receipt %v holds %v, sent %q", i, p, r, lines[i])
+		}
+		var id string
+		for _, h := range r.Headers {
+			if h.Key == receipt.HeaderKey {
+				id = string(h.Value)
+			}
+		}
+		if id != "req-42.a:b_c" {
+			t.Fatalf("line %d: request id header %q", i, id)
+		}
+	}
+}
+
+func TestReceiptAndRequestIDRefusals(t *testing.T) {
+	sink := &consumertest.Sink{}
+	_, url := start(t, testConfig(), sink)
+	for _, c := range []struct {
+		query, id, reason string
+	}{
+		{"?receipt=maybe", "", "invalid_parameter"},
+		{"?receipt=true&wait=false", "", "invalid_parameter"},
+		{"", "has space", "invalid_request_id"},
+		{"", strings.Repeat("a", receipt.MaxRequestIDBytes+1), "invalid_request_id"},
+		{"", "quote\"", "invalid_request_id"},
+	} {
+		var hdr []string
+		if c.id != "" {
+			hdr = []string{"X-Ferry-Request-Id", c.id}
+		}
+		res := post(t, url+"/v1/messages/t"+c.query, "", "", []byte("x"), hdr...)
+		if res.code != http.StatusBadRequest || res.body["reason"] != c.reason {
+			t.Fatalf("%+v: %d %v", c, res.code, res.body)
+		}
+	}
+	// A client cannot write the header itself.
+	res := post(t, url+"/v1/messages/t", "", "", []byte("x"), "X-Ferry-Header-ferry.request_id", "spoofed")
+	if res.code != 200 {
+		t.Fatalf("%d %v", res.code, res.body)
+	}
+	for _, r := range sink.Records() {
+		for _, h := range r.Headers {
+			if h.Key == receipt.HeaderKey {
+				t.Fatalf("spoofed header kept: %q", h.Value)
+			}
+		}
+	}
+	// Without receipt=true the answer is the same as ever.
+	res = post(t, url+"/v1/messages/t", "", "", []byte("x"))
+	if _, ok := res.body["receipts"]; ok || len(res.body) != 1 {
+		t.Fatalf("%v", res.body)
+	}
+}
