@@ -63,6 +63,10 @@ func FuzzDecode(f *testing.F) {
 			case "produce", "preamble":
 			case "hello", "hello_ok":
 				frames[i].Flags, frames[i].RequestID = 0, 0
+			case "result":
+				// The receipt flag is the result's only one: it says a
+				// receipt follows, which the encoder writes.
+				frames[i].Flags &= FlagReceipt
 			default:
 				frames[i].Flags = 0
 			}
@@ -91,7 +95,11 @@ func reencode(t *testing.T, frames []vframe) []byte {
 			out = append(out, encode(t, vector{Frames: []vframe{f}})...)
 			continue
 		}
-		body := AppendProduceCount(nil, len(f.Records))
+		var body []byte
+		if f.Flags&FlagRequestID != 0 {
+			body = AppendRequestID(body, f.ClientRequestID)
+		}
+		body = AppendProduceCount(body, len(f.Records))
 		prev := ""
 		for _, r := range f.Records {
 			pr := toRecord(r)

@@ -163,14 +163,18 @@ func (r *Receiver) serve(ctx context.Context, c net.Conn) {
 		}
 		return
 	}
-	if pre == protocol.Preamble {
-		newConn(r, ctx, c).run()
+	if pre == protocol.PreambleFor(protocol.Version1) || pre == protocol.PreambleFor(protocol.Version2) {
+		// Each connection is served in the version its preamble names: a
+		// version 1 client gets exactly version 1.
+		cn := newConn(r, ctx, c)
+		cn.version = uint16(pre[3])
+		cn.run()
 		return
 	}
 	if pre[0] == 'F' && pre[1] == 'R' && pre[2] == 'Y' {
 		r.m.Error("unsupported_version")
 		_, _ = c.Write(protocol.AppendError(nil, 0, "unsupported_version",
-			fmt.Sprintf("protocol version %d is not supported; this agent speaks version %d", pre[3], protocol.Version)))
+			fmt.Sprintf("protocol version %d is not supported; this agent speaks versions 1 and %d", pre[3], protocol.Version)))
 		return
 	}
 	r.text(ctx, c, pre[:])
