@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/receipt"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -89,6 +90,9 @@ type Env struct {
 	// Topics describes the real cluster's topics, for a receiver that
 	// mirrors them to its clients (the Kafka front).
 	Topics Topics
+	// Receipts answers for records the spool took before Kafka had them
+	// (GET /receipts/{id}); nil in delivery mode kafka.
+	Receipts *receipt.Store
 }
 
 // Receiver is a receiver built by its factory.

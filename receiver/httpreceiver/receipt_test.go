@@ -2,18 +2,22 @@ package httpreceiver
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/exporter/kafkaexporter"
 	"github.com/ferryhq/ferry/receipt"
+	"github.com/ferryhq/ferry/receiver"
+	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -131,4 +135,55 @@ func TestReceiptAndRequestIDRefusals(t *testing.T) {
 	if _, ok := res.body["receipts"]; ok || len(res.body) != 1 {
 		t.Fatalf("%v", res.body)
 	}
+}
+
+// TestReceiptLookup: GET /receipts/{id} answers pending, then the ranges;
+// an unknown id (or none kept) answers 404.
+func TestReceiptLookup(t *testing.T) {
+	store, err := receipt.NewStore(receipt.Config{MaxBytes: 1 << 20, MaxAge: time.Minute}, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(testConfig(), receiver.Env{Set: telemetry.TestSettings(), Next: &consumertest.Sink{}, Receipts: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+	url := "http://" + r.Addr()
+	id := store.Add(receipt.Pos{Seg: 1, Off: 32}, 100, []uint32{0, 30}, 0)
+	get := func(id string) (int, map[string]any) {
+		res, err := http.Get(url + "/receipts/" + id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var m map[string]any
+		_ = json.NewDecoder(res.Body).Decode(&m)
+		return res.StatusCode, m
+	}
+	if code, m := get(id); code != 200 || m["state"] != "pending" || m["pending"] != float64(2) {
+		t.Fatalf("%d %v", code, m)
+	}
+	rc := record.NewReceipt(2)
+	rc.Acked(0, "t", 0, 7)
+	rc.Acked(1, "t", 0, 8)
+	store.Settle([]receipt.Pos{{Seg: 1, Off: 32}, {Seg: 1, Off: 62}}, rc)
+	code, m := get(id)
+	rs, _ := m["receipts"].([]any)
+	if code != 200 || m["state"] != "done" || len(rs) != 1 || rs[0].(map[string]any)["count"] != float64(2) || rs[0].(map[string]any)["offset"] != float64(7) {
+		t.Fatalf("%d %v", code, m)
+	}
+	if code, m := get("1-32-0000000000000000"); code != 404 || m["reason"] != "unknown_receipt" {
+		t.Fatalf("%d %v", code, m)
+	}
+	// Delivery mode kafka keeps none.
+	_, url2 := start(t, testConfig(), &consumertest.Sink{})
+	res, _ := http.Get(url2 + "/receipts/" + id)
+	if res.StatusCode != 404 {
+		t.Fatal(res.Status)
+	}
+	res.Body.Close()
 }

@@ -62,6 +62,8 @@ type Receiver struct {
 	allow  *routing.Allow
 	sub    *submit.Submitter
 	batchP sync.Pool
+	// receipts answers GET /receipts/{id} (nil in delivery mode kafka).
+	receipts *receipt.Store
 }
 
 // New builds the receiver from a configuration and everything it needs:
@@ -75,7 +77,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	}
 	set, next := env.Set, env.Next
 	r := &Receiver{cfg: cfg, set: set, next: next, topics: set.Topics, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
-		gate: env.Pre.Gate(cfg.Auth)}
+		gate: env.Pre.Gate(cfg.Auth), receipts: env.Receipts}
 	if env.Bodies != nil {
 		r.body.SetBudget(env.Bodies)
 	}
@@ -88,6 +90,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/messages/{topic}", r.handleMessages)
+	mux.HandleFunc("/receipts/{id}", r.handleReceipt)
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
 		r.fail(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint %s; send POST /v1/messages/{topic}", req.URL.Path), 0)
 	})
@@ -275,6 +278,58 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 	default:
 		r.failErr(w, err, failed)
 	}
+}
+
+// handleReceipt answers GET /receipts/{id}: where the records of a request
+// answered from the spool are in Kafka, once Kafka has them. Only the
+// token that sent the request may read it (with authentication off, the
+// id's random part is what guards it); another token's receipt answers
+// 404 like an unknown one, so ids tell nothing of other tenants.
+func (r *Receiver) handleReceipt(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodGet {
+		w.Header().Set("Allow", "GET")
+		r.fail(w, http.StatusMethodNotAllowed, "method_not_allowed", "use GET", 0)
+		return
+	}
+	if _, aerr := r.gate.HTTP(req); aerr != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="ferry"`)
+		r.fail(w, http.StatusUnauthorized, "unauthenticated", aerr.Error(), 0)
+		return
+	}
+	id := req.PathValue("id")
+	if r.receipts == nil {
+		r.fail(w, http.StatusNotFound, "unknown_receipt",
+			"this agent keeps no receipts to look up: in delivery mode kafka the answer to ?receipt=true carries them", 0)
+		return
+	}
+	st, ok := r.receipts.Lookup(id, receipt.Owner(r.gate.HTTPToken(req)))
+	if !ok {
+		r.fail(w, http.StatusNotFound, "unknown_receipt", fmt.Sprintf("no receipt %.64q for this token: never issued, "+
+			"forgotten (delivery.receipts.max_age or max_bytes), or the agent restarted since", id), 0)
+		return
+	}
+	state := "done"
+	if st.Pending > 0 {
+		state = "pending"
+	}
+	out := append(make([]byte, 0, 256), `{"receipt_id":`...)
+	out = strconv.AppendQuote(out, id)
+	out = append(out, `,"state":"`...)
+	out = append(out, state...)
+	out = append(out, `","records":`...)
+	out = strconv.AppendInt(out, int64(st.Records), 10)
+	out = append(out, `,"pending":`...)
+	out = strconv.AppendInt(out, int64(st.Pending), 10)
+	out = append(out, `,"dead_lettered":`...)
+	out = strconv.AppendInt(out, int64(st.DeadLettered), 10)
+	out = append(out, `,"receipts":`...)
+	out = receipt.AppendJSON(out, st.Ranges)
+	out = append(out, "}\n"...)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(out)
+	r.m.Request(http.StatusOK)
 }
 
 var newline = []byte{'\n'}
