@@ -133,3 +133,28 @@ func BenchmarkReceipts(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRequestIDs: the local path with a request id on every frame:
+// the agent writes the ferry.request_id header on every record.
+func BenchmarkRequestIDs(b *testing.B) {
+	_, sock := agent(b, placer{}, nil)
+	c, err := client.New(client.Options{Addrs: []string{"unix:" + sock}, RequestIDs: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	rec := &client.Record{Topic: "bench", Value: bytes.Repeat([]byte("x"), 100), RequestID: "req-1"}
+	ctx := context.Background()
+	if err := c.ProduceSync(ctx, rec); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(100)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c.Produce(ctx, rec, nil)
+	}
+	if err := c.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
