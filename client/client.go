@@ -44,7 +44,8 @@ type Record struct {
 	Timestamp time.Time
 	// RequestID, with Options.RequestIDs, is written by the agent on the
 	// record as the Kafka header ferry.request_id (1-128 of A-Z a-z 0-9 .
-	// _ : -; the agent refuses others with invalid_request_id).
+	// _ : -; Produce fails a record with another one at once, with a
+	// permanent *Error invalid_request_id, as the agent would).
 	RequestID string
 }
 
@@ -179,6 +180,11 @@ var (
 	ErrBufferFull = errors.New("client: buffer full (MaxBufferedBytes) for longer than MaxBlock")
 )
 
+// errInvalidRequestID fails a record whose RequestID the agent would
+// refuse (protocol.ValidRequestID), as the agent would.
+var errInvalidRequestID = &Error{Reason: "invalid_request_id",
+	Message: fmt.Sprintf("the request id must be 1 to %d of A-Z a-z 0-9 . _ : -", protocol.MaxRequestIDBytes)}
+
 // Error is the agent's refusal of a record, with the reason the HTTP API
 // uses too (queue_full, record_too_large, topic_not_allowed, ...).
 type Error struct {
@@ -281,6 +287,12 @@ func (c *Client) ProduceResult(ctx context.Context, r *Record, cb func(*Record, 
 }
 
 func (c *Client) produce(ctx context.Context, r *Record, cb func(*Record, error), rcb func(*Record, Result, error)) {
+	if c.o.RequestIDs && r.RequestID != "" && !protocol.ValidRequestID(r.RequestID) {
+		// The agent would refuse it for good: fail it here, at once,
+		// rather than send a frame no retry can fix.
+		c.fail(r, cb, rcb, errInvalidRequestID)
+		return
+	}
 	size := recordSize(r)
 	c.mu.Lock()
 	if c.closed || c.closing {

@@ -552,14 +552,44 @@ func AppendRequestID(dst []byte, id string) []byte { return appendString(dst, id
 // it into every record).
 const MaxRequestIDBytes = 128
 
+// ErrInvalidRequestID: a produce frame's request id field is well-formed
+// (its length is within the frame) but the id is not 1 to
+// MaxRequestIDBytes of A-Z a-z 0-9 . _ : -. It is the client's mistake
+// about one frame, not a broken stream: the agent answers that frame
+// permanent invalid_request_id and the connection goes on (a client that
+// resent it after a framing error would loop forever).
+var ErrInvalidRequestID = errors.New("invalid request id: it must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+
+// ValidRequestID: 1 to MaxRequestIDBytes of A-Z a-z 0-9 . _ : - (package
+// receipt holds the same rule for the HTTP header; the two are one layer
+// and do not import each other).
+func ValidRequestID[T string | []byte](id T) bool {
+	if len(id) == 0 || len(id) > MaxRequestIDBytes {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // SplitRequestID reads the request id that starts a (decompressed) body
 // with FlagRequestID, returning it and the rest of the body (the record
-// count and records); a view, no copy.
+// count and records); a view, no copy. A field whose length runs past the
+// body is malformed (the stream cannot be trusted); a field that reads
+// but holds no valid id returns ErrInvalidRequestID (the frame alone is
+// refused).
 func SplitRequestID(body []byte) (id, rest []byte, err error) {
 	d := decoder{b: body}
-	id = d.bytes(MaxRequestIDBytes, "request id")
+	id = d.bytes(len(body), "request id")
 	if d.err != nil {
 		return nil, nil, d.err
+	}
+	if !ValidRequestID(id) {
+		return nil, nil, ErrInvalidRequestID
 	}
 	return id, body[d.off:], nil
 }

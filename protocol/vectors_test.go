@@ -24,12 +24,14 @@ const vectorDir = "../testdata/protocol"
 
 // vector is NAME.json.
 type vector struct {
-	Description string        `json:"description"`
-	File        string        `json:"file"`
-	Valid       bool          `json:"valid"`
-	Error       string        `json:"error,omitempty"` // malformed | too_large
-	Limits      *vectorLimits `json:"limits,omitempty"`
-	Frames      []vframe      `json:"frames"`
+	Description string `json:"description"`
+	File        string `json:"file"`
+	Valid       bool   `json:"valid"`
+	// malformed | too_large | invalid_request_id (the frame reads, its
+	// request id is not valid: that frame is refused, the stream is fine)
+	Error  string        `json:"error,omitempty"`
+	Limits *vectorLimits `json:"limits,omitempty"`
+	Frames []vframe      `json:"frames"`
 }
 
 type vectorLimits struct {
@@ -200,8 +202,14 @@ func cases() []struct {
 			frame(TypeResult, FlagReceipt, 1, []byte{1, 1, 0, 0, 0, 0, 0, 1, 1, 't', 0, 0, 0})),
 		invalid("v2_placement_first_without_topic", "a receipt's first placement elides its topic", "malformed", nil,
 			frame(TypeResult, FlagReceipt, 1, []byte{1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1})),
-		invalid("v2_request_id_too_long", "a produce's request id over 128 bytes", "malformed", nil,
+		invalid("v2_request_id_too_long", "a produce's request id over 128 bytes: the frame reads, the id is refused (the agent answers the frame permanent invalid_request_id and the connection goes on)", "invalid_request_id", nil,
 			frame(TypeProduce, FlagRequestID, 1, append(AppendRequestID(nil, string(bytes.Repeat([]byte("r"), 129))), produce(sample[0])...))),
+		invalid("v2_request_id_empty", "a produce's request id of 0 bytes with flag 8 (an id is 1 to 128): refused like a long one", "invalid_request_id", nil,
+			frame(TypeProduce, FlagRequestID, 1, append(AppendRequestID(nil, ""), produce(sample[0])...))),
+		invalid("v2_request_id_bad_character", "a produce's request id with a space: refused like a long one", "invalid_request_id", nil,
+			frame(TypeProduce, FlagRequestID, 1, append(AppendRequestID(nil, "req 1"), produce(sample[0])...))),
+		invalid("v2_request_id_overruns", "a produce's request id whose length runs past the body: malformed", "malformed", nil,
+			frame(TypeProduce, FlagRequestID, 1, []byte{50, 'r', 'r'})),
 		invalid("v2_result_receipt_truncated", "a result whose flags promise a receipt that is not there", "malformed", nil,
 			frame(TypeResult, FlagReceipt, 1, []byte{1, 1, 0, 0, 0, 0})),
 
@@ -469,6 +477,8 @@ func TestVectors(t *testing.T) {
 					t.Fatalf("error %v, want too_large", err)
 				case v.Error == "malformed" && !errors.Is(err, ErrMalformed):
 					t.Fatalf("error %v, want malformed", err)
+				case v.Error == "invalid_request_id" && !errors.Is(err, ErrInvalidRequestID):
+					t.Fatalf("error %v, want invalid_request_id", err)
 				}
 				return
 			}

@@ -35,13 +35,13 @@ public final class ProducerConfig {
         return this;
     }
 
-    /** The application token sent in the hello. */
     /** Whether every frame asks the agent where its records went (protocol version 2; see {@link Result#getOffset}). */
     public boolean isReceipts() { return receipts; }
 
     /** Ask for delivery receipts: needs an agent that speaks protocol version 2. Off: version 1, as before. */
     public ProducerConfig setReceipts(boolean on) { this.receipts = on; return this; }
 
+    /** The application token sent in the hello. */
     public String getToken() { return token; }
 
     public ProducerConfig setToken(String t) { this.token = t == null ? "" : t; return this; }

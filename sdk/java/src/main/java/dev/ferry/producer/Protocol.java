@@ -42,10 +42,25 @@ final class Protocol {
     /** A frame or body that breaks the protocol, or exceeds a limit. */
     static final class ProtocolException extends IOException {
         final boolean tooLarge;
+        /**
+         * The frame reads but its request id is not valid: the frame alone is refused (invalid_request_id),
+         * not the stream.
+         */
+        final boolean invalidRequestId;
 
         ProtocolException(String msg, boolean tooLarge) {
+            this(msg, tooLarge, false);
+        }
+
+        ProtocolException(String msg, boolean tooLarge, boolean invalidRequestId) {
             super(msg);
             this.tooLarge = tooLarge;
+            this.invalidRequestId = invalidRequestId;
+        }
+
+        /** The vectors' name of the error: malformed, too_large or invalid_request_id. */
+        String kind() {
+            return tooLarge ? "too_large" : invalidRequestId ? "invalid_request_id" : "malformed";
         }
     }
 
@@ -468,9 +483,18 @@ final class Protocol {
         return out;
     }
 
-    /** Reads the request id that starts a (decompressed) produce body with flag 8; returns it, r positioned after it. */
+    /**
+     * Reads the request id that starts a (decompressed) produce body with flag 8; returns it, r positioned after it.
+     * A length past the body is malformed; a field that reads but holds no valid id (empty, over 128 bytes, other
+     * characters) is refused for that frame alone ({@link ProtocolException#invalidRequestId}), as the agent does.
+     */
     static String requestId(Reader r) throws ProtocolException {
-        return r.string(MAX_REQUEST_ID_BYTES, "request id");
+        String id = r.string(r.b.length, "request id");
+        if (!validRequestId(id)) {
+            throw new ProtocolException("invalid request id: it must be 1 to " + MAX_REQUEST_ID_BYTES
+                    + " of A-Z a-z 0-9 . _ : -", false, true);
+        }
+        return id;
     }
 
     private static List<Range> ranges(Reader r, byte[] body, int maxRecords) throws ProtocolException {
