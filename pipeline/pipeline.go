@@ -180,7 +180,8 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 	if cfg.Delivery.Mode == "spill" {
 		bodies = budget.New(int64(cfg.Queue.MemoryLimit))
 	}
-	env := receiver.Env{Set: set, Next: intake, Pre: pre, Bodies: bodies, Bounds: cfg.Bounds(), Topics: p.cluster(), Receipts: p.Receipts}
+	env := receiver.Env{Set: set, Next: intake, Pre: pre, Bodies: bodies, Bounds: cfg.Bounds(), Topics: p.cluster(), Receipts: p.Receipts,
+		NoReceipts: cfg.Exporter.Limits().NoReceipts}
 	var rerr error
 	cfg.Receivers.Each(func(f receiver.Factory, rc receiver.Config) {
 		if rerr != nil || !rc.On() {

@@ -93,6 +93,10 @@ type Env struct {
 	// Receipts answers for records the spool took before Kafka had them
 	// (GET /receipts/{id}); nil in delivery mode kafka.
 	Receipts *receipt.Store
+	// NoReceipts, when set, says why no receipt can be given (the
+	// exporter's Limits: Kafka with acks none answers nothing): a request
+	// that asks for one is refused for good, reason receipts_unavailable.
+	NoReceipts string
 }
 
 // Receiver is a receiver built by its factory.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -118,6 +119,10 @@ func TestReceiptAndRequestIDRefusals(t *testing.T) {
 			t.Fatalf("%+v: %d %v", c, res.code, res.body)
 		}
 	}
+	// An id sent empty is refused too (an id is 1 to 128), not ignored.
+	if res := post(t, url+"/v1/messages/t", "", "", []byte("x"), "X-Ferry-Request-Id", ""); res.code != http.StatusBadRequest || res.body["reason"] != "invalid_request_id" {
+		t.Fatalf("empty id: %d %v", res.code, res.body)
+	}
 	// A client cannot write the header itself.
 	res := post(t, url+"/v1/messages/t", "", "", []byte("x"), "X-Ferry-Header-ferry.request_id", "spoofed")
 	if res.code != 200 {
@@ -186,4 +191,31 @@ func TestReceiptLookup(t *testing.T) {
 		t.Fatal(res.Status)
 	}
 	res.Body.Close()
+}
+
+// TestReceiptsUnavailable: when the exporter cannot say where records
+// land (Kafka with acks none), ?receipt=true is refused for good, naming
+// the setting, and counted; the same request without it is served.
+func TestReceiptsUnavailable(t *testing.T) {
+	sink := &consumertest.Sink{}
+	r, err := New(testConfig(), receiver.Env{Set: telemetry.TestSettings(), Next: sink, NoReceipts: kafkaexporter.NoReceiptsAcksNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+	url := "http://" + r.Addr()
+	res := post(t, url+"/v1/messages/t?receipt=true", "", "", []byte("x"))
+	if msg, _ := res.body["error"].(string); res.code != http.StatusBadRequest || res.body["reason"] != "receipts_unavailable" ||
+		!strings.Contains(msg, "exporter.kafka.acks") {
+		t.Fatalf("%d %v", res.code, res.body)
+	}
+	if n := testutil.ToFloat64(r.m.Errors("receipts_unavailable")); n != 1 {
+		t.Fatalf("receipts_unavailable counted %v times", n)
+	}
+	if res := post(t, url+"/v1/messages/t", "", "", []byte("x")); res.code != 200 || len(sink.Records()) != 1 {
+		t.Fatalf("%d %v", res.code, res.body)
+	}
 }

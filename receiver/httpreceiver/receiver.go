@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,6 +65,9 @@ type Receiver struct {
 	batchP sync.Pool
 	// receipts answers GET /receipts/{id} (nil in delivery mode kafka).
 	receipts *receipt.Store
+	// noReceipts: why no receipt can be given (exporter.kafka.acks none);
+	// empty when they can.
+	noReceipts string
 }
 
 // New builds the receiver from a configuration and everything it needs:
@@ -77,7 +81,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	}
 	set, next := env.Set, env.Next
 	r := &Receiver{cfg: cfg, set: set, next: next, topics: set.Topics, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
-		gate: env.Pre.Gate(cfg.Auth), receipts: env.Receipts}
+		gate: env.Pre.Gate(cfg.Auth), receipts: env.Receipts, noReceipts: env.NoReceipts}
 	if env.Bodies != nil {
 		r.body.SetBudget(env.Bodies)
 	}
@@ -143,8 +147,13 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 			fmt.Sprintf("unsupported Content-Type %q: use application/octet-stream, text/plain, application/json or application/x-ndjson", req.Header.Get("Content-Type")), 0)
 		return
 	}
+	// The query is parsed only when there is one: most requests have none.
+	var query url.Values
+	if req.URL.RawQuery != "" {
+		query = req.URL.Query()
+	}
 	wait := r.cfg.WaitForAck
-	if v := req.URL.Query().Get("wait"); v != "" {
+	if v := query.Get("wait"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
 			r.fail(w, http.StatusBadRequest, "invalid_parameter", fmt.Sprintf("wait=%q is not true or false", v), 0)
@@ -153,7 +162,7 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 		wait = b
 	}
 	wantReceipt := false
-	if v := req.URL.Query().Get("receipt"); v != "" {
+	if v := query.Get("receipt"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
 			r.fail(w, http.StatusBadRequest, "invalid_parameter", fmt.Sprintf("receipt=%q is not true or false", v), 0)
@@ -167,8 +176,18 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 		r.fail(w, http.StatusBadRequest, "invalid_parameter", "receipt=true needs the answer to wait for the records (not wait=false)", 0)
 		return
 	}
-	reqID := req.Header.Get("X-Ferry-Request-Id")
-	if reqID != "" && !receipt.ValidRequestID(reqID) {
+	if wantReceipt && r.noReceipts != "" {
+		// Refused rather than answered with places Kafka never named.
+		r.fail(w, http.StatusBadRequest, "receipts_unavailable", "receipts are unavailable: "+r.noReceipts, 0)
+		return
+	}
+	// A header sent empty is refused like any invalid id (1 to 128).
+	ids, hasID := req.Header["X-Ferry-Request-Id"]
+	reqID := ""
+	if hasID {
+		reqID = ids[0]
+	}
+	if hasID && !receipt.ValidRequestID(reqID) {
 		r.fail(w, http.StatusBadRequest, "invalid_request_id",
 			fmt.Sprintf("X-Ferry-Request-Id must be 1 to %d of A-Z a-z 0-9 . _ : -", receipt.MaxRequestIDBytes), 0)
 		return

@@ -232,18 +232,30 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 	var reqID []byte
 	if cn.version >= protocol.Version2 {
 		wantReceipt = h.Flags&protocol.FlagReceipt != 0
+		if wantReceipt && r.noReceipts != "" {
+			// Refused for good rather than answered with places Kafka
+			// never named (exporter.kafka.acks none).
+			r.body.Put(raw)
+			r.body.Put(out)
+			cn.answerWhole(h.RequestID, &consumer.PermanentError{Reason: "receipts_unavailable", Kind: consumer.KindInvalid,
+				Msg: "receipts are unavailable: " + r.noReceipts})
+			return nil
+		}
 		if h.Flags&protocol.FlagRequestID != 0 {
 			id, rest, err := protocol.SplitRequestID(plain)
-			if err != nil {
-				r.body.Put(raw)
-				r.body.Put(out)
-				return cn.fail(h.RequestID, "malformed_frame", err.Error())
-			}
-			if len(id) > 0 && !receipt.ValidRequestID(string(id)) {
+			switch {
+			case errors.Is(err, protocol.ErrInvalidRequestID):
+				// The frame reads; its id is the client's mistake about
+				// this frame alone: refused for good, the connection goes
+				// on (a framing error would have the client resend it).
 				r.body.Put(raw)
 				r.body.Put(out)
 				cn.answerWhole(h.RequestID, errBadRequestID)
 				return nil
+			case err != nil:
+				r.body.Put(raw)
+				r.body.Put(out)
+				return cn.fail(h.RequestID, "malformed_frame", err.Error())
 			}
 			reqID, plain = id, rest
 		}
@@ -263,11 +275,13 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 	fr := &frame{id: h.RequestID, n: rs.Len(), size: int64(h.Length)}
 	fr.finish = func(rs []protocol.Range, rc *protocol.Receipt) { cn.answer(rs, rc, fr) }
 	b := r.batchP.Get().(*record.Batch)
-	var reqHdr record.Header
+	// The request id header: a view into the frame's buffer, which lives
+	// until the batch completes, in one slice every record without headers
+	// of its own shares (capacity 1: an append copies, never writes into
+	// it). No allocation per record.
+	var reqHdr []record.Header
 	if len(reqID) > 0 {
-		// A view into the frame's buffer, which lives until the batch
-		// completes: no copy per record.
-		reqHdr = record.Header{Key: receipt.HeaderKey, Value: reqID}
+		reqHdr = []record.Header{{Key: receipt.HeaderKey, Value: reqID}}
 	}
 	now := time.Now()
 	var pr protocol.Record
@@ -288,7 +302,7 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 			rec.Timestamp = time.UnixMilli(pr.Timestamp)
 		}
 		if len(pr.Headers) > 0 {
-			rec.Headers = make([]record.Header, 0, len(pr.Headers))
+			rec.Headers = make([]record.Header, 0, len(pr.Headers)+len(reqHdr))
 			for _, hd := range pr.Headers {
 				if strings.HasPrefix(string(hd.Key), routing.ReservedHeaderPrefix) {
 					r.m.Error("reserved_header_dropped")
@@ -298,9 +312,13 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 				headerBytes += len(hd.Key) + len(hd.Value)
 			}
 		}
-		if reqHdr.Value != nil {
-			rec.Headers = append(rec.Headers, reqHdr)
-			headerBytes += len(reqHdr.Key) + len(reqHdr.Value)
+		if reqHdr != nil {
+			if rec.Headers == nil {
+				rec.Headers = reqHdr
+			} else {
+				rec.Headers = append(rec.Headers, reqHdr[0])
+			}
+			headerBytes += len(reqHdr[0].Key) + len(reqHdr[0].Value)
 		}
 		if cn.claims != nil {
 			rec.Headers, _ = routing.TenantHeaders(rec.Headers, cn.claims, token.Messages)

@@ -61,6 +61,9 @@ type Receiver struct {
 	tcp     *server.Stream
 	batchP  sync.Pool
 	recordP sync.Pool // *protocol.Records
+	// noReceipts: why no receipt can be given (exporter.kafka.acks
+	// none); empty when they can.
+	noReceipts string
 }
 
 // New builds the receiver from a configuration and everything it needs:
@@ -73,7 +76,8 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 		return nil, err
 	}
 	set := env.Set
-	r := &Receiver{cfg: cfg, given: given, set: set, body: httpbody.NewReader(int64(cfg.MaxFrameBytes)), gate: env.Pre.Gate(cfg.Auth)}
+	r := &Receiver{cfg: cfg, given: given, set: set, body: httpbody.NewReader(int64(cfg.MaxFrameBytes)), gate: env.Pre.Gate(cfg.Auth),
+		noReceipts: env.NoReceipts}
 	if env.Bodies != nil {
 		r.body.SetBudget(env.Bodies)
 	}
