@@ -16,7 +16,7 @@
 // Who may read a receipt: whoever sent the request, proved by the same
 // application token (a hash of it is kept with the receipt, never the
 // token); with authentication off, whoever holds the id, which carries 64
-// random bits so it cannot be guessed from the spool position it names.
+// random bits so it cannot be guessed from the sequence number it carries.
 // A receipt of another token answers 404, as an unknown one does, so ids
 // do not leak what other tenants sent.
 package receipt

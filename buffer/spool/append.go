@@ -51,8 +51,15 @@ func (s *Spool) Consume(_ context.Context, b *record.Batch) error {
 		s.m.refused.WithLabelValues("write_buffer_full").Add(float64(n))
 		return consumer.ErrFull
 	}
+	// The receipt's columns and nonce are made before the append lock,
+	// which every appender takes: under it the store only files them.
+	var prep *receipt.Prepared
+	if rel != nil {
+		p := s.links.Receipts.Prepare(rel, b.Receipt.Owner)
+		prep = &p
+	}
 	s.mu.Lock()
-	kept, err := s.appendLocked(buf, wf, b, size, rel)
+	kept, err := s.appendLocked(buf, wf, b, size, prep)
 	s.mu.Unlock()
 	if !kept {
 		s.putBuf(buf)
@@ -76,7 +83,7 @@ func (s *Spool) Consume(_ context.Context, b *record.Batch) error {
 
 // appendLocked writes buf, frames sealed for wf, at the end of the active
 // segment; kept says the reader's tail took buf. Called with s.mu held.
-func (s *Spool) appendLocked(buf []byte, wf *segFormat, b *record.Batch, size int64, rel []uint32) (kept bool, _ error) {
+func (s *Spool) appendLocked(buf []byte, wf *segFormat, b *record.Batch, size int64, prep *receipt.Prepared) (kept bool, _ error) {
 	switch {
 	case s.closing:
 		return false, consumer.ErrShuttingDown
@@ -115,10 +122,10 @@ func (s *Spool) appendLocked(buf []byte, wf *segFormat, b *record.Batch, size in
 		return false, errWrite(err)
 	}
 	at := pos{s.wseg, s.woff}
-	if rel != nil {
+	if prep != nil {
 		// Registered under the append lock, before the reader can see
 		// these frames: it learns of every receipt before its records.
-		b.Receipt.SpoolID = s.links.Receipts.Add(receipt.Pos{Seg: at.seg, Off: at.off}, at.off+size, rel, b.Receipt.Owner)
+		b.Receipt.SpoolID = s.links.Receipts.Register(*prep, receipt.Pos{Seg: at.seg, Off: at.off}, at.off+size)
 	}
 	s.woff += size
 	s.written += size

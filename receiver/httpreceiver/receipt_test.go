@@ -219,3 +219,64 @@ func TestReceiptsUnavailable(t *testing.T) {
 		t.Fatalf("%d %v", res.code, res.body)
 	}
 }
+
+// TestReceiptLookupPages: a receipt with more ranges than one answer
+// holds says so ("truncated", "next_from"), and ?from= continues it to the
+// end; a bad from is refused.
+func TestReceiptLookupPages(t *testing.T) {
+	store, err := receipt.NewStore(receipt.Config{MaxBytes: 16 << 20, MaxAge: time.Minute}, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(testConfig(), receiver.Env{Set: telemetry.TestSettings(), Next: &consumertest.Sink{}, Receipts: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+	url := "http://" + r.Addr()
+	n := receipt.MaxRangesPerAnswer + 5
+	rel := make([]uint32, n)
+	at := make([]receipt.Pos, n)
+	rc := record.NewReceipt(n)
+	for i := range rel {
+		rel[i] = uint32(i * 10)
+		at[i] = receipt.Pos{Seg: 1, Off: 32 + int64(i*10)}
+		rc.Acked(i, "t", int32(i%2), int64(i))
+	}
+	id := store.Add(receipt.Pos{Seg: 1, Off: 32}, 32+int64(n*10), rel, 0)
+	store.Settle(at, rc)
+	got := 0
+	for q, pages := "", 0; ; pages++ {
+		res, err := http.Get(url + "/receipts/" + id + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		_ = json.NewDecoder(res.Body).Decode(&m)
+		res.Body.Close()
+		rs, _ := m["receipts"].([]any)
+		if res.StatusCode != 200 || m["state"] != "done" || len(rs) > receipt.MaxRangesPerAnswer {
+			t.Fatalf("%d %v", res.StatusCode, len(rs))
+		}
+		got += len(rs)
+		next, more := m["next_from"].(float64)
+		if more != (m["truncated"] == true) || pages > 2 {
+			t.Fatalf("page %d: %v %v", pages, m["truncated"], m["next_from"])
+		}
+		if !more {
+			break
+		}
+		q = fmt.Sprintf("?from=%d", int(next))
+	}
+	if got != n {
+		t.Fatalf("%d ranges of %d", got, n)
+	}
+	res, _ := http.Get(url + "/receipts/" + id + "?from=-1")
+	if res.StatusCode != 400 {
+		t.Fatal(res.Status)
+	}
+	res.Body.Close()
+}

@@ -321,7 +321,20 @@ func (r *Receiver) handleReceipt(w http.ResponseWriter, req *http.Request) {
 			"this agent keeps no receipts to look up: in delivery mode kafka the answer to ?receipt=true carries them", 0)
 		return
 	}
-	st, ok := r.receipts.Lookup(id, receipt.Owner(r.gate.HTTPToken(req)))
+	// ?from=N continues an answer that stopped at receipt.MaxRangesPerAnswer
+	// ranges (its "next_from").
+	from := 0
+	if req.URL.RawQuery != "" {
+		if v := req.URL.Query().Get("from"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				r.fail(w, http.StatusBadRequest, "invalid_parameter", fmt.Sprintf("from=%.32q is not a record number", v), 0)
+				return
+			}
+			from = n
+		}
+	}
+	st, ok := r.receipts.LookupFrom(id, receipt.Owner(r.gate.HTTPToken(req)), from)
 	if !ok {
 		r.fail(w, http.StatusNotFound, "unknown_receipt", fmt.Sprintf("no receipt %.64q for this token: never issued, "+
 			"forgotten (delivery.receipts.max_age or max_bytes), or the agent restarted since", id), 0)
@@ -343,6 +356,12 @@ func (r *Receiver) handleReceipt(w http.ResponseWriter, req *http.Request) {
 	out = strconv.AppendInt(out, int64(st.DeadLettered), 10)
 	out = append(out, `,"receipts":`...)
 	out = receipt.AppendJSON(out, st.Ranges)
+	if st.Next != 0 {
+		// The answer stopped at receipt.MaxRangesPerAnswer ranges: ask
+		// again with ?from= this for the rest.
+		out = append(out, `,"truncated":true,"next_from":`...)
+		out = strconv.AppendInt(out, int64(st.Next), 10)
+	}
 	out = append(out, "}\n"...)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
