@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -291,12 +292,57 @@ func TestReceiptsSpoolMode(t *testing.T) {
 	checkInKafka(t, broker, want)
 
 	// A receipt is the sender's alone: a made-up id answers 404.
-	res, err := http.Get("http://" + a.HTTP + "/receipts/1-32-0123456789abcdef")
+	res, err := http.Get("http://" + a.HTTP + "/receipts/1-0123456789abcdef")
 	if err != nil {
 		t.Fatal(err)
 	}
 	res.Body.Close()
 	if res.StatusCode != 404 {
 		t.Fatalf("made-up receipt: %s", res.Status)
+	}
+}
+
+// TestReceiptsAcksNone: with exporter.kafka.acks none Kafka answers
+// nothing, so no offset is known: a request for a receipt is refused for
+// good, naming the setting (HTTP 400 receipts_unavailable; the Go client's
+// record fails with it, not retryable), never answered with made-up
+// places; records sent without asking are delivered as ever.
+func TestReceiptsAcksNone(t *testing.T) {
+	broker := kafkatest.Shared(t)
+	topic := kafkatest.NewTopic(t, broker, "receipts-acks-none", 1)
+	a := agenttest.Start(t, ferryBin, "", "exporter.kafka.brokers=["+broker+"]", "exporter.kafka.acks=none", "exporter.kafka.idempotent=false")
+
+	req, _ := http.NewRequest(http.MethodPost, "http://"+a.HTTP+"/v1/messages/"+topic+"?receipt=true", strings.NewReader("x"))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refusal struct{ Reason, Error string }
+	_ = json.NewDecoder(res.Body).Decode(&refusal)
+	res.Body.Close()
+	if res.StatusCode != 400 || refusal.Reason != "receipts_unavailable" || !strings.Contains(refusal.Error, "exporter.kafka.acks") {
+		t.Fatalf("%s %+v", res.Status, refusal)
+	}
+
+	cl, err := client.New(client.Options{Addrs: []string{"unix:" + a.Socket}, Receipts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = cl.ProduceSync(ctx, &client.Record{Topic: topic, Value: []byte("y")})
+	var fe *client.Error
+	if !errors.As(err, &fe) || fe.Reason != "receipts_unavailable" || fe.Retryable {
+		t.Fatalf("%T %v", err, err)
+	}
+
+	res, err = http.Post("http://"+a.HTTP+"/v1/messages/"+topic, "text/plain", strings.NewReader("z"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("without a receipt: %s", res.Status)
 	}
 }
