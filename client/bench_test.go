@@ -70,3 +70,91 @@ func BenchmarkKafkaFor10Byte(b *testing.B)   { benchKafka(b, 10) }
 func BenchmarkKafkaFor100Byte(b *testing.B)  { benchKafka(b, 100) }
 func BenchmarkKafkaFor1000Byte(b *testing.B) { benchKafka(b, 1000) }
 func BenchmarkKafkaFor5000Byte(b *testing.B) { benchKafka(b, 5000) }
+
+// placer stands for a Kafka that acknowledges at once and, as the
+// exporter does, tells a batch that asks where each record went.
+type placer struct{}
+
+func (placer) Consume(_ context.Context, b *record.Batch) error {
+	if rc := b.Receipt; rc != nil {
+		for i := range b.Records {
+			rc.Acked(i, b.Records[i].Topic, 0, int64(i))
+		}
+	}
+	b.Complete(nil)
+	return nil
+}
+
+// BenchmarkReceipts: the whole local path (client encode, agent decode,
+// the batch, the answer) with receipts off (protocol version 1, as
+// before) and on (version 2, a receipt per frame). Off must allocate no
+// more per record than before receipts existed; on costs the Receipt's
+// columns per frame and a Result per record on the client.
+func BenchmarkReceipts(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		name := "off"
+		if on {
+			name = "on"
+		}
+		b.Run(name, func(b *testing.B) {
+			_, sock := agent(b, placer{}, nil)
+			c, err := client.New(client.Options{Addrs: []string{"unix:" + sock}, Receipts: on})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close(context.Background())
+			rec := &client.Record{Topic: "bench", Value: bytes.Repeat([]byte("x"), 100)}
+			var failed, placed int
+			cb := func(_ *client.Record, res client.Result, err error) {
+				if err != nil {
+					failed++
+				}
+				if res.Offset >= 0 {
+					placed++
+				}
+			}
+			ctx := context.Background()
+			if err := c.ProduceSync(ctx, rec); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(100)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				c.ProduceResult(ctx, rec, cb)
+			}
+			if err := c.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			if failed > 0 || on && placed != b.N || !on && placed != 0 {
+				b.Fatalf("%d failed, %d placed of %d", failed, placed, b.N)
+			}
+		})
+	}
+}
+
+// BenchmarkRequestIDs: the local path with a request id on every frame:
+// the agent writes the ferry.request_id header on every record.
+func BenchmarkRequestIDs(b *testing.B) {
+	_, sock := agent(b, placer{}, nil)
+	c, err := client.New(client.Options{Addrs: []string{"unix:" + sock}, RequestIDs: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	rec := &client.Record{Topic: "bench", Value: bytes.Repeat([]byte("x"), 100), RequestID: "req-1"}
+	ctx := context.Background()
+	if err := c.ProduceSync(ctx, rec); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(100)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c.Produce(ctx, rec, nil)
+	}
+	if err := c.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+}

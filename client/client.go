@@ -42,6 +42,25 @@ type Record struct {
 	Headers []Header
 	// Timestamp; zero: the agent's time of receipt.
 	Timestamp time.Time
+	// RequestID, with Options.RequestIDs, is written by the agent on the
+	// record as the Kafka header ferry.request_id (1-128 of A-Z a-z 0-9 .
+	// _ : -; Produce fails a record with another one at once, with a
+	// permanent *Error invalid_request_id, as the agent would).
+	RequestID string
+}
+
+// Result is where a record went, for ProduceResult's callback.
+type Result struct {
+	// Topic, Partition and Offset in Kafka; Offset is -1 when not known:
+	// receipts were not asked for (Options.Receipts), the record failed,
+	// or the agent's spool took it first (then ReceiptID is set).
+	Topic     string
+	Partition int32
+	Offset    int64
+	// ReceiptID: the agent answered from its disk spool, before Kafka had
+	// the record; GET /receipts/{ReceiptID} on the agent's HTTP listener
+	// (with the same token) says where it is once Kafka has it.
+	ReceiptID string
 }
 
 // Header is one record header.
@@ -87,6 +106,21 @@ type Options struct {
 	// TLS, if set, is used for "tcp:" addresses (the agent's
 	// receivers.local.tls); a Unix socket is never wrapped.
 	TLS *tls.Config
+	// Receipts asks the agent, for every frame, where its records went
+	// (see Result). It needs an agent that speaks protocol version 2.
+	Receipts bool
+	// RequestIDs sends records' RequestID. It needs an agent that speaks
+	// protocol version 2.
+	RequestIDs bool
+}
+
+// version is the protocol version the options need: 2 for receipts or
+// request ids, else 1 (what every agent speaks).
+func (o *Options) version() uint16 {
+	if o.Receipts || o.RequestIDs {
+		return protocol.Version2
+	}
+	return protocol.Version1
 }
 
 func (o *Options) defaults() error {
@@ -146,6 +180,11 @@ var (
 	ErrBufferFull = errors.New("client: buffer full (MaxBufferedBytes) for longer than MaxBlock")
 )
 
+// errInvalidRequestID fails a record whose RequestID the agent would
+// refuse (protocol.ValidRequestID), as the agent would.
+var errInvalidRequestID = &Error{Reason: "invalid_request_id",
+	Message: fmt.Sprintf("the request id must be 1 to %d of A-Z a-z 0-9 . _ : -", protocol.MaxRequestIDBytes)}
+
 // Error is the agent's refusal of a record, with the reason the HTTP API
 // uses too (queue_full, record_too_large, topic_not_allowed, ...).
 type Error struct {
@@ -161,6 +200,7 @@ func (e *Error) Error() string { return "ferry: " + e.Reason + ": " + e.Message 
 type entry struct {
 	rec  *Record
 	cb   func(*Record, error)
+	rcb  func(*Record, Result, error) // ProduceResult's, instead of cb
 	err  error
 	size int
 	done bool
@@ -177,6 +217,10 @@ type batch struct {
 	urgent   bool // someone waits for it (ProduceSync, Flush): send at the first free slot
 	firstAt  time.Time
 	deadline time.Time // not sent before (backoff after a refusal)
+	reqID    string    // the request id of every record (Options.RequestIDs)
+	// res[i] is entry i's receipt, allocated when the first answer with
+	// a receipt arrives (nil: no receipts asked for).
+	res []Result
 }
 
 // send is a frame on the wire: the batch's records at idx (nil: all).
@@ -232,11 +276,28 @@ func New(o Options) (*Client, error) {
 // failed it. Produce waits only while the buffer is full (up to MaxBlock,
 // or ctx).
 func (c *Client) Produce(ctx context.Context, r *Record, cb func(*Record, error)) {
+	c.produce(ctx, r, cb, nil)
+}
+
+// ProduceResult is Produce whose callback also gets the record's Result:
+// where it is in Kafka (with Options.Receipts), or the receipt id to look
+// it up under when the agent's spool took it first.
+func (c *Client) ProduceResult(ctx context.Context, r *Record, cb func(*Record, Result, error)) {
+	c.produce(ctx, r, nil, cb)
+}
+
+func (c *Client) produce(ctx context.Context, r *Record, cb func(*Record, error), rcb func(*Record, Result, error)) {
+	if c.o.RequestIDs && r.RequestID != "" && !protocol.ValidRequestID(r.RequestID) {
+		// The agent would refuse it for good: fail it here, at once,
+		// rather than send a frame no retry can fix.
+		c.fail(r, cb, rcb, errInvalidRequestID)
+		return
+	}
 	size := recordSize(r)
 	c.mu.Lock()
 	if c.closed || c.closing {
 		c.mu.Unlock()
-		c.fail(r, cb, ErrClosed)
+		c.fail(r, cb, rcb, ErrClosed)
 		return
 	}
 	if c.buffered+int64(size) > c.o.MaxBufferedBytes && c.buffered > 0 {
@@ -246,14 +307,23 @@ func (c *Client) Produce(ctx context.Context, r *Record, cb func(*Record, error)
 			if c.closing || c.closed {
 				err = ErrClosed
 			}
-			c.fail(r, cb, err)
+			c.fail(r, cb, rcb, err)
 			return
 		}
+	}
+	reqID := ""
+	if c.o.RequestIDs {
+		reqID = r.RequestID
+	}
+	if c.cur != nil && c.cur.reqID != reqID {
+		// A frame carries one request id: another one starts a frame.
+		c.seal()
 	}
 	b := c.cur
 	if b == nil {
 		b = c.batchP.Get().(*batch)
 		b.firstAt = time.Now()
+		b.reqID = reqID
 		c.cur = b
 		c.order = append(c.order, b)
 		if c.lingerT == nil {
@@ -264,7 +334,7 @@ func (c *Client) Produce(ctx context.Context, r *Record, cb func(*Record, error)
 	}
 	b.body = appendRecord(b.body, b.prev, r)
 	b.prev = r.Topic
-	b.entries = append(b.entries, entry{rec: r, cb: cb, size: size})
+	b.entries = append(b.entries, entry{rec: r, cb: cb, rcb: rcb, size: size})
 	b.open++
 	b.bytes += int64(size)
 	c.buffered += int64(size)
@@ -296,8 +366,11 @@ func (c *Client) waitRoom(ctx context.Context, size int64) bool {
 	return true
 }
 
-func (c *Client) fail(r *Record, cb func(*Record, error), err error) {
-	if cb != nil {
+func (c *Client) fail(r *Record, cb func(*Record, error), rcb func(*Record, Result, error), err error) {
+	switch {
+	case rcb != nil:
+		rcb(r, Result{Offset: -1}, err)
+	case cb != nil:
 		cb(r, err)
 	}
 }
@@ -471,7 +544,14 @@ func (c *Client) drainCallbacks() {
 		c.mu.Unlock()
 		for i := range b.entries {
 			e := &b.entries[i]
-			if e.cb != nil {
+			switch {
+			case e.rcb != nil:
+				res := Result{Offset: -1}
+				if i < len(b.res) && e.err == nil {
+					res = b.res[i]
+				}
+				e.rcb(e.rec, res, e.err)
+			case e.cb != nil:
 				e.cb(e.rec, e.err)
 			}
 		}
@@ -482,7 +562,7 @@ func (c *Client) drainCallbacks() {
 		c.cond.Broadcast()
 		c.mu.Unlock()
 		clear(b.entries)
-		*b = batch{entries: b.entries[:0], body: b.body[:0]}
+		*b = batch{entries: b.entries[:0], body: b.body[:0], res: b.res[:0]}
 		c.batchP.Put(b)
 	}
 }

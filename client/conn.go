@@ -133,8 +133,10 @@ func (c *Client) handshake(conn net.Conn) (*session, error) {
 	case protocol.CompressZstd:
 		feats = protocol.FeatureZstd
 	}
-	out := append([]byte(nil), protocol.Preamble[:]...)
-	out = protocol.AppendHello(out, protocol.Hello{Version: protocol.Version, ClientName: c.o.ClientName, Token: c.o.Token, Features: feats})
+	v := c.o.version()
+	pre := protocol.PreambleFor(byte(v))
+	out := append([]byte(nil), pre[:]...)
+	out = protocol.AppendHello(out, protocol.Hello{Version: v, ClientName: c.o.ClientName, Token: c.o.Token, Features: feats})
 	if _, err := conn.Write(out); err != nil {
 		return nil, err
 	}
@@ -147,6 +149,9 @@ func (c *Client) handshake(conn net.Conn) (*session, error) {
 		ok, err := protocol.DecodeHelloOK(body, protocol.DefaultLimits)
 		if err != nil {
 			return nil, err
+		}
+		if ok.Version != v {
+			return nil, fmt.Errorf("the agent answered protocol version %d to a hello of version %d", ok.Version, v)
 		}
 		if feats != 0 && ok.Features&feats == 0 {
 			return nil, fmt.Errorf("the agent does not take %s compression", c.o.Compression)
@@ -272,6 +277,14 @@ func (c *Client) encode(s *session, sd *send, maxFrame int) ([]byte, error) {
 		return nil, ErrClosed
 	}
 	body := s.body[:0]
+	flags := byte(0)
+	if c.o.Receipts {
+		flags |= protocol.FlagReceipt
+	}
+	if sd.b.reqID != "" {
+		flags |= protocol.FlagRequestID
+		body = protocol.AppendRequestID(body, sd.b.reqID)
+	}
 	if sd.idx == nil && sd.b.tries == 0 {
 		body = protocol.AppendProduceCount(body, sd.n)
 		body = append(body, sd.b.body...)
@@ -305,11 +318,10 @@ func (c *Client) encode(s *session, sd *send, maxFrame int) ([]byte, error) {
 		return nil, errTooBig
 	}
 	s.body = body
-	flags := byte(0)
 	if c.compress != protocol.CompressNone {
 		if z, err := protocol.Compress(s.zbody[:0], body, c.compress); err == nil {
 			s.zbody = z
-			body, flags = z, c.compress
+			body, flags = z, flags|c.compress
 		}
 	}
 	s.nextID++
@@ -337,6 +349,7 @@ func (c *Client) reader(s *session) {
 	defer close(s.broken)
 	br := bufio.NewReaderSize(s.c, 64<<10)
 	var ranges []protocol.Range
+	var rc protocol.Receipt
 	for {
 		h, body, err := readFrame(br, 64<<20)
 		if err != nil {
@@ -345,12 +358,21 @@ func (c *Client) reader(s *session) {
 		}
 		switch h.Type {
 		case protocol.TypeResult:
-			ranges, err = protocol.DecodeResult(ranges[:0], body, protocol.DefaultLimits)
+			flags := h.Flags
+			if s.hello.Version < protocol.Version2 {
+				flags = 0 // version 1 has no receipts
+			}
+			rc.SpoolID, rc.Placements = "", rc.Placements[:0]
+			ranges, err = protocol.DecodeResultReceipt(ranges[:0], &rc, flags, body, protocol.DefaultLimits)
 			if err != nil {
 				s.err = err
 				return
 			}
-			c.answered(s, h.RequestID, ranges)
+			var got *protocol.Receipt
+			if flags&protocol.FlagReceipt != 0 {
+				got = &rc
+			}
+			c.answered(s, h.RequestID, ranges, got)
 		case protocol.TypeError:
 			reason, msg, _ := protocol.DecodeError(body, protocol.DefaultLimits)
 			s.err = &Error{Reason: reason, Message: msg}
@@ -363,7 +385,7 @@ func (c *Client) reader(s *session) {
 }
 
 // answered applies a Result to the records of the frame it answers.
-func (c *Client) answered(s *session, id uint32, ranges []protocol.Range) {
+func (c *Client) answered(s *session, id uint32, ranges []protocol.Range, rc *protocol.Receipt) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	sd, ok := s.inflight[id]
@@ -375,6 +397,15 @@ func (c *Client) answered(s *session, id uint32, ranges []protocol.Range) {
 	var again []int
 	var after time.Duration
 	k := 0
+	// The receipt's placements cover the accepted records in record
+	// order: pl is the placement being consumed, used how many of it.
+	pl, used := 0, 0
+	if rc != nil && len(sd.b.res) < len(sd.b.entries) {
+		sd.b.res = append(sd.b.res[:0], make([]Result, len(sd.b.entries))...)
+		for i := range sd.b.res {
+			sd.b.res[i].Offset = -1
+		}
+	}
 	for _, rg := range ranges {
 		n := int(rg.Count)
 		if n == 0 { // the whole frame
@@ -384,6 +415,17 @@ func (c *Client) answered(s *session, id uint32, ranges []protocol.Range) {
 			i := sd.at(k)
 			switch rg.Status {
 			case protocol.StatusOK:
+				if rc != nil {
+					res := Result{Offset: -1, ReceiptID: rc.SpoolID}
+					if pl < len(rc.Placements) {
+						p := rc.Placements[pl]
+						res.Topic, res.Partition, res.Offset = p.Topic, p.Partition, p.Offset+int64(used)
+						if used++; used >= int(p.Count) {
+							pl, used = pl+1, 0
+						}
+					}
+					sd.b.res[i] = res
+				}
 				c.resolve(sd.b, i, nil)
 			case protocol.StatusPermanent:
 				c.resolve(sd.b, i, &Error{Reason: rg.Reason, Message: rg.Message})

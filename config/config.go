@@ -19,6 +19,7 @@ import (
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/processor/spanmetrics"
+	"github.com/ferryhq/ferry/receipt"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/routing"
 	"github.com/ferryhq/ferry/status"
@@ -80,6 +81,9 @@ type Delivery struct {
 	Mode       string            `yaml:"mode"`
 	Spool      spool.Config      `yaml:"spool"`
 	DeadLetter deadletter.Config `yaml:"dead_letter"`
+	// Receipts bounds the receipts kept for GET /receipts/{id} (spool and
+	// spill modes: records answered from the spool before Kafka has them).
+	Receipts receipt.Config `yaml:"receipts"`
 }
 
 // loopback reports whether addr (host:port) listens on loopback only.
@@ -175,6 +179,7 @@ func (c *Config) Validate() error {
 	case "spool", "spill":
 		wrap("delivery.spool", c.Delivery.Spool.Validate())
 		wrap("delivery.dead_letter", c.Delivery.DeadLetter.Validate())
+		wrap("delivery.receipts", c.Delivery.Receipts.Validate())
 		if ra := c.Delivery.Spool.ReadAhead; ra != 0 && (ra > c.Queue.MemoryLimit || ra < 2*maxRecord) {
 			fail("delivery.spool.read_ahead (%s) must be between two exporter.kafka.max_batch_bytes (%s) and queue.memory_limit (%s)",
 				ra, 2*maxRecord, c.Queue.MemoryLimit)

@@ -65,6 +65,11 @@ type Limits struct {
 	// AutoCreateTopics: it creates the topics it is asked for, so clients
 	// that name topics must be held to a list.
 	AutoCreateTopics bool
+	// NoReceipts, when set, says why this destination cannot tell where
+	// a record landed (Kafka with acks none answers nothing): receivers
+	// refuse a request for a receipt with it rather than answer made-up
+	// places.
+	NoReceipts string
 }
 
 // Env is what an exporter is built with besides its configuration.

@@ -38,6 +38,7 @@ import (
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/processor/spanmetrics"
+	"github.com/ferryhq/ferry/receipt"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/status"
 	"github.com/ferryhq/ferry/telemetry"
@@ -55,7 +56,10 @@ type Pipeline struct {
 	Budget *budget.Budget
 	Queue  *memqueue.Queue
 	// Spool, DeadLetter and Spill exist in the spool and spill delivery modes.
-	Spool      *spool.Spool
+	Spool *spool.Spool
+	// Receipts keeps spool receipts for GET /receipts/{id} (spool and
+	// spill modes).
+	Receipts   *receipt.Store
 	DeadLetter *deadletter.Writer
 	Spill      *spill.Router
 	// Receivers are the enabled receivers, in config's order.
@@ -134,8 +138,11 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 		if sc.ReadAhead == 0 {
 			sc.ReadAhead = cfg.Queue.MemoryLimit / 2
 		}
+		if p.Receipts, err = receipt.NewStore(cfg.Delivery.Receipts, set.Registry); err != nil {
+			return nil, fmt.Errorf("delivery.receipts: %w", err)
+		}
 		links := spool.Links{Next: p.Exporter, MaxRecordBytes: int(cfg.SpoolRecordBytes()),
-			Budget: p.Budget, DeadLetter: p.DeadLetter, Up: p.Exporter.Up}
+			Budget: p.Budget, DeadLetter: p.DeadLetter, Up: p.Exporter.Up, Receipts: p.Receipts}
 		if p.Spool, err = spool.Open(sc, set, links); err != nil {
 			return nil, fmt.Errorf("delivery.spool: %w", err)
 		}
@@ -177,7 +184,8 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 	if cfg.Delivery.Mode == "spill" {
 		bodies = budget.New(int64(cfg.Queue.MemoryLimit))
 	}
-	env := receiver.Env{Set: set, Next: intake, Pre: pre, Bodies: bodies, Bounds: cfg.Bounds(), Topics: p.cluster()}
+	env := receiver.Env{Set: set, Next: intake, Pre: pre, Bodies: bodies, Bounds: cfg.Bounds(), Topics: p.cluster(), Receipts: p.Receipts,
+		NoReceipts: cfg.Exporter.Limits().NoReceipts}
 	var rerr error
 	cfg.Receivers.Each(func(f receiver.Factory, rc receiver.Config) {
 		if rerr != nil || !rc.On() {

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -63,6 +64,10 @@ func FuzzDecode(f *testing.F) {
 			case "produce", "preamble":
 			case "hello", "hello_ok":
 				frames[i].Flags, frames[i].RequestID = 0, 0
+			case "result":
+				// The receipt flag is the result's only one: it says a
+				// receipt follows, which the encoder writes.
+				frames[i].Flags &= FlagReceipt
 			default:
 				frames[i].Flags = 0
 			}
@@ -91,7 +96,11 @@ func reencode(t *testing.T, frames []vframe) []byte {
 			out = append(out, encode(t, vector{Frames: []vframe{f}})...)
 			continue
 		}
-		body := AppendProduceCount(nil, len(f.Records))
+		var body []byte
+		if f.Flags&FlagRequestID != 0 {
+			body = AppendRequestID(body, f.ClientRequestID)
+		}
+		body = AppendProduceCount(body, len(f.Records))
 		prev := ""
 		for _, r := range f.Records {
 			pr := toRecord(r)
@@ -105,4 +114,34 @@ func reencode(t *testing.T, frames []vframe) []byte {
 		out = AppendFrame(out, TypeProduce, f.Flags, f.RequestID, body)
 	}
 	return out
+}
+
+// FuzzSplitRequestID: the connection path's read of a version 2 produce
+// body's request id never crashes, never reads past the body, and sorts
+// every input one of three ways: a valid id and the rest of the body, a
+// field that reads but holds no valid id (ErrInvalidRequestID: the frame
+// alone is refused), or malformed (a length past the body).
+func FuzzSplitRequestID(f *testing.F) {
+	rec := Record{Topic: []byte("t"), Value: []byte("v")}
+	records := AppendRecord(AppendProduceCount(nil, 1), "", &rec)
+	for _, id := range []string{"req-1", "", "a b", string(bytes.Repeat([]byte("r"), 129)), string(bytes.Repeat([]byte("r"), 128))} {
+		f.Add(append(AppendRequestID(nil, id), records...))
+	}
+	f.Add([]byte{50, 'r'})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		id, rest, err := SplitRequestID(body)
+		switch {
+		case err == nil:
+			if !ValidRequestID(id) || len(id)+len(rest) > len(body) || !bytes.HasSuffix(body, rest) {
+				t.Fatalf("%q: id %q rest %q", body, id, rest)
+			}
+		case errors.Is(err, ErrInvalidRequestID):
+			if id != nil || rest != nil {
+				t.Fatalf("%q: refused but returned %q %q", body, id, rest)
+			}
+		case !errors.Is(err, ErrMalformed):
+			t.Fatalf("%q: %v is neither malformed nor invalid_request_id", body, err)
+		}
+	})
 }

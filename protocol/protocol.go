@@ -1,4 +1,4 @@
-// Package protocol owns ferry's local record protocol, version 1: the frames
+// Package protocol owns ferry's local record protocol, versions 1 and 2: the frames
 // a client and the agent exchange over a Unix socket or TCP, how they are
 // encoded, and how they are decoded with every size bounded before memory is
 // spent on it. docs/protocol.md is the specification; testdata/protocol holds
@@ -13,6 +13,18 @@
 // noted; strings and byte strings are a varint length and the bytes.
 // Encoding appends to a caller's buffer and decoding returns views into the
 // frame, so neither allocates per record.
+//
+// Version 2 adds delivery receipts and request ids, and nothing else: a
+// produce frame may set FlagReceipt (answer where the records landed) and
+// FlagRequestID (its body starts with a request id the agent writes on
+// every record as the Kafka header ferry.request_id); a result answering
+// FlagReceipt sets it too and carries a receipt after its ranges. A v2
+// produce frame with neither flag is byte for byte a v1 one, so a client
+// that never asks pays nothing. The agent speaks both versions, each
+// connection the one its preamble names; a v1 connection is served
+// exactly as before (bits 2-7 of a v1 produce's flags are ignored, as v1
+// says). Bits 4-7 stay reserved for later versions (producer ids and
+// sequence numbers for exactly-once delivery).
 package protocol
 
 import (
@@ -22,11 +34,30 @@ import (
 	"time"
 )
 
-// Preamble opens every binary connection; its last byte is the version.
-var Preamble = [4]byte{'F', 'R', 'Y', Version}
+// Preamble opens every binary connection of version 1; its last byte is
+// the version (PreambleFor gives another version's).
+var Preamble = [4]byte{'F', 'R', 'Y', Version1}
 
-// Version is the protocol version this package speaks.
-const Version = 1
+// PreambleFor is the preamble of version v.
+func PreambleFor(v byte) [4]byte { return [4]byte{'F', 'R', 'Y', v} }
+
+// The versions this package speaks: Version is the newest.
+const (
+	Version1 = 1
+	Version2 = 2
+	Version  = Version2
+)
+
+// Flags of a version 2 produce frame (and of its result), beside the
+// compression in bits 0-1. Bits 4-7 are reserved (sent 0).
+const (
+	// FlagReceipt: on a produce, answer with a receipt; on a result, a
+	// receipt follows the ranges.
+	FlagReceipt byte = 1 << 2
+	// FlagRequestID: the produce body starts with a request id (a string)
+	// before the record count.
+	FlagRequestID byte = 1 << 3
+)
 
 // HeaderLen is the frame header after the length field: type, flags,
 // request id.
@@ -369,6 +400,12 @@ type Range struct {
 // AppendResult appends a Result frame answering request id.
 func AppendResult(dst []byte, id uint32, ranges []Range) []byte {
 	dst, at := BeginFrame(dst, TypeResult, 0, id)
+	dst = appendRanges(dst, ranges)
+	EndFrame(dst, at)
+	return dst
+}
+
+func appendRanges(dst []byte, ranges []Range) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(ranges)))
 	for _, r := range ranges {
 		dst = binary.AppendUvarint(dst, uint64(r.Count))
@@ -377,16 +414,26 @@ func AppendResult(dst []byte, id uint32, ranges []Range) []byte {
 		dst = binary.AppendUvarint(dst, uint64(max(r.RetryAfter, 0)/time.Millisecond))
 		dst = appendString(dst, r.Message)
 	}
-	EndFrame(dst, at)
 	return dst
 }
 
-// DecodeResult decodes a Result body, appending its ranges to dst.
+// DecodeResult decodes a version 1 Result body (or a version 2 one
+// without FlagReceipt), appending its ranges to dst.
 func DecodeResult(dst []Range, body []byte, l Limits) ([]Range, error) {
 	d := decoder{b: body}
+	dst = d.ranges(dst, l)
+	return dst, d.end()
+}
+
+// ranges reads a Result's range count and ranges.
+func (d *decoder) ranges(dst []Range, l Limits) []Range {
 	n := d.uvarint()
-	if n > uint64(l.MaxRecords) || n > uint64(len(body)) {
-		return dst, fmt.Errorf("%w: %d ranges", ErrMalformed, n)
+	if d.err != nil {
+		return dst
+	}
+	if n > uint64(l.MaxRecords) || n > uint64(len(d.b)) {
+		d.fail(fmt.Sprintf("%d ranges", n))
+		return dst
 	}
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		var r Range
@@ -411,7 +458,140 @@ func DecodeResult(dst []Range, body []byte, l Limits) ([]Range, error) {
 		r.Message = string(d.bytes(l.MaxStringBytes, "message"))
 		dst = append(dst, r)
 	}
+	return dst
+}
+
+// Placement is a run of a result's accepted records, in record order, at
+// consecutive offsets of one partition: Offset … Offset+Count-1.
+type Placement struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Count     uint32
+}
+
+// Receipt is what a version 2 result says of where its accepted records
+// went: Placements when Kafka had acknowledged them (delivery mode kafka,
+// spill from memory); SpoolID when the spool took them first (the client
+// looks them up later, GET /receipts/{id}); both when a frame's records
+// took both paths is not possible (one frame is one batch).
+type Receipt struct {
+	SpoolID    string
+	Placements []Placement
+}
+
+// AppendResultReceipt appends a version 2 Result frame: AppendResult's,
+// with FlagReceipt and rc after the ranges (rc nil: exactly AppendResult).
+func AppendResultReceipt(dst []byte, id uint32, ranges []Range, rc *Receipt) []byte {
+	if rc == nil {
+		return AppendResult(dst, id, ranges)
+	}
+	dst, at := BeginFrame(dst, TypeResult, FlagReceipt, id)
+	dst = appendRanges(dst, ranges)
+	dst = appendString(dst, rc.SpoolID)
+	dst = binary.AppendUvarint(dst, uint64(len(rc.Placements)))
+	prev := ""
+	for i, p := range rc.Placements {
+		if i > 0 && p.Topic == prev {
+			dst = append(dst, 0)
+		} else {
+			dst = appendString(dst, p.Topic)
+		}
+		prev = p.Topic
+		dst = binary.AppendUvarint(dst, uint64(max(p.Partition, 0)))
+		dst = binary.AppendUvarint(dst, uint64(max(p.Offset, 0)))
+		dst = binary.AppendUvarint(dst, uint64(p.Count))
+	}
+	EndFrame(dst, at)
+	return dst
+}
+
+// DecodeResultReceipt decodes a Result body of either version: the ranges
+// (appended to dst) and, when flags has FlagReceipt, the receipt into rc
+// (its Placements appended to). A version 1 result never has the flag.
+func DecodeResultReceipt(dst []Range, rc *Receipt, flags byte, body []byte, l Limits) ([]Range, error) {
+	d := decoder{b: body}
+	dst = d.ranges(dst, l)
+	if flags&FlagReceipt != 0 && d.err == nil {
+		rc.SpoolID = string(d.bytes(l.MaxStringBytes, "spool id"))
+		n := d.uvarint()
+		if n > uint64(l.MaxRecords) || n > uint64(len(body)) {
+			d.fail(fmt.Sprintf("%d placements", n))
+		}
+		var prev string
+		total := uint64(0)
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			t := d.bytes(l.MaxTopicBytes, "topic")
+			var p Placement
+			switch {
+			case len(t) > 0:
+				p.Topic = string(t)
+			case i == 0:
+				d.fail("the first placement names no topic")
+			default:
+				p.Topic = prev
+			}
+			prev = p.Topic
+			part, off, c := d.uvarint(), d.uvarint(), d.uvarint()
+			total += c
+			if part > 1<<31-1 || off > 1<<63-1 || c == 0 || total > uint64(l.MaxRecords) {
+				d.fail("a placement's partition, offset or count out of range")
+			}
+			p.Partition, p.Offset, p.Count = int32(part), int64(off), uint32(c)
+			rc.Placements = append(rc.Placements, p)
+		}
+	}
 	return dst, d.end()
+}
+
+// AppendRequestID starts a version 2 produce body that has FlagRequestID:
+// the request id, before the record count.
+func AppendRequestID(dst []byte, id string) []byte { return appendString(dst, id) }
+
+// MaxRequestIDBytes bounds a produce frame's request id (the agent copies
+// it into every record).
+const MaxRequestIDBytes = 128
+
+// ErrInvalidRequestID: a produce frame's request id field is well-formed
+// (its length is within the frame) but the id is not 1 to
+// MaxRequestIDBytes of A-Z a-z 0-9 . _ : -. It is the client's mistake
+// about one frame, not a broken stream: the agent answers that frame
+// permanent invalid_request_id and the connection goes on (a client that
+// resent it after a framing error would loop forever).
+var ErrInvalidRequestID = errors.New("invalid request id: it must be 1 to 128 of A-Z a-z 0-9 . _ : -")
+
+// ValidRequestID: 1 to MaxRequestIDBytes of A-Z a-z 0-9 . _ : - (package
+// receipt holds the same rule for the HTTP header; the two are one layer
+// and do not import each other).
+func ValidRequestID[T string | []byte](id T) bool {
+	if len(id) == 0 || len(id) > MaxRequestIDBytes {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// SplitRequestID reads the request id that starts a (decompressed) body
+// with FlagRequestID, returning it and the rest of the body (the record
+// count and records); a view, no copy. A field whose length runs past the
+// body is malformed (the stream cannot be trusted); a field that reads
+// but holds no valid id returns ErrInvalidRequestID (the frame alone is
+// refused).
+func SplitRequestID(body []byte) (id, rest []byte, err error) {
+	d := decoder{b: body}
+	id = d.bytes(len(body), "request id")
+	if d.err != nil {
+		return nil, nil, d.err
+	}
+	if !ValidRequestID(id) {
+		return nil, nil, ErrInvalidRequestID
+	}
+	return id, body[d.off:], nil
 }
 
 // AppendError appends an Error frame about request id (0: the connection).

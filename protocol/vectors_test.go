@@ -24,12 +24,14 @@ const vectorDir = "../testdata/protocol"
 
 // vector is NAME.json.
 type vector struct {
-	Description string        `json:"description"`
-	File        string        `json:"file"`
-	Valid       bool          `json:"valid"`
-	Error       string        `json:"error,omitempty"` // malformed | too_large
-	Limits      *vectorLimits `json:"limits,omitempty"`
-	Frames      []vframe      `json:"frames"`
+	Description string `json:"description"`
+	File        string `json:"file"`
+	Valid       bool   `json:"valid"`
+	// malformed | too_large | invalid_request_id (the frame reads, its
+	// request id is not valid: that frame is refused, the stream is fine)
+	Error  string        `json:"error,omitempty"`
+	Limits *vectorLimits `json:"limits,omitempty"`
+	Frames []vframe      `json:"frames"`
 }
 
 type vectorLimits struct {
@@ -55,8 +57,12 @@ type vframe struct {
 	Server           string `json:"server,omitempty"`
 	// produce
 	Records []vrecord `json:"records,omitempty"`
+	// produce, version 2 with FlagRequestID (8): the id before the records
+	ClientRequestID string `json:"client_request_id,omitempty"`
 	// result
 	Ranges []vrange `json:"ranges,omitempty"`
+	// result, version 2 with FlagReceipt (4)
+	Receipt *vreceipt `json:"receipt,omitempty"`
 	// error
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
@@ -76,6 +82,18 @@ type vrange struct {
 	Reason       string `json:"reason"`
 	RetryAfterMS int64  `json:"retry_after_ms"`
 	Message      string `json:"message"`
+}
+
+type vreceipt struct {
+	SpoolID    string       `json:"spool_id"`
+	Placements []vplacement `json:"placements"`
+}
+
+type vplacement struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+	Count     uint32 `json:"count"`
 }
 
 var statusNames = map[byte]string{StatusOK: "ok", StatusRetryable: "retryable", StatusPermanent: "permanent"}
@@ -158,6 +176,43 @@ func cases() []struct {
 		valid("error", "the agent's last frame on a connection it closes",
 			vframe{Type: "error", RequestID: 12, Reason: "malformed_frame", Message: "malformed frame: bytes after the last record"}),
 
+		// Version 2: receipts and request ids.
+		valid("v2_preamble", "version 2's preamble: FRY and 2", vframe{Type: "preamble", Bytes: "FRY\u0002"}),
+		valid("v2_handshake", "a version 2 hello and the agent's hello_ok of version 2",
+			vframe{Type: "preamble", Bytes: "FRY\u0002"},
+			vframe{Type: "hello", Version: 2, ClientName: "vector-client/2.0", Token: "", Features: FeatureZstd},
+			vframe{Type: "hello_ok", Version: 2, Features: FeatureZstd, MaxFrameBytes: 8 << 20, MaxRecords: 100000, MaxInflightBytes: 16 << 20, Server: "ferry/1"}),
+		valid("v2_produce_receipt", "version 2: a produce asking for a receipt (flags = 4); the body is version 1's",
+			vframe{Type: "produce", Flags: FlagReceipt, RequestID: 21, Records: sample}),
+		valid("v2_produce_request_id", "version 2: a produce with a client request id (flags = 8) and a receipt asked for (4): the body starts with the id",
+			vframe{Type: "produce", Flags: FlagReceipt | FlagRequestID, RequestID: 22, ClientRequestID: "req-7f3a.checkout", Records: sample}),
+		valid("v2_produce_request_id_zstd", "the same, the body (request id included) compressed with zstd: flags = 2 | 4 | 8",
+			vframe{Type: "produce", Flags: CompressZstd | FlagReceipt | FlagRequestID, RequestID: 23, ClientRequestID: "req-7f3a.checkout", Records: sample}),
+		valid("v2_result_receipt", "version 2: the answer to v2_produce_receipt in delivery mode kafka: all 3 accepted (flags = 4); the receipt's placements say where, the second elides its topic (the previous one's)",
+			vframe{Type: "result", Flags: FlagReceipt, RequestID: 21, Ranges: []vrange{{Count: 3, Status: "ok"}},
+				Receipt: &vreceipt{Placements: []vplacement{{"app-logs", 2, 1041, 1}, {"app-logs", 0, 77, 1}, {"billing", 5, 300000000000, 1}}}}),
+		valid("v2_result_receipt_ranges", "version 2: 6 records, the 4th refused: the placements cover the 5 accepted ones in record order, consecutive offsets merged",
+			vframe{Type: "result", Flags: FlagReceipt, RequestID: 24, Ranges: []vrange{{Count: 3, Status: "ok"},
+				{Count: 1, Status: "permanent", Reason: "record_too_large", Message: "too large"}, {Count: 2, Status: "ok"}},
+				Receipt: &vreceipt{Placements: []vplacement{{"t", 1, 10, 3}, {"t", 1, 14, 2}}}}),
+		valid("v2_result_receipt_spool", "version 2 in delivery mode spool: accepted at the spool's fsync, before Kafka; the receipt is the spool id to look up (GET /receipts/{id}), no placements yet",
+			vframe{Type: "result", Flags: FlagReceipt, RequestID: 25, Ranges: []vrange{{Count: 3, Status: "ok"}},
+				Receipt: &vreceipt{SpoolID: "7-1234-9f86d081884c7d65", Placements: []vplacement{}}}),
+		invalid("v2_placement_count_zero", "a receipt's placement of 0 records", "malformed", nil,
+			frame(TypeResult, FlagReceipt, 1, []byte{1, 1, 0, 0, 0, 0, 0, 1, 1, 't', 0, 0, 0})),
+		invalid("v2_placement_first_without_topic", "a receipt's first placement elides its topic", "malformed", nil,
+			frame(TypeResult, FlagReceipt, 1, []byte{1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1})),
+		invalid("v2_request_id_too_long", "a produce's request id over 128 bytes: the frame reads, the id is refused (the agent answers the frame permanent invalid_request_id and the connection goes on)", "invalid_request_id", nil,
+			frame(TypeProduce, FlagRequestID, 1, append(AppendRequestID(nil, string(bytes.Repeat([]byte("r"), 129))), produce(sample[0])...))),
+		invalid("v2_request_id_empty", "a produce's request id of 0 bytes with flag 8 (an id is 1 to 128): refused like a long one", "invalid_request_id", nil,
+			frame(TypeProduce, FlagRequestID, 1, append(AppendRequestID(nil, ""), produce(sample[0])...))),
+		invalid("v2_request_id_bad_character", "a produce's request id with a space: refused like a long one", "invalid_request_id", nil,
+			frame(TypeProduce, FlagRequestID, 1, append(AppendRequestID(nil, "req 1"), produce(sample[0])...))),
+		invalid("v2_request_id_overruns", "a produce's request id whose length runs past the body: malformed", "malformed", nil,
+			frame(TypeProduce, FlagRequestID, 1, []byte{50, 'r', 'r'})),
+		invalid("v2_result_receipt_truncated", "a result whose flags promise a receipt that is not there", "malformed", nil,
+			frame(TypeResult, FlagReceipt, 1, []byte{1, 1, 0, 0, 0, 0})),
+
 		invalid("bad_length", "a length shorter than the frame header", "malformed", nil, []byte{0, 0, 0, 3, 3, 0, 0}),
 		invalid("too_large", "a frame longer than max_frame_bytes: refused from its length alone, before its body is read", "too_large",
 			&vectorLimits{MaxFrameBytes: 1024, MaxRecords: 100}, frame(TypeProduce, 0, 1, bytes.Repeat([]byte{0}, 2000))),
@@ -218,6 +273,9 @@ func encode(t *testing.T, v vector) []byte {
 				MaxRecords: f.MaxRecords, MaxInflightBytes: f.MaxInflightBytes, Server: f.Server})
 		case "produce":
 			var body []byte
+			if f.Flags&FlagRequestID != 0 {
+				body = AppendRequestID(body, f.ClientRequestID)
+			}
 			body = appendCount(body, len(f.Records))
 			prev := ""
 			for _, r := range f.Records {
@@ -225,8 +283,8 @@ func encode(t *testing.T, v vector) []byte {
 				body = AppendRecord(body, prev, &pr)
 				prev = r.Topic
 			}
-			if f.Flags != 0 {
-				body = mustCompress(body, f.Flags)
+			if c := f.Flags & compressMask; c != 0 {
+				body = mustCompress(body, c)
 			}
 			out = AppendFrame(out, TypeProduce, f.Flags, f.RequestID, body)
 		case "result":
@@ -234,6 +292,14 @@ func encode(t *testing.T, v vector) []byte {
 			for _, r := range f.Ranges {
 				st := map[string]byte{"ok": StatusOK, "retryable": StatusRetryable, "permanent": StatusPermanent}[r.Status]
 				rs = append(rs, Range{Count: r.Count, Status: st, Reason: r.Reason, RetryAfter: time.Duration(r.RetryAfterMS) * time.Millisecond, Message: r.Message})
+			}
+			if f.Receipt != nil {
+				rc := &Receipt{SpoolID: f.Receipt.SpoolID}
+				for _, p := range f.Receipt.Placements {
+					rc.Placements = append(rc.Placements, Placement(p))
+				}
+				out = AppendResultReceipt(out, f.RequestID, rs, rc)
+				break
 			}
 			out = AppendResult(out, f.RequestID, rs)
 		case "error":
@@ -250,7 +316,7 @@ func encode(t *testing.T, v vector) []byte {
 func decodeAll(b []byte, l Limits) ([]vframe, error) {
 	var out []vframe
 	if bytes.HasPrefix(b, []byte("FRY")) {
-		if len(b) < 4 || b[3] != Version {
+		if len(b) < 4 || b[3] != Version1 && b[3] != Version2 {
 			return nil, ErrMalformed
 		}
 		out = append(out, vframe{Type: "preamble", Bytes: string(b[:4])})
@@ -289,6 +355,13 @@ func decodeAll(b []byte, l Limits) ([]vframe, error) {
 			if err != nil {
 				return out, err
 			}
+			if h.Flags&FlagRequestID != 0 {
+				id, rest, err := SplitRequestID(plain)
+				if err != nil {
+					return out, err
+				}
+				f.ClientRequestID, plain = string(id), rest
+			}
 			rs, err := NewRecords(plain, l)
 			if err != nil {
 				return out, err
@@ -308,9 +381,16 @@ func decodeAll(b []byte, l Limits) ([]vframe, error) {
 				return out, err
 			}
 		case TypeResult:
-			rs, err := DecodeResult(nil, body, l)
+			var rc Receipt
+			rs, err := DecodeResultReceipt(nil, &rc, h.Flags, body, l)
 			if err != nil {
 				return out, err
+			}
+			if h.Flags&FlagReceipt != 0 {
+				f.Receipt = &vreceipt{SpoolID: rc.SpoolID, Placements: []vplacement{}}
+				for _, p := range rc.Placements {
+					f.Receipt.Placements = append(f.Receipt.Placements, vplacement(p))
+				}
 			}
 			f.Type = "result"
 			for _, r := range rs {
@@ -334,6 +414,9 @@ func normalize(fs []vframe) []byte {
 			if fs[i].Records[j].Headers == nil {
 				fs[i].Records[j].Headers = [][2]string{}
 			}
+		}
+		if rc := fs[i].Receipt; rc != nil && rc.Placements == nil {
+			rc.Placements = []vplacement{}
 		}
 	}
 	b, _ := json.Marshal(fs)
@@ -394,6 +477,8 @@ func TestVectors(t *testing.T) {
 					t.Fatalf("error %v, want too_large", err)
 				case v.Error == "malformed" && !errors.Is(err, ErrMalformed):
 					t.Fatalf("error %v, want malformed", err)
+				case v.Error == "invalid_request_id" && !errors.Is(err, ErrInvalidRequestID):
+					t.Fatalf("error %v, want invalid_request_id", err)
 				}
 				return
 			}
@@ -405,7 +490,7 @@ func TestVectors(t *testing.T) {
 			}
 			compressed := false
 			for _, f := range v.Frames {
-				compressed = compressed || f.Flags != 0
+				compressed = compressed || f.Type == "produce" && f.Flags&compressMask != 0
 			}
 			if !compressed {
 				if enc := encode(t, v); !bytes.Equal(enc, raw) {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/receipt"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -89,6 +90,13 @@ type Env struct {
 	// Topics describes the real cluster's topics, for a receiver that
 	// mirrors them to its clients (the Kafka front).
 	Topics Topics
+	// Receipts answers for records the spool took before Kafka had them
+	// (GET /receipts/{id}); nil in delivery mode kafka.
+	Receipts *receipt.Store
+	// NoReceipts, when set, says why no receipt can be given (the
+	// exporter's Limits: Kafka with acks none answers nothing): a request
+	// that asks for one is refused for good, reason receipts_unavailable.
+	NoReceipts string
 }
 
 // Receiver is a receiver built by its factory.

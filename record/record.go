@@ -101,6 +101,10 @@ type Batch struct {
 	// offset). Nil on every other path.
 	OnAcked func(i int, offset int64)
 
+	// Receipt, when set, is told where each record landed (a client asked
+	// for delivery receipts). Nil on the hot path: see receipt.go.
+	Receipt *Receipt
+
 	// Spooled: every record is also in the disk spool, which keeps it until
 	// Kafka acknowledges it, so a failure here (a shutdown before Kafka
 	// answered) loses nothing and is not a drop.
@@ -218,6 +222,7 @@ func (b *Batch) Reset() {
 	b.MemBytes = 0
 	b.OnFailure = nil
 	b.OnAcked = nil
+	b.Receipt = nil
 	b.Spooled = false
 	b.pending.Store(0)
 	b.failed.Store(0)

@@ -52,6 +52,8 @@ for target in \
   "FuzzCheckpoint ./buffer/spool 5000x" \
   "FuzzSegmentHeader ./buffer/spool 5000x" \
   "FuzzDecode ./protocol" \
+  "FuzzSplitRequestID ./protocol 20000x" \
+  "FuzzParseID ./receipt 20000x" \
   "FuzzVerify ./auth/token" \
   "FuzzProduce ./receiver/kafkafront" \
   "FuzzProduceSequences ./receiver/kafkafront" \

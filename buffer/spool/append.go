@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/receipt"
 	"github.com/ferryhq/ferry/record"
 )
 
@@ -24,9 +25,18 @@ func (s *Spool) Consume(_ context.Context, b *record.Batch) error {
 	}
 	buf := s.getBuf()
 	wf := s.wfmt.Load()
+	// rel: each record's frame offset in buf, for a client that asked for
+	// a receipt (nil otherwise: nothing is spent).
+	var rel []uint32
+	if b.Receipt != nil && s.links.Receipts != nil {
+		rel = make([]uint32, 0, n)
+	}
 	for i := range b.Records {
 		r := &b.Records[i]
 		before := len(buf)
+		if rel != nil {
+			rel = append(rel, uint32(before))
+		}
 		buf = appendFrame(buf, r, wf)
 		if len(buf)-before-frameHeader > s.maxFrame {
 			s.putBuf(buf)
@@ -41,8 +51,15 @@ func (s *Spool) Consume(_ context.Context, b *record.Batch) error {
 		s.m.refused.WithLabelValues("write_buffer_full").Add(float64(n))
 		return consumer.ErrFull
 	}
+	// The receipt's columns and nonce are made before the append lock,
+	// which every appender takes: under it the store only files them.
+	var prep *receipt.Prepared
+	if rel != nil {
+		p := s.links.Receipts.Prepare(rel, b.Receipt.Owner)
+		prep = &p
+	}
 	s.mu.Lock()
-	kept, err := s.appendLocked(buf, wf, b, size)
+	kept, err := s.appendLocked(buf, wf, b, size, prep)
 	s.mu.Unlock()
 	if !kept {
 		s.putBuf(buf)
@@ -66,7 +83,7 @@ func (s *Spool) Consume(_ context.Context, b *record.Batch) error {
 
 // appendLocked writes buf, frames sealed for wf, at the end of the active
 // segment; kept says the reader's tail took buf. Called with s.mu held.
-func (s *Spool) appendLocked(buf []byte, wf *segFormat, b *record.Batch, size int64) (kept bool, _ error) {
+func (s *Spool) appendLocked(buf []byte, wf *segFormat, b *record.Batch, size int64, prep *receipt.Prepared) (kept bool, _ error) {
 	switch {
 	case s.closing:
 		return false, consumer.ErrShuttingDown
@@ -105,6 +122,11 @@ func (s *Spool) appendLocked(buf []byte, wf *segFormat, b *record.Batch, size in
 		return false, errWrite(err)
 	}
 	at := pos{s.wseg, s.woff}
+	if prep != nil {
+		// Registered under the append lock, before the reader can see
+		// these frames: it learns of every receipt before its records.
+		b.Receipt.SpoolID = s.links.Receipts.Register(*prep, receipt.Pos{Seg: at.seg, Off: at.off}, at.off+size)
+	}
 	s.woff += size
 	s.written += size
 	s.segs[s.wseg] = s.woff

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/receipt"
 	"github.com/ferryhq/ferry/record"
 )
 
@@ -40,6 +41,15 @@ type chunk struct {
 	dlPending int
 	kafkaDone bool
 	settling  bool
+
+	// Receipts (receipts in the store wait for Kafka): track says this
+	// chunk follows where its records go; at[i] is record i's place in the
+	// spool, bufAt the place of each tail buffer; rc is what the exporter
+	// fills. All reused, so tracking allocates nothing once warm.
+	track bool
+	at    []receipt.Pos
+	bufAt []pos
+	rc    record.Receipt
 }
 
 // read is the reader goroutine: it streams the log from the watermark to
@@ -151,17 +161,20 @@ func (s *Spool) read() {
 		// shorter than recorded (then the rest is damage).
 		atEnd := sealed && (int64(n) >= avail || int64(n) < size)
 		c.batch.Records = c.batch.Records[:0]
+		c.track, c.at = s.links.Receipts.Watching(), c.at[:0]
 		var bad, badFrames int64
 		// Many tiny records cost more in structures than in bytes: stop the
 		// chunk where they would take more than half the read-ahead.
 		maxRecs := max(1, int((s.ceiling/2-c.reserved)/record.Overhead))
-		stop, need, skipped, regions := scan(c.buf[:n], atEnd, sf, func(_ int, p []byte) bool {
+		stop, need, skipped, regions := scan(c.buf[:n], atEnd, sf, func(off int, p []byte) bool {
 			if len(c.batch.Records) >= maxRecs {
 				return false
 			}
 			if !s.decodeInto(c, p) {
 				bad += int64(len(p) + sf.hdrLen())
 				badFrames++
+			} else if c.track {
+				c.at = append(c.at, receipt.Pos{Seg: start.seg, Off: start.off + int64(off)})
 			}
 			return true
 		})
@@ -216,7 +229,7 @@ func (s *Spool) readTail() (ok, stop bool) {
 	c := s.chunks.Get().(*chunk)
 	var end pos
 	var n int
-	c.bufs, end, n, c.reserved = s.takeTail(c.bufs[:0], max(1, int(s.ceiling/2/record.Overhead)))
+	c.bufs, c.bufAt, end, n, c.reserved = s.takeTail(c.bufs[:0], c.bufAt[:0], max(1, int(s.ceiling/2/record.Overhead)))
 	if len(c.bufs) == 0 {
 		s.chunks.Put(c)
 		return false, false
@@ -232,6 +245,7 @@ func (s *Spool) readTail() (ok, stop bool) {
 	}
 	c.reserved += extra
 	c.batch.Records = c.batch.Records[:0]
+	c.track, c.at = s.links.Receipts.Watching(), c.at[:0]
 	s.skipped(s.framesOf(c))
 	s.rpos, s.need = end, 0
 	s.m.readBytes.WithLabelValues("memory").Add(float64(size))
@@ -362,6 +376,16 @@ func (s *Spool) sleep(d time.Duration) bool {
 }
 
 func (s *Spool) send(c *chunk) {
+	if c.track {
+		// Sized to this send's records; the exporter fills it, finish
+		// hands it to the store.
+		n := len(c.batch.Records)
+		c.rc.Topic, c.rc.Partition, c.rc.Offset = resize(c.rc.Topic, n), resize(c.rc.Partition, n), resize(c.rc.Offset, n)
+		for i := range c.rc.Offset {
+			c.rc.Offset[i] = -1
+		}
+		c.batch.Receipt = &c.rc
+	}
 	c.batch.OnFailure = c.failFn
 	c.batch.OnDone(c.doneFn)
 	if err := s.links.Next.Consume(context.Background(), &c.batch); err != nil {
@@ -374,6 +398,16 @@ func (s *Spool) send(c *chunk) {
 		c.mu.Unlock()
 		c.onDone(err)
 	}
+}
+
+// resize returns s with n zero elements, reusing its memory.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
 }
 
 // onFailure sorts one failed record: dead letter for what retrying cannot
@@ -396,6 +430,9 @@ func (c *chunk) onFailure(i int, err error) {
 // durable, sent again to Kafka if it could not be stored. It may run on
 // the dead-letter topic's promise: finishing a chunk does no I/O there.
 func (c *chunk) deadLettered(i int, err error) {
+	if err == nil && c.track && i < len(c.at) {
+		c.s.links.Receipts.DeadLettered(c.at[i])
+	}
 	c.mu.Lock()
 	if err == nil {
 		c.dead++
@@ -429,6 +466,11 @@ func (c *chunk) onDone(error) {
 // letter is settled: the chunk is done, or its failed records go again.
 func (c *chunk) finish() {
 	s := c.s
+	if c.track {
+		// Where Kafka put this round's records, for the receipts waiting
+		// in the store: memory only, on the promise goroutine.
+		s.links.Receipts.Settle(c.at, &c.rc)
+	}
 	c.mu.Lock()
 	retry, dead := len(c.retry), c.dead
 	c.dead = 0
@@ -478,6 +520,14 @@ func (c *chunk) resend() {
 	for j, i := range c.retry {
 		keep[j] = c.batch.Records[i]
 	}
+	if c.track {
+		// The records' places follow them into the next try.
+		keepAt := make([]receipt.Pos, len(c.retry))
+		for j, i := range c.retry {
+			keepAt[j] = c.at[i]
+		}
+		c.at = append(c.at[:0], keepAt...)
+	}
 	c.retry = c.retry[:0]
 	c.mu.Unlock()
 	c.batch.Reset()
@@ -497,6 +547,8 @@ func (s *Spool) release(c *chunk) {
 	c.batch.Reset()
 	c.retry = c.retry[:0]
 	c.dead, c.tries, c.dlPending, c.kafkaDone, c.settling = 0, 0, 0, false, false
+	c.track, c.at, c.bufAt = false, c.at[:0], c.bufAt[:0]
+	clear(c.rc.Topic)
 	for i, b := range c.bufs {
 		s.putBuf(b)
 		c.bufs[i] = nil

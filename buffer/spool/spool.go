@@ -15,6 +15,7 @@ import (
 
 	"github.com/ferryhq/ferry/buffer/budget"
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/receipt"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -47,6 +48,10 @@ type Links struct {
 	DeadLetter DeadLetter
 	// Up reports whether Kafka is reachable (refusals: 429 if so, else 503).
 	Up func() bool
+	// Receipts keeps the receipts of requests that asked for one (see
+	// receipts.go); nil: none are kept, and a batch asking for one gets
+	// no receipt id.
+	Receipts *receipt.Store
 }
 
 func (l Links) withDefaults() (Links, error) {

@@ -23,6 +23,8 @@ package spool
 import (
 	"encoding/binary"
 	"math"
+
+	"github.com/ferryhq/ferry/receipt"
 )
 
 type tailBuf struct {
@@ -107,12 +109,12 @@ func (s *Spool) armTail(sealed bool) {
 // them that are contiguous, up to maxRecs records, at least one append),
 // with the memory they hold (already reserved); none if the next bytes are
 // not in memory.
-func (s *Spool) takeTail(dst [][]byte, maxRecs int) (bufs [][]byte, end pos, n int, held int64) {
+func (s *Spool) takeTail(dst [][]byte, ats []pos, maxRecs int) (bufs [][]byte, bufAt []pos, end pos, n int, held int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.dropPassedTail()
 	if len(s.tail) == 0 || s.tail[0].at != s.rpos {
-		return dst, pos{}, 0, 0
+		return dst, ats, pos{}, 0, 0
 	}
 	i := 0
 	for ; i < len(s.tail); i++ {
@@ -121,6 +123,7 @@ func (s *Spool) takeTail(dst [][]byte, maxRecs int) (bufs [][]byte, end pos, n i
 			break
 		}
 		dst = append(dst, t.buf)
+		ats = append(ats, t.at)
 		held += int64(cap(t.buf))
 		n += t.n
 		end = t.end
@@ -128,19 +131,21 @@ func (s *Spool) takeTail(dst [][]byte, maxRecs int) (bufs [][]byte, end pos, n i
 	s.tailBytes -= held
 	clear(s.tail[:i])
 	s.tail = append(s.tail[:0], s.tail[i:]...)
-	return dst, end, n, held
+	return dst, ats, end, n, held
 }
 
 // framesOf decodes the records of appended buffers into c's batch: whole
 // frames the appender encoded, so no checksum is needed. It returns the
 // bytes of frames that did not decode (never expected; counted as damage).
 func (s *Spool) framesOf(c *chunk) (bad, badFrames int64) {
-	for _, buf := range c.bufs {
+	for j, buf := range c.bufs {
 		for i := 0; i+frameHeader <= len(buf); {
 			n := int(binary.LittleEndian.Uint32(buf[i:]))
 			if !s.decodeInto(c, buf[i+frameHeader:i+frameHeader+n]) {
 				bad += int64(frameHeader + n)
 				badFrames++
+			} else if c.track {
+				c.at = append(c.at, receipt.Pos{Seg: c.bufAt[j].seg, Off: c.bufAt[j].off + int64(i)})
 			}
 			i += frameHeader + n
 		}

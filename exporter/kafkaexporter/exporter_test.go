@@ -3,6 +3,7 @@ package kafkaexporter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -342,5 +343,68 @@ func TestTrafficReplacesTheProbe(t *testing.T) {
 	}
 	if idle < 5 {
 		t.Fatalf("only %v Metadata requests in 1 s idle at a 50 ms probe interval; the idle probe stopped", idle)
+	}
+}
+
+// TestReceiptsPointAtTheRecords: a batch that asks for a receipt learns
+// each record's partition and offset, and reading Kafka there gives back
+// exactly that record; ranges compress the consecutive offsets.
+func TestReceiptsPointAtTheRecords(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	e := newExporter(t, testCfg(c.ListenAddrs()), 64<<20)
+	defer e.Shutdown(context.Background())
+
+	var recs []record.Record
+	for i := 0; i < 300; i++ {
+		// Runs of 100 records per key: each run is one partition's
+		// consecutive offsets.
+		recs = append(recs, record.Record{Topic: "t", Key: []byte{'k', byte('0' + i/100)}, Value: []byte(fmt.Sprintf("v%03d", i))})
+	}
+	b := &record.Batch{Records: recs}
+	rc := record.NewReceipt(len(recs))
+	b.Receipt = rc
+	done := make(chan error, 1)
+	b.OnDone(func(err error) { done <- err })
+	if err := e.Consume(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	ranges := rc.Ranges(nil)
+	total := 0
+	for _, r := range ranges {
+		total += r.Count
+	}
+	if total != 300 || len(ranges) > 300 {
+		t.Fatalf("ranges cover %d records in %d ranges", total, len(ranges))
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	at := map[[2]int64]string{}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for len(at) < 300 && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { at[[2]int64{int64(r.Partition), r.Offset}] = string(r.Value) })
+	}
+	for i := range recs {
+		if rc.Topic[i] != "t" || rc.Offset[i] < 0 {
+			t.Fatalf("record %d: no receipt (%q %d %d)", i, rc.Topic[i], rc.Partition[i], rc.Offset[i])
+		}
+		if got := at[[2]int64{int64(rc.Partition[i]), rc.Offset[i]}]; got != string(recs[i].Value) {
+			t.Fatalf("record %d: receipt %d/%d holds %q, sent %q", i, rc.Partition[i], rc.Offset[i], got, recs[i].Value)
+		}
+	}
+	// Records of one key go to one partition in order: a few ranges per
+	// run (one per produce batch at most), not one per record.
+	if len(ranges) > 12 {
+		t.Fatalf("%d ranges for 300 records over 3 partitions: offsets not merged", len(ranges))
 	}
 }

@@ -46,10 +46,19 @@ func (c *Config) Check(b exporter.Bounds) []error {
 	return errs
 }
 
-// Limits: the largest record is the largest batch.
+// Limits: the largest record is the largest batch; with acks none Kafka
+// answers nothing, so no receipt can be true.
 func (c *Config) Limits() exporter.Limits {
-	return exporter.Limits{MaxRecordBytes: int64(c.MaxBatchBytes), AutoCreateTopics: c.AutoCreateTopics}
+	l := exporter.Limits{MaxRecordBytes: int64(c.MaxBatchBytes), AutoCreateTopics: c.AutoCreateTopics}
+	if c.Acks == "none" {
+		l.NoReceipts = NoReceiptsAcksNone
+	}
+	return l
 }
+
+// NoReceiptsAcksNone is why receipts are refused with acks none.
+const NoReceiptsAcksNone = "exporter.kafka.acks is none: Kafka does not answer, so where a record landed is unknown " +
+	"(set acks: all to ask for receipts)"
 
 // Describe is what the start-up line says of the exporter.
 func (e *Exporter) Describe() []any { return []any{"kafka", e.cfg.Brokers} }

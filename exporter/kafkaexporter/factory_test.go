@@ -93,7 +93,13 @@ func TestConfigCheck(t *testing.T) {
 	if errs := cfg.Check(exporter.Bounds{MemoryLimit: 256 << 20}); len(errs) != 2 {
 		t.Fatalf("errors %v; want both the acks and the buffer error", errs)
 	}
-	if l := defaults(t).Limits(); l.MaxRecordBytes != 1000000 || l.AutoCreateTopics {
+	if l := defaults(t).Limits(); l.MaxRecordBytes != 1000000 || l.AutoCreateTopics || l.NoReceipts != "" {
+		t.Fatalf("limits %+v", l)
+	}
+	// acks none: Kafka answers nothing, so receivers refuse receipts.
+	none := defaults(t)
+	none.Acks = "none"
+	if l := none.Limits(); !strings.Contains(l.NoReceipts, "exporter.kafka.acks") {
 		t.Fatalf("limits %+v", l)
 	}
 }

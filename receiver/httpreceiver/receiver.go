@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,7 @@ import (
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/receipt"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/origin"
@@ -61,6 +63,11 @@ type Receiver struct {
 	allow  *routing.Allow
 	sub    *submit.Submitter
 	batchP sync.Pool
+	// receipts answers GET /receipts/{id} (nil in delivery mode kafka).
+	receipts *receipt.Store
+	// noReceipts: why no receipt can be given (exporter.kafka.acks none);
+	// empty when they can.
+	noReceipts string
 }
 
 // New builds the receiver from a configuration and everything it needs:
@@ -74,7 +81,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	}
 	set, next := env.Set, env.Next
 	r := &Receiver{cfg: cfg, set: set, next: next, topics: set.Topics, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
-		gate: env.Pre.Gate(cfg.Auth)}
+		gate: env.Pre.Gate(cfg.Auth), receipts: env.Receipts, noReceipts: env.NoReceipts}
 	if env.Bodies != nil {
 		r.body.SetBudget(env.Bodies)
 	}
@@ -87,6 +94,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/messages/{topic}", r.handleMessages)
+	mux.HandleFunc("/receipts/{id}", r.handleReceipt)
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
 		r.fail(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint %s; send POST /v1/messages/{topic}", req.URL.Path), 0)
 	})
@@ -139,14 +147,50 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 			fmt.Sprintf("unsupported Content-Type %q: use application/octet-stream, text/plain, application/json or application/x-ndjson", req.Header.Get("Content-Type")), 0)
 		return
 	}
+	// The query is parsed only when there is one: most requests have none.
+	var query url.Values
+	if req.URL.RawQuery != "" {
+		query = req.URL.Query()
+	}
 	wait := r.cfg.WaitForAck
-	if v := req.URL.Query().Get("wait"); v != "" {
+	if v := query.Get("wait"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
 			r.fail(w, http.StatusBadRequest, "invalid_parameter", fmt.Sprintf("wait=%q is not true or false", v), 0)
 			return
 		}
 		wait = b
+	}
+	wantReceipt := false
+	if v := query.Get("receipt"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			r.fail(w, http.StatusBadRequest, "invalid_parameter", fmt.Sprintf("receipt=%q is not true or false", v), 0)
+			return
+		}
+		wantReceipt = b
+	}
+	if wantReceipt && !wait {
+		// A receipt is the answer's, and wait=false answers before there
+		// is anything to say.
+		r.fail(w, http.StatusBadRequest, "invalid_parameter", "receipt=true needs the answer to wait for the records (not wait=false)", 0)
+		return
+	}
+	if wantReceipt && r.noReceipts != "" {
+		// Refused rather than answered with places Kafka never named.
+		r.fail(w, http.StatusBadRequest, "receipts_unavailable", "receipts are unavailable: "+r.noReceipts, 0)
+		return
+	}
+	// A header sent empty is refused like any invalid id (1 to 128).
+	ids, hasID := req.Header["X-Ferry-Request-Id"]
+	reqID := ""
+	if hasID {
+		reqID = ids[0]
+	}
+	if hasID && !receipt.ValidRequestID(reqID) {
+		r.fail(w, http.StatusBadRequest, "invalid_request_id",
+			fmt.Sprintf("X-Ferry-Request-Id must be 1 to %d of A-Z a-z 0-9 . _ : -", receipt.MaxRequestIDBytes), 0)
+		return
 	}
 
 	body, berr := r.body.Read(req)
@@ -171,6 +215,10 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 		key = []byte(k)
 	}
 	headers := r.headers(req.Header)
+	if reqID != "" {
+		// On every record of the request, in ferry's own namespace.
+		headers = append(headers, record.Header{Key: receipt.HeaderKey, Value: []byte(reqID)})
+	}
 	if claims != nil {
 		headers, _ = routing.TenantHeaders(headers, claims, token.Messages)
 	}
@@ -212,6 +260,14 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 		r.failErr(w, err, n)
 		return
 	}
+	var rc *record.Receipt
+	if wantReceipt {
+		// The batch goes back to its pool at completion: the answer reads
+		// the receipt through this pointer, not through b.
+		rc = record.NewReceipt(n)
+		rc.Owner = receipt.Owner(r.gate.HTTPToken(req))
+		b.Receipt = rc
+	}
 	tk, err := r.sub.Submit(req.Context(), b, wait, body, nil)
 	if err != nil {
 		r.failErr(w, err, n)
@@ -222,15 +278,18 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 	r.m.Items("messages", n)
 	r.m.ReqBytes.Observe(float64(payload))
 
+	if reqID != "" {
+		w.Header().Set("X-Ferry-Request-Id", reqID)
+	}
 	if !wait {
 		r.m.NoWait(n)
-		r.answer(w, http.StatusAccepted, n)
+		r.answer(w, http.StatusAccepted, n, reqID, nil)
 		return
 	}
 	failed, err := tk.Wait(req.Context())
 	switch {
 	case err == nil:
-		r.answer(w, http.StatusOK, n)
+		r.answer(w, http.StatusOK, n, reqID, rc)
 	case req.Context().Err() != nil:
 		// The client left; the records stay queued and are delivered or
 		// counted by the exporter. Nothing to answer.
@@ -238,6 +297,77 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 	default:
 		r.failErr(w, err, failed)
 	}
+}
+
+// handleReceipt answers GET /receipts/{id}: where the records of a request
+// answered from the spool are in Kafka, once Kafka has them. Only the
+// token that sent the request may read it (with authentication off, the
+// id's random part is what guards it); another token's receipt answers
+// 404 like an unknown one, so ids tell nothing of other tenants.
+func (r *Receiver) handleReceipt(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodGet {
+		w.Header().Set("Allow", "GET")
+		r.fail(w, http.StatusMethodNotAllowed, "method_not_allowed", "use GET", 0)
+		return
+	}
+	if _, aerr := r.gate.HTTP(req); aerr != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="ferry"`)
+		r.fail(w, http.StatusUnauthorized, "unauthenticated", aerr.Error(), 0)
+		return
+	}
+	id := req.PathValue("id")
+	if r.receipts == nil {
+		r.fail(w, http.StatusNotFound, "unknown_receipt",
+			"this agent keeps no receipts to look up: in delivery mode kafka the answer to ?receipt=true carries them", 0)
+		return
+	}
+	// ?from=N continues an answer that stopped at receipt.MaxRangesPerAnswer
+	// ranges (its "next_from").
+	from := 0
+	if req.URL.RawQuery != "" {
+		if v := req.URL.Query().Get("from"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				r.fail(w, http.StatusBadRequest, "invalid_parameter", fmt.Sprintf("from=%.32q is not a record number", v), 0)
+				return
+			}
+			from = n
+		}
+	}
+	st, ok := r.receipts.LookupFrom(id, receipt.Owner(r.gate.HTTPToken(req)), from)
+	if !ok {
+		r.fail(w, http.StatusNotFound, "unknown_receipt", fmt.Sprintf("no receipt %.64q for this token: never issued, "+
+			"forgotten (delivery.receipts.max_age or max_bytes), or the agent restarted since", id), 0)
+		return
+	}
+	state := "done"
+	if st.Pending > 0 {
+		state = "pending"
+	}
+	out := append(make([]byte, 0, 256), `{"receipt_id":`...)
+	out = strconv.AppendQuote(out, id)
+	out = append(out, `,"state":"`...)
+	out = append(out, state...)
+	out = append(out, `","records":`...)
+	out = strconv.AppendInt(out, int64(st.Records), 10)
+	out = append(out, `,"pending":`...)
+	out = strconv.AppendInt(out, int64(st.Pending), 10)
+	out = append(out, `,"dead_lettered":`...)
+	out = strconv.AppendInt(out, int64(st.DeadLettered), 10)
+	out = append(out, `,"receipts":`...)
+	out = receipt.AppendJSON(out, st.Ranges)
+	if st.Next != 0 {
+		// The answer stopped at receipt.MaxRangesPerAnswer ranges: ask
+		// again with ?from= this for the rest.
+		out = append(out, `,"truncated":true,"next_from":`...)
+		out = strconv.AppendInt(out, int64(st.Next), 10)
+	}
+	out = append(out, "}\n"...)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(out)
+	r.m.Request(http.StatusOK)
 }
 
 var newline = []byte{'\n'}
@@ -323,12 +453,28 @@ func (r *Receiver) headers(h http.Header) []record.Header {
 	return out
 }
 
-func (r *Receiver) answer(w http.ResponseWriter, code, n int) {
+// answer writes {"accepted":N}, with the request id the client gave and,
+// when it asked, the receipt: the ranges where its records are in Kafka,
+// or (the spool took them first) the id to look them up under.
+func (r *Receiver) answer(w http.ResponseWriter, code, n int, reqID string, rc *record.Receipt) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	var b [48]byte
 	out := append(b[:0], `{"accepted":`...)
 	out = strconv.AppendInt(out, int64(n), 10)
+	if reqID != "" {
+		out = append(out, `,"request_id":`...)
+		out = strconv.AppendQuote(out, reqID)
+	}
+	if rc != nil {
+		if rc.SpoolID != "" {
+			out = append(out, `,"receipt_id":`...)
+			out = strconv.AppendQuote(out, rc.SpoolID)
+		} else {
+			out = append(out, `,"receipts":`...)
+			out = receipt.AppendJSON(out, rc.Ranges(nil))
+		}
+	}
 	out = append(out, "}\n"...)
 	_, _ = w.Write(out)
 	r.m.Request(code)

@@ -14,6 +14,7 @@ import (
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/protocol"
+	"github.com/ferryhq/ferry/receipt"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/submit"
@@ -30,6 +31,9 @@ type conn struct {
 	claims *token.Claims
 	tok    string // the hello's token, checked again on every frame
 	feats  uint64
+	// version is the protocol version of the preamble (1 or 2); from 2 a
+	// produce may ask for a receipt and carry a request id.
+	version uint16
 
 	// The answers' writer.
 	w *server.Writer
@@ -116,8 +120,8 @@ func (cn *conn) read() *connErr {
 	if err != nil {
 		return cn.fail(h.RequestID, "malformed_frame", err.Error())
 	}
-	if hello.Version != protocol.Version {
-		return cn.fail(h.RequestID, "unsupported_version", fmt.Sprintf("protocol version %d is not supported; this agent speaks version %d", hello.Version, protocol.Version))
+	if hello.Version != cn.version {
+		return cn.fail(h.RequestID, "unsupported_version", fmt.Sprintf("the hello's protocol version %d is not the preamble's (%d)", hello.Version, cn.version))
 	}
 	claims, aerr := r.gate.Check(hello.Token)
 	if aerr != nil {
@@ -126,7 +130,7 @@ func (cn *conn) read() *connErr {
 	cn.claims, cn.tok = claims, hello.Token
 	cn.feats = hello.Features & (protocol.FeatureLZ4 | protocol.FeatureZstd)
 	cn.send(func(b []byte) []byte {
-		return protocol.AppendHelloOK(b, protocol.HelloOK{Version: protocol.Version, Features: cn.feats,
+		return protocol.AppendHelloOK(b, protocol.HelloOK{Version: cn.version, Features: cn.feats,
 			MaxFrameBytes: uint32(r.cfg.MaxFrameBytes), MaxRecords: uint32(r.cfg.MaxRecords),
 			MaxInflightBytes: uint32(min(r.cfg.MaxInflightBytes, 1<<32-1)), Server: ServerName})
 	})
@@ -222,6 +226,40 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 		}
 		plain = out.B
 	}
+	// Version 2's flags; a version 1 connection ignores bits it does not
+	// know, as version 1 says.
+	var wantReceipt bool
+	var reqID []byte
+	if cn.version >= protocol.Version2 {
+		wantReceipt = h.Flags&protocol.FlagReceipt != 0
+		if wantReceipt && r.noReceipts != "" {
+			// Refused for good rather than answered with places Kafka
+			// never named (exporter.kafka.acks none).
+			r.body.Put(raw)
+			r.body.Put(out)
+			cn.answerWhole(h.RequestID, &consumer.PermanentError{Reason: "receipts_unavailable", Kind: consumer.KindInvalid,
+				Msg: "receipts are unavailable: " + r.noReceipts})
+			return nil
+		}
+		if h.Flags&protocol.FlagRequestID != 0 {
+			id, rest, err := protocol.SplitRequestID(plain)
+			switch {
+			case errors.Is(err, protocol.ErrInvalidRequestID):
+				// The frame reads; its id is the client's mistake about
+				// this frame alone: refused for good, the connection goes
+				// on (a framing error would have the client resend it).
+				r.body.Put(raw)
+				r.body.Put(out)
+				cn.answerWhole(h.RequestID, errBadRequestID)
+				return nil
+			case err != nil:
+				r.body.Put(raw)
+				r.body.Put(out)
+				return cn.fail(h.RequestID, "malformed_frame", err.Error())
+			}
+			reqID, plain = id, rest
+		}
+	}
 	rs := r.recordP.Get().(*protocol.Records)
 	defer r.recordP.Put(rs)
 	if err := rs.Reset(plain, r.limits); err != nil {
@@ -235,8 +273,16 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 		return cn.fail(h.RequestID, "malformed_frame", err.Error())
 	}
 	fr := &frame{id: h.RequestID, n: rs.Len(), size: int64(h.Length)}
-	fr.finish = func(rs []protocol.Range) { cn.answer(rs, fr) }
+	fr.finish = func(rs []protocol.Range, rc *protocol.Receipt) { cn.answer(rs, rc, fr) }
 	b := r.batchP.Get().(*record.Batch)
+	// The request id header: a view into the frame's buffer, which lives
+	// until the batch completes, in one slice every record without headers
+	// of its own shares (capacity 1: an append copies, never writes into
+	// it). No allocation per record.
+	var reqHdr []record.Header
+	if len(reqID) > 0 {
+		reqHdr = []record.Header{{Key: receipt.HeaderKey, Value: reqID}}
+	}
 	now := time.Now()
 	var pr protocol.Record
 	var topic string
@@ -256,7 +302,7 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 			rec.Timestamp = time.UnixMilli(pr.Timestamp)
 		}
 		if len(pr.Headers) > 0 {
-			rec.Headers = make([]record.Header, 0, len(pr.Headers))
+			rec.Headers = make([]record.Header, 0, len(pr.Headers)+len(reqHdr))
 			for _, hd := range pr.Headers {
 				if strings.HasPrefix(string(hd.Key), routing.ReservedHeaderPrefix) {
 					r.m.Error("reserved_header_dropped")
@@ -265,6 +311,14 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 				rec.Headers = append(rec.Headers, record.Header{Key: string(hd.Key), Value: hd.Value})
 				headerBytes += len(hd.Key) + len(hd.Value)
 			}
+		}
+		if reqHdr != nil {
+			if rec.Headers == nil {
+				rec.Headers = reqHdr
+			} else {
+				rec.Headers = append(rec.Headers, reqHdr[0])
+			}
+			headerBytes += len(reqHdr[0].Key) + len(reqHdr[0].Value)
 		}
 		if cn.claims != nil {
 			rec.Headers, _ = routing.TenantHeaders(rec.Headers, cn.claims, token.Messages)
@@ -287,7 +341,7 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 		r.batchP.Put(b)
 		r.body.Put(raw)
 		r.body.Put(out)
-		cn.answer(fr.ranges(nil), fr)
+		cn.answer(fr.ranges(nil), nil, fr)
 		return nil
 	}
 	// Headers are charged to memory and sent to Kafka: they count too.
@@ -298,7 +352,7 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 		r.body.Put(raw)
 		r.body.Put(out)
 		fr.rejectAll(err)
-		cn.answer(fr.ranges(nil), fr)
+		cn.answer(fr.ranges(nil), nil, fr)
 		return nil
 	}
 	bufs := cap(raw.B)
@@ -307,6 +361,13 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 	}
 	b.Charge(bufs, headerBytes)
 	b.OnFailure = fr.onFailure
+	if wantReceipt {
+		// Sized by the frame: the batch holds at most its records, in
+		// frame order. Read only by the completion (fr.done).
+		fr.rc = record.NewReceipt(fr.n)
+		fr.rc.Owner = receipt.Owner(cn.tok)
+		b.Receipt = fr.rc
+	}
 	nrec := len(b.Records)
 	cn.fmu.Lock()
 	cn.inflight += fr.size
@@ -316,7 +377,7 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 	if err := r.sub.SubmitAsync(cn.ctx, b, raw, out, fr.done); err != nil {
 		r.m.Error(consumer.Reason(err))
 		fr.rejectAll(err)
-		cn.answer(fr.ranges(nil), fr)
+		cn.answer(fr.ranges(nil), nil, fr)
 		return nil
 	}
 	r.m.Received(r.set.Topics.Get(topic), nrec, payload)
@@ -324,6 +385,11 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 	r.m.ReqBytes.Observe(float64(h.Length))
 	return nil
 }
+
+// errBadRequestID refuses a frame whose request id has characters a
+// header consumer would have to escape.
+var errBadRequestID = &consumer.PermanentError{Reason: "invalid_request_id", Kind: consumer.KindInvalid,
+	Msg: fmt.Sprintf("the request id must be 1 to %d of A-Z a-z 0-9 . _ : -", receipt.MaxRequestIDBytes)}
 
 // decompress inflates a frame's body into a buffer reserved as it grows.
 func (cn *conn) decompress(body []byte, c byte) (*httpbody.Buf, error) {
@@ -363,8 +429,10 @@ func (cn *conn) answerWhole(id uint32, err error) {
 }
 
 // answer sends fr's Result once (the completion and the ack timer may both
-// try) and releases its place in flight.
-func (cn *conn) answer(ranges []protocol.Range, fr *frame) {
+// try) and releases its place in flight. rc is the receipt the frame asked
+// for; nil when there is none to give (no record was handed on, or Kafka
+// did not answer in time).
+func (cn *conn) answer(ranges []protocol.Range, rc *protocol.Receipt, fr *frame) {
 	cn.fmu.Lock()
 	if fr.answered {
 		cn.fmu.Unlock()
@@ -379,7 +447,7 @@ func (cn *conn) answer(ranges []protocol.Range, fr *frame) {
 	// a connection's closing Error frame once nothing is pending, and that
 	// frame must come after every answer (send only takes the writer's own
 	// lock and never blocks).
-	cn.send(func(b []byte) []byte { return protocol.AppendResult(b, fr.id, ranges) })
+	cn.send(func(b []byte) []byte { return protocol.AppendResultReceipt(b, fr.id, ranges, rc) })
 	cn.fcond.Broadcast()
 	cn.fmu.Unlock()
 }
@@ -418,7 +486,7 @@ func (cn *conn) ackTimer() (stop func()) {
 					cn.r.m.Error("ack_timeout")
 					err := submit.AckTimeout(cn.r.cfg.AckTimeout, fr.n)
 					st, reason, msg, after := outcome(err)
-					cn.answer([]protocol.Range{{Count: uint32(fr.n), Status: st, Reason: reason, RetryAfter: after, Message: msg}}, fr)
+					cn.answer([]protocol.Range{{Count: uint32(fr.n), Status: st, Reason: reason, RetryAfter: after, Message: msg}}, nil, fr)
 				}
 			}
 		}

@@ -5,13 +5,14 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/protocol"
+	"github.com/ferryhq/ferry/record"
 )
 
 // frame is one produce frame between its hand-off and its answer.
 type frame struct {
 	// finish delivers the answer (a binary connection's Result, a text
 	// connection's lines).
-	finish   func([]protocol.Range)
+	finish   func([]protocol.Range, *protocol.Receipt)
 	id       uint32
 	n        int   // records in the frame
 	size     int64 // bytes it counts in flight
@@ -26,6 +27,10 @@ type frame struct {
 
 	mu    sync.Mutex
 	fails []error // by frame index, from the exporter (nil: none)
+
+	// rc collects where the records went when the frame asked for a
+	// receipt (version 2); only the completion reads it.
+	rc *record.Receipt
 }
 
 // reject refuses record i (frame index) before the hand-off.
@@ -67,8 +72,27 @@ func (fr *frame) onFailure(bi int, err error) {
 	fr.mu.Unlock()
 }
 
-// done is the batch's completion: answer the frame.
-func (fr *frame) done(err error) { fr.finish(fr.ranges(err)) }
+// done is the batch's completion: answer the frame, with its receipt if
+// it asked for one. The Receipt is complete here (every record's Ack came
+// before) and nothing writes to it any more.
+func (fr *frame) done(err error) {
+	var rc *protocol.Receipt
+	if fr.rc != nil {
+		rc = placements(fr.rc)
+	}
+	fr.finish(fr.ranges(err), rc)
+}
+
+// placements turns a batch's receipt into a result's: the acknowledged
+// records in record order (the batch's order is the frame's), merged into
+// runs of consecutive offsets; or the spool's id.
+func placements(rc *record.Receipt) *protocol.Receipt {
+	out := &protocol.Receipt{SpoolID: rc.SpoolID}
+	for _, r := range rc.Ranges(nil) {
+		out.Placements = append(out.Placements, protocol.Placement{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Count: uint32(r.Count)})
+	}
+	return out
+}
 
 // ranges describes every record's outcome as runs of equal outcomes.
 // batchErr is the batch's error; without per-record failures it applies

@@ -61,6 +61,9 @@ type Receiver struct {
 	tcp     *server.Stream
 	batchP  sync.Pool
 	recordP sync.Pool // *protocol.Records
+	// noReceipts: why no receipt can be given (exporter.kafka.acks
+	// none); empty when they can.
+	noReceipts string
 }
 
 // New builds the receiver from a configuration and everything it needs:
@@ -73,7 +76,8 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 		return nil, err
 	}
 	set := env.Set
-	r := &Receiver{cfg: cfg, given: given, set: set, body: httpbody.NewReader(int64(cfg.MaxFrameBytes)), gate: env.Pre.Gate(cfg.Auth)}
+	r := &Receiver{cfg: cfg, given: given, set: set, body: httpbody.NewReader(int64(cfg.MaxFrameBytes)), gate: env.Pre.Gate(cfg.Auth),
+		noReceipts: env.NoReceipts}
 	if env.Bodies != nil {
 		r.body.SetBudget(env.Bodies)
 	}
@@ -163,14 +167,18 @@ func (r *Receiver) serve(ctx context.Context, c net.Conn) {
 		}
 		return
 	}
-	if pre == protocol.Preamble {
-		newConn(r, ctx, c).run()
+	if pre == protocol.PreambleFor(protocol.Version1) || pre == protocol.PreambleFor(protocol.Version2) {
+		// Each connection is served in the version its preamble names: a
+		// version 1 client gets exactly version 1.
+		cn := newConn(r, ctx, c)
+		cn.version = uint16(pre[3])
+		cn.run()
 		return
 	}
 	if pre[0] == 'F' && pre[1] == 'R' && pre[2] == 'Y' {
 		r.m.Error("unsupported_version")
 		_, _ = c.Write(protocol.AppendError(nil, 0, "unsupported_version",
-			fmt.Sprintf("protocol version %d is not supported; this agent speaks version %d", pre[3], protocol.Version)))
+			fmt.Sprintf("protocol version %d is not supported; this agent speaks versions 1 and %d", pre[3], protocol.Version)))
 		return
 	}
 	r.text(ctx, c, pre[:])

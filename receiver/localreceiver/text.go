@@ -168,7 +168,7 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 			b.Charge(size, 0) // the values are copies of the lines, size in all
 			fr := &frame{n: n}
 			results := make(chan []protocol.Range, 1)
-			fr.finish = func(rs []protocol.Range) { results <- rs }
+			fr.finish = func(rs []protocol.Range, _ *protocol.Receipt) { results <- rs }
 			b.OnFailure = fr.onFailure
 			first := b.Records[0].Topic // b may be recycled as soon as it is handed on
 			var err error

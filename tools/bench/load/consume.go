@@ -73,6 +73,7 @@ func ConsumeCmd(args []string) error {
 	doVerify := fs.Bool("verify", false, "check the sequence ids of produce --seq: lost, duplicated and out-of-order records (fails if any is lost)")
 	produced := fs.String("produced", "", "with --verify: produce's --report-json, so lost counts exactly the acknowledged ids not read")
 	otlpItems := fs.Bool("otlp-items", false, "count the log records or spans in values that are OTLP protobuf requests (what ferry's and the OpenTelemetry Collector's otlp_proto encoding write)")
+	printRecs := fs.Bool("print", false, "print every record as 'record<TAB>partition<TAB>offset<TAB>ferry.request_id<TAB>value' (for tests that check where records are; values with tabs or newlines are printed as they are)")
 	otlpPoints := fs.Bool("otlp-points", false, "with --otlp-items: the values are OTLP metrics requests; count their data points")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -133,6 +134,15 @@ func ConsumeCmd(args []string) error {
 			bytes += int64(len(r.Value))
 			if ver != nil {
 				ver.Add(r.Value, r.Partition)
+			}
+			if *printRecs {
+				var id []byte
+				for _, h := range r.Headers {
+					if h.Key == "ferry.request_id" {
+						id = h.Value
+					}
+				}
+				fmt.Printf("record\t%d\t%d\t%s\t%s\n", r.Partition, r.Offset, id, r.Value)
 			}
 			if *otlpItems {
 				if c, ok := count(r.Value); ok {

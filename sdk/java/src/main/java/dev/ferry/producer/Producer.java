@@ -332,7 +332,10 @@ public final class Producer implements Closeable {
                 p.done = true;
                 buffered -= p.size; // the memory is free now; pending drops once the callback returned
                 p.attempts.add(new Attempt(ok, ok ? "" : (String) o[2], ok ? "" : (String) o[3], now));
-                run.add(new Object[] {p, new Result(ok, p.attempts)});
+                Result r = o.length > 4
+                        ? new Result(ok, p.attempts, (String) o[4], (Integer) o[5], (Long) o[6], (String) o[7])
+                        : new Result(ok, p.attempts);
+                run.add(new Object[] {p, r});
             }
             lock.notifyAll();
         }
@@ -375,17 +378,37 @@ public final class Producer implements Closeable {
     }
 
     /** Outcomes of one frame's records. Retryable ones are sent again. */
-    private void apply(Send s, List<Protocol.Range> ranges) {
+    private void apply(Send s, List<Protocol.Range> ranges, Protocol.Receipt rc) {
         List<Pending> again = new ArrayList<>();
         long after = 0;
         int k = 0;
+        // The receipt's placements cover the accepted records in record order.
+        int pl = 0;
+        long used = 0;
         List<Object[]> done = new ArrayList<>();
         for (Protocol.Range g : ranges) {
             long n = g.count == 0 ? s.recs.size() : g.count;
             for (long j = 0; j < n && k < s.recs.size(); j++, k++) {
                 Pending p = s.recs.get(k);
                 if (g.status == Protocol.STATUS_OK) {
-                    done.add(new Object[] {p, true, "", ""});
+                    if (rc == null) {
+                        done.add(new Object[] {p, true, "", ""});
+                        continue;
+                    }
+                    String topic = "";
+                    int part = -1;
+                    long off = -1;
+                    if (pl < rc.placements.size()) {
+                        Protocol.Placement pc = rc.placements.get(pl);
+                        topic = pc.topic;
+                        part = pc.partition;
+                        off = pc.offset + used;
+                        if (++used >= pc.count) {
+                            pl++;
+                            used = 0;
+                        }
+                    }
+                    done.add(new Object[] {p, true, "", "", topic, part, off, rc.spoolId});
                 } else if (g.status == Protocol.STATUS_PERMANENT) {
                     done.add(new Object[] {p, false, g.reason, g.message});
                 } else {
@@ -664,11 +687,11 @@ public final class Producer implements Closeable {
             body.uvarint(sd.recs.size()).raw(records.b, 0, records.len);
             byte[] payload = body.b;
             int len = body.len;
-            int flags = 0;
+            int flags = cfg.isReceipts() ? Protocol.FLAG_RECEIPT : 0;
             if (codec != Protocol.COMPRESS_NONE && (s.features & (codec == Protocol.COMPRESS_LZ4 ? Protocol.FEATURE_LZ4 : Protocol.FEATURE_ZSTD)) != 0) {
                 payload = Protocol.compress(body.b, 0, body.len, codec);
                 len = payload.length;
-                flags = codec;
+                flags |= codec;
             }
             if (len + Protocol.HEADER_LEN > s.maxFrame || sd.recs.size() > s.maxRecords) {
                 if (sd.recs.size() == 1) {
@@ -709,7 +732,11 @@ public final class Producer implements Closeable {
                     byte[] body = new byte[fh.bodyLen()];
                     s.in.readFully(body);
                     if (fh.type == Protocol.RESULT) {
-                        List<Protocol.Range> ranges = Protocol.decodeResult(body, 1 << 24);
+                        Protocol.Receipt rc = null;
+                        if (s.version >= Protocol.VERSION2 && (fh.flags & Protocol.FLAG_RECEIPT) != 0) {
+                            rc = new Protocol.Receipt();
+                        }
+                        List<Protocol.Range> ranges = Protocol.decodeResult(body, 1 << 24, rc == null ? 0 : fh.flags, rc);
                         Send sd;
                         synchronized (lock) {
                             sd = s.inflight.remove(fh.requestId);
@@ -719,7 +746,7 @@ public final class Producer implements Closeable {
                             lock.notifyAll();
                         }
                         if (sd != null) {
-                            apply(sd, ranges);
+                            apply(sd, ranges, rc);
                         }
                     } else {
                         break; // an Error frame, or one a client does not expect: the connection ends
@@ -813,6 +840,7 @@ public final class Producer implements Closeable {
         final OutputStream out;
         final Map<Long, Send> inflight = new HashMap<>();
         long inflightBytes, nextId, features, maxFrame, maxRecords, maxInflight;
+        int version;
         boolean broken;
         boolean unflushed; // written and not yet flushed (the sender's own)
         final Protocol.Buf body = new Protocol.Buf(64 << 10), hdr = new Protocol.Buf(16);
@@ -825,9 +853,11 @@ public final class Producer implements Closeable {
 
         void handshake() throws IOException {
             Protocol.Buf b = new Protocol.Buf(128);
-            b.raw(Protocol.PREAMBLE, 0, 4);
+            // Version 2 only for receipts: otherwise exactly version 1, which every agent speaks.
+            version = cfg.isReceipts() ? Protocol.VERSION2 : Protocol.VERSION;
+            b.raw(Protocol.preamble(version), 0, 4);
             long feats = codec == Protocol.COMPRESS_LZ4 ? Protocol.FEATURE_LZ4 : codec == Protocol.COMPRESS_ZSTD ? Protocol.FEATURE_ZSTD : 0;
-            Protocol.hello(b, cfg.getClientName(), cfg.getToken(), feats);
+            Protocol.hello(b, version, cfg.getClientName(), cfg.getToken(), feats);
             out.write(b.b, 0, b.len);
             out.flush();
             byte[] h = new byte[10];
@@ -845,6 +875,10 @@ public final class Producer implements Closeable {
                 throw new IOException("unexpected frame type " + fh.type + " in the handshake");
             }
             Protocol.HelloOk ok = Protocol.decodeHelloOk(body);
+            if (ok.version != version) {
+                close();
+                throw new IOException("the agent answered protocol version " + ok.version + " to a hello of version " + version);
+            }
             features = ok.features;
             maxFrame = ok.maxFrameBytes;
             maxRecords = ok.maxRecords;

@@ -20,6 +20,7 @@ public final class ProducerConfig {
     private long baseRetryBackoffMs = 100;
     private long maxRetryBackoffMs = 5_000;
     private int connectTimeoutMs = 2_000;
+    private boolean receipts;
 
     /** Addresses tried in order at every connect: "unix:PATH" (Linux) or "tcp:HOST:PORT". Default: the agent's socket, then 127.0.0.1:8090. */
     public List<String> getAddresses() { return addresses; }
@@ -33,6 +34,12 @@ public final class ProducerConfig {
         this.addresses = new ArrayList<>(a);
         return this;
     }
+
+    /** Whether every frame asks the agent where its records went (protocol version 2; see {@link Result#getOffset}). */
+    public boolean isReceipts() { return receipts; }
+
+    /** Ask for delivery receipts: needs an agent that speaks protocol version 2. Off: version 1, as before. */
+    public ProducerConfig setReceipts(boolean on) { this.receipts = on; return this; }
 
     /** The application token sent in the hello. */
     public String getToken() { return token; }

@@ -14,15 +14,24 @@ import net.jpountz.lz4.LZ4FrameInputStream;
 import net.jpountz.lz4.LZ4FrameOutputStream;
 
 /**
- * ferry's local record protocol, version 1 (docs/protocol.md): frame
+ * ferry's local record protocol, versions 1 and 2 (docs/protocol.md): frame
  * encoding and bounded decoding. Every size is checked before memory is
- * spent on it.
+ * spent on it. Version 2 adds a produce's receipt flag (4) and request id
+ * flag (8, the body starts with the id) and a result's receipt after its
+ * ranges (flag 4); bits 4-7 stay reserved.
  */
 final class Protocol {
     private Protocol() {}
 
     static final byte[] PREAMBLE = {'F', 'R', 'Y', 1};
-    static final int VERSION = 1;
+    static final int VERSION = 1, VERSION2 = 2;
+    static final int FLAG_RECEIPT = 4, FLAG_REQUEST_ID = 8;
+    static final int MAX_REQUEST_ID_BYTES = 128;
+
+    /** The preamble of version v. */
+    static byte[] preamble(int v) {
+        return new byte[] {'F', 'R', 'Y', (byte) v};
+    }
     static final int HEADER_LEN = 6;
 
     static final byte HELLO = 1, HELLO_OK = 2, PRODUCE = 3, RESULT = 4, ERROR = 5;
@@ -33,10 +42,25 @@ final class Protocol {
     /** A frame or body that breaks the protocol, or exceeds a limit. */
     static final class ProtocolException extends IOException {
         final boolean tooLarge;
+        /**
+         * The frame reads but its request id is not valid: the frame alone is refused (invalid_request_id),
+         * not the stream.
+         */
+        final boolean invalidRequestId;
 
         ProtocolException(String msg, boolean tooLarge) {
+            this(msg, tooLarge, false);
+        }
+
+        ProtocolException(String msg, boolean tooLarge, boolean invalidRequestId) {
             super(msg);
             this.tooLarge = tooLarge;
+            this.invalidRequestId = invalidRequestId;
+        }
+
+        /** The vectors' name of the error: malformed, too_large or invalid_request_id. */
+        String kind() {
+            return tooLarge ? "too_large" : invalidRequestId ? "invalid_request_id" : "malformed";
         }
     }
 
@@ -151,9 +175,40 @@ final class Protocol {
     }
 
     static void hello(Buf out, String clientName, String token, long features) {
+        hello(out, VERSION, clientName, token, features);
+    }
+
+    static void hello(Buf out, int version, String clientName, String token, long features) {
         int at = beginFrame(out, HELLO, 0, 0);
-        out.u16(VERSION).string(clientName).string(token == null ? "" : token).uvarint(features);
+        out.u16(version).string(clientName).string(token == null ? "" : token).uvarint(features);
         endFrame(out, at);
+    }
+
+    /** Where a result's accepted records went (version 2): placements, or the spool's id. */
+    static final class Receipt {
+        String spoolId = "";
+        final List<Placement> placements = new ArrayList<>();
+    }
+
+    /** Accepted records, in record order, at offsets offset .. offset+count-1 of topic/partition. */
+    static final class Placement {
+        String topic;
+        int partition;
+        long offset, count;
+    }
+
+    /** A valid request id: 1-128 of A-Z a-z 0-9 . _ : - (the agent refuses others). */
+    static boolean validRequestId(String s) {
+        if (s == null || s.isEmpty() || s.length() > MAX_REQUEST_ID_BYTES) {
+            return false;
+        }
+        for (int i = 0; i < s.length(); i++) {
+            char c = s.charAt(i);
+            if (!(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-')) {
+                return false;
+            }
+        }
+        return true;
     }
 
     /** A record as produce frames carry it; key null = no key. */
@@ -384,7 +439,65 @@ final class Protocol {
     }
 
     static List<Range> decodeResult(byte[] body, int maxRecords) throws ProtocolException {
+        return decodeResult(body, maxRecords, 0, null);
+    }
+
+    /** Decodes a result of either version; with flags bit 4 the receipt after the ranges goes to rc. */
+    static List<Range> decodeResult(byte[] body, int maxRecords, int flags, Receipt rc) throws ProtocolException {
         Reader r = new Reader(body);
+        List<Range> out = ranges(r, body, maxRecords);
+        if ((flags & FLAG_RECEIPT) != 0) {
+            if (rc == null) {
+                rc = new Receipt();
+            }
+            rc.spoolId = r.string(4096, "spool id");
+            long n = r.uvarint();
+            if (n > maxRecords || n > body.length) {
+                throw malformed(n + " placements");
+            }
+            String prev = null;
+            long total = 0;
+            for (long i = 0; i < n; i++) {
+                Placement p = new Placement();
+                byte[] t = r.bytes(249, "topic");
+                if (t.length > 0) {
+                    p.topic = new String(t, StandardCharsets.UTF_8);
+                } else if (prev == null) {
+                    throw malformed("the first placement names no topic");
+                } else {
+                    p.topic = prev;
+                }
+                prev = p.topic;
+                long part = r.uvarint(), off = r.uvarint(), c = r.uvarint();
+                total += c;
+                if (part > Integer.MAX_VALUE || off < 0 || c == 0 || c > maxRecords || total > maxRecords) {
+                    throw malformed("a placement's partition, offset or count out of range");
+                }
+                p.partition = (int) part;
+                p.offset = off;
+                p.count = c;
+                rc.placements.add(p);
+            }
+        }
+        r.end();
+        return out;
+    }
+
+    /**
+     * Reads the request id that starts a (decompressed) produce body with flag 8; returns it, r positioned after it.
+     * A length past the body is malformed; a field that reads but holds no valid id (empty, over 128 bytes, other
+     * characters) is refused for that frame alone ({@link ProtocolException#invalidRequestId}), as the agent does.
+     */
+    static String requestId(Reader r) throws ProtocolException {
+        String id = r.string(r.b.length, "request id");
+        if (!validRequestId(id)) {
+            throw new ProtocolException("invalid request id: it must be 1 to " + MAX_REQUEST_ID_BYTES
+                    + " of A-Z a-z 0-9 . _ : -", false, true);
+        }
+        return id;
+    }
+
+    private static List<Range> ranges(Reader r, byte[] body, int maxRecords) throws ProtocolException {
         long n = r.uvarint();
         if (n > maxRecords || n > body.length) {
             throw malformed(n + " ranges");
@@ -405,7 +518,6 @@ final class Protocol {
             g.message = r.string(4096, "message");
             out.add(g);
         }
-        r.end();
         return out;
     }
 
@@ -418,7 +530,13 @@ final class Protocol {
 
     /** Decodes a produce body (decompressed) into records, for conformance tests and tools. */
     static List<Rec> decodeRecords(byte[] body, Limits l) throws ProtocolException {
+        return decodeRecords(body, 0, l);
+    }
+
+    /** decodeRecords of the body from offset start (after a version 2 request id). */
+    static List<Rec> decodeRecords(byte[] body, int start, Limits l) throws ProtocolException {
         Reader r = new Reader(body);
+        r.off = start;
         long n = r.uvarint();
         if (n == 0) {
             throw malformed("a produce frame with no records");

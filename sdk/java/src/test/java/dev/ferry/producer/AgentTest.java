@@ -49,6 +49,7 @@ class AgentTest {
     Path dir;
     Process agent;
     String socket;
+    int httpPort;
 
     /** Whether the tests are skipped on purpose (and reported skipped, each). */
     static boolean optedOut() {
@@ -112,9 +113,10 @@ class AgentTest {
     /** Starts the agent on the test's socket and waits until it serves. */
     Process startAgent(String brokers, String... sets) throws Exception {
         int admin = freePort();
+        httpPort = freePort();
         List<String> cmd = new ArrayList<>(List.of(FERRY, "run", "--set", "exporter.kafka.brokers=[" + brokers + "]",
                 "--set", "receivers.local.socket=" + socket, "--set", "receivers.local.listen=127.0.0.1:" + freePort(),
-                "--set", "receivers.http.listen=127.0.0.1:" + freePort(), "--set", "telemetry.admin.listen=127.0.0.1:" + admin,
+                "--set", "receivers.http.listen=127.0.0.1:" + httpPort, "--set", "telemetry.admin.listen=127.0.0.1:" + admin,
                 "--set", "receivers.otlp.enabled=false", "--set", "telemetry.report_interval=0s"));
         for (String s : sets) {
             cmd.add("--set");
@@ -279,6 +281,102 @@ class AgentTest {
     static LogItem item(long i) {
         return new LogItem().pushBack("level", "INFO").pushBack("thread", "main").pushBack("i", Long.toString(i))
                 .pushBack("message", "the quick brown fox jumps over the lazy dog");
+    }
+
+    /**
+     * Delivery receipts (protocol version 2): every record's Result names
+     * where it is in Kafka (delivery mode kafka), or a spool receipt id
+     * that GET /receipts/{id} resolves once Kafka has it (spool mode); at
+     * each place Kafka holds exactly the record sent, read back with
+     * ferry-bench consume --print.
+     */
+    @Test
+    void receiptsPointAtTheRecords() throws Exception {
+        receipts(false);
+    }
+
+    @Test
+    void spoolReceiptsPointAtTheRecords() throws Exception {
+        receipts(true);
+    }
+
+    @SuppressWarnings("unchecked")
+    void receipts(boolean spool) throws Exception {
+        agent = spool ? startAgent(BROKERS, "delivery.mode=spool", "delivery.spool.dir=" + dir.resolve("spool"), "delivery.spool.linger=20ms")
+                : startAgent(BROKERS);
+        String t = topic(spool ? "java-spool-receipts" : "java-receipts");
+        int n = 500;
+        List<Result> results = new ArrayList<>();
+        try (Producer p = new Producer(new ProducerConfig().setAddresses(List.of("unix:" + socket)).setReceipts(true).setCompression("lz4"))) {
+            List<java.util.concurrent.Future<Result>> fs = new ArrayList<>();
+            for (int i = 0; i < n; i++) {
+                fs.add(p.send(t, ("k" + i % 7).getBytes(StandardCharsets.UTF_8), ("receipt-value-" + i).getBytes(StandardCharsets.UTF_8), null));
+            }
+            p.flush();
+            for (var f : fs) {
+                results.add(f.get(30, TimeUnit.SECONDS));
+            }
+        }
+        // Where each record is: from its result, or from its spool receipt.
+        long[][] at = new long[n][];
+        java.util.Map<String, List<Integer>> byId = new java.util.LinkedHashMap<>();
+        for (int i = 0; i < n; i++) {
+            Result r = results.get(i);
+            assertTrue(r.isSuccessful(), "record " + i + ": " + r);
+            if (spool) {
+                assertTrue(!r.getReceiptId().isEmpty() && r.getOffset() == -1, "record " + i + ": " + r);
+                byId.computeIfAbsent(r.getReceiptId(), k -> new ArrayList<>()).add(i);
+            } else {
+                assertEquals(t, r.getTopic(), "record " + i + ": " + r);
+                assertTrue(r.getOffset() >= 0 && r.getReceiptId().isEmpty(), "record " + i + ": " + r);
+                at[i] = new long[] {r.getPartition(), r.getOffset()};
+            }
+        }
+        for (var e : byId.entrySet()) {
+            List<Object> ranges = pollReceipt(e.getKey());
+            int k = 0;
+            for (Object o : ranges) {
+                java.util.Map<String, Object> g = (java.util.Map<String, Object>) o;
+                assertEquals(t, g.get("topic"));
+                for (long j = 0; j < (Long) g.get("count"); j++) {
+                    assertTrue(k < e.getValue().size(), "receipt " + e.getKey() + " covers more records than it was given for");
+                    at[e.getValue().get(k++)] = new long[] {(Long) g.get("partition"), (Long) g.get("offset") + j};
+                }
+            }
+            assertEquals(e.getValue().size(), k, "receipt " + e.getKey() + " covers every record");
+        }
+        // What Kafka holds at each place.
+        java.util.Map<String, String> inKafka = new java.util.HashMap<>();
+        String out = run(BENCH, "consume", "--bootstrap-server", BROKERS, "--topic", t, "--print", "--messages", Integer.toString(n), "--timeout", "30000");
+        for (String line : out.split("\n")) {
+            String[] f = line.split("\t", 5);
+            if (f.length == 5 && f[0].equals("record")) {
+                inKafka.put(f[1] + "/" + f[2], f[4]);
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            String place = at[i][0] + "/" + at[i][1];
+            assertEquals("receipt-value-" + i, inKafka.get(place), "record " + i + ": Kafka at its receipt's " + place);
+        }
+    }
+
+    /** GET /receipts/{id} until the records are in Kafka; the ranges. */
+    @SuppressWarnings("unchecked")
+    List<Object> pollReceipt(String id) throws Exception {
+        long deadline = System.currentTimeMillis() + 60_000;
+        while (true) {
+            HttpURLConnection c = (HttpURLConnection) new URL("http://127.0.0.1:" + httpPort + "/receipts/" + id).openConnection();
+            assertEquals(200, c.getResponseCode(), "GET /receipts/" + id);
+            java.util.Map<String, Object> st;
+            try (var in = c.getInputStream()) {
+                st = (java.util.Map<String, Object>) Json.parse(new String(in.readAllBytes(), StandardCharsets.UTF_8));
+            }
+            if ("done".equals(st.get("state"))) {
+                return (List<Object>) st.get("receipts");
+            }
+            assertTrue(System.currentTimeMillis() < deadline, "receipt " + id + " still pending: " + st);
+            Thread.sleep(20);
+        }
     }
 
     @Test

@@ -62,7 +62,7 @@ class VectorsTest {
                 fail("a valid vector failed: " + e.getMessage());
             }
             String want = (String) v.get("error");
-            assertEquals(want, e.tooLarge ? "too_large" : "malformed", e.getMessage());
+            assertEquals(want, e.kind(), e.getMessage());
             return;
         }
         if (!valid) {
@@ -77,7 +77,7 @@ class VectorsTest {
             for (Map.Entry<String, Object> e : want.entrySet()) {
                 assertEquals(norm(e.getValue()), norm(have.get(e.getKey())), jf.getFileName() + " frame " + i + " field " + e.getKey());
             }
-            compressed |= ((Long) want.getOrDefault("flags", 0L)) != 0;
+            compressed |= "produce".equals(want.get("type")) && (((Long) want.getOrDefault("flags", 0L)) & 3) != 0;
         }
         if (!compressed) {
             assertArrayEquals(raw, encode(frames), "re-encoded bytes");
@@ -126,7 +126,7 @@ class VectorsTest {
 
     /** Cuts b (after an optional preamble) into frames. */
     static List<RawFrame> split(byte[] b) throws IOException {
-        int off = b.length >= 4 && b[0] == 'F' && b[1] == 'R' && b[2] == 'Y' && b[3] == 1 ? 4 : 0;
+        int off = b.length >= 4 && b[0] == 'F' && b[1] == 'R' && b[2] == 'Y' && (b[3] == 1 || b[3] == 2) ? 4 : 0;
         List<RawFrame> out = new ArrayList<>();
         while (off < b.length) {
             assertTrue(b.length - off >= 10, "a truncated frame header");
@@ -180,7 +180,7 @@ class VectorsTest {
         assertEquals(ours.size(), plain.size(), "frames encoded");
         Protocol.Buf again = new Protocol.Buf(256);
         if (raw.length >= 4 && raw[0] == 'F') {
-            again.raw(Protocol.PREAMBLE, 0, 4);
+            again.raw(raw, 0, 4);
         }
         int compressed = 0;
         for (int i = 0; i < ours.size(); i++) {
@@ -195,7 +195,7 @@ class VectorsTest {
                 body = Protocol.compress(body, 0, body.length, (byte) codec);
             }
             Protocol.Header ph = plain.get(i).h;
-            int at = Protocol.beginFrame(again, (byte) ph.type, codec, ph.requestId);
+            int at = Protocol.beginFrame(again, (byte) ph.type, ph.flags | codec, ph.requestId);
             again.raw(body, 0, body.length);
             Protocol.endFrame(again, at);
         }
@@ -249,10 +249,10 @@ class VectorsTest {
         List<Map<String, Object>> out = new ArrayList<>();
         int off = 0;
         if (b.length >= 3 && b[0] == 'F' && b[1] == 'R' && b[2] == 'Y') {
-            if (b.length < 4 || b[3] != 1) {
+            if (b.length < 4 || b[3] != 1 && b[3] != 2) {
                 throw Protocol.malformed("version");
             }
-            out.add(new java.util.LinkedHashMap<>(Map.of("type", "preamble", "bytes", "FRY\u0001")));
+            out.add(new java.util.LinkedHashMap<>(Map.of("type", "preamble", "bytes", "FRY" + (char) b[3])));
             off = 4;
         }
         while (off < b.length) {
@@ -299,8 +299,14 @@ class VectorsTest {
                     if ((fh.flags & 3) == 3) {
                         throw Protocol.malformed("compression 3");
                     }
+                    int start = 0;
+                    if ((fh.flags & Protocol.FLAG_REQUEST_ID) != 0) {
+                        Protocol.Reader rr = new Protocol.Reader(plain);
+                        f.put("client_request_id", Protocol.requestId(rr));
+                        start = rr.off;
+                    }
                     List<Object> recs = new ArrayList<>();
-                    for (Protocol.Rec rec : Protocol.decodeRecords(plain, l)) {
+                    for (Protocol.Rec rec : Protocol.decodeRecords(plain, start, l)) {
                         Map<String, Object> m = new java.util.LinkedHashMap<>();
                         m.put("topic", str(rec.topic));
                         m.put("key", rec.key == null ? null : str(rec.key));
@@ -319,7 +325,8 @@ class VectorsTest {
                 case Protocol.RESULT: {
                     f.put("type", "result");
                     List<Object> rs = new ArrayList<>();
-                    for (Protocol.Range g : Protocol.decodeResult(body, l.maxRecords)) {
+                    Protocol.Receipt rc = new Protocol.Receipt();
+                    for (Protocol.Range g : Protocol.decodeResult(body, l.maxRecords, fh.flags, rc)) {
                         Map<String, Object> m = new java.util.LinkedHashMap<>();
                         m.put("count", g.count);
                         m.put("status", new String[] {"ok", "retryable", "permanent"}[g.status]);
@@ -329,6 +336,21 @@ class VectorsTest {
                         rs.add(m);
                     }
                     f.put("ranges", rs);
+                    if ((fh.flags & Protocol.FLAG_RECEIPT) != 0) {
+                        List<Object> ps = new ArrayList<>();
+                        for (Protocol.Placement p : rc.placements) {
+                            Map<String, Object> m = new java.util.LinkedHashMap<>();
+                            m.put("topic", p.topic);
+                            m.put("partition", (long) p.partition);
+                            m.put("offset", p.offset);
+                            m.put("count", p.count);
+                            ps.add(m);
+                        }
+                        Map<String, Object> m = new java.util.LinkedHashMap<>();
+                        m.put("spool_id", rc.spoolId);
+                        m.put("placements", ps);
+                        f.put("receipt", m);
+                    }
                     break;
                 }
                 case Protocol.ERROR: {
@@ -353,11 +375,14 @@ class VectorsTest {
             Map<String, Object> f = (Map<String, Object>) o;
             long id = (Long) f.getOrDefault("request_id", 0L);
             switch ((String) f.get("type")) {
-                case "preamble":
-                    out.raw(Protocol.PREAMBLE, 0, 4);
+                case "preamble": {
+                    byte[] pre = ((String) f.get("bytes")).getBytes(StandardCharsets.ISO_8859_1);
+                    out.raw(pre, 0, pre.length);
                     break;
+                }
                 case "hello":
-                    Protocol.hello(out, (String) f.get("client_name"), (String) f.get("token"), (Long) f.get("features"));
+                    Protocol.hello(out, ((Long) f.get("version")).intValue(), (String) f.get("client_name"), (String) f.get("token"),
+                            (Long) f.get("features"));
                     break;
                 case "hello_ok": {
                     int at = Protocol.beginFrame(out, Protocol.HELLO_OK, 0, 0);
@@ -367,7 +392,12 @@ class VectorsTest {
                     break;
                 }
                 case "produce": {
-                    int at = Protocol.beginFrame(out, Protocol.PRODUCE, 0, id);
+                    // Uncompressed: the compression bits are dropped, the others kept.
+                    int flags = ((Long) f.getOrDefault("flags", 0L)).intValue() & ~3;
+                    int at = Protocol.beginFrame(out, Protocol.PRODUCE, flags, id);
+                    if ((flags & Protocol.FLAG_REQUEST_ID) != 0) {
+                        out.string((String) f.get("client_request_id"));
+                    }
                     List<Object> recs = (List<Object>) f.get("records");
                     out.uvarint(recs.size());
                     byte[] prev = null;
@@ -390,7 +420,8 @@ class VectorsTest {
                     break;
                 }
                 case "result": {
-                    int at = Protocol.beginFrame(out, Protocol.RESULT, 0, id);
+                    int flags = ((Long) f.getOrDefault("flags", 0L)).intValue() & Protocol.FLAG_RECEIPT;
+                    int at = Protocol.beginFrame(out, Protocol.RESULT, flags, id);
                     List<Object> rs = (List<Object>) f.get("ranges");
                     out.uvarint(rs.size());
                     for (Object go : rs) {
@@ -398,6 +429,24 @@ class VectorsTest {
                         int st = List.of("ok", "retryable", "permanent").indexOf(g.get("status"));
                         out.uvarint((Long) g.get("count")).u8(st).string((String) g.get("reason")).uvarint((Long) g.get("retry_after_ms"))
                                 .string((String) g.get("message"));
+                    }
+                    if (flags != 0) {
+                        Map<String, Object> rc = (Map<String, Object>) f.get("receipt");
+                        out.string((String) rc.get("spool_id"));
+                        List<Object> ps = (List<Object>) rc.get("placements");
+                        out.uvarint(ps.size());
+                        String prev = null;
+                        for (Object po : ps) {
+                            Map<String, Object> p = (Map<String, Object>) po;
+                            String topic = (String) p.get("topic");
+                            if (topic.equals(prev)) {
+                                out.u8(0);
+                            } else {
+                                out.string(topic);
+                            }
+                            prev = topic;
+                            out.uvarint((Long) p.get("partition")).uvarint((Long) p.get("offset")).uvarint((Long) p.get("count"));
+                        }
                     }
                     Protocol.endFrame(out, at);
                     break;
