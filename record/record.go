@@ -98,6 +98,7 @@ type Batch struct {
 
 	// OnAcked, when set, is told each record's offset in Kafka before its
 	// Ack (Kafka-protocol clients are answered with their batch's base
+	// offset; -1 when the exporter's acks is none and Kafka answered no
 	// offset). Nil on every other path.
 	OnAcked func(i int, offset int64)
 

@@ -436,7 +436,15 @@ func (e *Exporter) promise(kr *kgo.Record, err error) {
 		}
 	} else {
 		if b.OnAcked != nil {
-			b.OnAcked(idx, kr.Offset)
+			// Kafka-protocol clients are answered their batch's base
+			// offset; with acks none Kafka answered nothing and
+			// franz-go's offset is an index in its batch, so they are
+			// told -1 (unknown), as Kafka answers an offset it lacks.
+			off := kr.Offset
+			if e.noOffsets {
+				off = -1
+			}
+			b.OnAcked(idx, off)
 		}
 		if b.Receipt != nil && !e.noOffsets {
 			// A client asked where its records went: three stores into

@@ -54,3 +54,37 @@ func TestReceiptsWithAcksNoneAreNotFabricated(t *testing.T) {
 		}
 	}
 }
+
+// TestKafkaFrontOffsetsWithAcksNone: the Kafka front answers its producers
+// with OnAcked's offset; with acks none Kafka gave none, so it must be -1
+// (unknown), never franz-go's index within its own batch.
+func TestKafkaFrontOffsetsWithAcksNone(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cfg := testCfg(c.ListenAddrs())
+	cfg.Acks, cfg.Idempotent = "none", false
+	e := newExporter(t, cfg, 64<<20)
+	defer e.Shutdown(context.Background())
+	for round := 0; round < 2; round++ {
+		recs := []record.Record{{Topic: "t", Value: []byte("a")}, {Topic: "t", Value: []byte("b")}}
+		b := &record.Batch{Records: recs}
+		offs := make([]int64, len(recs))
+		b.OnAcked = func(i int, off int64) { offs[i] = off }
+		done := make(chan error, 1)
+		b.OnDone(func(err error) { done <- err })
+		if err := e.Consume(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		for i, off := range offs {
+			if off != -1 {
+				t.Fatalf("acks none, round %d: record %d answered offset %d, want -1", round, i, off)
+			}
+		}
+	}
+}
