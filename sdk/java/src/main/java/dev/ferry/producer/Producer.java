@@ -38,6 +38,14 @@ import java.util.concurrent.TimeUnit;
  * {@code retries} times. Every record's callback runs, and its future
  * completes, exactly once, on one callback thread; {@code close} completes
  * what it could not deliver with error code {@code closed}.
+ *
+ * <p>Request ids ({@link ProducerConfig#setRequestIds}): a record sent with a
+ * request id carries it to Kafka as the header {@code ferry.request_id}. A
+ * frame carries one id for all its records, so the batch being filled is
+ * sent when a record with another id (or none) comes: records keep their
+ * order, and a program that sends a request's records together fills frames
+ * as before, while one that alternates ids record by record sends a frame
+ * per record.
  */
 public final class Producer implements Closeable {
     private final ProducerConfig cfg;
@@ -107,6 +115,26 @@ public final class Producer implements Closeable {
      * @throws ProducerClosedException after close
      */
     public CompletableFuture<Result> send(String topic, byte[] key, byte[] value, Map<String, byte[]> headers, Callback callback) {
+        return send(topic, key, value, headers, null, callback);
+    }
+
+    /**
+     * Queues a record named by the request that sends it: with
+     * {@link ProducerConfig#setRequestIds requestIds} on, the agent writes
+     * requestId on the record in Kafka as the header {@code ferry.request_id}
+     * (off: requestId is ignored). null or "" is no id. An id the agent
+     * would refuse (it must be 1 to 128 of {@code A-Z a-z 0-9 . _ : -}) is
+     * never sent: the record's future and callback complete at once, failed
+     * with error code {@code invalid_request_id}, which no retry can fix.
+     * Otherwise as {@link #send(String, byte[], byte[], Map, Callback)}.
+     *
+     * @throws BufferFullException totalSizeInBytes stayed full for maxBlockMs
+     * @throws ProducerClosedException after close
+     */
+    public CompletableFuture<Result> send(String topic, byte[] key, byte[] value, Map<String, byte[]> headers, String requestId, Callback callback) {
+        if (!cfg.isRequestIds() || requestId != null && requestId.isEmpty()) {
+            requestId = null;
+        }
         byte[] t = topic.getBytes(StandardCharsets.UTF_8);
         List<byte[][]> hs = null;
         int size = t.length + (key == null ? 0 : key.length) + value.length + 16;
@@ -118,7 +146,21 @@ public final class Producer implements Closeable {
                 size += k.length + e.getValue().length + 4;
             }
         }
-        Pending p = new Pending(t, key, value, System.currentTimeMillis(), hs, size, callback);
+        Pending p = new Pending(t, key, value, System.currentTimeMillis(), hs, size, callback, requestId);
+        if (requestId != null && !Protocol.validRequestId(requestId)) {
+            synchronized (lock) {
+                if (closed) {
+                    throw new ProducerClosedException();
+                }
+                // Counted as if queued, so that its completion, like any, frees it and flush sees it done.
+                buffered += size;
+                pending++;
+            }
+            // The agent would refuse the frame for good: fail the record here, at once, rather than send it.
+            complete(p, false, "invalid_request_id", "the request id must be 1 to " + Protocol.MAX_REQUEST_ID_BYTES
+                    + " of A-Z a-z 0-9 . _ : -");
+            return p.future;
+        }
         synchronized (lock) {
             if (closed) {
                 throw new ProducerClosedException();
@@ -139,6 +181,9 @@ public final class Producer implements Closeable {
                         throw new ProducerException("interrupted while waiting for room");
                     }
                 }
+            }
+            if (cur != null && !java.util.Objects.equals(cur.requestId, requestId)) {
+                seal(); // a frame carries one request id: another one starts a frame
             }
             if (cur == null) {
                 cur = new Batch(cfg.getBatchSizeInBytes() + (64 << 10), Math.min(cfg.getBatchCountThreshold(), 8192));
@@ -244,12 +289,13 @@ public final class Producer implements Closeable {
         final List<byte[][]> headers;
         final int size;
         final Callback callback;
+        final String requestId; // null: none; else valid
         final CompletableFuture<Result> future = new CompletableFuture<>();
         final List<Attempt> attempts = new ArrayList<>(1);
         int tries;
         boolean done;
 
-        Pending(byte[] topic, byte[] key, byte[] value, long timestamp, List<byte[][]> headers, int size, Callback callback) {
+        Pending(byte[] topic, byte[] key, byte[] value, long timestamp, List<byte[][]> headers, int size, Callback callback, String requestId) {
             this.topic = topic;
             this.key = key;
             this.value = value;
@@ -257,14 +303,16 @@ public final class Producer implements Closeable {
             this.headers = headers;
             this.size = size;
             this.callback = callback;
+            this.requestId = requestId;
         }
     }
 
-    /** The batch being filled: its records, already encoded. */
+    /** The batch being filled: its records, already encoded, all with the same request id. */
     static final class Batch {
         final List<Pending> recs;
         final Protocol.Buf body;
         byte[] prevTopic;
+        String requestId;
         final long firstAt = System.nanoTime();
 
         Batch(int cap, int records) {
@@ -273,13 +321,16 @@ public final class Producer implements Closeable {
         }
 
         void add(Pending p) {
+            if (recs.isEmpty()) {
+                requestId = p.requestId;
+            }
             Protocol.record(body, prevTopic, p.topic, p.key, p.value, 0, p.headers);
             prevTopic = p.topic;
             recs.add(p);
         }
     }
 
-    /** Records to send in one frame; body is their encoding (null: encode again). */
+    /** Records to send in one frame, all with the same request id; body is their encoding (null: encode again). */
     static final class Send {
         final List<Pending> recs;
         final Protocol.Buf body;
@@ -441,7 +492,15 @@ public final class Producer implements Closeable {
         }
         long when = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(Math.max(afterMs / 2, backoffMs(Math.max(tries, 1))));
         synchronized (lock) {
-            ready.addLast(new Send(recs, null, when));
+            // A connection's lost frames come back together: a frame carries one request id, so each run of one id
+            // goes in its own, in order.
+            int from = 0;
+            for (int i = 1; i <= recs.size(); i++) {
+                if (i == recs.size() || !java.util.Objects.equals(recs.get(i).requestId, recs.get(from).requestId)) {
+                    ready.addLast(new Send(from == 0 && i == recs.size() ? recs : new ArrayList<>(recs.subList(from, i)), null, when));
+                    from = i;
+                }
+            }
             lock.notifyAll();
         }
     }
@@ -682,12 +741,13 @@ public final class Producer implements Closeable {
                     prev = p.topic;
                 }
             }
+            String requestId = sd.recs.get(0).requestId;
             Protocol.Buf body = s.body;
             body.reset();
-            body.uvarint(sd.recs.size()).raw(records.b, 0, records.len);
+            Protocol.produceBody(body, requestId, sd.recs.size(), records.b, 0, records.len);
             byte[] payload = body.b;
             int len = body.len;
-            int flags = cfg.isReceipts() ? Protocol.FLAG_RECEIPT : 0;
+            int flags = Protocol.produceFlags(cfg.isReceipts(), requestId);
             if (codec != Protocol.COMPRESS_NONE && (s.features & (codec == Protocol.COMPRESS_LZ4 ? Protocol.FEATURE_LZ4 : Protocol.FEATURE_ZSTD)) != 0) {
                 payload = Protocol.compress(body.b, 0, body.len, codec);
                 len = payload.length;
@@ -853,8 +913,8 @@ public final class Producer implements Closeable {
 
         void handshake() throws IOException {
             Protocol.Buf b = new Protocol.Buf(128);
-            // Version 2 only for receipts: otherwise exactly version 1, which every agent speaks.
-            version = cfg.isReceipts() ? Protocol.VERSION2 : Protocol.VERSION;
+            // Version 2 only for receipts or request ids: otherwise exactly version 1, which every agent speaks.
+            version = cfg.isReceipts() || cfg.isRequestIds() ? Protocol.VERSION2 : Protocol.VERSION;
             b.raw(Protocol.preamble(version), 0, 4);
             long feats = codec == Protocol.COMPRESS_LZ4 ? Protocol.FEATURE_LZ4 : codec == Protocol.COMPRESS_ZSTD ? Protocol.FEATURE_ZSTD : 0;
             Protocol.hello(b, version, cfg.getClientName(), cfg.getToken(), feats);

@@ -21,6 +21,7 @@ public final class ProducerConfig {
     private long maxRetryBackoffMs = 5_000;
     private int connectTimeoutMs = 2_000;
     private boolean receipts;
+    private boolean requestIds;
 
     /** Addresses tried in order at every connect: "unix:PATH" (Linux) or "tcp:HOST:PORT". Default: the agent's socket, then 127.0.0.1:8090. */
     public List<String> getAddresses() { return addresses; }
@@ -40,6 +41,18 @@ public final class ProducerConfig {
 
     /** Ask for delivery receipts: needs an agent that speaks protocol version 2. Off: version 1, as before. */
     public ProducerConfig setReceipts(boolean on) { this.receipts = on; return this; }
+
+    /**
+     * Whether records' request ids are sent (protocol version 2): the agent writes a record's id on it in Kafka as
+     * the header {@code ferry.request_id}. See {@link Producer#send(String, byte[], byte[], java.util.Map, String, Callback)}.
+     */
+    public boolean isRequestIds() { return requestIds; }
+
+    /**
+     * Send records' request ids: needs an agent that speaks protocol version 2. Off (the default): ids given to send
+     * are ignored, and without receipts the producer speaks version 1, as before, which every agent does.
+     */
+    public ProducerConfig setRequestIds(boolean on) { this.requestIds = on; return this; }
 
     /** The application token sent in the hello. */
     public String getToken() { return token; }

@@ -211,6 +211,32 @@ final class Protocol {
         return true;
     }
 
+    /**
+     * A produce frame's flags beyond compression: receipt (4) when asked, request id (8) when the frame carries one
+     * (requestId non-null: the body then starts with it, see {@link #produceBody}).
+     */
+    static int produceFlags(boolean receipt, String requestId) {
+        return (receipt ? FLAG_RECEIPT : 0) | (requestId != null ? FLAG_REQUEST_ID : 0);
+    }
+
+    /**
+     * Appends a produce body before compression: the request id first when there is one (version 2, flag 8: the id
+     * is compressed with the records), then the record count and the records already encoded by {@link #record}.
+     * The id must be valid ({@link #validRequestId}): the producer refuses others at send, so none reaches the wire.
+     */
+    static Buf produceBody(Buf out, String requestId, int count, byte[] records, int off, int len) {
+        if (requestId != null) {
+            assert validRequestId(requestId) : requestId;
+            // Valid ids are ASCII: a char is a byte.
+            out.uvarint(requestId.length());
+            out.ensure(requestId.length());
+            for (int i = 0; i < requestId.length(); i++) {
+                out.b[out.len++] = (byte) requestId.charAt(i);
+            }
+        }
+        return out.uvarint(count).raw(records, off, len);
+    }
+
     /** A record as produce frames carry it; key null = no key. */
     static final class Rec {
         final byte[] topic, key, value;
