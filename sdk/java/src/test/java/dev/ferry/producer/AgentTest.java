@@ -360,6 +360,54 @@ class AgentTest {
         }
     }
 
+    /**
+     * Request ids (protocol version 2, produce flag 8): every record sent
+     * with an id carries it in Kafka as the header ferry.request_id, read
+     * back with ferry-bench consume --print; records without one carry none;
+     * a bad id fails its record at once and nothing of it reaches Kafka.
+     * Runs of one id and ids alternating record by record (a frame each).
+     */
+    @Test
+    void requestIdsReachKafka() throws Exception {
+        agent = startAgent(BROKERS);
+        String t = topic("java-request-ids");
+        int n = 600;
+        String[] want = new String[n];
+        List<java.util.concurrent.CompletableFuture<Result>> fs = new ArrayList<>();
+        Result bad;
+        try (Producer p = new Producer(new ProducerConfig().setAddresses(List.of("unix:" + socket)).setRequestIds(true).setCompression("zstd"))) {
+            for (int i = 0; i < n; i++) {
+                // Runs of 100 records per request; then ids that alternate; every 7th record of the runs has none.
+                String id = i < 400 ? (i % 7 == 3 ? null : "java-req." + (i / 100)) : "alt:" + (i % 2) + "_x-" + i % 3;
+                want[i] = id == null ? "" : id;
+                fs.add(p.send(t, ("k" + i % 5).getBytes(StandardCharsets.UTF_8), ("rid-value-" + i).getBytes(StandardCharsets.UTF_8), null, id, null));
+                if (i == 200) {
+                    bad = p.send(t, null, "never sent".getBytes(StandardCharsets.UTF_8), null, "no spaces allowed", null).get(1, TimeUnit.SECONDS);
+                    assertEquals("invalid_request_id", bad.getErrorCode(), bad.toString());
+                }
+            }
+            p.flush();
+            for (int i = 0; i < n; i++) {
+                Result r = fs.get(i).get(30, TimeUnit.SECONDS);
+                assertTrue(r.isSuccessful(), "record " + i + ": " + r);
+            }
+        }
+        java.util.Map<String, String> idOf = new java.util.HashMap<>();
+        String out = run(BENCH, "consume", "--bootstrap-server", BROKERS, "--topic", t, "--print", "--messages", Integer.toString(n), "--timeout", "30000");
+        for (String line : out.split("\n")) {
+            String[] f = line.split("\t", 5);
+            if (f.length == 5 && f[0].equals("record")) {
+                String before = idOf.put(f[4], f[3]);
+                assertTrue(before == null || before.equals(f[3]), "a record read again with another id: " + line);
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            assertEquals(want[i], idOf.get("rid-value-" + i), "record " + i + ": its ferry.request_id in Kafka (null: not in Kafka)");
+        }
+        // Had the record with a bad id reached Kafka, one of the n read would be it and a sent one would be missing.
+        assertEquals(null, idOf.get("never sent"), "the record with a bad id is in Kafka");
+    }
+
     /** GET /receipts/{id} until the records are in Kafka; the ranges. */
     @SuppressWarnings("unchecked")
     List<Object> pollReceipt(String id) throws Exception {
