@@ -101,6 +101,15 @@ func (f *frame) withSpark(s string, hist []float64) {
 }
 
 func clip(s string, w int) string {
+	// Label values reach the terminal: an application's name is whatever
+	// the token issuer chose, and an escape sequence in it must not
+	// reach the operator's terminal (nor a tab or CR shift the columns).
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r >= 0x7f && r < 0xa0 {
+			return '?'
+		}
+		return r
+	}, s)
 	if utf8.RuneCountInString(s) <= w {
 		return s
 	}
