@@ -45,7 +45,7 @@ func New(cfg Config, set telemetry.Settings) *Admin {
 		a.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		a.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	a.mux.Handle("GET /metrics", promhttp.HandlerFor(set.Registry, promhttp.HandlerOpts{ErrorLog: nil}))
+	a.mux.Handle("GET /metrics", promhttp.HandlerFor(set.Gatherer(), promhttp.HandlerOpts{ErrorLog: nil}))
 	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"alive"}` + "\n"))

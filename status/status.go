@@ -29,6 +29,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
@@ -91,7 +92,8 @@ type Status struct {
 	lat      []histSnap // the last latency histograms, newest last, bounded to the window
 	latCap   int
 
-	running bool // Start was called (Shutdown waits for the loop only then)
+	warn    *telemetry.Limited // a failing gather is said once a minute, not every second
+	running bool               // Start was called (Shutdown waits for the loop only then)
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
@@ -105,6 +107,7 @@ func New(cfg Config, set telemetry.Settings, version string) (*Status, error) {
 	n := int(cfg.History / cfg.Interval)
 	latCap := int(latencyWindow/cfg.Interval) + 1
 	return &Status{cfg: cfg, set: set, version: version, started: time.Now(), ring: make([]sample, n),
+		warn:   telemetry.NewLimited(set.Logger, time.Minute),
 		latCap: max(latCap, 2), stop: make(chan struct{}), done: make(chan struct{})}, nil
 }
 
@@ -134,8 +137,11 @@ func (s *Status) loop() {
 		select {
 		case <-s.stop:
 			return
-		case now := <-t.C:
-			s.Sample(now)
+		case <-t.C:
+			// The time of the gather, not of the tick: a sampler
+			// delayed by a busy CPU or the GC must not credit one
+			// interval with another's counts.
+			s.Sample(time.Now())
 		}
 	}
 }
@@ -145,7 +151,7 @@ func (s *Status) loop() {
 func (s *Status) Sample(now time.Time) {
 	mfs, err := s.set.Registry.Gather()
 	if err != nil && len(mfs) == 0 {
-		s.set.Logger.Warn("status: gathering the metrics failed", "error", err)
+		s.warn.Log(slog.LevelWarn, "gather", "status: gathering the metrics failed", "error", err)
 		return
 	}
 	dt := now.Sub(s.prevTime).Seconds()

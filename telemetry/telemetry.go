@@ -66,6 +66,12 @@ func parseLevel(s string) (slog.Level, error) {
 type Settings struct {
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
+	// Runtime holds the Go runtime's and the process's collectors, apart
+	// from Registry: /metrics serves both (Gatherer), while the status
+	// sampler, which gathers every second, reads only ferry's own series
+	// and would otherwise spend most of a sample on these (and list
+	// /proc/self/fd each time).
+	Runtime *prometheus.Registry
 	Health   *Health
 	// Topics and Apps are the label values metrics may use for topic and
 	// application (tenant) names, capped once for the whole agent: if
@@ -91,10 +97,19 @@ func NewSettings(cfg Config, w io.Writer) Settings {
 	if cfg.Log.Format == "json" {
 		h = slog.NewJSONHandler(w, opts)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return Settings{Logger: slog.New(h), Registry: reg, Health: NewHealth(),
+	rt := prometheus.NewRegistry()
+	rt.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return Settings{Logger: slog.New(h), Registry: prometheus.NewRegistry(), Runtime: rt, Health: NewHealth(),
 		Topics: NewLabels(maxLabelValues), Apps: NewLabels(maxLabelValues)}
+}
+
+// Gatherer is every metric the agent serves on /metrics: its own
+// (Registry) and the runtime's.
+func (s Settings) Gatherer() prometheus.Gatherer {
+	if s.Runtime == nil {
+		return s.Registry
+	}
+	return prometheus.Gatherers{s.Registry, s.Runtime}
 }
 
 // TestSettings is NewSettings with logs discarded unless FERRY_TEST_LOG is set.

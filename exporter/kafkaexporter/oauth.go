@@ -461,8 +461,23 @@ func parseTokenResponse(c OAuthConfig, status int, body []byte, now time.Time) (
 	} else {
 		life = 5 * time.Minute
 	}
+	if life < minTokenLife {
+		// Refreshed at 80% of its life, such a token would have ferry ask
+		// the provider several times a second with no connection asking,
+		// and expire on the wire: a misconfigured client or provider,
+		// answered as a failure (backed off 1 s … 10 s) that readiness
+		// and the log name.
+		return "", 0, fmt.Errorf("OAUTHBEARER: token endpoint %s issued a token that lives %s, less than the %s ferry needs to use it before it expires (check the client's token lifetime at the provider, and this host's clock)",
+			c.TokenEndpoint, life.Round(time.Millisecond), minTokenLife)
+	}
 	return r.AccessToken, life, nil
 }
+
+// minTokenLife is the shortest token lifetime taken: Kafka's own client
+// waits at least sasl.login.refresh.min.period.seconds between refreshes;
+// ferry refreshes at 80% of the lifetime, so this bounds the refreshes to
+// one every 4 s a token source.
+const minTokenLife = 5 * time.Second
 
 // jwtExp is the exp claim of a JWT, unverified (the broker verifies it;
 // ferry only needs to know when to ask again).

@@ -2,6 +2,7 @@ package kafkaexporter
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -17,5 +18,14 @@ func TestOAuthShortLifetimeDoesNotHammerProvider(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	if n := p.requests.Load(); n > 3 {
 		t.Fatalf("%d token requests in 2 s with no connection asking", n)
+	}
+}
+
+// The too-short token is refused with a reason naming the lifetime.
+func TestOAuthShortLifetimeRefused(t *testing.T) {
+	p := newIDP(t, false, tokenJSON("tok", 1))
+	ts := newTS(t, oauthCfg(p.URL))
+	if tok, err := ts.token(context.Background()); err == nil || tok != "" || !strings.Contains(err.Error(), "lives 1s") {
+		t.Fatalf("a 1 s token: %q %v", tok, err)
 	}
 }
