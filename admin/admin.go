@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ferryhq/ferry/server"
@@ -45,6 +46,17 @@ func New(cfg Config, set telemetry.Settings) *Admin {
 		a.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		a.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+	// /readyz as a series, read at each scrape: an alert on it needs no
+	// probe of its own, and a Prometheus that scrapes the agent sees what
+	// the kubelet's readiness probe sees.
+	telemetry.Shared(set.Registry, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_ready",
+		Help: "1 while /readyz says ready (Kafka reachable, queue and spool below their ready fraction), else 0."},
+		func() float64 {
+			if ok, _ := set.Health.Ready(); ok {
+				return 1
+			}
+			return 0
+		}))
 	a.mux.Handle("GET /metrics", promhttp.HandlerFor(set.Registry, promhttp.HandlerOpts{ErrorLog: nil}))
 	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
