@@ -143,7 +143,7 @@ extraEnv:
 		{name: "custom values", args: []string{"-f", custom}, env: []string{"FERRY_TOKEN_KEY_1=" + strings.Repeat("cd", 32)},
 			stateDir: "/data/ferry", socketDir: "/var/run/ferry-apps", hostPorts: true,
 			ports: map[string]int{"admin": 8089, "http": 8088, "otlp-http": 4318, "local": 8090},
-			mode: "spill", brokers: []string{"k1.kafka:9092", "k2.kafka:9092"}, validateOK: true},
+			mode:  "spill", brokers: []string{"k1.kafka:9092", "k2.kafka:9092"}, validateOK: true},
 		{name: "no socket, kafka mode", args: []string{"--set", "socket.enabled=false", "--set", "deliveryMode=kafka", "--set", "service.enabled=false"},
 			stateDir: "/var/lib/ferry", ports: defaultPorts, mode: "kafka", brokers: []string{"kafka:9092"}, validateOK: true},
 		// the chart renders it; the agent would not start with it
