@@ -136,6 +136,8 @@ extraEnv:
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// lint renders NOTES.txt too, which helm template leaves out
+	run(t, helm, "lint", "--strict", chartDir, "-f", custom)
 	defaultPorts := map[string]int{"admin": 8089, "http": 8088, "otlp-grpc": 4317, "otlp-http": 4318}
 	cases := []chartCase{
 		{name: "default values", stateDir: "/var/lib/ferry", socketDir: "/run/ferry", ports: defaultPorts,
