@@ -1,6 +1,6 @@
 # ferry — see README.md. Every target installs what it needs (Kafka jars from
 # Maven Central, Go modules) so it works on a fresh machine with Go, Java, Maven.
-.PHONY: build release demo test test-short faults hostile bench bench-quick fleet fuzz vet clean kafka-start kafka-stop prometheus-compat packaging
+.PHONY: build release demo test test-short faults hostile bench bench-quick fleet fuzz vet clean kafka-start kafka-stop prometheus-compat
 
 GO ?= go
 BIN := bin
@@ -21,6 +21,19 @@ demo: build
 # Unit, fuzz-smoke and integration tests against a real local Kafka, with -race.
 test:
 	scripts/test.sh
+
+# What packaging/ ships, checked with the tools it is for: the systemd unit
+# (systemd-analyze), the alerting rules and the dashboard's queries
+# (promtool: check rules, test rules), the metric names they use against
+# real agents and Kafka, and the Helm chart (helm lint, helm template,
+# ferry validate). promtool and helm are built once by scripts/prometheus-local
+# and scripts/helm-local (make test does the same).
+.PHONY: packaging
+packaging:
+	scripts/kafka-local jars
+	scripts/prometheus-local promtool >/dev/null
+	scripts/helm-local build >/dev/null
+	$(GO) test -count=1 ./packaging
 
 # Every seed's table measured on this machine beside Kafka's own tools, and
 # OTLP, log files and the other doors (Zipkin, remote write, span metrics)
@@ -61,18 +74,6 @@ prometheus-compat:
 	scripts/kafka-local start --port $(PROM_KAFKA_PORT)
 	FERRY_PROMETHEUS_SERVER=1 FERRY_TEST_KAFKA=127.0.0.1:$(PROM_KAFKA_PORT) $(GO) test -count=1 -run TestPrometheusServerRemoteWrite ./proofs/compat; \
 	  st=$$?; scripts/kafka-local stop --port $(PROM_KAFKA_PORT); exit $$st
-
-# What packaging/ ships, checked with the tools it is for: the systemd unit
-# (systemd-analyze), the alerting rules and the dashboard's queries
-# (promtool: check rules, test rules), the metric names they use against
-# real agents and Kafka, and the Helm chart (helm lint, helm template,
-# ferry validate). promtool and helm are built once by scripts/prometheus-local
-# and scripts/helm-local (make test does the same).
-packaging:
-	scripts/kafka-local jars
-	scripts/prometheus-local promtool >/dev/null
-	scripts/helm-local build >/dev/null
-	$(GO) test -count=1 ./packaging
 
 # The fault tests at full length (~15 min, real Kafka killed and restarted, a
 # 3-broker cluster's leader killed and paused); rewrites the results tables

@@ -41,11 +41,6 @@ type Admin struct {
 // New builds the admin server for cfg.Listen.
 func New(cfg Config, set telemetry.Settings) *Admin {
 	a := &Admin{mux: http.NewServeMux()}
-	if cfg.Pprof {
-		a.mux.HandleFunc("/debug/pprof/", pprof.Index)
-		a.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		a.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
 	// /readyz as a series, read at each scrape: an alert on it needs no
 	// probe of its own, and a Prometheus that scrapes the agent sees what
 	// the kubelet's readiness probe sees.
@@ -57,6 +52,11 @@ func New(cfg Config, set telemetry.Settings) *Admin {
 			}
 			return 0
 		}))
+	if cfg.Pprof {
+		a.mux.HandleFunc("/debug/pprof/", pprof.Index)
+		a.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		a.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	a.mux.Handle("GET /metrics", promhttp.HandlerFor(set.Registry, promhttp.HandlerOpts{ErrorLog: nil}))
 	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
