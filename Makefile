@@ -22,6 +22,19 @@ demo: build
 test:
 	scripts/test.sh
 
+# What packaging/ ships, checked with the tools it is for: the systemd unit
+# (systemd-analyze), the alerting rules and the dashboard's queries
+# (promtool: check rules, test rules), the metric names they use against
+# real agents and Kafka, and the Helm chart (helm lint, helm template,
+# ferry validate). promtool and helm are built once by scripts/prometheus-local
+# and scripts/helm-local (make test does the same).
+.PHONY: packaging
+packaging:
+	scripts/kafka-local jars
+	scripts/prometheus-local promtool >/dev/null
+	scripts/helm-local build >/dev/null
+	$(GO) test -count=1 ./packaging
+
 # Every seed's table measured on this machine beside Kafka's own tools, and
 # OTLP, log files and the other doors (Zipkin, remote write, span metrics)
 # into Kafka beside the OpenTelemetry Collector (built once by

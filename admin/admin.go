@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ferryhq/ferry/server"
@@ -40,6 +41,17 @@ type Admin struct {
 // New builds the admin server for cfg.Listen.
 func New(cfg Config, set telemetry.Settings) *Admin {
 	a := &Admin{mux: http.NewServeMux()}
+	// /readyz as a series, read at each scrape: an alert on it needs no
+	// probe of its own, and a Prometheus that scrapes the agent sees what
+	// the kubelet's readiness probe sees.
+	telemetry.Shared(set.Registry, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_ready",
+		Help: "1 while /readyz says ready (Kafka reachable, queue and spool below their ready fraction), else 0."},
+		func() float64 {
+			if ok, _ := set.Health.Ready(); ok {
+				return 1
+			}
+			return 0
+		}))
 	if cfg.Pprof {
 		a.mux.HandleFunc("/debug/pprof/", pprof.Index)
 		a.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -38,19 +39,29 @@ func TestEndpoints(t *testing.T) {
 	if code, _ := get("/healthz"); code != 200 {
 		t.Fatalf("healthz %d", code)
 	}
+	metrics := func() string {
+		res, err := http.Get("http://" + a.Addr() + "/metrics")
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("metrics: %v", err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return string(b)
+	}
 	code, body := get("/readyz")
 	if code != 503 || body["ready"] != false || !strings.Contains(fmt.Sprint(body["not_ready"]), "dial refused") {
 		t.Fatalf("readyz while down: %d %v", code, body)
+	}
+	if m := metrics(); !strings.Contains(m, "\nferry_ready 0\n") {
+		t.Fatalf("ferry_ready while not ready:\n%s", m)
 	}
 	fail = nil
 	if code, _ := get("/readyz"); code != 200 {
 		t.Fatalf("readyz when up: %d", code)
 	}
-	res, err := http.Get("http://" + a.Addr() + "/metrics")
-	if err != nil || res.StatusCode != 200 {
-		t.Fatalf("metrics: %v", err)
+	if m := metrics(); !strings.Contains(m, "\nferry_ready 1\n") {
+		t.Fatalf("ferry_ready while ready:\n%s", m)
 	}
-	res.Body.Close()
 	if code, _ := get("/debug/pprof/"); code != 404 {
 		t.Fatalf("pprof served without being enabled: %d", code)
 	}

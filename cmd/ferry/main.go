@@ -37,6 +37,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ferryhq/ferry/buffer/spool"
 	"github.com/ferryhq/ferry/cmd/ferry/scheduler"
 	"github.com/ferryhq/ferry/config"
@@ -161,17 +163,31 @@ func serve(cfg *config.Config, restartErr error, load func() (*config.Config, er
 		set.Logger.Error("cannot build the pipeline", "err", err)
 		return 1
 	}
+	// A refused reload leaves the agent running on the old configuration
+	// with nothing but a log line to say so: the counter and the gauge let
+	// an alert see it (packaging/prometheus).
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_config_reloads_total",
+		Help: "Configuration reloads (SIGHUP, POST /-/reload) by result: applied, or refused (the running configuration stays)."}, []string{"result"})
+	lastReloadOK := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_config_last_reload_successful",
+		Help: "1 if the last reload was applied (or none was asked since start), 0 if it was refused."})
+	set.Registry.MustRegister(reloads, lastReloadOK)
+	reloads.WithLabelValues("applied")
+	reloads.WithLabelValues("refused")
+	lastReloadOK.Set(1)
 	reload := func() (string, error) {
 		next, err := load()
-		if err != nil {
-			set.Logger.Error("reload refused: the running configuration stays", "err", err)
-			return "", err
+		if err == nil {
+			var warning string
+			if warning, err = p.Reload(next); err == nil {
+				reloads.WithLabelValues("applied").Inc()
+				lastReloadOK.Set(1)
+				return warning, nil
+			}
 		}
-		warning, err := p.Reload(next)
-		if err != nil {
-			set.Logger.Error("reload refused: the running configuration stays", "err", err)
-		}
-		return warning, err
+		set.Logger.Error("reload refused: the running configuration stays", "err", err)
+		reloads.WithLabelValues("refused").Inc()
+		lastReloadOK.Set(0)
+		return "", err
 	}
 	p.Admin.Handle("POST /-/reload", reloadHandler(reload))
 	if err := p.Start(context.Background()); err != nil {

@@ -305,6 +305,21 @@ auth: {keys: [{id: %d, secret: "%s", issue: true}]}
 	if c := status(tok1); c != 401 {
 		t.Fatalf("key 1 after reload: %d", c)
 	}
+	// What the ReloadFailing alert (packaging/prometheus) reads.
+	metrics := func() string {
+		res, err := http.Get("http://" + adminAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return string(b)
+	}
+	for _, want := range []string{`ferry_config_reloads_total{result="applied"} 1`, `ferry_config_reloads_total{result="refused"} 0`, "ferry_config_last_reload_successful 1"} {
+		if m := metrics(); !strings.Contains(m, want+"\n") {
+			t.Fatalf("after an applied reload, no %s in\n%s", want, m)
+		}
+	}
 	// A broken file is refused over HTTP and the running keys stay.
 	if err := os.WriteFile(file, []byte("auth: {keys: [{id: 1, secret: nope}]}\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -320,6 +335,11 @@ auth: {keys: [{id: %d, secret: "%s", issue: true}]}
 	}
 	if c := status(tok2); c != 200 {
 		t.Fatalf("after a refused reload: %d", c)
+	}
+	for _, want := range []string{`ferry_config_reloads_total{result="applied"} 1`, `ferry_config_reloads_total{result="refused"} 1`, "ferry_config_last_reload_successful 0"} {
+		if m := metrics(); !strings.Contains(m, want+"\n") {
+			t.Fatalf("after a refused reload, no %s in\n%s", want, m)
+		}
 	}
 }
 
