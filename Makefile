@@ -66,7 +66,7 @@ fleet: build
 # A real Prometheus server (agent mode, built once from its Go module by
 # scripts/prometheus-local: 14 CPU-minutes the first time) scraping and
 # remote-writing 1.0 and 2.0 to the real agent, read back from a real Kafka.
-# make test runs the client libraries' remote write and push instead.
+# make test runs it too, after building promtool from the same module.
 PROM_KAFKA_PORT ?= 29692
 prometheus-compat:
 	scripts/kafka-local jars
