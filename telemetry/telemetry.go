@@ -72,7 +72,7 @@ type Settings struct {
 	// and would otherwise spend most of a sample on these (and list
 	// /proc/self/fd each time).
 	Runtime *prometheus.Registry
-	Health   *Health
+	Health  *Health
 	// Topics and Apps are the label values metrics may use for topic and
 	// application (tenant) names, capped once for the whole agent: if
 	// each component kept its own cap they could fold different names
