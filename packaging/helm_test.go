@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -264,6 +265,23 @@ func checkChart(t *testing.T, docs rendered, c chartCase) {
 	init := get(t, spec, "initContainers", "name=own-dirs")
 	if fmt.Sprint(get(t, init, "securityContext", "capabilities", "add")) != "[CHOWN FOWNER]" {
 		t.Errorf("the init container may do more than own the directories: %v", get(t, init, "securityContext"))
+	}
+	// whoever socket_mode lets connect must be able to enter the socket's
+	// directory too: a "0666" socket in a 0750 directory is open to no one
+	// outside the group
+	if c.socketDir != "" {
+		cmd := fmt.Sprint(get(t, init, "command"))
+		m := regexp.MustCompile(`chmod (0[0-7]{3}) /run/ferry`).FindStringSubmatch(cmd)
+		sm, _ := get(t, docs["ConfigMap"], "data", "ferry.yaml").(string)
+		others := regexp.MustCompile(`socket_mode: "0[0-7][0-7]([0-7])"`).FindStringSubmatch(sm)
+		switch {
+		case m == nil || others == nil:
+			t.Errorf("no chmod of the socket directory (%s), or no socket_mode in the configuration", cmd)
+		case others[1] != "0" && (m[1][3]-'0')&1 == 0:
+			t.Errorf("%s lets others connect, but the socket directory is %s: they cannot enter it", others[0], m[1])
+		case others[1] == "0" && m[1][3] != '0':
+			t.Errorf("the socket directory is %s, more open than socket_mode asks (%s)", m[1], others[0])
+		}
 	}
 
 	// the Service: the ingest ports, the node's own agent, never the admin port

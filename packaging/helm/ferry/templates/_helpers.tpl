@@ -24,6 +24,15 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{/*
+The socket directory's mode: the group may enter it (0750); when
+socket.mode lets others connect ("0666"), others may pass through it too
+(0751), or connecting would still fail on the directory.
+*/}}
+{{- define "ferry.socketDirMode" -}}
+{{- if hasSuffix "0" (toString .Values.socket.mode) }}0750{{ else }}0751{{ end }}
+{{- end }}
+
 {{- define "ferry.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "ferry.fullname" .) .Values.serviceAccount.name }}
