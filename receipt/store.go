@@ -404,32 +404,8 @@ func (s *Store) LookupFrom(id string, owner uint64, from int) (Status, bool) {
 	// writes before these reads.
 	s.builds <- struct{}{}
 	defer func() { <-s.builds }()
-	st.Ranges, st.Next = appendRangesUpTo(nil, e.topic, e.part, e.off, from, MaxRangesPerAnswer)
+	st.Ranges, st.Next = record.AppendRangesUpTo(nil, e.topic, e.part, e.off, from, MaxRangesPerAnswer)
 	return st, true
-}
-
-// appendRangesUpTo is record.AppendRanges from record from on, stopping
-// before a range past max would start; next is the record it stopped at
-// (0: it reached the end).
-func appendRangesUpTo(dst []record.Range, topic []string, partition []int32, offset []int64, from, max int) (_ []record.Range, next int) {
-	open := false
-	for i := from; i < len(offset); i++ {
-		if offset[i] < 0 {
-			open = false
-			continue
-		}
-		if k := len(dst) - 1; open && k >= 0 && dst[k].Topic == topic[i] && dst[k].Partition == partition[i] &&
-			dst[k].Offset+int64(dst[k].Count) == offset[i] {
-			dst[k].Count++
-			continue
-		}
-		if len(dst) >= max {
-			return dst, i
-		}
-		dst = append(dst, record.Range{Topic: topic[i], Partition: partition[i], Offset: offset[i], Count: 1})
-		open = true
-	}
-	return dst, 0
 }
 
 // formatID: SEQUENCE-NONCE, the sequence in decimal, the nonce in 16

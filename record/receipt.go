@@ -1,5 +1,7 @@
 package record
 
+import "math"
+
 // Delivery receipts: a client that asks learns where each of its records
 // landed in Kafka (topic, partition, offset), or, when the agent answers at
 // the spool's fsync before Kafka has the record, an id to look that up
@@ -74,8 +76,16 @@ func (rc *Receipt) Ranges(dst []Range) []Range {
 // AppendRanges is Ranges over parallel slices (the spool's receipt store
 // keeps the same three columns).
 func AppendRanges(dst []Range, topic []string, partition []int32, offset []int64) []Range {
+	dst, _ = AppendRangesUpTo(dst, topic, partition, offset, 0, math.MaxInt)
+	return dst
+}
+
+// AppendRangesUpTo is AppendRanges from record from on, stopping before a
+// range past max would start (an answer's page); next is the record it
+// stopped at (0: it reached the end).
+func AppendRangesUpTo(dst []Range, topic []string, partition []int32, offset []int64, from, max int) (_ []Range, next int) {
 	open := false
-	for i := range offset {
+	for i := from; i < len(offset); i++ {
 		if offset[i] < 0 {
 			open = false
 			continue
@@ -85,8 +95,11 @@ func AppendRanges(dst []Range, topic []string, partition []int32, offset []int64
 			dst[k].Count++
 			continue
 		}
+		if len(dst) >= max {
+			return dst, i
+		}
 		dst = append(dst, Range{Topic: topic[i], Partition: partition[i], Offset: offset[i], Count: 1})
 		open = true
 	}
-	return dst
+	return dst, 0
 }
