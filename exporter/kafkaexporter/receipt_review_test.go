@@ -10,21 +10,29 @@ import (
 	"github.com/ferryhq/ferry/record"
 )
 
+// acksNoneExporter is an exporter with acks none to a one-broker kfake
+// cluster holding topic "t"; both are closed when the test ends.
+func acksNoneExporter(t *testing.T) *Exporter {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cfg := testCfg(c.ListenAddrs())
+	cfg.Acks, cfg.Idempotent = "none", false
+	e := newExporter(t, cfg, 64<<20)
+	t.Cleanup(func() { e.Shutdown(context.Background()) })
+	return e
+}
+
 // TestReceiptsWithAcksNoneAreNotFabricated: with exporter.kafka.acks: none
 // Kafka answers nothing, and franz-go reports each record's offset as its
 // index in its produce batch (baseOffset 0). A receipt must not name those
 // as places in Kafka: after some records are already in the partition, the
 // "offsets" it reports hold other records.
 func TestReceiptsWithAcksNoneAreNotFabricated(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cfg := testCfg(c.ListenAddrs())
-	cfg.Acks, cfg.Idempotent = "none", false
-	e := newExporter(t, cfg, 64<<20)
-	defer e.Shutdown(context.Background())
+	e := acksNoneExporter(t)
 
 	for round := 0; round < 2; round++ {
 		var recs []record.Record
@@ -59,15 +67,7 @@ func TestReceiptsWithAcksNoneAreNotFabricated(t *testing.T) {
 // with OnAcked's offset; with acks none Kafka gave none, so it must be -1
 // (unknown), never franz-go's index within its own batch.
 func TestKafkaFrontOffsetsWithAcksNone(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cfg := testCfg(c.ListenAddrs())
-	cfg.Acks, cfg.Idempotent = "none", false
-	e := newExporter(t, cfg, 64<<20)
-	defer e.Shutdown(context.Background())
+	e := acksNoneExporter(t)
 	for round := 0; round < 2; round++ {
 		recs := []record.Record{{Topic: "t", Value: []byte("a")}, {Topic: "t", Value: []byte("b")}}
 		b := &record.Batch{Records: recs}
