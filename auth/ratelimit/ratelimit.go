@@ -76,8 +76,14 @@ type Limiter struct {
 	// operator sees each application's rate beside its refusals (ferry
 	// top, /status).
 	admitted, admittedBytes *prometheus.CounterVec
-	now                     func() time.Time
+	// admittedBy holds each label value's two counters (*admittedPair):
+	// WithLabelValues hashes and locks twice a request, which doubled
+	// Allow's cost. Bounded by telemetry.Labels' cap on label values.
+	admittedBy sync.Map
+	now        func() time.Time
 }
+
+type admittedPair struct{ records, bytes prometheus.Counter }
 
 type bucket struct {
 	mu            sync.Mutex
@@ -178,8 +184,13 @@ func (l *Limiter) Allow(app, tokenClass string, records, bytes int) (bool, time.
 // admit counts a request let through: once per request, not per record.
 func (l *Limiter) admit(app string, records, bytes int) {
 	a := l.labels.Get(app)
-	l.admitted.WithLabelValues(a).Add(float64(records))
-	l.admittedBytes.WithLabelValues(a).Add(float64(bytes))
+	v, ok := l.admittedBy.Load(a)
+	if !ok {
+		v, _ = l.admittedBy.LoadOrStore(a, &admittedPair{l.admitted.WithLabelValues(a), l.admittedBytes.WithLabelValues(a)})
+	}
+	c := v.(*admittedPair)
+	c.records.Add(float64(records))
+	c.bytes.Add(float64(bytes))
 }
 
 // debtDesc is the debt of the applications whose bucket is below zero.
