@@ -11,24 +11,12 @@ import (
 
 // BenchmarkLookupLargeReceipt: one request of 100,000 records (the HTTP
 // receiver's max_records_per_request) whose records alternate partitions;
-// every lookup builds all its ranges under the store's lock, which the
-// spool's appends (Add, under the append lock) and the Kafka client's
-// promise goroutine (Settle) also take.
+// every lookup builds its pages of ranges outside the store's lock, which
+// the spool's appends (Add, under the append lock) and the Kafka client's
+// promise goroutine (Settle) take.
 func BenchmarkLookupLargeReceipt(b *testing.B) {
-	s, _ := NewStore(Config{MaxBytes: 16 << 20, MaxAge: time.Hour}, prometheus.NewRegistry())
 	const n = 100000
-	rel := make([]uint32, n)
-	at := make([]Pos, n)
-	for i := range rel {
-		rel[i] = uint32(i * 40)
-		at[i] = Pos{1, 64 + int64(i*40)}
-	}
-	id := s.Add(Pos{1, 64}, 64+n*40, rel, 7)
-	rc := record.NewReceipt(n)
-	for i := 0; i < n; i++ {
-		rc.Acked(i, "topic", int32(i%2), int64(i))
-	}
-	s.Settle(at, rc)
+	s, id := largeSettledReceipt(n)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

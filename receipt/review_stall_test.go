@@ -10,25 +10,33 @@ import (
 	"github.com/ferryhq/ferry/record"
 )
 
-// TestLookupsDoNotStallSettle: Settle runs on the Kafka client's promise
-// goroutine (every record's acknowledgement, every tenant's) and Add under
-// the spool's append lock. A client that looks up one large receipt in a
-// loop must not hold them off for milliseconds at a time.
-func TestLookupsDoNotStallSettle(t *testing.T) {
+// largeSettledReceipt is a store holding one done receipt of n records
+// (owner 7) whose records alternate partitions: a range a record, the
+// largest answer a lookup can build.
+func largeSettledReceipt(n int) (*Store, string) {
 	s, _ := NewStore(Config{MaxBytes: 16 << 20, MaxAge: time.Hour}, prometheus.NewRegistry())
-	const n = 100000
 	rel := make([]uint32, n)
 	at := make([]Pos, n)
 	for i := range rel {
 		rel[i] = uint32(i * 40)
 		at[i] = Pos{1, 64 + int64(i*40)}
 	}
-	id := s.Add(Pos{1, 64}, 64+n*40, rel, 7)
+	id := s.Add(Pos{1, 64}, 64+int64(n)*40, rel, 7)
 	rc := record.NewReceipt(n)
 	for i := 0; i < n; i++ {
 		rc.Acked(i, "topic", int32(i%2), int64(i))
 	}
 	s.Settle(at, rc)
+	return s, id
+}
+
+// TestLookupsDoNotStallSettle: Settle runs on the Kafka client's promise
+// goroutine (every record's acknowledgement, every tenant's) and Add under
+// the spool's append lock. A client that looks up one large receipt in a
+// loop must not hold them off for milliseconds at a time.
+func TestLookupsDoNotStallSettle(t *testing.T) {
+	const n = 100000
+	s, id := largeSettledReceipt(n)
 
 	var stop atomic.Bool
 	done := make(chan struct{})
