@@ -78,9 +78,14 @@ type Delivery struct {
 	// the spool append under its fsync policy; Kafka is fed from the
 	// spool) or spill (memory first; disk when the queue is full or Kafka
 	// is unreachable).
-	Mode       string            `yaml:"mode"`
-	Spool      spool.Config      `yaml:"spool"`
-	DeadLetter deadletter.Config `yaml:"dead_letter"`
+	Mode string `yaml:"mode"`
+	// Guarantee: at_least_once, or exactly_once (mode spool; the
+	// exporter writes the spool's records in Kafka transactions and
+	// resumes after what Kafka committed).
+	Guarantee   string               `yaml:"guarantee"`
+	ExactlyOnce exporter.ExactlyOnce `yaml:"exactly_once"`
+	Spool       spool.Config         `yaml:"spool"`
+	DeadLetter  deadletter.Config    `yaml:"dead_letter"`
 	// Receipts bounds the receipts kept for GET /receipts/{id} (spool and
 	// spill modes: records answered from the spool before Kafka has them).
 	Receipts receipt.Config `yaml:"receipts"`
@@ -193,6 +198,31 @@ func (c *Config) Validate() error {
 		}
 	default:
 		fail("delivery.mode: %q is not one of kafka, spool, spill", c.Delivery.Mode)
+	}
+	switch c.Delivery.Guarantee {
+	case "at_least_once":
+	case "exactly_once":
+		if c.Delivery.Mode != "spool" {
+			fail("delivery.guarantee exactly_once needs delivery.mode spool (it is %s): only records in the spool can be resumed after what Kafka committed", c.Delivery.Mode)
+		}
+		if why := c.Exporter.Limits().NoExactlyOnce; why != "" {
+			fail("delivery.guarantee exactly_once: %s", why)
+		}
+		eo := c.Delivery.ExactlyOnce
+		if eo.StateTopic == "" || !routing.ValidTopic(eo.StateTopic) {
+			fail("delivery.exactly_once.state_topic: %q is not a Kafka topic name", eo.StateTopic)
+		}
+		if eo.CommitInterval < time.Millisecond || eo.CommitInterval > 10*time.Second {
+			fail("delivery.exactly_once.commit_interval: %s is not between 1ms and 10s", eo.CommitInterval)
+		}
+		if eo.TransactionTimeout < time.Second || eo.TransactionTimeout < 10*eo.CommitInterval || eo.TransactionTimeout > 15*time.Minute {
+			fail("delivery.exactly_once.transaction_timeout: %s must be at least 1s and ten commit intervals, and at most 15m (Kafka's default transaction.max.timeout.ms)", eo.TransactionTimeout)
+		}
+		if len(eo.TransactionalID) > 200 {
+			fail("delivery.exactly_once.transactional_id: %d bytes, at most 200", len(eo.TransactionalID))
+		}
+	default:
+		fail("delivery.guarantee: %q is not one of at_least_once, exactly_once", c.Delivery.Guarantee)
 	}
 	if c.Exporter.Factory() == nil {
 		fail("exporter.type: %q is not one of %s", c.Exporter.Type, strings.Join(exporterTypes(), ", "))

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -70,6 +71,35 @@ type Limits struct {
 	// refuse a request for a receipt with it rather than answer made-up
 	// places.
 	NoReceipts string
+	// NoExactlyOnce, when set, says why this destination cannot take
+	// part in delivery.guarantee exactly_once.
+	NoExactlyOnce string
+}
+
+// ExactlyOnce is delivery.exactly_once: how an exporter delivers the
+// spool's records exactly once (delivery.guarantee exactly_once). The
+// exporter writes them in transactions, each also writing how far in the
+// spool it reached to StateTopic; a restart resumes after that.
+type ExactlyOnce struct {
+	// TransactionalID names this agent's producer to Kafka; "" means
+	// "ferry-" and the spool directory's id. Two agents with one id fence
+	// each other: the newer one writes, the older one stops.
+	TransactionalID string `yaml:"transactional_id"`
+	// StateTopic is the compacted topic the positions are committed to,
+	// one key per agent; created when missing.
+	StateTopic string `yaml:"state_topic"`
+	// CommitInterval is how long a transaction gathers records before it
+	// commits: records become visible to read_committed consumers about
+	// this much later.
+	CommitInterval time.Duration `yaml:"commit_interval"`
+	// TransactionTimeout is how long Kafka waits for an agent that died
+	// in a transaction before aborting it (read_committed consumers of
+	// the partitions it wrote wait that long; a restart aborts it at once).
+	TransactionTimeout time.Duration `yaml:"transaction_timeout"`
+
+	// SpoolID is the spool directory's id (set by the pipeline): the
+	// committed positions are tagged with it and apply to that spool only.
+	SpoolID string `yaml:"-"`
 }
 
 // Env is what an exporter is built with besides its configuration.
@@ -89,6 +119,16 @@ type Env struct {
 	// exporter that can creates those missing (exporter.kafka.create_topics).
 	// Never a name a client chose.
 	Topics []string
+	// ExactlyOnce, when set, asks for delivery.guarantee exactly_once:
+	// the spool's batches (Spooled, with End) are delivered in
+	// transactions, and the exporter implements Resumer.
+	ExactlyOnce *ExactlyOnce
+}
+
+// Resumer is an exporter that knows how far Kafka committed the spool
+// (exactly once): the spool's reader starts there (spool.Links.Resume).
+type Resumer interface {
+	Committed(ctx context.Context) (record.SpoolPos, bool, error)
 }
 
 // Exporter is the pipeline's last stage: it completes each record of a

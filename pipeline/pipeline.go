@@ -118,7 +118,17 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 	if f == nil {
 		return nil, fmt.Errorf("exporter.type: unknown exporter %q", typ)
 	}
-	if p.Exporter, err = f.Create(cfg.Exporter.Config(typ), exporterEnv(cfg, set)); err != nil {
+	xenv := exporterEnv(cfg, set)
+	if cfg.Delivery.Guarantee == "exactly_once" {
+		eo := cfg.Delivery.ExactlyOnce
+		// Kafka's state is keyed by the spool directory's id, so it
+		// never applies to another spool.
+		if eo.SpoolID, err = spool.DirID(cfg.Delivery.Spool.Dir); err != nil {
+			return nil, fmt.Errorf("delivery.exactly_once: %w", err)
+		}
+		xenv.ExactlyOnce = &eo
+	}
+	if p.Exporter, err = f.Create(cfg.Exporter.Config(typ), xenv); err != nil {
 		return nil, fmt.Errorf("exporter.%s: %w", typ, err)
 	}
 	// What the receivers hand their batches to, by delivery mode:
@@ -143,6 +153,13 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 		}
 		links := spool.Links{Next: p.Exporter, MaxRecordBytes: int(cfg.SpoolRecordBytes()),
 			Budget: p.Budget, DeadLetter: p.DeadLetter, Up: p.Exporter.Up, Receipts: p.Receipts}
+		if cfg.Delivery.Guarantee == "exactly_once" {
+			r, ok := p.Exporter.(exporter.Resumer)
+			if !ok {
+				return nil, fmt.Errorf("delivery.guarantee exactly_once: exporter %s cannot resume the spool", typ)
+			}
+			links.Resume = r.Committed
+		}
 		if p.Spool, err = spool.Open(sc, set, links); err != nil {
 			return nil, fmt.Errorf("delivery.spool: %w", err)
 		}

@@ -82,6 +82,17 @@ func (b *Batch) Charge(bufs, copied int) {
 	b.MemBytes = int64(bufs) + int64(len(b.Records))*Overhead + int64(copied)
 }
 
+// SpoolPos is a place in the spool: a segment's id and a byte offset in
+// it, at a frame boundary. Places grow in write order and survive
+// restarts (segment ids are never reused within a spool directory).
+type SpoolPos struct {
+	Seg uint64
+	Off int64
+}
+
+// Less orders places in the spool.
+func (a SpoolPos) Less(b SpoolPos) bool { return a.Seg < b.Seg || a.Seg == b.Seg && a.Off < b.Off }
+
 // Batch is a group of records completed together. Its zero value is ready to
 // use; a Batch must not be copied after first use.
 type Batch struct {
@@ -110,6 +121,20 @@ type Batch struct {
 	// Kafka acknowledges it, so a failure here (a shutdown before Kafka
 	// answered) loses nothing and is not a drop.
 	Spooled bool
+
+	// End is where in the spool this batch's records end (set by the
+	// spool's reader; zero elsewhere). An exactly-once exporter commits
+	// it to Kafka in the transaction that carries the records, so a
+	// restart resumes after what Kafka committed (delivery.guarantee).
+	End SpoolPos
+
+	// DeadLetterNow, when set (by the spool), stores record i's dead
+	// letter and returns only once it is durable (true) or could not be
+	// stored (false). An exactly-once exporter calls it from its own
+	// goroutine, never the Kafka client's promise, for a record Kafka
+	// refused for good, before committing the position past it: a
+	// dead letter settled later could be lost by a crash in between.
+	DeadLetterNow func(i int, err error) bool
 
 	pending atomic.Int64
 	failed  atomic.Int64
@@ -225,6 +250,8 @@ func (b *Batch) Reset() {
 	b.OnAcked = nil
 	b.Receipt = nil
 	b.Spooled = false
+	b.End = SpoolPos{}
+	b.DeadLetterNow = nil
 	b.pending.Store(0)
 	b.failed.Store(0)
 	b.err = nil

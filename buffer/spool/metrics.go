@@ -19,6 +19,8 @@ type metrics struct {
 	fsyncSeconds    prometheus.Histogram
 	backlogAtOpen   prometheus.Gauge
 	replaySeconds   prometheus.Gauge
+	resumeSkipped   prometheus.Counter
+	resumeMismatch  prometheus.Counter
 
 	backlogAtOpenValue int64
 }
@@ -51,6 +53,10 @@ func newMetrics(reg prometheus.Registerer, s *Spool) *metrics {
 			Help: "Unacknowledged bytes found on disk when ferry started."}),
 		replaySeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_spool_replay_seconds",
 			Help: "Time from start until Kafka acknowledged the whole backlog found at start (0 until then)."}),
+		resumeSkipped: c("ferry_spool_resume_skipped_bytes_total",
+			"Exactly once: spool bytes after the checkpoint that Kafka had committed before a restart, not sent again."),
+		resumeMismatch: c("ferry_spool_resume_mismatch_total",
+			"Exactly once: starts where the position Kafka committed was not in this spool (started from the checkpoint)."),
 	}
 	for _, kind := range []string{"truncated", "skipped"} {
 		m.corruptBytes.WithLabelValues(kind)
@@ -68,6 +74,6 @@ func newMetrics(reg prometheus.Registerer, s *Spool) *metrics {
 	limit := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_spool_limit_bytes", Help: "The configured max_bytes."})
 	limit.Set(float64(s.cfg.MaxBytes))
 	reg.MustRegister(m.appendedRecords, m.appendedBytes, m.delivered, m.retried, m.deadLettered, m.replayed, m.refused,
-		m.corruptBytes, m.corruptRegions, m.writeErrors, m.fsyncs, m.fsyncSeconds, m.backlogAtOpen, m.replaySeconds, disk, spares, backlog, limit, m.recycled, m.readBytes)
+		m.corruptBytes, m.corruptRegions, m.writeErrors, m.fsyncs, m.fsyncSeconds, m.backlogAtOpen, m.replaySeconds, disk, spares, backlog, limit, m.recycled, m.readBytes, m.resumeSkipped, m.resumeMismatch)
 	return m
 }

@@ -31,6 +31,7 @@ type chunk struct {
 	batch    record.Batch
 	doneFn   func(error)
 	failFn   func(int, error)
+	dlNowFn  func(int, error) bool
 	mu       sync.Mutex
 	retry    []int
 	dead     int
@@ -56,6 +57,9 @@ type chunk struct {
 // the end, one budgeted chunk at a time, and waits at the end for appends.
 func (s *Spool) read() {
 	defer s.readWG.Done()
+	if !s.resume() {
+		return
+	}
 	for !s.readStop.Load() {
 		s.mu.Lock()
 		end, sealed := s.woff, false
@@ -219,6 +223,7 @@ func (s *Spool) sendChunk(c *chunk) {
 	c.batch.MemBytes = c.reserved
 	c.batch.Spooled = true
 	c.mark = &mark{end: s.rpos}
+	c.batch.End = record.SpoolPos{Seg: s.rpos.seg, Off: s.rpos.off}
 	s.push(c.mark)
 	s.send(c)
 }
@@ -387,6 +392,10 @@ func (s *Spool) send(c *chunk) {
 		c.batch.Receipt = &c.rc
 	}
 	c.batch.OnFailure = c.failFn
+	c.batch.DeadLetterNow = nil
+	if s.links.DeadLetter != nil {
+		c.batch.DeadLetterNow = c.dlNowFn
+	}
 	c.batch.OnDone(c.doneFn)
 	if err := s.links.Next.Consume(context.Background(), &c.batch); err != nil {
 		c.batch.PopDone()
@@ -446,6 +455,30 @@ func (c *chunk) deadLettered(i int, err error) {
 	if ready {
 		c.finish()
 	}
+}
+
+// deadLetterNow stores record i's dead letter and waits until it is
+// durable: for an exactly-once exporter, on its own goroutine (never the
+// Kafka client's promise), which must know the dead letter is settled
+// before it commits a position past the record. The record then counts
+// as done when the exporter acknowledges it.
+func (c *chunk) deadLetterNow(i int, err error) bool {
+	var pe *consumer.PermanentError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	done := make(chan error, 1)
+	c.s.links.DeadLetter.Write(&c.batch.Records[i], pe.Reason, err, func(werr error) { done <- werr })
+	if werr := <-done; werr != nil {
+		return false
+	}
+	if c.track && i < len(c.at) {
+		c.s.links.Receipts.DeadLettered(c.at[i])
+	}
+	c.mu.Lock()
+	c.dead++
+	c.mu.Unlock()
+	return true
 }
 
 // onDone runs when Kafka has answered for every record of the batch, on
@@ -534,6 +567,7 @@ func (c *chunk) resend() {
 	c.batch.Records = append(c.batch.Records, keep...)
 	c.batch.MemBytes = c.reserved
 	c.batch.Spooled = true
+	c.batch.End = record.SpoolPos{Seg: c.mark.end.seg, Off: c.mark.end.off}
 	s.send(c)
 }
 

@@ -52,6 +52,13 @@ type Links struct {
 	// receipts.go); nil: none are kept, and a batch asking for one gets
 	// no receipt id.
 	Receipts *receipt.Store
+	// Resume, when set (delivery.guarantee exactly_once), says how far
+	// Kafka has committed this spool: the reader asks it before reading
+	// anything and starts there when it is past the checkpoint, so what
+	// Kafka committed before a crash is never produced again. ok false:
+	// nothing committed yet. An error is retried (nothing is read until
+	// it answers): starting from the checkpoint instead could duplicate.
+	Resume func(ctx context.Context) (p record.SpoolPos, ok bool, err error)
 }
 
 func (l Links) withDefaults() (Links, error) {
@@ -238,7 +245,11 @@ func Open(cfg Config, set telemetry.Settings, l Links) (*Spool, error) {
 	s.logger = set.Logger.With("component", "buffer/spool")
 	s.log = telemetry.NewLimited(s.logger, 30*time.Second)
 	s.m = newMetrics(set.Registry, s)
-	s.chunks.New = func() any { c := &chunk{s: s}; c.doneFn = c.onDone; c.failFn = c.onFailure; return c }
+	s.chunks.New = func() any {
+		c := &chunk{s: s}
+		c.doneFn, c.failFn, c.dlNowFn = c.onDone, c.onFailure, c.deadLetterNow
+		return c
+	}
 	// The directory and its files are the agent's alone: the records are
 	// other applications' data, and a segment's header holds the secret
 	// its frames are sealed with.

@@ -29,7 +29,9 @@ func (*Config) Check(exporter.Bounds) []error { return nil }
 func (*Config) CheckFiles() error { return nil }
 
 // Limits: any record, and topics are not created (there are none).
-func (*Config) Limits() exporter.Limits { return exporter.Limits{} }
+func (*Config) Limits() exporter.Limits {
+	return exporter.Limits{NoExactlyOnce: "exporter.type blackhole discards every record: there is nothing to deliver exactly once"}
+}
 
 // Partitions: the blackhole takes any topic, as one partition (the
 // receivers check the names).

@@ -97,6 +97,12 @@ type Exporter struct {
 	// missing (create_topics); reached tells the creator Kafka was reached.
 	want    []string
 	reached chan struct{}
+	// opts built the client; exactly once builds its transactional
+	// client and its state reader from them.
+	opts []kgo.Opt
+	// eo delivers the spool's batches in transactions
+	// (delivery.guarantee exactly_once); nil otherwise.
+	eo *exactlyOnce
 }
 
 // New builds the exporter. bufferedBytes is the queue's memory limit, used to
@@ -191,7 +197,7 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 		sec.close()
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	e.cl, e.maxBuffered = cl, buffered
+	e.cl, e.maxBuffered, e.opts = cl, buffered, opts
 	set.Health.Register("kafka", e.ready)
 	return e, nil
 }
@@ -250,6 +256,9 @@ func (e *Exporter) Start(context.Context) error {
 	if e.cfg.CreateTopics.Enabled && len(e.want) > 0 {
 		e.wg.Add(1)
 		go e.creator()
+	}
+	if e.eo != nil {
+		e.eo.start()
 	}
 	return nil
 }
@@ -348,6 +357,9 @@ func (*exportBatch) Value(any) any               { return nil }
 func (e *Exporter) Consume(_ context.Context, b *record.Batch) error {
 	if e.closing.Load() {
 		return consumer.ErrShuttingDown
+	}
+	if e.eo != nil && b.Spooled {
+		return e.eo.enqueue(b)
 	}
 	n := len(b.Records)
 	if n == 0 {
@@ -531,6 +543,11 @@ func (e *Exporter) Shutdown(ctx context.Context) error {
 
 func (e *Exporter) shutdown(ctx context.Context) error {
 	e.closing.Store(true)
+	if e.eo != nil {
+		// The open transaction commits within ctx, or its batches stay
+		// in the spool for the next start.
+		e.eo.shutdown(ctx)
+	}
 	ferr := e.cl.Flush(ctx)
 	spooled := e.spooled.Load()
 	left := e.inflight.Load() - spooled

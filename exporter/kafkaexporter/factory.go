@@ -1,7 +1,9 @@
 package kafkaexporter
 
 import (
+	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"reflect"
 
@@ -33,6 +35,16 @@ func (factory) Create(cfg exporter.Config, env exporter.Env) (exporter.Exporter,
 	}
 	e.given = given
 	e.want = env.Topics
+	if env.ExactlyOnce != nil {
+		if why := cfg.Limits().NoExactlyOnce; why != "" {
+			_ = e.Shutdown(context.Background())
+			return nil, errors.New(why)
+		}
+		if err := e.enableExactlyOnce(*env.ExactlyOnce); err != nil {
+			_ = e.Shutdown(context.Background())
+			return nil, err
+		}
+	}
 	return e, nil
 }
 
@@ -52,6 +64,11 @@ func (c *Config) Limits() exporter.Limits {
 	l := exporter.Limits{MaxRecordBytes: int64(c.MaxBatchBytes), AutoCreateTopics: c.AutoCreateTopics}
 	if c.Acks == "none" {
 		l.NoReceipts = NoReceiptsAcksNone
+	}
+	if c.Acks != "all" || !c.Idempotent {
+		// Kafka transactions need the idempotent producer, which needs
+		// acks all.
+		l.NoExactlyOnce = "exporter.kafka needs acks: all and idempotent: true for Kafka transactions"
 	}
 	return l
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/ferryhq/ferry/proofs/harness/agenttest"
 	"github.com/ferryhq/ferry/proofs/harness/kafkatest"
 )
@@ -80,12 +82,22 @@ func TestBrokerKilledUnderLoad(t *testing.T) {
 
 // 2. The agent is killed with SIGKILL mid-load in spool mode with fsync
 // always: after a restart on the same spool every acknowledged record
-// arrives. Replays of records Kafka had acknowledged are counted.
+// arrives. At least once, replays of records Kafka had acknowledged are
+// counted; exactly once, a read_committed consumer finds every record
+// once, acknowledged or not.
 func TestAgentKilledInSpoolMode(t *testing.T) {
 	brokers := kafkatest.Shared(t)
-	topic := kafkatest.NewTopic(t, brokers, "fault-agent", 3)
+	for _, guarantee := range []string{"at_least_once", "exactly_once"} {
+		t.Run(guarantee, func(t *testing.T) {
+			agentKilledInSpoolMode(t, brokers, guarantee)
+		})
+	}
+}
+
+func agentKilledInSpoolMode(t *testing.T, brokers, guarantee string) {
+	topic := kafkatest.NewTopic(t, brokers, "fault-agent-"+strings.ReplaceAll(guarantee, "_", "-"), 3)
 	dir := t.TempDir()
-	sets := append(spoolSets(t, "spool", dir), "delivery.spool.fsync=always")
+	sets := append(spoolSets(t, "spool", dir), "delivery.spool.fsync=always", "delivery.guarantee="+guarantee)
 	a := startAgent(t, brokers, sets...)
 	var cur atomic.Pointer[agent]
 	cur.Store(a)
@@ -108,20 +120,44 @@ func TestAgentKilledInSpoolMode(t *testing.T) {
 	l := load(ctx, t, func() string { return cur.Load().HTTP }, topic, loadSpec{clients: 8, batch: 100, size: 100, perSec: 20000})
 	<-done
 	a2.Alive()
-	delivered, lost, dups, took := verify(t, brokers, topic, l, 3*time.Minute)
+	var opts []kgo.Opt
+	mode := "spool, fsync always"
+	if guarantee == "exactly_once" {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+		mode += ", exactly_once (read_committed)"
+	}
+	delivered, lost, dups, took := verify(t, brokers, topic, l, 3*time.Minute, opts...)
 	replayed = a2.Metric("ferry_spool_replayed_records_total")
 	replaySecs := a2.Metric("ferry_spool_replay_seconds")
-	record(t, outcome{Test: "2. agent SIGKILL, restarted on its spool", Mode: "spool, fsync always",
+	recovery := fmt.Sprintf("serving %.1fs after the kill; %0.f records replayed in %.1fs", restartedIn.Seconds(), replayed, replaySecs)
+	if guarantee == "exactly_once" {
+		recovery += fmt.Sprintf("; %.0f bytes Kafka had committed skipped", a2.Metric("ferry_spool_resume_skipped_bytes_total"))
+	}
+	record(t, outcome{Test: "2. agent SIGKILL, restarted on its spool", Mode: mode,
 		Duration: fmt.Sprintf("%s, kill at %s", total, total/3), Offered: l.offered.Load(), Acked: l.ackedN.Load(),
 		Delivered: delivered, Lost: lost, Duplicates: dups, Refused: l.refused(), PeakRSSMiB: mib(a.peakRSS.Load()),
-		Recovery: fmt.Sprintf("serving %.1fs after the kill; %0.f records replayed in %.1fs", restartedIn.Seconds(), replayed, replaySecs),
+		Recovery: recovery,
 		Note:     fmt.Sprintf("%s; verified in %.1fs", l.statuses(), took.Seconds())})
+	committed := a2.Metric(`ferry_exactly_once_transactions_total{result="committed"}`)
 	a2.Stop()
 	if lost > 0 {
 		t.Fatalf("%d acknowledged records are not in Kafka", lost)
 	}
-	if dups > int64(replayed) {
-		t.Fatalf("%d duplicates but only %v records replayed: duplicates from elsewhere", dups, replayed)
+	if l.ackedN.Load() == 0 {
+		t.Fatal("nothing was acknowledged")
+	}
+	switch guarantee {
+	case "exactly_once":
+		if dups > 0 {
+			t.Fatalf("exactly once: %d duplicates seen by a read_committed consumer", dups)
+		}
+		if committed == 0 {
+			t.Fatal("exactly once: the restarted agent committed no transaction")
+		}
+	default:
+		if dups > int64(replayed) {
+			t.Fatalf("%d duplicates but only %v records replayed: duplicates from elsewhere", dups, replayed)
+		}
 	}
 }
 

@@ -218,11 +218,11 @@ type outcome struct {
 
 // verify reads the topic until every acknowledged id is there (or timeout)
 // and counts what is missing and what is there twice.
-func verify(t *testing.T, brokers, topic string, l *ledger, timeout time.Duration) (delivered, lost, dups int64, took time.Duration) {
+func verify(t *testing.T, brokers, topic string, l *ledger, timeout time.Duration, opts ...kgo.Opt) (delivered, lost, dups int64, took time.Duration) {
 	t.Helper()
 	start := time.Now()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxBytes(64<<20))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxBytes(64 << 20)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

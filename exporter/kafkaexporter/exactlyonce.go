@@ -1,0 +1,881 @@
+package kafkaexporter
+
+// Exactly once (delivery.guarantee exactly_once).
+//
+// At least once, the spool's checkpoint trails Kafka: after a crash the
+// records Kafka acknowledged since the last checkpoint are sent again. To
+// send each record once, Kafka itself must remember how far in the spool it
+// got, atomically with the records: each Kafka transaction carries a run of
+// the spool's batches, in spool order, and one state record — this agent's
+// key in the compacted state topic, valued with the spool place the last of
+// those batches ends at. A transaction commits both or neither, so the
+// state topic's last committed value for the key is exactly how far Kafka
+// has the spool. At start the spool's reader asks Committed and begins
+// there (spool.Links.Resume).
+//
+// The committer goroutine owns the transactional client: begin, produce
+// every queued batch (more join while the transaction is open, for
+// commit_interval), produce the state record, flush, commit; then complete
+// every batch of the transaction (the spool's watermark moves, its client
+// answers have long been given at fsync). Completions run here, never on
+// the Kafka client's promise goroutine, which only records outcomes. One
+// transaction is open at a time, so transactions commit in spool order and
+// the state can never pass a batch that is not committed.
+//
+// A failed attempt is aborted and the same batches go again in the next
+// one. A record Kafka refuses for good (too large, unknown or refused
+// topic) is dead-lettered first, synchronously (record.Batch.DeadLetterNow),
+// and left out of the next attempt: the commit that passes it never comes
+// before its dead letter is durable. A commit whose outcome is unknown (the
+// connection broke) is aborted as franz-go requires and the state topic is
+// read again: if it holds this transaction's number, it committed.
+//
+// Reading the state: Committed first makes the client's producer id, which
+// fences any earlier instance with this transactional id and aborts its
+// open transaction; then it commits a start record (key id+"/start", a
+// random nonce) and reads the state topic's partition read_committed
+// backwards in growing windows up to that start record, whose arrival
+// proves everything committed before it has been seen. The last value under
+// the key is the position. Values carry the spool directory's id and apply
+// only to that spool.
+//
+// Fencing: a second agent with the same transactional id (a copied state
+// directory) makes this one's producer fail with PRODUCER_FENCED. If the
+// state topic holds a newer start record than ours, this agent stops
+// delivering and reports not ready (an operator must sort out which agent
+// owns the spool); other fatal producer errors (a transaction Kafka aborted
+// after transaction_timeout during a long outage) rebuild the client and
+// recover from the state topic.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/exporter"
+	"github.com/ferryhq/ferry/record"
+)
+
+// stateValue is a state record's value (JSON: an operator can read it with
+// any consumer).
+type stateValue struct {
+	V     int    `json:"v"`
+	Kind  string `json:"kind"` // "position" or "start"
+	Spool string `json:"spool"`
+	Seg   uint64 `json:"seg,omitempty"`
+	Off   int64  `json:"off,omitempty"`
+	Txn   uint64 `json:"txn,omitempty"`
+	Nonce string `json:"nonce,omitempty"`
+	Time  string `json:"time"`
+}
+
+// stateTopicPartitions is how many partitions a state topic ferry creates
+// has: state records of a fleet's agents (a few a second each) spread over
+// brokers. An agent's key maps to a partition by the count it finds, so
+// the count must not change once agents use the topic.
+const stateTopicPartitions = 16
+
+// eoBatch carries one spool batch through a transaction. It is the
+// records' kgo.Context so the shared promise finds it without a closure.
+type eoBatch struct {
+	context.Context
+	b    *record.Batch
+	recs []kgo.Record
+	// errs[i]: record i's failure in the current attempt; out[i]: it was
+	// dead-lettered and is left out of later attempts.
+	errs []error
+	out  []bool
+}
+
+type exactlyOnce struct {
+	e   *Exporter
+	cfg exporter.ExactlyOnce
+	id  string
+	key []byte
+	// nonce marks this instance's start record.
+	nonce string
+
+	cl   *kgo.Client // transactional; the committer's alone after Start
+	part int32       // the state topic partition of key
+	seq  uint64      // the last committed transaction's number
+
+	mu    sync.Mutex
+	queue []*eoBatch
+	kick  chan struct{}
+	pool  sync.Pool
+
+	pending atomic.Int64
+	flushed chan struct{}
+
+	stop    chan struct{}
+	done    chan struct{}
+	ctx     context.Context
+	cancel  context.CancelFunc
+	stopped atomic.Pointer[string] // why delivery stopped for good (fenced)
+	left    []*eoBatch             // what run had not committed when it stopped
+	started atomic.Bool
+
+	m eoMetrics
+}
+
+type eoMetrics struct {
+	txns   *prometheus.CounterVec
+	commit prometheus.Histogram
+	fenced prometheus.Gauge
+}
+
+func (e *Exporter) enableExactlyOnce(cfg exporter.ExactlyOnce) error {
+	id := cfg.TransactionalID
+	if id == "" {
+		if cfg.SpoolID == "" {
+			return errors.New("exactly once: no transactional_id and no spool id")
+		}
+		id = "ferry-" + cfg.SpoolID
+	}
+	var raw [8]byte
+	_, _ = rand.Read(raw[:])
+	eo := &exactlyOnce{e: e, cfg: cfg, id: id, key: []byte(id), nonce: hex.EncodeToString(raw[:]),
+		kick: make(chan struct{}, 1), flushed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	eo.ctx, eo.cancel = context.WithCancel(context.Background())
+	eo.pool.New = func() any { return &eoBatch{Context: context.Background()} }
+	cl, err := eo.newClient()
+	if err != nil {
+		return err
+	}
+	eo.cl = cl
+	eo.m = eoMetrics{
+		txns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exactly_once_transactions_total",
+			Help: "Kafka transactions of the spool's records, by result: committed, aborted (tried again), unknown (the commit's answer was lost; the state topic decided)."},
+			[]string{"result"}),
+		commit: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_exactly_once_transaction_seconds",
+			Help:    "Time from a transaction's begin to its commit (records become visible to read_committed consumers at the end).",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}),
+		fenced: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_exactly_once_fenced",
+			Help: "1 when another agent with this transactional id took over and this one stopped delivering."}),
+	}
+	for _, r := range []string{"committed", "aborted", "unknown"} {
+		eo.m.txns.WithLabelValues(r)
+	}
+	e.set.Registry.MustRegister(eo.m.txns, eo.m.commit, eo.m.fenced)
+	e.set.Health.Register("exactly_once", eo.health)
+	e.eo = eo
+	return nil
+}
+
+func (eo *exactlyOnce) newClient() (*kgo.Client, error) {
+	opts := append([]kgo.Opt{}, eo.e.opts...)
+	opts = append(opts, kgo.TransactionalID(eo.id), kgo.TransactionTimeout(eo.cfg.TransactionTimeout))
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka transactional client: %w", err)
+	}
+	return cl, nil
+}
+
+func (eo *exactlyOnce) health() error {
+	if p := eo.stopped.Load(); p != nil {
+		return errors.New(*p)
+	}
+	return nil
+}
+
+// enqueue takes a spool batch for the next transaction.
+func (eo *exactlyOnce) enqueue(b *record.Batch) error {
+	if p := eo.stopped.Load(); p != nil {
+		return &consumer.PermanentError{Reason: "fenced", Msg: *p, Kind: consumer.KindUnavailable}
+	}
+	n := len(b.Records)
+	if n == 0 {
+		b.Arm()
+		b.Fail(nil)
+		return nil
+	}
+	tb := eo.pool.Get().(*eoBatch)
+	tb.b = b
+	tb.recs = resize(tb.recs, n)
+	tb.errs = resize(tb.errs, n)
+	tb.out = resize(tb.out, n)
+	b.Arm()
+	eo.e.inflight.Add(int64(n))
+	eo.e.m.inflight.Add(float64(n))
+	eo.e.spooled.Add(int64(n))
+	eo.mu.Lock()
+	eo.queue = append(eo.queue, tb)
+	eo.mu.Unlock()
+	select {
+	case eo.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+func (eo *exactlyOnce) take(cur []*eoBatch) []*eoBatch {
+	eo.mu.Lock()
+	cur = append(cur, eo.queue...)
+	clear(eo.queue)
+	eo.queue = eo.queue[:0]
+	eo.mu.Unlock()
+	return cur
+}
+
+func (eo *exactlyOnce) start() {
+	eo.started.Store(true)
+	go eo.run()
+}
+
+// run is the committer.
+func (eo *exactlyOnce) run() {
+	var cur []*eoBatch
+	defer func() {
+		eo.left = cur
+		close(eo.done)
+	}()
+	tries := 0
+	for {
+		if len(cur) == 0 {
+			select {
+			case <-eo.stop:
+				return
+			case <-eo.kick:
+			}
+			cur = eo.take(cur)
+			if len(cur) == 0 {
+				continue
+			}
+		}
+		if eo.stopped.Load() != nil {
+			// Fenced: nothing is delivered again by this instance; the
+			// batches stay unanswered in the spool for whoever owns it.
+			<-eo.stop
+			return
+		}
+		var ok bool
+		cur, ok = eo.attempt(cur)
+		if ok {
+			tries = 0
+			continue
+		}
+		tries++
+		select {
+		case <-eo.stop:
+			return
+		case <-time.After(backoff(eo.e.cfg.RetryBackoffMax)(tries)):
+		}
+	}
+}
+
+// attempt runs one transaction over cur (and the batches that join it)
+// and completes them if it commits; it returns the batches still to send.
+func (eo *exactlyOnce) attempt(cur []*eoBatch) ([]*eoBatch, bool) {
+	ctx := eo.ctx
+	if err := eo.cl.BeginTransaction(); err != nil {
+		eo.failed("begin", err)
+		return cur, false
+	}
+	began := time.Now()
+	for _, tb := range cur {
+		eo.produce(ctx, tb)
+	}
+	// More batches join until the interval has passed since the begin.
+	timer := time.NewTimer(eo.cfg.CommitInterval)
+	for open := true; open; {
+		select {
+		case <-timer.C:
+			open = false
+		case <-eo.stop:
+			timer.Stop()
+			open = false
+		case <-eo.kick:
+			n := len(cur)
+			cur = eo.take(cur)
+			for _, tb := range cur[n:] {
+				eo.produce(ctx, tb)
+			}
+		}
+	}
+	eo.seq++
+	seq := eo.seq
+	end := cur[len(cur)-1].b.End
+	val, _ := json.Marshal(stateValue{V: 1, Kind: "position", Spool: eo.cfg.SpoolID, Seg: end.Seg, Off: end.Off, Txn: seq,
+		Time: time.Now().UTC().Format(time.RFC3339Nano)})
+	var stateErr error
+	eo.pending.Add(1)
+	eo.cl.Produce(ctx, &kgo.Record{Topic: eo.cfg.StateTopic, Partition: eo.part, Key: eo.key, Value: val}, func(_ *kgo.Record, err error) {
+		stateErr = err
+		eo.answered()
+	})
+	ferr := eo.cl.Flush(ctx)
+	eo.waitAnswered(ctx)
+	failed := ferr != nil || stateErr != nil
+	for _, tb := range cur {
+		for i := range tb.errs {
+			if tb.errs[i] != nil {
+				failed = true
+			}
+		}
+	}
+	if failed {
+		eo.seq--
+		eo.abort(ctx)
+		eo.m.txns.WithLabelValues("aborted").Inc()
+		eo.sortFailures(cur, ferr, stateErr)
+		return cur, false
+	}
+	err := eo.cl.EndTransaction(ctx, kgo.TryCommit)
+	if err != nil {
+		if eo.fatal(err) {
+			eo.seq--
+			eo.failed("commit", err)
+			return cur, false
+		}
+		// The commit's outcome may be unknown: abort as franz-go asks, then
+		// the state topic says whether it committed. Until it has answered
+		// the batches cannot go again (they may be in Kafka already).
+		eo.abort(ctx)
+		eo.m.txns.WithLabelValues("unknown").Inc()
+		st, ok, rerr := eo.resolve(ctx)
+		if rerr != nil {
+			eo.seq--
+			return cur, false // shutting down: the spool keeps them
+		}
+		if !ok || st.Txn < seq {
+			eo.seq--
+			eo.e.log.Log(slog.LevelWarn, "eo-commit", "exactly once: a commit's answer was lost; the state topic says it did not commit; its batches go again", "err", err)
+			return cur, false
+		}
+		eo.seq = st.Txn
+		eo.e.log.Log(slog.LevelInfo, "eo-commit", "exactly once: a commit's answer was lost; the state topic says it committed", "txn", seq)
+	} else {
+		eo.m.txns.WithLabelValues("committed").Inc()
+	}
+	eo.m.commit.Observe(time.Since(began).Seconds())
+	eo.complete(cur)
+	clear(cur)
+	return cur[:0], true
+}
+
+// produce hands tb's records (those not dead-lettered) to the
+// transactional client. Produce blocks when the client's buffer is full:
+// this is the committer's goroutine, not a promise.
+func (eo *exactlyOnce) produce(ctx context.Context, tb *eoBatch) {
+	b := tb.b
+	for i := range b.Records {
+		tb.errs[i] = nil
+		if tb.out[i] {
+			continue
+		}
+		r := &b.Records[i]
+		kr := &tb.recs[i]
+		*kr = kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Partition: -1, Context: tb}
+		if p, ok := r.Partition(); ok {
+			kr.Partition = p
+		}
+		if len(r.Headers) > 0 {
+			kr.Headers = *(*[]kgo.RecordHeader)(unsafe.Pointer(&r.Headers))
+		}
+		eo.pending.Add(1)
+		eo.cl.Produce(ctx, kr, eo.promise)
+	}
+}
+
+// promise records an outcome; in memory only (it runs on the Kafka
+// client's promise goroutine).
+func (eo *exactlyOnce) promise(kr *kgo.Record, err error) {
+	if err != nil {
+		tb := kr.Context.(*eoBatch)
+		idx := int((uintptr(unsafe.Pointer(kr)) - uintptr(unsafe.Pointer(&tb.recs[0]))) / unsafe.Sizeof(kgo.Record{}))
+		tb.errs[idx] = err
+	}
+	eo.answered()
+}
+
+func (eo *exactlyOnce) answered() {
+	if eo.pending.Add(-1) == 0 {
+		select {
+		case eo.flushed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// waitAnswered waits until every record produced in this attempt had its
+// promise run (Flush returns when the client's buffer is empty, which may
+// be just before the last promise).
+func (eo *exactlyOnce) waitAnswered(ctx context.Context) {
+	for eo.pending.Load() > 0 {
+		select {
+		case <-eo.flushed:
+		case <-ctx.Done():
+			// Shutting down: the client is closed after us, which fails
+			// (and answers) whatever is left.
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// abort ends the open transaction with an abort, retried as franz-go asks
+// when its outcome was unknown.
+func (eo *exactlyOnce) abort(ctx context.Context) {
+	_ = eo.cl.AbortBufferedRecords(ctx)
+	eo.waitAnswered(ctx)
+	for i := 0; i < 3; i++ {
+		err := eo.cl.EndTransaction(ctx, kgo.TryAbort)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if eo.fatal(err) {
+			eo.failed("abort", err)
+			return
+		}
+	}
+}
+
+// resolve reads the committed state until it can (rebuilding the client
+// when it cannot go on); an error only when shutting down.
+func (eo *exactlyOnce) resolve(ctx context.Context) (stateValue, bool, error) {
+	for tries := 1; ; tries++ {
+		st, ok, err := eo.read(ctx)
+		if err == nil {
+			return st, ok, nil
+		}
+		if ctx.Err() != nil {
+			return stateValue{}, false, ctx.Err()
+		}
+		eo.e.log.Log(slog.LevelWarn, "eo-read", "exactly once: the state topic could not be read; retrying (nothing is sent until it is)", "err", err)
+		if eo.fatal(err) || errors.Is(err, errBegin) {
+			eo.rebuild()
+		}
+		select {
+		case <-ctx.Done():
+			return stateValue{}, false, ctx.Err()
+		case <-time.After(backoff(eo.e.cfg.RetryBackoffMax)(tries)):
+		}
+	}
+}
+
+var errBegin = errors.New("begin transaction")
+
+// rebuild replaces the transactional client; the new one's first
+// transaction gets a new producer epoch, which aborts whatever the old
+// one left open.
+func (eo *exactlyOnce) rebuild() {
+	cl, err := eo.newClient()
+	if err != nil {
+		return
+	}
+	old := eo.cl
+	eo.cl = cl
+	old.Close()
+}
+
+// sortFailures handles the records an aborted attempt failed: a record
+// Kafka refuses for good is dead-lettered now and left out of the next
+// attempt; every other failure is retried with the whole transaction.
+func (eo *exactlyOnce) sortFailures(cur []*eoBatch, ferr, stateErr error) {
+	var first error
+	for _, tb := range cur {
+		for i, err := range tb.errs {
+			if err == nil || errors.Is(err, kgo.ErrAborting) {
+				continue
+			}
+			if first == nil {
+				first = err
+			}
+			if eo.fatal(err) {
+				continue
+			}
+			cerr := eo.e.classify(&tb.recs[i], err)
+			var pe *consumer.PermanentError
+			if !errors.As(cerr, &pe) || pe.Reason == "kafka_error" || tb.b.DeadLetterNow == nil {
+				continue
+			}
+			if tb.b.DeadLetterNow(i, cerr) {
+				tb.out[i] = true
+			}
+		}
+	}
+	if first == nil {
+		first = stateErr
+	}
+	if first == nil {
+		first = ferr
+	}
+	if first != nil && eo.fatal(first) {
+		eo.failed("produce", first)
+		return
+	}
+	if first != nil {
+		eo.e.log.Log(slog.LevelWarn, "eo-abort", "exactly once: a transaction was aborted and goes again", "err", first)
+	}
+}
+
+// complete answers every batch of a committed transaction.
+func (eo *exactlyOnce) complete(cur []*eoBatch) {
+	e := eo.e
+	for _, tb := range cur {
+		b := tb.b
+		n := len(b.Records)
+		var sent, bytes int64
+		topic := ""
+		for i := range b.Records {
+			kr := &tb.recs[i]
+			if !tb.out[i] {
+				if b.Receipt != nil {
+					b.Receipt.Acked(i, kr.Topic, kr.Partition, kr.Offset)
+				}
+				if topic == "" {
+					topic = kr.Topic
+				}
+				if kr.Topic == topic {
+					sent++
+					bytes += int64(len(kr.Key) + len(kr.Value))
+				} else {
+					e.m.sent.WithLabelValues(e.topics.Get(kr.Topic)).Inc()
+					e.m.sentBytes.WithLabelValues(e.topics.Get(kr.Topic)).Add(float64(len(kr.Key) + len(kr.Value)))
+				}
+			}
+		}
+		if sent > 0 {
+			t := e.topics.Get(topic)
+			e.m.sent.WithLabelValues(t).Add(float64(sent))
+			e.m.sentBytes.WithLabelValues(t).Add(float64(bytes))
+		}
+		clear(tb.recs)
+		tb.b = nil
+		eo.pool.Put(tb)
+		for range n {
+			b.Ack(nil)
+		}
+		eo.settle(int64(n))
+	}
+	e.lastProduced.Store(time.Now().UnixNano())
+}
+
+// settle counts n records as answered (the shutdown drain waits for it).
+func (eo *exactlyOnce) settle(n int64) {
+	e := eo.e
+	e.spooled.Add(-n)
+	e.m.inflight.Sub(float64(n))
+	if e.inflight.Add(-n) == 0 && e.closing.Load() {
+		e.drainedOnce.Do(func() { close(e.drained) })
+	}
+}
+
+// fatal: the producer cannot go on with this client.
+func (eo *exactlyOnce) fatal(err error) bool {
+	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed) ||
+		errors.Is(err, kerr.InvalidProducerEpoch) || errors.Is(err, kerr.InvalidProducerIDMapping) ||
+		errors.Is(err, kerr.InvalidTxnState) || errors.Is(err, kerr.UnknownProducerID) ||
+		errors.Is(err, kerr.ClusterAuthorizationFailed)
+}
+
+// failed handles an error the transactional client cannot go on after:
+// fenced by a newer agent with this id, it stops for good; otherwise the
+// client is rebuilt and the position read again before the next attempt.
+func (eo *exactlyOnce) failed(where string, err error) {
+	if !eo.fatal(err) && where != "begin" {
+		return
+	}
+	if eo.ctx.Err() != nil {
+		return
+	}
+	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+		if newer, rerr := eo.newerStart(); rerr == nil && newer != "" {
+			why := fmt.Sprintf("exactly once: another agent with transactional id %q started (start record %s) and fenced this one; this agent no longer delivers (records stay in its spool): make sure one agent owns the spool directory, then restart", eo.id, newer)
+			eo.stopped.Store(&why)
+			eo.m.fenced.Set(1)
+			eo.e.set.Logger.Error(why, "component", "exporter/kafka")
+			return
+		}
+		if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+			eo.e.log.Log(slog.LevelError, "eo-auth", "exactly once: Kafka refuses this agent's transactional id (it needs WRITE and DESCRIBE on TransactionalId "+eo.id+"); retrying", "err", err)
+		}
+	}
+	eo.e.log.Log(slog.LevelWarn, "eo-fatal", "exactly once: the transactional producer failed; rebuilding it (the transaction goes again)",
+		"at", where, "err", err)
+	eo.rebuild()
+}
+
+// Committed is how far Kafka has committed the spool (exporter.Resumer):
+// the spool's reader starts there. It fences any earlier instance with
+// this transactional id first.
+func (e *Exporter) Committed(ctx context.Context) (record.SpoolPos, bool, error) {
+	if e.eo == nil {
+		return record.SpoolPos{}, false, errors.New("kafka exporter: not in exactly-once mode")
+	}
+	return e.eo.committed(ctx)
+}
+
+func (eo *exactlyOnce) committed(ctx context.Context) (record.SpoolPos, bool, error) {
+	if err := eo.ensureStateTopic(ctx); err != nil {
+		return record.SpoolPos{}, false, err
+	}
+	st, ok, err := eo.read(ctx)
+	if err != nil {
+		return record.SpoolPos{}, false, err
+	}
+	eo.seq = 0
+	if ok {
+		eo.seq = st.Txn
+	}
+	if !ok {
+		return record.SpoolPos{}, false, nil
+	}
+	if st.Spool != eo.cfg.SpoolID {
+		eo.e.set.Logger.Warn("exactly once: the state topic's position for this transactional id belongs to another spool directory; starting from this spool's checkpoint",
+			"component", "exporter/kafka", "transactional_id", eo.id, "state_spool", st.Spool, "spool", eo.cfg.SpoolID)
+		return record.SpoolPos{}, false, nil
+	}
+	return record.SpoolPos{Seg: st.Seg, Off: st.Off}, true, nil
+}
+
+// ensureStateTopic creates the state topic when missing (compacted) and
+// finds the partition of this agent's key.
+func (eo *exactlyOnce) ensureStateTopic(ctx context.Context) error {
+	adm := kadm.NewClient(eo.e.cl)
+	adm.SetTimeoutMillis(int32(eo.e.cfg.RequestTimeout.Milliseconds()))
+	partitions := func(n int) {
+		h := fnv.New32a()
+		h.Write(eo.key)
+		eo.part = int32(h.Sum32() % uint32(n))
+	}
+	for i := 0; i < 20; i++ {
+		td, err := adm.ListTopics(ctx, eo.cfg.StateTopic)
+		if err != nil {
+			return fmt.Errorf("state topic metadata: %w", err)
+		}
+		if t, ok := td[eo.cfg.StateTopic]; ok && t.Err == nil && len(t.Partitions) > 0 {
+			partitions(len(t.Partitions))
+			return nil
+		}
+		ct := eo.e.cfg.CreateTopics
+		resp, err := adm.CreateTopic(ctx, stateTopicPartitions, int16(ct.ReplicationFactor),
+			map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, eo.cfg.StateTopic)
+		if err == nil && resp.Err == nil {
+			eo.e.set.Logger.Info("created the exactly-once state topic", "component", "exporter/kafka", "topic", eo.cfg.StateTopic,
+				"partitions", resp.NumPartitions, "cleanup.policy", "compact")
+			partitions(int(resp.NumPartitions))
+			return nil
+		}
+		if err == nil {
+			err = resp.Err
+		}
+		if !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("creating the state topic %s (or create it compacted by hand): %w %s", eo.cfg.StateTopic, err, resp.ErrMessage)
+		}
+		// Created by another agent a moment ago: its metadata can lag.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("state topic %s: exists but its metadata does not show its partitions", eo.cfg.StateTopic)
+}
+
+// read commits a start record and returns the last committed position
+// record for this agent's key before it.
+func (eo *exactlyOnce) read(ctx context.Context) (stateValue, bool, error) {
+	// A transaction of its own: producing it fences earlier instances and
+	// aborts their open transaction, and its commit marks the end of what
+	// must be read.
+	if err := eo.cl.BeginTransaction(); err != nil {
+		return stateValue{}, false, fmt.Errorf("%w: %w", errBegin, err)
+	}
+	val, _ := json.Marshal(stateValue{V: 1, Kind: "start", Spool: eo.cfg.SpoolID, Nonce: eo.nonce, Time: time.Now().UTC().Format(time.RFC3339Nano)})
+	res := eo.cl.ProduceSync(ctx, &kgo.Record{Topic: eo.cfg.StateTopic, Partition: eo.part, Key: []byte(eo.id + "/start"), Value: val})
+	if err := res.FirstErr(); err != nil {
+		_ = eo.cl.EndTransaction(ctx, kgo.TryAbort)
+		return stateValue{}, false, fmt.Errorf("start record: %w", err)
+	}
+	startAt := res[0].Record.Offset
+	if err := eo.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		_ = eo.cl.EndTransaction(ctx, kgo.TryAbort)
+		return stateValue{}, false, fmt.Errorf("start record commit: %w", err)
+	}
+	adm := kadm.NewClient(eo.e.cl)
+	starts, err := adm.ListStartOffsets(ctx, eo.cfg.StateTopic)
+	if err != nil {
+		return stateValue{}, false, fmt.Errorf("state topic offsets: %w", err)
+	}
+	logStart := int64(0)
+	if o, ok := starts.Lookup(eo.cfg.StateTopic, eo.part); ok && o.Err == nil {
+		logStart = o.Offset
+	}
+	for window := int64(1024); ; window *= 4 {
+		from := max(logStart, startAt-window)
+		st, found, err := eo.scan(ctx, from, startAt, func(v *stateValue) bool { return v.Kind == "position" }, eo.key)
+		if err != nil || found {
+			return st, found, err
+		}
+		if from == logStart {
+			return stateValue{}, false, nil
+		}
+	}
+}
+
+// scan reads the state partition read_committed from offset from up to
+// and including until (a committed record), and returns the last value
+// under key that match accepts.
+func (eo *exactlyOnce) scan(ctx context.Context, from, until int64, match func(*stateValue) bool, key []byte) (stateValue, bool, error) {
+	opts := append([]kgo.Opt{}, eo.e.opts...)
+	opts = append(opts,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{eo.cfg.StateTopic: {eo.part: kgo.NewOffset().At(from)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(500*time.Millisecond))
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return stateValue{}, false, err
+	}
+	defer cl.Close()
+	rctx, cancel := context.WithTimeout(ctx, eo.cfg.TransactionTimeout+30*time.Second)
+	defer cancel()
+	var last stateValue
+	found := false
+	for {
+		fs := cl.PollFetches(rctx)
+		if err := rctx.Err(); err != nil {
+			return stateValue{}, false, fmt.Errorf("reading the state topic up to offset %d: %w", until, err)
+		}
+		for _, fe := range fs.Errors() {
+			if !errors.Is(fe.Err, context.Canceled) && !errors.Is(fe.Err, context.DeadlineExceeded) {
+				eo.e.log.Log(slog.LevelWarn, "eo-fetch", "exactly once: reading the state topic", "err", fe.Err)
+			}
+		}
+		reached := false
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset > until || reached {
+				reached = true
+				return
+			}
+			if r.Offset == until {
+				reached = true
+			}
+			if string(r.Key) != string(key) {
+				return
+			}
+			var v stateValue
+			if json.Unmarshal(r.Value, &v) == nil && match(&v) {
+				last, found = v, true
+			}
+		})
+		if reached {
+			return last, found, nil
+		}
+	}
+}
+
+// newerStart reads the state partition for a start record of this
+// transactional id that is not ours, committed after ours: the agent that
+// fenced this one. "" when there is none (the fence came from Kafka, e.g.
+// a transaction it aborted after transaction_timeout).
+func (eo *exactlyOnce) newerStart() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(eo.e.cl)
+	ends, err := adm.ListEndOffsets(ctx, eo.cfg.StateTopic)
+	if err != nil {
+		return "", err
+	}
+	o, ok := ends.Lookup(eo.cfg.StateTopic, eo.part)
+	if !ok || o.Err != nil || o.Offset == 0 {
+		return "", nil
+	}
+	// Whatever is readable within a few seconds from the last thousands
+	// of records: a fencing agent committed its start record first thing.
+	opts := append([]kgo.Opt{}, eo.e.opts...)
+	opts = append(opts,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{eo.cfg.StateTopic: {eo.part: kgo.NewOffset().At(max(0, o.Offset-4096))}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	startKey := eo.id + "/start"
+	var last stateValue
+	for ctx.Err() == nil {
+		fs := cl.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Key) != startKey {
+				return
+			}
+			var v stateValue
+			if json.Unmarshal(r.Value, &v) == nil {
+				last = v
+			}
+		})
+		if last.Nonce != "" && last.Nonce != eo.nonce {
+			return last.Nonce, nil
+		}
+	}
+	return "", nil
+}
+
+// shutdown lets the open transaction finish within ctx, then stops the
+// committer; batches not committed are failed back to the spool, which
+// keeps them for the next start.
+func (eo *exactlyOnce) shutdown(ctx context.Context) {
+	close(eo.stop)
+	if !eo.started.Load() {
+		close(eo.done)
+	}
+	select {
+	case <-eo.done:
+	case <-ctx.Done():
+		eo.cancel()
+		<-eo.done
+	}
+	eo.cancel()
+	eo.cl.Close()
+	eo.mu.Lock()
+	left := append(eo.left, eo.queue...)
+	eo.queue = nil
+	eo.mu.Unlock()
+	eo.fail(left)
+}
+
+// fail answers batches that were not committed with a shutdown error: the
+// spool keeps their records (its watermark cannot pass them).
+func (eo *exactlyOnce) fail(bs []*eoBatch) {
+	for _, tb := range bs {
+		b := tb.b
+		n := len(b.Records)
+		for i := range n {
+			if tb.out[i] {
+				b.Ack(nil)
+				continue
+			}
+			b.AckAt(i, consumer.ErrShuttingDown)
+		}
+		clear(tb.recs)
+		tb.b = nil
+		eo.pool.Put(tb)
+		eo.settle(int64(n))
+	}
+}
