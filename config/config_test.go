@@ -310,3 +310,29 @@ func TestFixedTopics(t *testing.T) {
 		t.Errorf("create_topics defaults to %+v; default.yaml and the README say enabled, -1, -1", d)
 	}
 }
+
+// Exactly once needs the spool and a Kafka exporter that can run
+// transactions; each missing piece is named.
+func TestExactlyOnceNeeds(t *testing.T) {
+	for _, c := range []struct {
+		sets []string
+		want string
+	}{
+		{[]string{"delivery.guarantee=exactly_once"}, "needs delivery.mode spool"},
+		{[]string{"delivery.guarantee=exactly_once", "delivery.mode=spill"}, "needs delivery.mode spool"},
+		{[]string{"delivery.guarantee=exactly_once", "delivery.mode=spool", "exporter.kafka.acks=leader", "exporter.kafka.idempotent=false"}, "acks: all and idempotent: true"},
+		{[]string{"delivery.guarantee=exactly_once", "delivery.mode=spool", "exporter.type=blackhole"}, "blackhole"},
+		{[]string{"delivery.guarantee=exactly_once", "delivery.mode=spool", "delivery.exactly_once.commit_interval=0s"}, "delivery.exactly_once.commit_interval"},
+		{[]string{"delivery.guarantee=exactly_once", "delivery.mode=spool", "delivery.exactly_once.transaction_timeout=500ms"}, "delivery.exactly_once.transaction_timeout"},
+		{[]string{"delivery.guarantee=exactly_once", "delivery.mode=spool", "delivery.exactly_once.state_topic=bad topic"}, "delivery.exactly_once.state_topic"},
+		{[]string{"delivery.guarantee=twice"}, "delivery.guarantee"},
+	} {
+		_, err := Parse(nil, c.sets)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error with %q", c.sets, err, c.want)
+		}
+	}
+	if _, err := Parse(nil, []string{"delivery.guarantee=exactly_once", "delivery.mode=spool"}); err != nil {
+		t.Fatalf("exactly once with the spool refused: %v", err)
+	}
+}
