@@ -29,18 +29,27 @@ func mib(b int64) float64 { return float64(b) / (1 << 20) }
 // record acknowledged to a client is in Kafka afterwards, in every mode.
 func TestBrokerKilledUnderLoad(t *testing.T) {
 	b := kafkatest.Start(t)
-	modes := []string{"kafka", "spool", "spill"}
+	modes := []string{"kafka", "spool", "spill", "exactly_once"}
 	total, killAt, restartAt := dur(14*time.Second, 60*time.Second), dur(4*time.Second, 20*time.Second), dur(8*time.Second, 40*time.Second)
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
-			topic := kafkatest.NewTopic(t, b.Addr, "fault-broker-"+mode, 3)
+			topic := kafkatest.NewTopic(t, b.Addr, "fault-broker-"+strings.ReplaceAll(mode, "_", "-"), 3)
 			ackTimeout := "60s"
 			if mode == "spill" {
 				// Requests caught waiting when the broker dies get 504 soon, so
 				// the clients' next requests show the spill.
 				ackTimeout = "3s"
 			}
-			sets := append(spoolSets(t, mode, t.TempDir()), "delivery.spool.fsync=interval", "receivers.http.ack_timeout="+ackTimeout)
+			var vopts []kgo.Opt
+			dmode := mode
+			if mode == "exactly_once" {
+				dmode = "spool"
+				vopts = append(vopts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+			}
+			sets := append(spoolSets(t, dmode, t.TempDir()), "delivery.spool.fsync=interval", "receivers.http.ack_timeout="+ackTimeout)
+			if mode == "exactly_once" {
+				sets = append(sets, "delivery.guarantee=exactly_once")
+			}
 			a := startAgent(t, b.Addr, sets...)
 			ctx, cancel := context.WithTimeout(context.Background(), total)
 			defer cancel()
@@ -52,8 +61,8 @@ func TestBrokerKilledUnderLoad(t *testing.T) {
 			}()
 			l := load(ctx, t, func() string { return a.HTTP }, topic, loadSpec{clients: 8, batch: 100, size: 100, perSec: 20000})
 			a.Alive()
-			delivered, lost, dups, took := verify(t, b.Addr, topic, l, 3*time.Minute)
-			o := outcome{Test: "1. broker SIGKILL, restarted", Mode: mode,
+			delivered, lost, dups, took := verify(t, b.Addr, topic, l, 3*time.Minute, vopts...)
+			o := outcome{Test: "1. broker SIGKILL, restarted", Mode: strings.Replace(mode, "exactly_once", "spool, exactly_once (read_committed)", 1),
 				Duration: fmt.Sprintf("%s, kill at %s, restart at %s", total, killAt, restartAt),
 				Offered:  l.offered.Load(), Acked: l.ackedN.Load(), Delivered: delivered, Lost: lost, Duplicates: dups,
 				Refused: l.refused(), PeakRSSMiB: mib(a.peakRSS.Load()), Recovery: fmt.Sprintf("all in Kafka %.1fs after load", took.Seconds()),
@@ -75,6 +84,9 @@ func TestBrokerKilledUnderLoad(t *testing.T) {
 			}
 			if mode == "spill" && spilled == 0 {
 				t.Fatal("the broker was down for seconds and nothing spilled to disk")
+			}
+			if mode == "exactly_once" && dups > 0 {
+				t.Fatalf("exactly once: %d duplicates seen by a read_committed consumer", dups)
 			}
 		})
 	}
