@@ -116,4 +116,3 @@ func committedValues(t *testing.T, brokers, topic string) []string {
 	}
 	return got
 }
-
