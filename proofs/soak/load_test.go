@@ -96,46 +96,56 @@ func value(src int, seq int64, pad string) []byte {
 }
 
 // httpLoad posts NDJSON batches of 10 at rate records per second until
-// ctx ends. An id is never reused: a request that got no answer may have
-// landed.
+// ctx ends, from 4 connections at once (a request waits for Kafka's
+// acknowledgement in modes kafka and spill). An id is never reused: a
+// request that got no answer may have landed.
 func httpLoad(ctx context.Context, src int, l *ledger, addr, topic string, tk *tokens, rate int, pad string) {
-	const batch = 10
+	const batch, workers = 10, 4
 	cl := &http.Client{Timeout: 40 * time.Second}
-	interval := time.Second * batch / time.Duration(rate)
-	next := time.Now()
-	for seq := int64(0); ctx.Err() == nil; seq += batch {
-		if d := time.Until(next); d > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(d):
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				seq := next.Add(batch) - batch
+				if d := time.Until(start.Add(time.Duration(seq) * time.Second / time.Duration(rate))); d > 0 {
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(d):
+					}
+				}
+				var body []byte
+				for i := int64(0); i < batch; i++ {
+					body = append(append(body, value(src, seq+i, pad)...), '\n')
+				}
+				for o := l.offered.Load(); o < seq+batch && !l.offered.CompareAndSwap(o, seq+batch); o = l.offered.Load() {
+				}
+				req, _ := http.NewRequest("POST", "http://"+addr+"/v1/messages/"+topic, bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/x-ndjson")
+				req.Header.Set("Authorization", "Bearer "+tk.get())
+				req.Header.Set("X-Ferry-Request-Id", fmt.Sprintf("soak-%d-%d", src, seq))
+				res, err := cl.Do(req)
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode == 200 {
+					for i := int64(0); i < batch; i++ {
+						l.ack(seq + i)
+					}
+				} else if res.StatusCode >= 500 || res.StatusCode == 429 {
+					time.Sleep(50 * time.Millisecond)
+				}
 			}
-		}
-		next = next.Add(interval)
-		var body []byte
-		for i := int64(0); i < batch; i++ {
-			body = append(append(body, value(src, seq+i, pad)...), '\n')
-		}
-		l.offered.Store(seq + batch)
-		req, _ := http.NewRequest("POST", "http://"+addr+"/v1/messages/"+topic, bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/x-ndjson")
-		req.Header.Set("Authorization", "Bearer "+tk.get())
-		req.Header.Set("X-Ferry-Request-Id", fmt.Sprintf("soak-%d-%d", src, seq))
-		res, err := cl.Do(req)
-		if err != nil {
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
-		_, _ = io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		if res.StatusCode == 200 {
-			for i := int64(0); i < batch; i++ {
-				l.ack(seq + i)
-			}
-		} else if res.StatusCode >= 500 || res.StatusCode == 429 {
-			time.Sleep(50 * time.Millisecond)
-		}
+		}()
 	}
+	wg.Wait()
 }
 
 // goLoad produces with ferry's Go client at rate records per second until
