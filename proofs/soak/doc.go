@@ -47,7 +47,7 @@
 // in exactly_once mode (other modes: counted); an id never offered, never.
 // Duplicates are counted and reported in every mode.
 //
-// Leak check. Every second the agent's RSS, goroutines (go_goroutines on
+// Leak check. Every second (a quarter second in the short version) the agent's RSS, goroutines (go_goroutines on
 // /metrics), open files (/proc/PID/fd) and spool bytes are sampled. After a
 // warm-up (the first quarter), the median of the last fifth must be within
 // the stated tolerance of the median of the fifth after the warm-up; after
