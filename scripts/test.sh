@@ -33,6 +33,9 @@ echo "== a real Prometheus server (proofs/compat: it scrapes and remote-writes 1
 # 1.3 min more on a fresh machine, nothing once cached.
 scripts/prometheus-local build >/dev/null
 
+echo "== iproute2 (proofs/soak's network fault: tc netem, where the kernel has it)"
+scripts/soak.sh deps
+
 echo "== chromium and tmux (for the status page and ferry top: a real browser and a real terminal)"
 scripts/chromium-local >/dev/null
 

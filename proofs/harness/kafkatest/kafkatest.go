@@ -211,29 +211,33 @@ type Cluster struct {
 
 // StartCluster starts n nodes on free ports; they are stopped and their
 // data deleted when the test ends.
-func StartCluster(t testing.TB, n int) *Cluster { return startCluster(t, n, 0) }
+func StartCluster(t testing.TB, n int) *Cluster { return startCluster(t, n, 0, 0) }
 
 // StartClusterDisks is StartCluster with a data disk of mb MiB per node
 // (a tmpfs), so that Broker.Fill can run one broker out of space. Mounting
 // needs root; without it the cluster shares the machine's disk and
 // Cluster.NoDisks says so.
-func StartClusterDisks(t testing.TB, n, mb int) *Cluster { return startCluster(t, n, mb) }
+func StartClusterDisks(t testing.TB, n, mb int) *Cluster { return startCluster(t, n, mb, 0) }
 
-func startCluster(t testing.TB, n, mb int) *Cluster {
+// StartClusterAt is StartCluster on base port port (node i on
+// port+2(i-1)), for runs that must keep to ports of their own (make soak);
+// port 0 picks free ports.
+func StartClusterAt(t testing.TB, n, port int) *Cluster { return startCluster(t, n, 0, port) }
+
+func startCluster(t testing.TB, n, mb, port int) *Cluster {
 	t.Helper()
 	SkipShort(t)
-	var port int
-	for i := 0; ; i++ {
+	for i := 0; port == 0; i++ {
 		port = FreePort()
 		ok := true
 		for p := port + 2; p < port+2*n; p++ {
 			ok = ok && free(p)
 		}
-		if ok {
-			break
-		}
-		if i == 100 {
+		if i == 100 && !ok {
 			t.Fatalf("kafkatest: no %d free ports in a row", 2*n)
+		}
+		if !ok {
+			port = 0
 		}
 	}
 	c := &Cluster{}
