@@ -100,7 +100,7 @@ faults:
 # leak check. DURATION of load per mode (every mode: 4 x DURATION plus
 # about a minute each); MODES=spool,kafka to choose; SEED=N reproduces a
 # run. Rewrites the soak table in docs/reliability.md. make test runs 15 s
-# a mode.
+# each of the spool modes (spool, exactly_once).
 DURATION ?= 30m
 MODES ?= all
 SOAK_PORT ?= 29400
