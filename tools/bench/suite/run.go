@@ -121,6 +121,10 @@ func (s *suite) run() error {
 	if err != nil {
 		return err
 	}
+	eo, err := s.exactlyOnceCost()
+	if err != nil {
+		return err
+	}
 	micro, err := s.micro()
 	if err != nil {
 		return err
@@ -138,7 +142,7 @@ func (s *suite) run() error {
 		return err
 	}
 	s.stepf("writing %s and the charts in %s", s.doc.Out, s.doc.Charts)
-	return s.write(prod, front, pan, cons, otlp, lingers, col, modes, micro, java, files, doors)
+	return s.write(prod, front, pan, cons, otlp, lingers, col, modes, eo, micro, java, files, doors)
 }
 
 func (s *suite) sizes() []int {

@@ -42,7 +42,7 @@ func Cmd(args []string) error {
 	fs.StringVar(&s.doc.Charts, "charts", "docs/bench", "directory for the SVG charts (linked from the report)")
 	fs.IntVar(&s.port, "port", 29392, "port of the local Kafka the suite starts (and the next one for its controller)")
 	fs.StringVar(&s.ferry, "ferry", "bin/ferry", "the ferry binary")
-	fs.StringVar(&s.only, "only", "", "run one section and rewrite it in place in --out: files (log files beside the Collector's filelog and rsyslog), doors (Zipkin, remote write, span metrics)")
+	fs.StringVar(&s.only, "only", "", "run one section and rewrite it in place in --out: files (log files beside the Collector's filelog and rsyslog), doors (Zipkin, remote write, span metrics), exactly_once (its cost against at least once)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -58,7 +58,7 @@ func Cmd(args []string) error {
 	}
 	defer os.RemoveAll(s.work)
 	s.brokers = fmt.Sprintf("127.0.0.1:%d", s.port)
-	s.total = 14
+	s.total = 15
 	switch s.only {
 	case "":
 		return s.run()
@@ -68,8 +68,11 @@ func Cmd(args []string) error {
 	case "doors":
 		s.total = 3
 		return s.runDoors()
+	case "exactly_once":
+		s.total = 3
+		return s.runExactlyOnce()
 	}
-	return fmt.Errorf("--only %q: the sections that run alone are: files, doors", s.only)
+	return fmt.Errorf("--only %q: the sections that run alone are: files, doors, exactly_once", s.only)
 }
 
 type suite struct {

@@ -14,7 +14,7 @@ import (
 	"github.com/ferryhq/ferry/tools/bench/report"
 )
 
-func (s *suite) write(prod []prodRow, front []frontRow, pan []panResult, cons *consResult, otlp []otlpRow, lingers []lingerRow, col []colRow, modes []modeRow, micro []microRow, java []javaRow, files []filesRow, doors []doorRow) error {
+func (s *suite) write(prod []prodRow, front []frontRow, pan []panResult, cons *consResult, otlp []otlpRow, lingers []lingerRow, col []colRow, modes []modeRow, eo []eoRow, micro []microRow, java []javaRow, files []filesRow, doors []doorRow) error {
 	took := time.Since(s.started).Round(time.Second)
 	s.doc.P("# ferry benchmarks")
 	s.doc.P("")
@@ -42,6 +42,7 @@ func (s *suite) write(prod []prodRow, front []frontRow, pan []panResult, cons *c
 	s.writeLingers(lingers)
 	s.writeCollector(col)
 	s.writeModes(modes)
+	s.writeExactlyOnce(eo)
 	s.writeMicro(micro)
 	s.writeJava(java)
 	s.writeFront(front)
