@@ -110,6 +110,11 @@ type exactlyOnce struct {
 	// nonce marks this instance's start record.
 	nonce string
 
+	// maxTxnBytes: a transaction stops taking batches past this much of
+	// their memory (a quarter of queue.memory_limit: half the spool's
+	// default read-ahead), so the next one fills while it commits.
+	maxTxnBytes int64
+
 	cl   *kgo.Client // transactional; the committer's alone after Start
 	part int32       // the state topic partition of key
 	seq  uint64      // the last committed transaction's number
@@ -152,6 +157,7 @@ func (e *Exporter) enableExactlyOnce(cfg exporter.ExactlyOnce) error {
 	eo := &exactlyOnce{e: e, cfg: cfg, id: id, key: []byte(id), nonce: hex.EncodeToString(raw[:]),
 		kick: make(chan struct{}, 1), flushed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	eo.ctx, eo.cancel = context.WithCancel(context.Background())
+	eo.maxTxnBytes = max(4<<20, e.bufferedBytes/4)
 	eo.pool.New = func() any { return &eoBatch{Context: context.Background()} }
 	cl, err := eo.newClient()
 	if err != nil {
@@ -233,13 +239,25 @@ func resize[T any](s []T, n int) []T {
 	return s
 }
 
-func (eo *exactlyOnce) take(cur []*eoBatch) []*eoBatch {
+// take moves queued batches into cur while cur holds less than
+// maxTxnBytes (at least one batch); full reports that the transaction has
+// its share. A transaction holds its batches' memory until it commits: if
+// it took the spool's whole read-ahead, the reader would stall through
+// every flush and commit; capped at a part of it, the reader fills the
+// next transaction meanwhile.
+func (eo *exactlyOnce) take(cur []*eoBatch, held *int64) (_ []*eoBatch, full bool) {
 	eo.mu.Lock()
-	cur = append(cur, eo.queue...)
-	clear(eo.queue)
-	eo.queue = eo.queue[:0]
+	n := 0
+	for n < len(eo.queue) && (len(cur) == 0 || *held < eo.maxTxnBytes) {
+		*held += eo.queue[n].b.MemBytes
+		cur = append(cur, eo.queue[n])
+		n++
+	}
+	rest := copy(eo.queue, eo.queue[n:])
+	clear(eo.queue[rest:])
+	eo.queue = eo.queue[:rest]
 	eo.mu.Unlock()
-	return cur
+	return cur, *held >= eo.maxTxnBytes
 }
 
 func (eo *exactlyOnce) start() {
@@ -257,13 +275,13 @@ func (eo *exactlyOnce) run() {
 	tries := 0
 	for {
 		if len(cur) == 0 {
-			select {
-			case <-eo.stop:
-				return
-			case <-eo.kick:
-			}
-			cur = eo.take(cur)
-			if len(cur) == 0 {
+			var held int64
+			if cur, _ = eo.take(cur, &held); len(cur) == 0 {
+				select {
+				case <-eo.stop:
+					return
+				case <-eo.kick:
+				}
 				continue
 			}
 		}
@@ -297,24 +315,29 @@ func (eo *exactlyOnce) attempt(cur []*eoBatch) ([]*eoBatch, bool) {
 		return cur, false
 	}
 	began := time.Now()
+	var held int64
 	for _, tb := range cur {
+		held += tb.b.MemBytes
 		eo.produce(ctx, tb)
 	}
-	// More batches join until the interval has passed since the begin.
+	// More batches join until the interval has passed since the begin, or
+	// the transaction has its share of memory.
 	timer := time.NewTimer(eo.cfg.CommitInterval)
-	for open := true; open; {
+	defer timer.Stop()
+	for open := held < eo.maxTxnBytes; open; {
 		select {
 		case <-timer.C:
 			open = false
 		case <-eo.stop:
-			timer.Stop()
 			open = false
 		case <-eo.kick:
 			n := len(cur)
-			cur = eo.take(cur)
+			var full bool
+			cur, full = eo.take(cur, &held)
 			for _, tb := range cur[n:] {
 				eo.produce(ctx, tb)
 			}
+			open = !full
 		}
 	}
 	eo.seq++

@@ -284,3 +284,55 @@ func TestExactlyOnceLostCommitIsResolved(t *testing.T) {
 		t.Fatalf("committed %v %v %v", p, ok, err)
 	}
 }
+
+// A transaction takes at most its share of memory, so the next one fills
+// while it commits: many batches go in several transactions, in order,
+// each once.
+func TestExactlyOnceTransactionsTakeTheirShare(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := c.ListenAddrs()
+	e, err := New(testCfg(brokers), telemetry.TestSettings(), 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.enableExactlyOnce(eoCfg(strings.Repeat("34", 16))); err != nil {
+		t.Fatal(err)
+	}
+	e.eo.maxTxnBytes = 3000 // three batches of 1,000 below
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown(context.Background())
+	if _, _, err := e.Committed(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var dones []chan error
+	var want []string
+	for i := 0; i < 30; i++ {
+		b, done := spooled("t", record.SpoolPos{Seg: 1, Off: int64(100 * (i + 1))}, fmt.Sprintf("v%02d", i))
+		b.MemBytes = 1000
+		if err := e.Consume(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+		dones = append(dones, done)
+		want = append(want, fmt.Sprintf("v%02d", i))
+	}
+	for _, d := range dones {
+		if err := wait(t, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := readCommitted(t, brokers, "t", 30); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("read_committed saw %v", got)
+	}
+	if v := testutil.ToFloat64(e.eo.m.txns.WithLabelValues("committed")); v < 10 {
+		t.Fatalf("%v transactions for 30 batches of a third of the share each: the share is not kept", v)
+	}
+	if p, ok, err := e.Committed(context.Background()); err != nil || !ok || p != (record.SpoolPos{Seg: 1, Off: 3000}) {
+		t.Fatalf("committed %v %v %v", p, ok, err)
+	}
+}

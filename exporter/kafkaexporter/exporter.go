@@ -100,6 +100,8 @@ type Exporter struct {
 	// opts built the client; exactly once builds its transactional
 	// client and its state reader from them.
 	opts []kgo.Opt
+	// bufferedBytes is queue.memory_limit (New's argument).
+	bufferedBytes int64
 	// eo delivers the spool's batches in transactions
 	// (delivery.guarantee exactly_once); nil otherwise.
 	eo *exactlyOnce
@@ -197,7 +199,7 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 		sec.close()
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	e.cl, e.maxBuffered, e.opts = cl, buffered, opts
+	e.cl, e.maxBuffered, e.opts, e.bufferedBytes = cl, buffered, opts, bufferedBytes
 	set.Health.Register("kafka", e.ready)
 	return e, nil
 }
