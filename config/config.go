@@ -218,6 +218,11 @@ func (c *Config) Validate() error {
 		if eo.TransactionTimeout < time.Second || eo.TransactionTimeout < 10*eo.CommitInterval || eo.TransactionTimeout > 15*time.Minute {
 			fail("delivery.exactly_once.transaction_timeout: %s must be at least 1s and ten commit intervals, and at most 15m (Kafka's default transaction.max.timeout.ms)", eo.TransactionTimeout)
 		}
+		for _, t := range c.FixedTopics() {
+			if t == eo.StateTopic {
+				fail("delivery.exactly_once.state_topic: %q is also a topic records are written to (a receiver's or the dead-letter topic); the state topic holds ferry's positions only", t)
+			}
+		}
 		if len(eo.TransactionalID) > 200 {
 			fail("delivery.exactly_once.transactional_id: %d bytes, at most 200", len(eo.TransactionalID))
 		}

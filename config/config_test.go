@@ -326,6 +326,7 @@ func TestExactlyOnceNeeds(t *testing.T) {
 		{[]string{"delivery.guarantee=exactly_once", "delivery.mode=spool", "delivery.exactly_once.transaction_timeout=500ms"}, "delivery.exactly_once.transaction_timeout"},
 		{[]string{"delivery.guarantee=exactly_once", "delivery.mode=spool", "delivery.exactly_once.state_topic=bad topic"}, "delivery.exactly_once.state_topic"},
 		{[]string{"delivery.guarantee=twice"}, "delivery.guarantee"},
+		{[]string{"delivery.guarantee=exactly_once", "delivery.mode=spool", "delivery.dead_letter.topic=ferry-state"}, "ferry's positions only"},
 	} {
 		_, err := Parse(nil, c.sets)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

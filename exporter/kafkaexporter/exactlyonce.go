@@ -133,6 +133,7 @@ type exactlyOnce struct {
 	cancel  context.CancelFunc
 	stopped atomic.Pointer[string] // why delivery stopped for good (fenced)
 	left    []*eoBatch             // what run had not committed when it stopped
+	startAt atomic.Int64           // offset of this instance's last start record
 	started atomic.Bool
 
 	m eoMetrics
@@ -158,6 +159,7 @@ func (e *Exporter) enableExactlyOnce(cfg exporter.ExactlyOnce) error {
 		kick: make(chan struct{}, 1), flushed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	eo.ctx, eo.cancel = context.WithCancel(context.Background())
 	eo.maxTxnBytes = max(4<<20, e.bufferedBytes/4)
+	eo.startAt.Store(-1)
 	eo.pool.New = func() any { return &eoBatch{Context: context.Background()} }
 	cl, err := eo.newClient()
 	if err != nil {
@@ -343,17 +345,32 @@ func (eo *exactlyOnce) attempt(cur []*eoBatch) ([]*eoBatch, bool) {
 	eo.seq++
 	seq := eo.seq
 	end := cur[len(cur)-1].b.End
+	// The nonce says which instance committed it: after a lost commit
+	// answer only a position with this instance's nonce and number proves
+	// this transaction committed (another instance with the same id may
+	// have committed its own number meanwhile).
 	val, _ := json.Marshal(stateValue{V: 1, Kind: "position", Spool: eo.cfg.SpoolID, Seg: end.Seg, Off: end.Off, Txn: seq,
-		Time: time.Now().UTC().Format(time.RFC3339Nano)})
-	var stateErr error
+		Nonce: eo.nonce, Time: time.Now().UTC().Format(time.RFC3339Nano)})
+	var stateErr atomic.Pointer[error]
 	eo.pending.Add(1)
 	eo.cl.Produce(ctx, &kgo.Record{Topic: eo.cfg.StateTopic, Partition: eo.part, Key: eo.key, Value: val}, func(_ *kgo.Record, err error) {
-		stateErr = err
+		if err != nil {
+			stateErr.Store(&err)
+		}
 		eo.answered()
 	})
 	ferr := eo.cl.Flush(ctx)
-	eo.waitAnswered(ctx)
-	failed := ferr != nil || stateErr != nil
+	if !eo.waitAnswered(ctx) {
+		// Shutting down with records unanswered: the promises still run
+		// (shutdown waits for them); nothing here may read their results.
+		eo.seq--
+		return cur, false
+	}
+	var serr error
+	if p := stateErr.Load(); p != nil {
+		serr = *p
+	}
+	failed := ferr != nil || serr != nil
 	for _, tb := range cur {
 		for i := range tb.errs {
 			if tb.errs[i] != nil {
@@ -365,32 +382,30 @@ func (eo *exactlyOnce) attempt(cur []*eoBatch) ([]*eoBatch, bool) {
 		eo.seq--
 		eo.abort(ctx)
 		eo.m.txns.WithLabelValues("aborted").Inc()
-		eo.sortFailures(cur, ferr, stateErr)
+		eo.sortFailures(cur, ferr, serr)
 		return cur, false
 	}
 	err := eo.cl.EndTransaction(ctx, kgo.TryCommit)
 	if err != nil {
-		if eo.fatal(err) {
-			eo.seq--
-			eo.failed("commit", err)
-			return cur, false
+		// The commit's outcome may be unknown (even a fatal error may come
+		// from franz-go's retry of a commit that went through): abort as
+		// franz-go asks, then the state topic says whether it committed.
+		// Until it has answered the batches cannot go again (they may be
+		// in Kafka already).
+		if !eo.fatal(err) {
+			eo.abort(ctx)
 		}
-		// The commit's outcome may be unknown: abort as franz-go asks, then
-		// the state topic says whether it committed. Until it has answered
-		// the batches cannot go again (they may be in Kafka already).
-		eo.abort(ctx)
 		eo.m.txns.WithLabelValues("unknown").Inc()
 		st, ok, rerr := eo.resolve(ctx)
 		if rerr != nil {
 			eo.seq--
-			return cur, false // shutting down: the spool keeps them
+			return cur, false // shutting down or fenced: the spool keeps them
 		}
-		if !ok || st.Txn < seq {
+		if !ok || st.Txn < seq || st.Nonce != eo.nonce {
 			eo.seq--
 			eo.e.log.Log(slog.LevelWarn, "eo-commit", "exactly once: a commit's answer was lost; the state topic says it did not commit; its batches go again", "err", err)
 			return cur, false
 		}
-		eo.seq = st.Txn
 		eo.e.log.Log(slog.LevelInfo, "eo-commit", "exactly once: a commit's answer was lost; the state topic says it committed", "txn", seq)
 	} else {
 		eo.m.txns.WithLabelValues("committed").Inc()
@@ -412,6 +427,18 @@ func (eo *exactlyOnce) produce(ctx context.Context, tb *eoBatch) {
 			continue
 		}
 		r := &b.Records[i]
+		if r.Topic == eo.cfg.StateTopic {
+			// Only ferry writes its positions: a client's record there
+			// could make a restart skip what Kafka never had.
+			perr := &consumer.PermanentError{Reason: "topic_rejected", Kind: consumer.KindForbidden,
+				Msg: fmt.Sprintf("topic %q is the exactly-once state topic (delivery.exactly_once.state_topic); clients cannot write to it", r.Topic)}
+			if b.DeadLetterNow != nil && b.DeadLetterNow(i, perr) {
+				tb.out[i] = true
+			} else {
+				tb.errs[i] = perr
+			}
+			continue
+		}
 		kr := &tb.recs[i]
 		*kr = kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Partition: -1, Context: tb}
 		if p, ok := r.Partition(); ok {
@@ -448,17 +475,18 @@ func (eo *exactlyOnce) answered() {
 // waitAnswered waits until every record produced in this attempt had its
 // promise run (Flush returns when the client's buffer is empty, which may
 // be just before the last promise).
-func (eo *exactlyOnce) waitAnswered(ctx context.Context) {
+func (eo *exactlyOnce) waitAnswered(ctx context.Context) bool {
 	for eo.pending.Load() > 0 {
 		select {
 		case <-eo.flushed:
 		case <-ctx.Done():
 			// Shutting down: the client is closed after us, which fails
 			// (and answers) whatever is left.
-			return
+			return false
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+	return true
 }
 
 // abort ends the open transaction with an abort, retried as franz-go asks
@@ -479,9 +507,16 @@ func (eo *exactlyOnce) abort(ctx context.Context) {
 }
 
 // resolve reads the committed state until it can (rebuilding the client
-// when it cannot go on); an error only when shutting down.
+// when it cannot go on); an error when shutting down, or when another
+// instance with this transactional id has taken over (then this one stops:
+// reading would write a start record and fence the newer instance back).
 func (eo *exactlyOnce) resolve(ctx context.Context) (stateValue, bool, error) {
 	for tries := 1; ; tries++ {
+		// Whatever the error: a newer instance may be why the answer was
+		// lost, and reading writes a start record that would fence it.
+		if eo.stopIfNewer() {
+			return stateValue{}, false, errors.New("fenced")
+		}
 		st, ok, err := eo.read(ctx)
 		if err == nil {
 			return st, ok, nil
@@ -490,9 +525,7 @@ func (eo *exactlyOnce) resolve(ctx context.Context) (stateValue, bool, error) {
 			return stateValue{}, false, ctx.Err()
 		}
 		eo.e.log.Log(slog.LevelWarn, "eo-read", "exactly once: the state topic could not be read; retrying (nothing is sent until it is)", "err", err)
-		if eo.fatal(err) || errors.Is(err, errBegin) {
-			eo.rebuild()
-		}
+		eo.rebuild()
 		select {
 		case <-ctx.Done():
 			return stateValue{}, false, ctx.Err()
@@ -619,7 +652,7 @@ func (eo *exactlyOnce) fatal(err error) bool {
 
 // failed handles an error the transactional client cannot go on after:
 // fenced by a newer agent with this id, it stops for good; otherwise the
-// client is rebuilt and the position read again before the next attempt.
+// client is rebuilt (the transaction goes again).
 func (eo *exactlyOnce) failed(where string, err error) {
 	if !eo.fatal(err) && where != "begin" {
 		return
@@ -627,21 +660,30 @@ func (eo *exactlyOnce) failed(where string, err error) {
 	if eo.ctx.Err() != nil {
 		return
 	}
-	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
-		if newer, rerr := eo.newerStart(); rerr == nil && newer != "" {
-			why := fmt.Sprintf("exactly once: another agent with transactional id %q started (start record %s) and fenced this one; this agent no longer delivers (records stay in its spool): make sure one agent owns the spool directory, then restart", eo.id, newer)
-			eo.stopped.Store(&why)
-			eo.m.fenced.Set(1)
-			eo.e.set.Logger.Error(why, "component", "exporter/kafka")
-			return
-		}
-		if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
-			eo.e.log.Log(slog.LevelError, "eo-auth", "exactly once: Kafka refuses this agent's transactional id (it needs WRITE and DESCRIBE on TransactionalId "+eo.id+"); retrying", "err", err)
-		}
+	if eo.stopIfNewer() {
+		return
+	}
+	if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+		eo.e.log.Log(slog.LevelError, "eo-auth", "exactly once: Kafka refuses this agent's transactional id (it needs WRITE and DESCRIBE on TransactionalId "+eo.id+"); retrying", "err", err)
 	}
 	eo.e.log.Log(slog.LevelWarn, "eo-fatal", "exactly once: the transactional producer failed; rebuilding it (the transaction goes again)",
 		"at", where, "err", err)
 	eo.rebuild()
+}
+
+// stopIfNewer stops delivery for good when the state topic holds a start
+// record of another instance with this transactional id, committed after
+// this instance's own: the agent that fenced this one.
+func (eo *exactlyOnce) stopIfNewer() bool {
+	newer, err := eo.newerStart()
+	if err != nil || newer == "" {
+		return false
+	}
+	why := fmt.Sprintf("exactly once: another agent with transactional id %q started (start record %s) and fenced this one; this agent no longer delivers (records stay in its spool): make sure one agent owns the spool directory, then restart", eo.id, newer)
+	eo.stopped.Store(&why)
+	eo.m.fenced.Set(1)
+	eo.e.set.Logger.Error(why, "component", "exporter/kafka")
+	return true
 }
 
 // Committed is how far Kafka has committed the spool (exporter.Resumer):
@@ -658,8 +700,17 @@ func (eo *exactlyOnce) committed(ctx context.Context) (record.SpoolPos, bool, er
 	if err := eo.ensureStateTopic(ctx); err != nil {
 		return record.SpoolPos{}, false, err
 	}
+	if eo.stopped.Load() != nil {
+		return record.SpoolPos{}, false, errors.New(*eo.stopped.Load())
+	}
 	st, ok, err := eo.read(ctx)
 	if err != nil {
+		// The client may be left in a transaction or fenced: a new one
+		// for the next try (the committer is idle until this answers).
+		if eo.fatal(err) {
+			eo.stopIfNewer()
+		}
+		eo.rebuild()
 		return record.SpoolPos{}, false, err
 	}
 	eo.seq = 0
@@ -741,6 +792,7 @@ func (eo *exactlyOnce) read(ctx context.Context) (stateValue, bool, error) {
 		_ = eo.cl.EndTransaction(ctx, kgo.TryAbort)
 		return stateValue{}, false, fmt.Errorf("start record commit: %w", err)
 	}
+	eo.startAt.Store(startAt)
 	adm := kadm.NewClient(eo.e.cl)
 	starts, err := adm.ListStartOffsets(ctx, eo.cfg.StateTopic)
 	if err != nil {
@@ -813,48 +865,51 @@ func (eo *exactlyOnce) scan(ctx context.Context, from, until int64, match func(*
 	}
 }
 
-// newerStart reads the state partition for a start record of this
-// transactional id that is not ours, committed after ours: the agent that
-// fenced this one. "" when there is none (the fence came from Kafka, e.g.
-// a transaction it aborted after transaction_timeout).
+// newerStart reads the state partition after this instance's start
+// record for a start record of this transactional id that is not ours:
+// the agent that fenced this one. "" when there is none within a few
+// seconds (the fence came from Kafka, e.g. a transaction it aborted after
+// transaction_timeout; or the read failed, and a later fence asks again).
 func (eo *exactlyOnce) newerStart() (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	adm := kadm.NewClient(eo.e.cl)
-	ends, err := adm.ListEndOffsets(ctx, eo.cfg.StateTopic)
-	if err != nil {
-		return "", err
-	}
-	o, ok := ends.Lookup(eo.cfg.StateTopic, eo.part)
-	if !ok || o.Err != nil || o.Offset == 0 {
+	ours := eo.startAt.Load()
+	if ours < 0 {
+		// No start record of ours yet: nothing can be newer than it.
 		return "", nil
 	}
-	// Whatever is readable within a few seconds from the last thousands
-	// of records: a fencing agent committed its start record first thing.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	opts := append([]kgo.Opt{}, eo.e.opts...)
 	opts = append(opts,
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{eo.cfg.StateTopic: {eo.part: kgo.NewOffset().At(max(0, o.Offset-4096))}}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{eo.cfg.StateTopic: {eo.part: kgo.NewOffset().At(ours + 1)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(500*time.Millisecond))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return "", err
 	}
 	defer cl.Close()
 	startKey := eo.id + "/start"
-	var last stateValue
-	for ctx.Err() == nil {
-		fs := cl.PollFetches(ctx)
+	for empty := 0; ctx.Err() == nil && empty < 2; {
+		newer, n := "", 0
+		pctx, pcancel := context.WithTimeout(ctx, 700*time.Millisecond)
+		fs := cl.PollFetches(pctx)
+		pcancel()
 		fs.EachRecord(func(r *kgo.Record) {
-			if string(r.Key) != startKey {
+			n++
+			if r.Offset <= ours || string(r.Key) != startKey {
 				return
 			}
 			var v stateValue
-			if json.Unmarshal(r.Value, &v) == nil {
-				last = v
+			if json.Unmarshal(r.Value, &v) == nil && v.Nonce != "" && v.Nonce != eo.nonce {
+				newer = v.Nonce
 			}
 		})
-		if last.Nonce != "" && last.Nonce != eo.nonce {
-			return last.Nonce, nil
+		if newer != "" {
+			return newer, nil
+		}
+		if n == 0 {
+			empty++
+		} else {
+			empty = 0
 		}
 	}
 	return "", nil
@@ -876,6 +931,13 @@ func (eo *exactlyOnce) shutdown(ctx context.Context) {
 	}
 	eo.cancel()
 	eo.cl.Close()
+	// Close fails what was still buffered; franz-go runs those promises
+	// after Close returns. They write into the batches' records: wait for
+	// them before the batches go back (bounded: they are in-memory calls).
+	deadline := time.Now().Add(5 * time.Second)
+	for eo.pending.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 	eo.mu.Lock()
 	left := append(eo.left, eo.queue...)
 	eo.queue = nil
@@ -896,9 +958,12 @@ func (eo *exactlyOnce) fail(bs []*eoBatch) {
 			}
 			b.AckAt(i, consumer.ErrShuttingDown)
 		}
-		clear(tb.recs)
-		tb.b = nil
-		eo.pool.Put(tb)
+		if eo.pending.Load() == 0 {
+			// Reused only when no promise can still touch it.
+			clear(tb.recs)
+			tb.b = nil
+			eo.pool.Put(tb)
+		}
 		eo.settle(int64(n))
 	}
 }
