@@ -108,10 +108,15 @@ public final class Producer implements Closeable {
 
     /** Where a frame buffer stops doubling: a batch's size plus room for the record that crosses it. */
     private final int frameCap;
+    /** Where a connection's compression output stops doubling: a full frame compressed, at the codecs' worst. */
+    private final int zoutCap;
+    private boolean sessionsReleased; // close gave back the connections' SESSION_BASE
 
     public Producer(ProducerConfig cfg) {
         this.cfg = cfg;
         this.frameCap = (int) Math.min((long) cfg.getBatchSizeInBytes() + (64 << 10) + Protocol.PRODUCE_PREFIX_MAX, Integer.MAX_VALUE - 8);
+        // LZ4's bound is n + n/255 + 16 a block, zstd's under n + n/256 + 64: n/128 + 4 KiB covers both and the framing.
+        this.zoutCap = (int) Math.min((long) frameCap + (frameCap >> 7) + 4096, Integer.MAX_VALUE - 8);
         switch (cfg.getCompression()) {
             case "lz4": codec = Protocol.COMPRESS_LZ4; break;
             case "zstd": codec = Protocol.COMPRESS_ZSTD; break;
@@ -323,8 +328,11 @@ public final class Producer implements Closeable {
         }
         synchronized (lock) {
             // The connections are gone: their charge too (a sender still in its last session gives back its own part).
-            buffered -= (long) SESSION_BASE * senders.size();
-            working -= (long) SESSION_BASE * senders.size();
+            if (!sessionsReleased) {
+                sessionsReleased = true;
+                buffered -= (long) SESSION_BASE * senders.size();
+                working -= (long) SESSION_BASE * senders.size();
+            }
         }
         callbacks.shutdown();
         try {
@@ -870,10 +878,10 @@ public final class Producer implements Closeable {
                     release(sd);
                     // An oversized record's frame must not pin its size for the connection's life.
                     if (s.scratch.b.length > frameCap) {
-                        s.scratch = new Protocol.Buf(SESSION_BUF);
+                        s.scratch = sessionBuf(frameCap);
                     }
-                    if (s.zout.b.length > frameCap + (frameCap >> 7) + 4096) {
-                        s.zout = new Protocol.Buf(SESSION_BUF);
+                    if (s.zout.b.length > zoutCap) {
+                        s.zout = sessionBuf(zoutCap);
                     }
                     chargeSession(s);
                 }
@@ -1042,6 +1050,13 @@ public final class Producer implements Closeable {
         }
     }
 
+    /** A connection's scratch or compression buffer: it doubles up to soft, what a full frame needs. */
+    private static Protocol.Buf sessionBuf(int soft) {
+        Protocol.Buf b = new Protocol.Buf(SESSION_BUF);
+        b.soft = soft;
+        return b;
+    }
+
     /** Charges s's buffers' growth past SESSION_BASE as they are now (they grow with the frames it sends); lock held. */
     private void chargeSession(Session s) {
         long now = s.scratch.b.length + s.zout.b.length - 2 * SESSION_BUF;
@@ -1084,7 +1099,7 @@ public final class Producer implements Closeable {
         boolean unflushed; // written and not yet flushed (the sender's own)
         final Protocol.Buf hdr = new Protocol.Buf(16), pre = new Protocol.Buf(Protocol.PRODUCE_PREFIX_MAX);
         // The sender's own: records re-encoded for a resend, and the compressed frame. Charged (chargeSession).
-        Protocol.Buf scratch = new Protocol.Buf(SESSION_BUF), zout = new Protocol.Buf(SESSION_BUF);
+        Protocol.Buf scratch = sessionBuf(frameCap), zout = sessionBuf(zoutCap);
         long charged; // bytes this connection's buffers grew past SESSION_BASE, added to buffered and working
 
         Session(Closeable conn, InputStream in, OutputStream out) {
