@@ -59,10 +59,11 @@ import java.util.concurrent.TimeUnit;
  * as it grows, and send blocks, then throws BufferFullException, once they
  * fill totalSizeInBytes, instead of running the JVM out of memory. A
  * frame's buffer is freed as soon as the frame is written; its records stay
- * charged until they complete. Only two things can pass the bound, both by
- * at most a frame: a connection's buffers growing for a frame it must send
- * (it cannot wait for room it frees itself), and one record larger than
- * totalSizeInBytes, accepted when nothing else is held.
+ * charged until they complete. What can pass the bound, none of it by more
+ * than a frame: a connection's buffers growing for a frame it must send and
+ * the objects of a frame sent again (neither can wait for room their own
+ * records hold), and one record larger than totalSizeInBytes, accepted when
+ * nothing else is held.
  */
 public final class Producer implements Closeable {
     private final ProducerConfig cfg;
