@@ -46,6 +46,24 @@ import java.util.concurrent.TimeUnit;
  * order, and a program that sends a request's records together fills frames
  * as before, while one that alternates ids record by record sends a frame
  * per record.
+ *
+ * <p>Memory ({@link ProducerConfig#setTotalSizeInBytes totalSizeInBytes}):
+ * what send waits for room in is every byte the producer holds for records
+ * not yet completed, not only their own bytes: each record's bytes plus an
+ * estimate of its JVM objects, the capacity of every frame buffer not yet
+ * written, a frame's fixed objects, and each connection's own buffers
+ * (stream buffers, the compression output, the buffer that re-encodes a
+ * resend). A frame buffer starts at the size the previous frame needed and
+ * grows by doubling up to batchSizeInBytes + 64 KiB, so a program that
+ * changes request id every record holds a small buffer per frame, charged
+ * as it grows, and send blocks, then throws BufferFullException, once they
+ * fill totalSizeInBytes, instead of running the JVM out of memory. A
+ * frame's buffer is freed as soon as the frame is written; its records stay
+ * charged until they complete. What can pass the bound, none of it by more
+ * than a frame: a connection's buffers growing for a frame it must send and
+ * the objects of a frame sent again (neither can wait for room their own
+ * records hold), and one record larger than totalSizeInBytes, accepted when
+ * nothing else is held.
  */
 public final class Producer implements Closeable {
     private final ProducerConfig cfg;
@@ -55,7 +73,9 @@ public final class Producer implements Closeable {
     // Guarded by lock.
     private Batch cur;
     private final ArrayDeque<Send> ready = new ArrayDeque<>();
-    private long buffered;
+    private long buffered; // bytes held (see the class doc): records, unwritten frames, connections' buffers
+    private long working; // the connections' buffers, part of buffered
+    private int lastFrameBytes, lastFrameRecords; // the last sealed frame's size: where the next one's buffer starts
     private long pending; // sent and not yet completed: the callback has not yet returned
     private boolean closed;
     private boolean stopped;
@@ -67,8 +87,37 @@ public final class Producer implements Closeable {
     private final java.util.concurrent.atomic.LongAdder sentBytes = new java.util.concurrent.atomic.LongAdder();
     private final java.util.concurrent.atomic.LongAdder sentRecordBytes = new java.util.concurrent.atomic.LongAdder();
 
+    /**
+     * What a record holds beyond its bytes (size): its Pending, future, attempt list and the byte arrays' headers,
+     * about 180 bytes on a 64-bit JVM with compressed references. Charged so that small records cannot hold many
+     * times totalSizeInBytes.
+     */
+    static final int RECORD_OVERHEAD = 176;
+    /** A frame's fixed objects (Batch, Send, their lists and Buf), charged with its buffer. */
+    static final int FRAME_OVERHEAD = 256;
+    /** A frame buffer's first capacity when nothing says more: the records of a small frame and its prefix room. */
+    static final int MIN_FRAME_CAP = Protocol.PRODUCE_PREFIX_MAX + 512;
+    /** A connection's stream buffers: 64 KiB in, 256 KiB out. */
+    static final int SESSION_STREAMS = (64 << 10) + (256 << 10);
+    /** A connection's scratch and compression buffers start at this and grow with its frames. */
+    static final int SESSION_BUF = 4096;
+    /**
+     * What each connection holds at least, charged from the start (sendThreads times), not when it connects:
+     * a connection made while records fill the total must not push the count past it.
+     */
+    static final int SESSION_BASE = SESSION_STREAMS + 2 * SESSION_BUF;
+
+    /** Where a frame buffer stops doubling: a batch's size plus room for the record that crosses it. */
+    private final int frameCap;
+    /** Where a connection's compression output stops doubling: a full frame compressed, at the codecs' worst. */
+    private final int zoutCap;
+    private boolean sessionsReleased; // close gave back the connections' SESSION_BASE
+
     public Producer(ProducerConfig cfg) {
         this.cfg = cfg;
+        this.frameCap = (int) Math.min((long) cfg.getBatchSizeInBytes() + (64 << 10) + Protocol.PRODUCE_PREFIX_MAX, Integer.MAX_VALUE - 8);
+        // LZ4's bound is n + n/255 + 16 a block, zstd's under n + n/256 + 64: n/128 + 4 KiB covers both and the framing.
+        this.zoutCap = (int) Math.min((long) frameCap + (frameCap >> 7) + 4096, Integer.MAX_VALUE - 8);
         switch (cfg.getCompression()) {
             case "lz4": codec = Protocol.COMPRESS_LZ4; break;
             case "zstd": codec = Protocol.COMPRESS_ZSTD; break;
@@ -80,6 +129,7 @@ public final class Producer implements Closeable {
             callbackThread = t;
             return t;
         });
+        working = buffered = (long) SESSION_BASE * cfg.getSendThreads();
         for (int i = 0; i < cfg.getSendThreads(); i++) {
             Sender s = new Sender(i);
             senders.add(s);
@@ -153,7 +203,7 @@ public final class Producer implements Closeable {
                     throw new ProducerClosedException();
                 }
                 // Counted as if queued, so that its completion, like any, frees it and flush sees it done.
-                buffered += size;
+                buffered += size + RECORD_OVERHEAD;
                 pending++;
             }
             // The agent would refuse the frame for good: fail the record here, at once, rather than send it.
@@ -165,10 +215,14 @@ public final class Producer implements Closeable {
             if (closed) {
                 throw new ProducerClosedException();
             }
-            if (buffered + size > cfg.getTotalSizeInBytes() && buffered > 0) {
+            int bound = Batch.bound(p);
+            long total = cfg.getTotalSizeInBytes();
+            // buffered > working: records are held, whose completion frees room. With none, a record goes even if
+            // it alone (with the connections' buffers) is over the total, or it could never go.
+            if (buffered + need(p, bound) > total && buffered > working) {
                 long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(cfg.getMaxBlockMs());
                 seal(); // what is being filled may go and free room
-                while (buffered + size > cfg.getTotalSizeInBytes() && buffered > 0) {
+                while (buffered + need(p, bound) > total && buffered > working) {
                     long left = deadline - System.nanoTime();
                     if (left <= 0 || closed) {
                         throw closed ? new ProducerClosedException()
@@ -186,10 +240,17 @@ public final class Producer implements Closeable {
                 seal(); // a frame carries one request id: another one starts a frame
             }
             if (cur == null) {
-                cur = new Batch(cfg.getBatchSizeInBytes() + (64 << 10), Math.min(cfg.getBatchCountThreshold(), 8192));
+                // Sized as the last frame was: full batches start full size, one record a frame starts small.
+                int cap = Math.min(Math.max(MIN_FRAME_CAP, lastFrameBytes + lastFrameBytes / 8), frameCap);
+                cur = new Batch(cap, frameCap, Math.min(Math.max(lastFrameRecords, 10), Math.min(cfg.getBatchCountThreshold(), 8192)));
+                cur.charge = FRAME_OVERHEAD + cur.body.b.length;
+                buffered += cur.charge;
             }
-            cur.add(p);
-            buffered += size;
+            int cap0 = cur.body.b.length;
+            cur.add(p, bound);
+            int grew = cur.body.b.length - cap0;
+            cur.charge += grew;
+            buffered += grew + size + RECORD_OVERHEAD;
             pending++;
             if (cur.body.len >= cfg.getBatchSizeInBytes() || cur.recs.size() >= cfg.getBatchCountThreshold()) {
                 seal();
@@ -250,6 +311,7 @@ public final class Producer implements Closeable {
             seal();
             for (Send s : ready) {
                 left.addAll(s.recs);
+                release(s);
             }
             ready.clear();
             for (Sender s : senders) {
@@ -265,11 +327,40 @@ public final class Producer implements Closeable {
         for (Sender s : senders) {
             s.stop();
         }
+        synchronized (lock) {
+            // The connections are gone: their charge too (a sender still in its last session gives back its own part).
+            if (!sessionsReleased) {
+                sessionsReleased = true;
+                buffered -= (long) SESSION_BASE * senders.size();
+                working -= (long) SESSION_BASE * senders.size();
+            }
+        }
         callbacks.shutdown();
         try {
             callbacks.awaitTermination(timeout.toMillis() + 1000, TimeUnit.MILLISECONDS);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
+        }
+    }
+
+    /**
+     * What send would add to buffered for p: its bytes and objects, and the growth of the frame buffer it goes in
+     * (or a new frame's buffer and objects). At least what it adds: the frame buffer grows as Batch.add makes it.
+     * Lock held.
+     */
+    private long need(Pending p, int bound) {
+        long n = p.size + RECORD_OVERHEAD;
+        if (cur != null && java.util.Objects.equals(cur.requestId, p.requestId)) {
+            return n + Protocol.Buf.grown(cur.body.b.length, cur.body.len + bound, frameCap) - cur.body.b.length;
+        }
+        int cap = Math.min(Math.max(MIN_FRAME_CAP, lastFrameBytes + lastFrameBytes / 8), frameCap);
+        return n + FRAME_OVERHEAD + Protocol.Buf.grown(cap, Protocol.PRODUCE_PREFIX_MAX + bound, frameCap);
+    }
+
+    /** The bytes the producer holds, as charged against totalSizeInBytes (see the class doc). For tests. */
+    long heldBytes() {
+        synchronized (lock) {
+            return buffered;
         }
     }
 
@@ -307,50 +398,89 @@ public final class Producer implements Closeable {
         }
     }
 
-    /** The batch being filled: its records, already encoded, all with the same request id. */
+    /**
+     * The batch being filled: its records, already encoded, all with the same request id. The encoding starts
+     * after Protocol.PRODUCE_PREFIX_MAX bytes of room, where the sender writes the frame's header, request id and
+     * count, so that the frame goes out from this buffer as it is.
+     */
     static final class Batch {
         final List<Pending> recs;
         final Protocol.Buf body;
         byte[] prevTopic;
         String requestId;
+        long charge; // bytes charged to buffered for this frame: its objects and its buffer's capacity
         final long firstAt = System.nanoTime();
 
-        Batch(int cap, int records) {
-            body = new Protocol.Buf(cap);
+        Batch(int cap, int soft, int records) {
+            body = new Protocol.Buf(Math.max(cap, Protocol.PRODUCE_PREFIX_MAX));
+            body.soft = soft;
+            body.len = Protocol.PRODUCE_PREFIX_MAX;
             recs = new ArrayList<>(records);
         }
 
-        void add(Pending p) {
+        /** At least the bytes Protocol.record writes for p. */
+        static int bound(Pending p) {
+            return p.size + 16 + 8 * (p.headers == null ? 0 : p.headers.size());
+        }
+
+        /** Encodes p; the buffer grows at most once, to Buf.grown(capacity, len + bound, soft), as need counts. */
+        void add(Pending p, int bound) {
             if (recs.isEmpty()) {
                 requestId = p.requestId;
             }
+            body.ensure(bound);
             Protocol.record(body, prevTopic, p.topic, p.key, p.value, 0, p.headers);
             prevTopic = p.topic;
             recs.add(p);
         }
     }
 
-    /** Records to send in one frame, all with the same request id; body is their encoding (null: encode again). */
+    /**
+     * Records to send in one frame, all with the same request id; body is their encoding after the prefix room
+     * (null: encode again).
+     */
     static final class Send {
         final List<Pending> recs;
-        final Protocol.Buf body;
+        Protocol.Buf body; // dropped once written
         final long notBefore;
+        long charge; // bytes charged to buffered until it is written or dropped
         long sentBytes; // counted in flight on its connection
 
-        Send(List<Pending> recs, Protocol.Buf body, long notBefore) {
+        Send(List<Pending> recs, Protocol.Buf body, long notBefore, long charge) {
             this.recs = recs;
             this.body = body;
             this.notBefore = notBefore;
+            this.charge = charge;
         }
     }
 
     /** Moves the batch being filled to the send queue; lock held. */
     private void seal() {
-        if (cur != null && !cur.recs.isEmpty()) {
-            ready.addLast(new Send(cur.recs, cur.body, 0));
-            lock.notifyAll();
+        if (cur != null) {
+            if (cur.recs.isEmpty()) {
+                buffered -= cur.charge;
+            } else {
+                lastFrameBytes = cur.body.len;
+                lastFrameRecords = cur.recs.size();
+                ready.addLast(new Send(cur.recs, cur.body, 0, cur.charge));
+                lock.notifyAll();
+            }
         }
         cur = null;
+    }
+
+    /** A frame to send again, or half of one: its objects are charged (it cannot wait: its records are held). Lock held. */
+    private Send resend(List<Pending> recs, long notBefore) {
+        buffered += FRAME_OVERHEAD;
+        return new Send(recs, null, notBefore, FRAME_OVERHEAD);
+    }
+
+    /** Frees what sd holds beyond its records: written, or dropped with them. Lock held. */
+    private void release(Send sd) {
+        buffered -= sd.charge;
+        sd.charge = 0;
+        sd.body = null;
+        lock.notifyAll();
     }
 
     private long backoffMs(int tries) {
@@ -381,7 +511,7 @@ public final class Producer implements Closeable {
                 }
                 boolean ok = (Boolean) o[1];
                 p.done = true;
-                buffered -= p.size; // the memory is free now; pending drops once the callback returned
+                buffered -= p.size + RECORD_OVERHEAD; // the memory is free now; pending drops once the callback returned
                 p.attempts.add(new Attempt(ok, ok ? "" : (String) o[2], ok ? "" : (String) o[3], now));
                 Result r = o.length > 4
                         ? new Result(ok, p.attempts, (String) o[4], (Integer) o[5], (Long) o[6], (String) o[7])
@@ -497,7 +627,7 @@ public final class Producer implements Closeable {
             int from = 0;
             for (int i = 1; i <= recs.size(); i++) {
                 if (i == recs.size() || !java.util.Objects.equals(recs.get(i).requestId, recs.get(from).requestId)) {
-                    ready.addLast(new Send(from == 0 && i == recs.size() ? recs : new ArrayList<>(recs.subList(from, i)), null, when));
+                    ready.addLast(resend(from == 0 && i == recs.size() ? recs : new ArrayList<>(recs.subList(from, i)), when));
                     from = i;
                 }
             }
@@ -578,6 +708,7 @@ public final class Producer implements Closeable {
                         return;
                     }
                     session = s;
+                    chargeSession(s);
                 }
                 Thread reader = new Thread(() -> read(s), thread.getName() + "-read");
                 reader.setDaemon(true);
@@ -597,6 +728,10 @@ public final class Producer implements Closeable {
                 synchronized (lock) {
                     lost = abandon();
                     session = null;
+                    buffered -= s.charged;
+                    working -= s.charged;
+                    s.charged = 0;
+                    lock.notifyAll();
                 }
                 requeueLost(lost);
             }
@@ -731,10 +866,36 @@ public final class Producer implements Closeable {
             return null;
         }
 
+        /**
+         * Writes sd as one frame, from its buffer as it is when it has one (its prefix room takes the header,
+         * request id and count), else re-encoded into the connection's scratch buffer; compressed into the
+         * connection's output buffer. Its buffer is freed, in the count too, once written or dropped.
+         */
         private void write(Session s, Send sd) throws IOException {
+            try {
+                writeFrame(s, sd);
+            } finally {
+                synchronized (lock) {
+                    release(sd);
+                    // An oversized record's frame must not pin its size for the connection's life.
+                    if (s.scratch.b.length > frameCap) {
+                        s.scratch = sessionBuf(frameCap);
+                    }
+                    if (s.zout.b.length > zoutCap) {
+                        s.zout = sessionBuf(zoutCap);
+                    }
+                    chargeSession(s);
+                }
+            }
+        }
+
+        private void writeFrame(Session s, Send sd) throws IOException {
             Protocol.Buf records = sd.body;
             if (records == null) {
-                records = new Protocol.Buf(4096);
+                records = s.scratch;
+                records.reset();
+                records.ensure(Protocol.PRODUCE_PREFIX_MAX);
+                records.len = Protocol.PRODUCE_PREFIX_MAX;
                 byte[] prev = null;
                 for (Pending p : sd.recs) {
                     Protocol.record(records, prev, p.topic, p.key, p.value, 0, p.headers);
@@ -742,15 +903,21 @@ public final class Producer implements Closeable {
                 }
             }
             String requestId = sd.recs.get(0).requestId;
-            Protocol.Buf body = s.body;
-            body.reset();
-            Protocol.produceBody(body, requestId, sd.recs.size(), records.b, 0, records.len);
-            byte[] payload = body.b;
-            int len = body.len;
+            // The request id and count go right before the records, in the room kept for them.
+            Protocol.Buf pre = s.pre;
+            pre.reset();
+            Protocol.producePrefix(pre, requestId, sd.recs.size());
+            int start = Protocol.PRODUCE_PREFIX_MAX - pre.len;
+            System.arraycopy(pre.b, 0, records.b, start, pre.len);
+            int bodyLen = records.len - start;
+            byte[] payload = records.b;
+            int off = start, len = bodyLen;
             int flags = Protocol.produceFlags(cfg.isReceipts(), requestId);
             if (codec != Protocol.COMPRESS_NONE && (s.features & (codec == Protocol.COMPRESS_LZ4 ? Protocol.FEATURE_LZ4 : Protocol.FEATURE_ZSTD)) != 0) {
-                payload = Protocol.compress(body.b, 0, body.len, codec);
-                len = payload.length;
+                Protocol.compress(records.b, start, bodyLen, codec, s.zout);
+                payload = s.zout.b;
+                off = 0;
+                len = s.zout.len;
                 flags |= codec;
             }
             if (len + Protocol.HEADER_LEN > s.maxFrame || sd.recs.size() > s.maxRecords) {
@@ -760,8 +927,8 @@ public final class Producer implements Closeable {
                 }
                 int half = sd.recs.size() / 2;
                 synchronized (lock) {
-                    ready.addFirst(new Send(new ArrayList<>(sd.recs.subList(half, sd.recs.size())), null, 0));
-                    ready.addFirst(new Send(new ArrayList<>(sd.recs.subList(0, half)), null, 0));
+                    ready.addFirst(resend(new ArrayList<>(sd.recs.subList(half, sd.recs.size())), 0));
+                    ready.addFirst(resend(new ArrayList<>(sd.recs.subList(0, half)), 0));
                 }
                 return;
             }
@@ -775,11 +942,17 @@ public final class Producer implements Closeable {
             Protocol.Buf hdr = s.hdr;
             hdr.reset();
             hdr.u32(len + Protocol.HEADER_LEN).u8(Protocol.PRODUCE).u8(flags).u32(id);
-            s.out.write(hdr.b, 0, hdr.len);
-            s.out.write(payload, 0, len);
+            if (payload == records.b) {
+                // Uncompressed: the header goes in the room before the body, and the frame out in one write.
+                System.arraycopy(hdr.b, 0, records.b, start - 10, 10);
+                s.out.write(records.b, start - 10, len + 10);
+            } else {
+                s.out.write(hdr.b, 0, hdr.len);
+                s.out.write(payload, off, len);
+            }
             sentFrames.increment();
             sentBytes.add(len + 10);
-            sentRecordBytes.add(body.len);
+            sentRecordBytes.add(bodyLen);
         }
 
         /** Reads the agent's answers on s. */
@@ -878,6 +1051,27 @@ public final class Producer implements Closeable {
         }
     }
 
+    /** A connection's scratch or compression buffer: it doubles up to soft, what a full frame needs. */
+    private static Protocol.Buf sessionBuf(int soft) {
+        Protocol.Buf b = new Protocol.Buf(SESSION_BUF);
+        b.soft = soft;
+        return b;
+    }
+
+    /** Charges s's buffers' growth past SESSION_BASE as they are now (they grow with the frames it sends); lock held. */
+    private void chargeSession(Session s) {
+        long now = s.scratch.b.length + s.zout.b.length - 2 * SESSION_BUF;
+        long d = now - s.charged;
+        if (d != 0) {
+            buffered += d;
+            working += d;
+            s.charged = now;
+            if (d < 0) {
+                lock.notifyAll();
+            }
+        }
+    }
+
     /** Fails every record not on the wire. */
     private void failWaiting(String code, String msg) {
         List<Pending> left = new ArrayList<>();
@@ -885,6 +1079,7 @@ public final class Producer implements Closeable {
             seal();
             for (Send s : ready) {
                 left.addAll(s.recs);
+                release(s);
             }
             ready.clear();
         }
@@ -903,7 +1098,10 @@ public final class Producer implements Closeable {
         int version;
         boolean broken;
         boolean unflushed; // written and not yet flushed (the sender's own)
-        final Protocol.Buf body = new Protocol.Buf(64 << 10), hdr = new Protocol.Buf(16);
+        final Protocol.Buf hdr = new Protocol.Buf(16), pre = new Protocol.Buf(Protocol.PRODUCE_PREFIX_MAX);
+        // The sender's own: records re-encoded for a resend, and the compressed frame. Charged (chargeSession).
+        Protocol.Buf scratch = sessionBuf(frameCap), zout = sessionBuf(zoutCap);
+        long charged; // bytes this connection's buffers grew past SESSION_BASE, added to buffered and working
 
         Session(Closeable conn, InputStream in, OutputStream out) {
             this.conn = conn;

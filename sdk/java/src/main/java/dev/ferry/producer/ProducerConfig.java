@@ -63,7 +63,16 @@ public final class ProducerConfig {
 
     public ProducerConfig setClientName(String n) { this.clientName = n; return this; }
 
-    /** Memory for records sent and not yet completed, counted in bytes (UTF-8 for strings). */
+    /**
+     * The memory the producer holds for records sent and not yet completed, in bytes: each record's bytes (UTF-8
+     * for strings) plus about 180 bytes of its JVM objects, the capacity of every frame buffer not yet written
+     * (each starts at the size the last frame needed and grows up to batchSizeInBytes + 64 KiB) with a frame's
+     * objects, and each connection's buffers (320 KiB of stream buffers, its compression output and resend
+     * buffer, which grow to a frame). A program that changes request id every record makes a frame per record:
+     * this counts each one's buffer, so send waits for room (maxBlockMs) instead of running the JVM out of
+     * memory. Keep it well above sendThreads * (320 KiB + 2 * batchSizeInBytes): below that the connections'
+     * own buffers leave room for little else. Default 100 MiB.
+     */
     public long getTotalSizeInBytes() { return totalSizeInBytes; }
 
     public ProducerConfig setTotalSizeInBytes(long n) { this.totalSizeInBytes = positive(n, "totalSizeInBytes"); return this; }

@@ -10,8 +10,10 @@ import java.util.List;
 
 import com.github.luben.zstd.Zstd;
 import com.github.luben.zstd.ZstdInputStream;
+import net.jpountz.lz4.LZ4Compressor;
+import net.jpountz.lz4.LZ4Factory;
 import net.jpountz.lz4.LZ4FrameInputStream;
-import net.jpountz.lz4.LZ4FrameOutputStream;
+import net.jpountz.xxhash.XXHashFactory;
 
 /**
  * ferry's local record protocol, versions 1 and 2 (docs/protocol.md): frame
@@ -80,10 +82,16 @@ final class Protocol {
         static final Limits DEFAULT = new Limits(8 << 20, 100_000);
     }
 
-    /** A growable byte buffer written front to back. */
+    /**
+     * A growable byte buffer written front to back. It doubles as it grows,
+     * but not past soft unless one write needs more: a producer's frame
+     * buffer stops near its batch size instead of doubling past it, and its
+     * capacity is what the producer charges against totalSizeInBytes.
+     */
     static final class Buf {
         byte[] b;
         int len;
+        int soft = Integer.MAX_VALUE;
 
         Buf(int cap) {
             b = new byte[Math.max(cap, 16)];
@@ -95,10 +103,22 @@ final class Protocol {
 
         void ensure(int n) {
             if (len + n > b.length) {
-                byte[] nb = new byte[Math.max(b.length * 2, len + n)];
+                byte[] nb = new byte[grown(b.length, len + n, soft)];
                 System.arraycopy(b, 0, nb, 0, len);
                 b = nb;
             }
+        }
+
+        /** The capacity a Buf of capacity cap grows to to hold need bytes (cap itself when they fit). */
+        static int grown(int cap, int need, int soft) {
+            if (need <= cap) {
+                return cap;
+            }
+            long d = Math.max(2L * cap, need);
+            if (d > soft) {
+                d = Math.max(soft, need);
+            }
+            return (int) Math.min(d, Integer.MAX_VALUE - 8);
         }
 
         Buf u8(int v) {
@@ -225,6 +245,17 @@ final class Protocol {
      * The id must be valid ({@link #validRequestId}): the producer refuses others at send, so none reaches the wire.
      */
     static Buf produceBody(Buf out, String requestId, int count, byte[] records, int off, int len) {
+        return producePrefix(out, requestId, count).raw(records, off, len);
+    }
+
+    /**
+     * The most bytes {@link #producePrefix} writes, plus a frame header: the room a producer's frame buffer keeps
+     * before its records so that the frame goes out from it without a copy.
+     */
+    static final int PRODUCE_PREFIX_MAX = HEADER_LEN + 4 + 2 + MAX_REQUEST_ID_BYTES + 5;
+
+    /** A produce body's start, before its records: the request id (when there is one), then the record count. */
+    static Buf producePrefix(Buf out, String requestId, int count) {
         if (requestId != null) {
             assert validRequestId(requestId) : requestId;
             // Valid ids are ASCII: a char is a byte.
@@ -234,7 +265,7 @@ final class Protocol {
                 out.b[out.len++] = (byte) requestId.charAt(i);
             }
         }
-        return out.uvarint(count).raw(records, off, len);
+        return out.uvarint(count);
     }
 
     /** A record as produce frames carry it; key null = no key. */
@@ -274,22 +305,73 @@ final class Protocol {
     }
 
     static byte[] compress(byte[] src, int off, int len, byte codec) throws IOException {
+        Buf out = new Buf(0);
+        compress(src, off, len, codec, out);
+        return out.toArray();
+    }
+
+    /**
+     * Compresses src[off, off+len) into out (reset first), which grows to the codec's bound for len and is kept
+     * by the caller: a producer's connection compresses every frame into the same buffer instead of allocating
+     * the codec's buffers per frame.
+     */
+    static void compress(byte[] src, int off, int len, byte codec, Buf out) throws IOException {
+        out.reset();
         switch (codec) {
             case COMPRESS_ZSTD: {
-                byte[] in = new byte[len];
-                System.arraycopy(src, off, in, 0, len);
-                return Zstd.compress(in, 1);
-            }
-            case COMPRESS_LZ4: {
-                ByteArrayOutputStream bo = new ByteArrayOutputStream(len / 2 + 64);
-                try (LZ4FrameOutputStream w = new LZ4FrameOutputStream(bo)) {
-                    w.write(src, off, len);
+                int bound = (int) Math.min(Zstd.compressBound(len), Integer.MAX_VALUE - 8);
+                out.ensure(bound);
+                long n = Zstd.compressByteArray(out.b, 0, bound, src, off, len, 1);
+                if (Zstd.isError(n)) {
+                    throw new IOException("zstd: " + Zstd.getErrorName(n));
                 }
-                return bo.toByteArray();
+                out.len = (int) n;
+                return;
             }
+            case COMPRESS_LZ4:
+                lz4Frame(src, off, len, out);
+                return;
             default:
                 throw new IllegalArgumentException("compression " + codec);
         }
+    }
+
+    private static final LZ4Compressor LZ4 = LZ4Factory.fastestInstance().fastCompressor();
+    /** LZ4 frame blocks of at most 4 MiB (descriptor BD 7), independent (FLG 0x60), no checksums. */
+    static final int LZ4_BLOCK = 4 << 20;
+    private static final byte LZ4_FLG = 0x60, LZ4_BD = 0x70;
+    private static final byte LZ4_HC = (byte) (XXHashFactory.fastestInstance().hash32().hash(new byte[] {LZ4_FLG, LZ4_BD}, 0, 2, 0) >> 8);
+
+    /**
+     * One LZ4 frame (docs/protocol.md: the LZ4 frame format) of src: the bytes lz4-java's LZ4FrameOutputStream
+     * writes with its defaults (ProtocolTest checks they are the same), without its 4 MiB block buffers per frame.
+     */
+    static void lz4Frame(byte[] src, int off, int len, Buf out) {
+        out.ensure(7 + 4 + LZ4.maxCompressedLength(Math.min(len, LZ4_BLOCK)) + 4 * (len / LZ4_BLOCK + 1) + 4);
+        out.u8(0x04).u8(0x22).u8(0x4D).u8(0x18); // magic 0x184D2204, little-endian
+        out.u8(LZ4_FLG).u8(LZ4_BD).u8(LZ4_HC);
+        for (int at = off, end = off + len; at < end; ) {
+            int n = Math.min(LZ4_BLOCK, end - at);
+            out.ensure(4 + LZ4.maxCompressedLength(n) + 4);
+            int c = LZ4.compress(src, at, n, out.b, out.len + 4, LZ4.maxCompressedLength(n));
+            if (c >= n) {
+                le32(out, n | 0x80000000); // stored: compression would not make it smaller
+                out.raw(src, at, n);
+            } else {
+                le32(out, c);
+                out.len += c;
+            }
+            at += n;
+        }
+        le32(out, 0); // end mark
+    }
+
+    private static void le32(Buf out, int v) {
+        out.ensure(4);
+        out.b[out.len++] = (byte) v;
+        out.b[out.len++] = (byte) (v >>> 8);
+        out.b[out.len++] = (byte) (v >>> 16);
+        out.b[out.len++] = (byte) (v >>> 24);
     }
 
     /** Decompresses a produce body, refusing more than max bytes of output. */
