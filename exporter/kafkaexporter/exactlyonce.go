@@ -134,7 +134,10 @@ type exactlyOnce struct {
 	stopped atomic.Pointer[string] // why delivery stopped for good (fenced)
 	left    []*eoBatch             // what run had not committed when it stopped
 	startAt atomic.Int64           // offset of this instance's last start record
-	started atomic.Bool
+	// resumed: Committed answered once; resumeErr: why it has not.
+	resumed   atomic.Bool
+	resumeErr atomic.Pointer[string]
+	started   atomic.Bool
 
 	m eoMetrics
 }
@@ -195,9 +198,17 @@ func (eo *exactlyOnce) newClient() (*kgo.Client, error) {
 	return cl, nil
 }
 
+// health: not ready once fenced, and until the committed position was
+// read (nothing is sent before: the spool waits for it).
 func (eo *exactlyOnce) health() error {
 	if p := eo.stopped.Load(); p != nil {
 		return errors.New(*p)
+	}
+	if !eo.resumed.Load() {
+		if p := eo.resumeErr.Load(); p != nil {
+			return fmt.Errorf("exactly once: how far Kafka committed this spool is not known yet (nothing is sent until it is): %s", *p)
+		}
+		return errors.New("exactly once: reading how far Kafka committed this spool")
 	}
 	return nil
 }
@@ -696,7 +707,15 @@ func (e *Exporter) Committed(ctx context.Context) (record.SpoolPos, bool, error)
 	return e.eo.committed(ctx)
 }
 
-func (eo *exactlyOnce) committed(ctx context.Context) (record.SpoolPos, bool, error) {
+func (eo *exactlyOnce) committed(ctx context.Context) (p record.SpoolPos, ok bool, err error) {
+	defer func() {
+		if err != nil {
+			msg := err.Error()
+			eo.resumeErr.Store(&msg)
+		} else {
+			eo.resumed.Store(true)
+		}
+	}()
 	if err := eo.ensureStateTopic(ctx); err != nil {
 		return record.SpoolPos{}, false, err
 	}

@@ -99,8 +99,14 @@ func TestExactlyOnceCommitsResumesAndFences(t *testing.T) {
 	e1, _ := newEO(t, brokers, testCfg(brokers), eoCfg(spool))
 	defer e1.Shutdown(context.Background())
 
+	if err := e1.eo.health(); err == nil {
+		t.Fatal("ready before Kafka said how far it committed the spool")
+	}
 	if _, ok, err := e1.Committed(context.Background()); err != nil || ok {
 		t.Fatalf("fresh state topic: committed %v, err %v", ok, err)
+	}
+	if err := e1.eo.health(); err != nil {
+		t.Fatalf("not ready after the committed position was read: %v", err)
 	}
 	ends := []record.SpoolPos{{Seg: 1, Off: 100}, {Seg: 1, Off: 200}, {Seg: 2, Off: 50}}
 	var dones []chan error
