@@ -140,6 +140,9 @@ type exactlyOnce struct {
 	started   atomic.Bool
 
 	m eoMetrics
+	// promiseFn is eo.promise bound once (a method value per record would
+	// allocate).
+	promiseFn func(*kgo.Record, error)
 }
 
 type eoMetrics struct {
@@ -164,6 +167,7 @@ func (e *Exporter) enableExactlyOnce(cfg exporter.ExactlyOnce) error {
 	eo.maxTxnBytes = max(4<<20, e.bufferedBytes/4)
 	eo.startAt.Store(-1)
 	eo.pool.New = func() any { return &eoBatch{Context: context.Background()} }
+	eo.promiseFn = eo.promise
 	cl, err := eo.newClient()
 	if err != nil {
 		return err
@@ -459,7 +463,7 @@ func (eo *exactlyOnce) produce(ctx context.Context, tb *eoBatch) {
 			kr.Headers = *(*[]kgo.RecordHeader)(unsafe.Pointer(&r.Headers))
 		}
 		eo.pending.Add(1)
-		eo.cl.Produce(ctx, kr, eo.promise)
+		eo.cl.Produce(ctx, kr, eo.promiseFn)
 	}
 }
 
