@@ -40,11 +40,27 @@ func (s *Spool) syncLoop() {
 		s.mu.Lock()
 		target, f, failed := s.written, s.f, s.failErr
 		synced = max(synced, s.durable)
+		run := target > synced && f != nil && failed == nil && (s.cfg.Fsync != "never" || final)
+		kf, kdirty := s.kf, s.kdirty && run
+		if kdirty {
+			s.kdirty = false // an append after this sets it again
+		}
 		s.mu.Unlock()
-		if target > synced && f != nil && failed == nil && (s.cfg.Fsync != "never" || final) {
+		if run {
 			start := time.Now()
 			s.syncMu.Lock()
-			err := s.fsync(f)
+			var err error
+			if kdirty {
+				// The keys before the records they name (keys.go): every
+				// key of an append up to target was written before target
+				// was read, under the append lock.
+				if err = s.fsync(kf); errors.Is(err, os.ErrClosed) {
+					err = nil // sealed (and fsynced) by a rotation
+				}
+			}
+			if err == nil {
+				err = s.fsync(f)
+			}
 			s.syncMu.Unlock()
 			if errors.Is(err, os.ErrClosed) {
 				// A roll closed the file; its own fsync decided for what we
@@ -92,6 +108,15 @@ func (s *Spool) completeWaiters(synced int64, failed error) {
 			err = errWrite(failed)
 		}
 		s.appending.Add(-w.n)
+		if w.b.Idem != nil {
+			// Resolved before the batch completes (its receiver recycles
+			// it then): a retry from now on is answered from the store.
+			if err == nil {
+				s.idem.Commit(w.b.Idem)
+			} else {
+				s.idem.Abort(w.b.Idem)
+			}
+		}
 		w.b.Complete(err)
 	}
 }
