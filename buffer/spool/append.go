@@ -17,7 +17,7 @@ import (
 
 // Consume appends b and completes it under the fsync policy. It never
 // blocks on fsync: with fsync always the completion runs from the syncer.
-func (s *Spool) Consume(ctx context.Context, b *record.Batch) error {
+func (s *Spool) Consume(_ context.Context, b *record.Batch) error {
 	if b.Idem == nil {
 		return s.consume(b)
 	}

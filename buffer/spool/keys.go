@@ -174,7 +174,9 @@ func (s *Spool) createKeys(now time.Time) error {
 func (s *Spool) sealKeys() {
 	s.syncMu.Lock()
 	var err error
-	if s.kdirty && s.cfg.Fsync != "never" {
+	if s.cfg.Fsync != "never" {
+		// Always, not only when dirty: the syncer clears the flag before
+		// its fsync, and finding this file closed it counts on this one.
 		err = s.fsync(s.kf)
 	}
 	s.kf.Close()
