@@ -199,12 +199,15 @@
 // (not an agent crash) in the instant between an append's write and its
 // fsync round may find the segment's pages written back by the kernel on
 // its own and the key log's not, so the records survive without their
-// key and a retry is accepted again — a duplicate. Closing that would
-// need the key fsynced before the records are written, which under the
-// append lock serialises every append behind an fsync, and outside it
-// cannot name the records' place. The records themselves, as in every
-// mode, are never lost to it. With fsync interval or never, a power loss
-// can lose either; an agent crash loses neither.
+// key and a retry is accepted again — a duplicate. Closing that needs the
+// key durable before the records are written: an fsync under the append
+// lock would serialise every append behind it, so the way is an intent
+// (key, fingerprint, the CRC32C of the records' payloads) fsynced before
+// the append — one more fsync round of latency for keyed requests only —
+// and, at Open, a search of the newest segment for the records of any
+// intent the log names no place for. Not done yet. The records
+// themselves, as in every mode, are never lost to it. With fsync interval
+// or never, a power loss can lose either; an agent crash loses neither.
 //
 // Cost without keys: nothing (Batch.Idem is nil; no key log is opened
 // until the first keyed append).
