@@ -388,3 +388,44 @@ func BenchmarkKeyedAppend(b *testing.B) {
 		})
 	}
 }
+
+// TestKeyOfRemovedSegment: a key naming a segment recovery removed as
+// unreadable (its header cut short) is dropped, even where everything
+// before the checkpoint counts as retired: its records are gone with the
+// segment. The key of the retired segment before it stays.
+func TestKeyOfRemovedSegment(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.Fsync = "never"
+	s, st := openKeys(t, cfg, keyCfg)
+	appendOK(t, s, keyed(t, st, "retired", recs(0, 5)))
+	_ = s.Close()
+	first := s.wseg
+	torn := first + 1
+	// The state a power loss can leave with fsync never: the first
+	// segment acknowledged and deleted, the checkpoint inside the next,
+	// whose header never reached the disk.
+	_ = os.Remove(filepath.Join(cfg.Dir, segName(first)))
+	if err := os.WriteFile(filepath.Join(cfg.Dir, segName(torn)), []byte("FRYSPL02 torn"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.ckptFile = nil
+	if err := s.writeCheckpoint(pos{torn, segHeader + 100}); err != nil {
+		t.Fatal(err)
+	}
+	gone := keyRec{at: time.Now().UnixNano(), seg: torn, off: segHeader, length: 40, crc: 1, records: 2, key: keyOf("gone")}
+	kf := keyFiles(t, cfg.Dir)
+	f, _ := os.OpenFile(kf[0], os.O_APPEND|os.O_WRONLY, 0)
+	_, _ = f.Write(appendKeyRec(nil, &gone))
+	f.Close()
+	s2, st2 := openKeys(t, cfg, keyCfg)
+	defer s2.Close()
+	if s2.wseg <= torn {
+		t.Fatalf("next segment %d: the test wants the removed one (%d) below it", s2.wseg, torn)
+	}
+	if v, _ := verdict(st2, "retired", recs(0, 5)); v != idempotency.Replay {
+		t.Fatalf("key of the retired segment: %v", v)
+	}
+	if v, _ := verdict(st2, "gone", recs(0, 2)); v != idempotency.Fresh {
+		t.Fatalf("key of a removed segment: %v, want fresh", v)
+	}
+}
