@@ -3,6 +3,7 @@ package spool
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -427,5 +428,39 @@ func TestKeyOfRemovedSegment(t *testing.T) {
 	}
 	if v, _ := verdict(st2, "gone", recs(0, 2)); v != idempotency.Fresh {
 		t.Fatalf("key of a removed segment: %v, want fresh", v)
+	}
+}
+
+// TestKeyFsyncFailure: when the key log's fsync fails the keyed append is
+// answered with an error, not "accepted", its key is left fresh, and the
+// spool refuses more (the fsync error is sticky, as a segment's is).
+func TestKeyFsyncFailure(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.Fsync = "always"
+	s, st := openKeys(t, cfg, keyCfg)
+	s.fsync = func(f *os.File) error {
+		if filepath.Ext(f.Name()) == ".log" {
+			return errors.New("EIO")
+		}
+		return f.Sync()
+	}
+	held := &collector{}
+	held.hold.Store(true)
+	_ = start(t, s, Links{Next: held, Idem: st})
+	defer s.Close()
+	b := keyed(t, st, "k", recs(0, 3))
+	done := make(chan error, 1)
+	b.OnDone(func(err error) { done <- err })
+	if err := s.Consume(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("answered accepted although the key log's fsync failed")
+	}
+	if v, _ := verdict(st, "k", recs(0, 3)); v != idempotency.Fresh {
+		t.Fatalf("after a failed fsync: %v, want fresh", v)
+	}
+	if err := s.Consume(context.Background(), recs(3, 1)); err == nil {
+		t.Fatal("the spool took more after a failed fsync")
 	}
 }

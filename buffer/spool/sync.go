@@ -49,19 +49,26 @@ func (s *Spool) syncLoop() {
 		if run {
 			start := time.Now()
 			s.syncMu.Lock()
-			var err error
+			var err, kerr error
 			if kdirty {
 				// The keys before the records they name (keys.go): every
 				// key of an append up to target was written before target
 				// was read, under the append lock.
-				if err = s.fsync(kf); errors.Is(err, os.ErrClosed) {
-					err = nil // sealed (and fsynced) by a rotation
-				}
+				kerr = s.fsync(kf)
 			}
-			if err == nil {
+			if err = kerr; kerr == nil || errors.Is(kerr, os.ErrClosed) {
 				err = s.fsync(f)
 			}
 			s.syncMu.Unlock()
+			if errors.Is(kerr, os.ErrClosed) {
+				// A rotation sealed the key file; its fsync decided: durable,
+				// or the spool has failed.
+				s.mu.Lock()
+				if s.failErr != nil && err == nil {
+					err = s.failErr
+				}
+				s.mu.Unlock()
+			}
 			if errors.Is(err, os.ErrClosed) {
 				// A roll closed the file; its own fsync decided for what we
 				// wanted: durable, or the spool has failed.
