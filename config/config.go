@@ -16,6 +16,7 @@ import (
 	"github.com/ferryhq/ferry/bytesize"
 	"github.com/ferryhq/ferry/deadletter"
 	"github.com/ferryhq/ferry/exporter"
+	"github.com/ferryhq/ferry/idempotency"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/processor/spanmetrics"
@@ -89,6 +90,9 @@ type Delivery struct {
 	// Receipts bounds the receipts kept for GET /receipts/{id} (spool and
 	// spill modes: records answered from the spool before Kafka has them).
 	Receipts receipt.Config `yaml:"receipts"`
+	// Idempotency bounds the Idempotency-Keys remembered (mode spool,
+	// where the spool keeps them durable with their records).
+	Idempotency idempotency.Config `yaml:"idempotency"`
 }
 
 // loopback reports whether addr (host:port) listens on loopback only.
@@ -185,6 +189,9 @@ func (c *Config) Validate() error {
 		wrap("delivery.spool", c.Delivery.Spool.Validate())
 		wrap("delivery.dead_letter", c.Delivery.DeadLetter.Validate())
 		wrap("delivery.receipts", c.Delivery.Receipts.Validate())
+		if c.Delivery.Mode == "spool" {
+			wrap("delivery.idempotency", c.Delivery.Idempotency.Validate())
+		}
 		if ra := c.Delivery.Spool.ReadAhead; ra != 0 && (ra > c.Queue.MemoryLimit || ra < 2*maxRecord) {
 			fail("delivery.spool.read_ahead (%s) must be between two exporter.kafka.max_batch_bytes (%s) and queue.memory_limit (%s)",
 				ra, 2*maxRecord, c.Queue.MemoryLimit)

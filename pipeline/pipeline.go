@@ -35,6 +35,7 @@ import (
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/deadletter"
 	"github.com/ferryhq/ferry/exporter"
+	"github.com/ferryhq/ferry/idempotency"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/processor/sampler"
 	"github.com/ferryhq/ferry/processor/spanmetrics"
@@ -59,7 +60,9 @@ type Pipeline struct {
 	Spool *spool.Spool
 	// Receipts keeps spool receipts for GET /receipts/{id} (spool and
 	// spill modes).
-	Receipts   *receipt.Store
+	Receipts *receipt.Store
+	// Idem remembers Idempotency-Keys (delivery mode spool only).
+	Idem       *idempotency.Store
 	DeadLetter *deadletter.Writer
 	Spill      *spill.Router
 	// Receivers are the enabled receivers, in config's order.
@@ -153,6 +156,14 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 		}
 		links := spool.Links{Next: p.Exporter, MaxRecordBytes: int(cfg.SpoolRecordBytes()),
 			Budget: p.Budget, DeadLetter: p.DeadLetter, Up: p.Exporter.Up, Receipts: p.Receipts}
+		if cfg.Delivery.Mode == "spool" {
+			// Only where every accepted record is in the spool: in spill
+			// mode most are answered from Kafka's ack, with no key kept.
+			if p.Idem, err = idempotency.NewStore(cfg.Delivery.Idempotency, set.Registry); err != nil {
+				return nil, fmt.Errorf("delivery.idempotency: %w", err)
+			}
+			links.Idem = p.Idem
+		}
 		if cfg.Delivery.Guarantee == "exactly_once" {
 			r, ok := p.Exporter.(exporter.Resumer)
 			if !ok {
@@ -202,7 +213,7 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 		bodies = budget.New(int64(cfg.Queue.MemoryLimit))
 	}
 	env := receiver.Env{Set: set, Next: intake, Pre: pre, Bodies: bodies, Bounds: cfg.Bounds(), Topics: p.cluster(), Receipts: p.Receipts,
-		NoReceipts: cfg.Exporter.Limits().NoReceipts}
+		NoReceipts: cfg.Exporter.Limits().NoReceipts, Idem: p.Idem}
 	var rerr error
 	cfg.Receivers.Each(func(f receiver.Factory, rc receiver.Config) {
 		if rerr != nil || !rc.On() {

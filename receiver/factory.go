@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/idempotency"
 	"github.com/ferryhq/ferry/receipt"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/telemetry"
@@ -97,6 +98,10 @@ type Env struct {
 	// exporter's Limits: Kafka with acks none answers nothing): a request
 	// that asks for one is refused for good, reason receipts_unavailable.
 	NoReceipts string
+	// Idem remembers the idempotency keys of accepted requests (delivery
+	// mode spool, where the spool keeps them durable with the records);
+	// nil in the other modes, where a request with a key is refused.
+	Idem *idempotency.Store
 }
 
 // Receiver is a receiver built by its factory.

@@ -93,6 +93,16 @@ type SpoolPos struct {
 // Less orders places in the spool.
 func (a SpoolPos) Less(b SpoolPos) bool { return a.Seg < b.Seg || a.Seg == b.Seg && a.Off < b.Off }
 
+// Idem is a request's idempotency key on its way to the spool: Key is
+// the scoped key its receiver built (owned, not a slice of the request's
+// buffers), Sum the fingerprint of the request, Seq the reservation the
+// idempotency store made for it (package idempotency).
+type Idem struct {
+	Key []byte
+	Sum [16]byte
+	Seq uint64
+}
+
 // Batch is a group of records completed together. Its zero value is ready to
 // use; a Batch must not be copied after first use.
 type Batch struct {
@@ -135,6 +145,12 @@ type Batch struct {
 	// refused for good, before committing the position past it: a
 	// dead letter settled later could be lost by a crash in between.
 	DeadLetterNow func(i int, err error) bool
+
+	// Idem, when set, marks the batch as a client request with an
+	// idempotency key (package idempotency): the spool writes the key
+	// durably with the records, in the same append and fsync round. Nil
+	// on the hot path.
+	Idem *Idem
 
 	pending atomic.Int64
 	failed  atomic.Int64
@@ -252,6 +268,7 @@ func (b *Batch) Reset() {
 	b.Spooled = false
 	b.End = SpoolPos{}
 	b.DeadLetterNow = nil
+	b.Idem = nil
 	b.pending.Store(0)
 	b.failed.Store(0)
 	b.err = nil

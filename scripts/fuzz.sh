@@ -51,6 +51,7 @@ for target in \
   "FuzzResync ./buffer/spool" \
   "FuzzCheckpoint ./buffer/spool 5000x" \
   "FuzzSegmentHeader ./buffer/spool 5000x" \
+  "FuzzKeyLog ./buffer/spool" \
   "FuzzDecode ./protocol" \
   "FuzzSplitRequestID ./protocol 20000x" \
   "FuzzParseID ./receipt 20000x" \

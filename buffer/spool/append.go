@@ -18,6 +18,21 @@ import (
 // Consume appends b and completes it under the fsync policy. It never
 // blocks on fsync: with fsync always the completion runs from the syncer.
 func (s *Spool) Consume(_ context.Context, b *record.Batch) error {
+	if b.Idem == nil {
+		return s.consume(b)
+	}
+	if s.idem == nil {
+		return &consumer.PermanentError{Reason: "idempotency_unavailable", Kind: consumer.KindInvalid,
+			Msg: "idempotency keys need delivery.mode spool"}
+	}
+	err := s.consume(b)
+	if err != nil {
+		s.idem.Abort(b.Idem)
+	}
+	return err
+}
+
+func (s *Spool) consume(b *record.Batch) error {
 	n := len(b.Records)
 	if n == 0 {
 		b.Complete(nil)
@@ -77,6 +92,9 @@ func (s *Spool) Consume(_ context.Context, b *record.Batch) error {
 		return nil
 	}
 	s.appending.Add(-size)
+	if b.Idem != nil {
+		s.idem.Commit(b.Idem)
+	}
 	b.Complete(nil)
 	return nil
 }
@@ -112,7 +130,21 @@ func (s *Spool) appendLocked(buf []byte, wf *segFormat, b *record.Batch, size in
 	if cur := s.wfmt.Load(); cur != wf {
 		reseal(buf, cur)
 	}
+	var undoKey func()
+	if b.Idem != nil {
+		// The key first: a crash can leave it without its records (recovery
+		// drops it), never the records without it (see the doc).
+		var err error
+		if undoKey, err = s.writeKey(b, buf, keyRegionCRC(buf), pos{s.wseg, s.woff}); err != nil {
+			s.m.writeErrors.Inc()
+			s.log.Log(slog.LevelError, "keys", "spool key log write failed; the request is refused", "err", err)
+			return false, errWrite(err)
+		}
+	}
 	if _, err := s.f.WriteAt(buf, s.woff); err != nil {
+		if undoKey != nil {
+			undoKey()
+		}
 		// Leave no partial frame behind: the next append starts at woff.
 		s.m.writeErrors.Inc()
 		s.log.Log(slog.LevelError, "write", "spool write failed; the request is refused", "err", err)
@@ -144,7 +176,14 @@ func (s *Spool) appendLocked(buf []byte, wf *segFormat, b *record.Batch, size in
 func (s *Spool) roll() error {
 	s.syncMu.Lock()
 	var err error
-	if s.recycled {
+	if s.kdirty && s.cfg.Fsync != "never" {
+		// The sealed segment counts as durable at once (s.durable): the
+		// keys written with its records must be too.
+		if err = s.fsync(s.kf); err == nil {
+			s.kdirty = false
+		}
+	}
+	if s.recycled && err == nil {
 		// The recycled file's old bytes go before it is sealed: a sealed
 		// segment ends at its size.
 		err = s.f.Truncate(s.woff)

@@ -154,6 +154,64 @@
 // again with exponential backoff, without limit. Nothing leaves the spool
 // otherwise.
 //
+// # Idempotency keys
+//
+// A client's retry of a request the spool already accepted (resent after
+// a broken connection or a timeout) is recognised by its idempotency key
+// and answered with the original result (package idempotency holds the
+// index and the protocol; Links.Idem). The spool's part is to keep each
+// key durable if and only if its records are, across agent crashes and
+// restarts: a key kept without its records would answer "accepted" for
+// records that are gone (loss); records kept without their key would let
+// the retry append them again (a duplicate).
+//
+// The keys are in a log of their own in the spool directory
+// (dedup-NNN.log, rotated every quarter of the window or of max_bytes;
+// sealed files go once all their keys are past the window, or oldest
+// first beyond max_bytes):
+//
+//	file:  "FRYKEY01" | entries
+//	entry: u32 n | u32 CRC32C(body) | body (n bytes)
+//	body:  u8 1 | i64 time (unix ns) | u64 segment | i64 offset |
+//	       u32 length | u32 CRC32C(the append's bytes) | u32 records |
+//	       16-byte fingerprint | the scoped key
+//
+// A keyed append writes its entry, naming the region its records are
+// about to take (segment, offset, length and the CRC32C of the bytes),
+// then the records, both under the append lock; each fsync round then
+// fsyncs the key log before the segment (a roll, which makes its segment
+// durable, fsyncs the key log first too), and the client is answered
+// only after both. So an agent crash at any point leaves the key with or
+// without its records, never the records without the key: both writes
+// reach the page cache before anything is answered, and a key written
+// without its records is found out at Open. There, every entry is checked
+// against the spool: an entry in the newest segment of the previous run
+// (the only one a crash can have cut short) is kept only if the bytes at
+// its region still have its CRC (a torn append, or one whose write failed
+// and was truncated, does not); one in an older segment still on disk
+// only if the region is within it; one in a segment already retired (its
+// records were all acknowledged by Kafka) is kept; one in a segment
+// recovery removed as unreadable is dropped. A damaged or torn key-log
+// entry ends its file (what follows is forgotten: those retries are
+// accepted again, a duplicate, never a loss).
+//
+// The limit, and why it was accepted: with fsync always, a power loss
+// (not an agent crash) in the instant between an append's write and its
+// fsync round may find the segment's pages written back by the kernel on
+// its own and the key log's not, so the records survive without their
+// key and a retry is accepted again — a duplicate. Closing that needs the
+// key durable before the records are written: an fsync under the append
+// lock would serialise every append behind it, so the way is an intent
+// (key, fingerprint, the CRC32C of the records' payloads) fsynced before
+// the append — one more fsync round of latency for keyed requests only —
+// and, at Open, a search of the newest segment for the records of any
+// intent the log names no place for. Not done yet. The records
+// themselves, as in every mode, are never lost to it. With fsync interval
+// or never, a power loss can lose either; an agent crash loses neither.
+//
+// Cost without keys: nothing (Batch.Idem is nil; no key log is opened
+// until the first keyed append).
+//
 // # Reading without the agent
 //
 // Inspect and Scan (inspect.go) read a spool directory without changing

@@ -212,3 +212,38 @@ func TestDecodeHeaders(t *testing.T) {
 		t.Fatalf("different headers after a record: %+v (before it %+v)", r.Headers, run[0].Headers)
 	}
 }
+
+// FuzzKeyLog: a key-log entry survives its round trip exactly, and
+// decoding arbitrary bytes (a damaged or torn key log) never panics,
+// never reads past them, and never takes a frame whose checksum fails.
+func FuzzKeyLog(f *testing.F) {
+	f.Add(int64(1), uint64(2), int64(32), uint32(10), uint32(3), []byte("http/app/key"), []byte{})
+	f.Add(int64(0), uint64(0), int64(0), uint32(1), uint32(0), []byte("k"), appendKeyRec(nil, &keyRec{length: 1, key: []byte("x")}))
+	f.Fuzz(func(t *testing.T, at int64, seg uint64, off int64, length, records uint32, key, junk []byte) {
+		in := keyRec{at: at, seg: seg, off: off, length: length, crc: length * 7, records: records, key: key}
+		copy(in.sum[:], key)
+		b := appendKeyRec(nil, &in)
+		out, n, err := decodeKeyRec(b)
+		ok := off >= 0 && length > 0 && len(key) > 0 && len(key) <= 256
+		if ok != (err == nil) {
+			t.Fatalf("decode of a fresh entry: %v (valid input %v)", err, ok)
+		}
+		if ok && (n != len(b) || out.at != in.at || out.seg != seg || out.off != off || out.length != length ||
+			out.crc != in.crc || out.records != records || out.sum != in.sum || !bytes.Equal(out.key, key)) {
+			t.Fatalf("round trip: %+v != %+v", out, in)
+		}
+		// Junk and a torn copy: decoded or refused, never past the bytes.
+		for _, buf := range [][]byte{junk, append(append([]byte{}, junk...), b...), b[:len(b)/2]} {
+			for off := 0; off < len(buf); {
+				_, n, err := decodeKeyRec(buf[off:])
+				if err != nil {
+					break
+				}
+				if n <= 0 || n > len(buf)-off {
+					t.Fatalf("decoded %d bytes of %d", n, len(buf)-off)
+				}
+				off += n
+			}
+		}
+	})
+}

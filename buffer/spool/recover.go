@@ -39,6 +39,9 @@ func (s *Spool) recover() error {
 		kept = append(kept, id)
 	}
 	ids = kept
+	var tail uint64
+	hasTail := false
+	lost := map[uint64]bool{}
 	for i := 0; i < len(ids); i++ {
 		id := ids[i]
 		fi, err := os.Stat(s.path(segName(id)))
@@ -51,9 +54,11 @@ func (s *Spool) recover() error {
 				return err
 			}
 			if size < 0 {
+				lost[id] = true
 				ids = ids[:i]
 				break
 			}
+			tail, hasTail = id, true
 		}
 		if f, err := readSegFormat(s.path(segName(id))); err == nil && !f.v1 {
 			s.maxSegFrame = max(s.maxSegFrame, f.maxFrame)
@@ -80,6 +85,15 @@ func (s *Spool) recover() error {
 		cp = pos{next, segHeader}
 	}
 	s.adoptSpares(spares)
+	if s.idem != nil {
+		low := next
+		if len(ids) > 0 {
+			low = ids[0]
+		}
+		if err := s.loadKeys(tail, hasTail, low, lost); err != nil {
+			return err
+		}
+	}
 	s.rpos, s.wm, s.ckpt = cp, cp, pos{}
 	s.replayEnd = pos{next, segHeader}
 	backlog := s.Backlog()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ferryhq/ferry/buffer/budget"
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/idempotency"
 	"github.com/ferryhq/ferry/receipt"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
@@ -59,6 +60,12 @@ type Links struct {
 	// nothing committed yet. An error is retried (nothing is read until
 	// it answers): starting from the checkpoint instead could duplicate.
 	Resume func(ctx context.Context) (p record.SpoolPos, ok bool, err error)
+	// Idem, when set (delivery mode spool), remembers the idempotency
+	// keys of requests: the spool writes a batch's key (Batch.Idem) to
+	// its key log with the records, resolves the store's reservation
+	// before the batch completes, and gives the store back the keys
+	// whose records are durable at Open (keys.go).
+	Idem *idempotency.Store
 }
 
 func (l Links) withDefaults() (Links, error) {
@@ -145,6 +152,8 @@ type appender struct {
 	appending atomic.Int64 // bytes of appends in progress (the disk bound counts them)
 	bufPool   sync.Pool
 	appendTail
+	keyLog
+	idem *idempotency.Store // Links.Idem
 }
 
 // syncer makes appends durable: one fsync for every append waiting
@@ -227,7 +236,7 @@ func Open(cfg Config, set telemetry.Settings, l Links) (*Spool, error) {
 		return nil, err
 	}
 	s := &Spool{cfg: cfg, links: l,
-		appender: appender{segs: map[uint64]int64{}, fsync: (*os.File).Sync, maxSpares: maxSpares},
+		appender: appender{segs: map[uint64]int64{}, fsync: (*os.File).Sync, maxSpares: maxSpares, idem: l.Idem},
 		syncer:   syncer{syncKick: make(chan struct{}, 1), stopSync: make(chan struct{})},
 		reader: reader{budget: l.Budget, chunk: 1 << 20, dataKick: make(chan struct{}, 1), freeKick: make(chan struct{}, 1),
 			stopRead: make(chan struct{})},
@@ -383,7 +392,10 @@ func (s *Spool) Close() error {
 		} else {
 			s.mu.Lock()
 			var err error
-			if s.f != nil {
+			if s.kf != nil {
+				err = s.kf.Sync()
+			}
+			if s.f != nil && err == nil {
 				s.trimRecycled()
 				err = s.f.Sync()
 			}
@@ -402,6 +414,11 @@ func (s *Spool) Close() error {
 			s.trimRecycled()
 			_ = s.f.Sync() // a graceful stop leaves nothing to the page cache
 			s.f.Close()
+		}
+		if s.kf != nil {
+			_ = s.kf.Sync()
+			s.kf.Close()
+			s.kf = nil
 		}
 		s.mu.Unlock()
 		if s.rf != nil {

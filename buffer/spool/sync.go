@@ -40,12 +40,35 @@ func (s *Spool) syncLoop() {
 		s.mu.Lock()
 		target, f, failed := s.written, s.f, s.failErr
 		synced = max(synced, s.durable)
+		run := target > synced && f != nil && failed == nil && (s.cfg.Fsync != "never" || final)
+		kf, kdirty := s.kf, s.kdirty && run
+		if kdirty {
+			s.kdirty = false // an append after this sets it again
+		}
 		s.mu.Unlock()
-		if target > synced && f != nil && failed == nil && (s.cfg.Fsync != "never" || final) {
+		if run {
 			start := time.Now()
 			s.syncMu.Lock()
-			err := s.fsync(f)
+			var err, kerr error
+			if kdirty {
+				// The keys before the records they name (keys.go): every
+				// key of an append up to target was written before target
+				// was read, under the append lock.
+				kerr = s.fsync(kf)
+			}
+			if err = kerr; kerr == nil || errors.Is(kerr, os.ErrClosed) {
+				err = s.fsync(f)
+			}
 			s.syncMu.Unlock()
+			if errors.Is(kerr, os.ErrClosed) {
+				// A rotation sealed the key file; its fsync decided: durable,
+				// or the spool has failed.
+				s.mu.Lock()
+				if s.failErr != nil && err == nil {
+					err = s.failErr
+				}
+				s.mu.Unlock()
+			}
 			if errors.Is(err, os.ErrClosed) {
 				// A roll closed the file; its own fsync decided for what we
 				// wanted: durable, or the spool has failed.
@@ -92,6 +115,15 @@ func (s *Spool) completeWaiters(synced int64, failed error) {
 			err = errWrite(failed)
 		}
 		s.appending.Add(-w.n)
+		if w.b.Idem != nil {
+			// Resolved before the batch completes (its receiver recycles
+			// it then): a retry from now on is answered from the store.
+			if err == nil {
+				s.idem.Commit(w.b.Idem)
+			} else {
+				s.idem.Abort(w.b.Idem)
+			}
+		}
 		w.b.Complete(err)
 	}
 }

@@ -14,6 +14,13 @@
 // {"error": ..., "reason": ...} and a count in
 // ferry_receiver_errors_total{reason}.
 //
+// An Idempotency-Key header (delivery mode spool; refused with 400 in the
+// others) makes a retry of an accepted request answer the original
+// result instead of storing it again: the key, scoped to the token's
+// application, and the request's fingerprint are looked up in the
+// idempotency store before anything is appended (package idempotency;
+// the spool keeps the keys durable with their records).
+//
 // Lifecycle: Start binds the listener (a taken port fails start-up). Shutdown
 // stops accepting connections and waits, until ctx ends, for requests in
 // progress — including those waiting for Kafka's acknowledgement.
@@ -37,6 +44,7 @@ import (
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/idempotency"
 	"github.com/ferryhq/ferry/receipt"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/receiver/httpbody"
@@ -68,6 +76,8 @@ type Receiver struct {
 	// noReceipts: why no receipt can be given (exporter.kafka.acks none);
 	// empty when they can.
 	noReceipts string
+	// idem remembers Idempotency-Keys (nil unless delivery mode spool).
+	idem *idempotency.Store
 }
 
 // New builds the receiver from a configuration and everything it needs:
@@ -81,7 +91,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	}
 	set, next := env.Set, env.Next
 	r := &Receiver{cfg: cfg, set: set, next: next, topics: set.Topics, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)),
-		gate: env.Pre.Gate(cfg.Auth), receipts: env.Receipts, noReceipts: env.NoReceipts}
+		gate: env.Pre.Gate(cfg.Auth), receipts: env.Receipts, noReceipts: env.NoReceipts, idem: env.Idem}
 	if env.Bodies != nil {
 		r.body.SetBudget(env.Bodies)
 	}
@@ -192,6 +202,24 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 			fmt.Sprintf("X-Ferry-Request-Id must be 1 to %d of A-Z a-z 0-9 . _ : -", receipt.MaxRequestIDBytes), 0)
 		return
 	}
+	// Checked before the body is read: nothing is spent on a request
+	// that is refused anyway.
+	idemKey := ""
+	if v, ok := req.Header["Idempotency-Key"]; ok {
+		switch {
+		case r.idem == nil:
+			// Refused rather than ignored: the client would believe its
+			// retries safe.
+			r.fail(w, http.StatusBadRequest, "idempotency_unavailable",
+				"Idempotency-Key needs delivery.mode spool (where accepted keys are kept with the records)", 0)
+			return
+		case len(v) != 1 || !idempotency.ValidKey(v[0]):
+			r.fail(w, http.StatusBadRequest, "invalid_idempotency_key",
+				fmt.Sprintf("Idempotency-Key must be one header of 1 to %d of A-Z a-z 0-9 . _ : - + / =", idempotency.MaxKeyBytes), 0)
+			return
+		}
+		idemKey = v[0]
+	}
 
 	body, berr := r.body.Read(req)
 	if berr != nil {
@@ -260,6 +288,15 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 		r.failErr(w, err, n)
 		return
 	}
+	var idem *record.Idem
+	if idemKey != "" {
+		var done bool
+		if idem, done = r.beginIdem(w, req, claims, idemKey, topic, key, ndjson, body.B, n, reqID); done {
+			r.recycle(b, body)
+			return
+		}
+		b.Idem = idem
+	}
 	var rc *record.Receipt
 	if wantReceipt {
 		// The batch goes back to its pool at completion: the answer reads
@@ -270,6 +307,11 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 	}
 	tk, err := r.sub.Submit(req.Context(), b, wait, body, nil)
 	if err != nil {
+		if idem != nil {
+			// Not stored: the retry is a new request (the spool aborts
+			// what reached it; a refusal before it is resolved here).
+			r.idem.Abort(idem)
+		}
 		r.failErr(w, err, n)
 		return
 	}
@@ -297,6 +339,48 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 	default:
 		r.failErr(w, err, failed)
 	}
+}
+
+// beginIdem looks the request's Idempotency-Key up, scoped to the door
+// and the application the request authenticated as, with the request's
+// fingerprint (topic, X-Ferry-Key, NDJSON or not, body). done: the
+// request was answered — a retry of an accepted request with its original
+// result (Idempotent-Replayed: true, nothing appended), or a refusal;
+// else idem is the reservation the spool resolves.
+func (r *Receiver) beginIdem(w http.ResponseWriter, req *http.Request, claims *token.Claims, key, topic string, recKey []byte,
+	ndjson bool, body []byte, n int, reqID string) (idem *record.Idem, done bool) {
+	app := ""
+	if claims != nil {
+		app = claims.App
+	}
+	kind := []byte{0}
+	if ndjson {
+		kind[0] = 1
+	}
+	sum := idempotency.Fingerprint([]byte(topic), recKey, kind, body)
+	v, orig, id := r.idem.Begin(idempotency.Scope("http", app, key), sum, n)
+	switch v {
+	case idempotency.Fresh:
+		return id, false
+	case idempotency.Replay:
+		w.Header().Set("Idempotent-Replayed", "true")
+		if reqID != "" {
+			w.Header().Set("X-Ferry-Request-Id", reqID)
+		}
+		r.answer(w, http.StatusOK, orig, reqID, nil)
+	case idempotency.InFlight:
+		w.Header().Set("Retry-After", "1")
+		r.fail(w, http.StatusConflict, "idempotency_key_in_flight",
+			"a request with this Idempotency-Key is still being stored; retry it shortly for its result", 0)
+	case idempotency.Mismatch:
+		r.fail(w, http.StatusUnprocessableEntity, "idempotency_key_reused",
+			"this Idempotency-Key was used for a different request (topic, X-Ferry-Key or body) within delivery.idempotency.window; use a new key", 0)
+	default:
+		w.Header().Set("Retry-After", "1")
+		r.fail(w, http.StatusTooManyRequests, "idempotency_full",
+			"too many requests with an Idempotency-Key are being stored at once (delivery.idempotency.max_bytes); retry later", 0)
+	}
+	return nil, true
 }
 
 // handleReceipt answers GET /receipts/{id}: where the records of a request
