@@ -148,7 +148,7 @@ func (s *suite) writeExactlyOnce(rows []eoRow) {
 	s.doc.P("%s", eoBegin)
 	defer s.doc.P("%s", eoEnd)
 	s.doc.H("6b. Exactly once: its cost against at least once (issue 35)")
-	s.doc.P("Both rows in spool mode, fsync interval, same run: `ferry-bench produce` offers a fixed number of records (1,000 a request, 32 concurrent; after an untimed warm-up of 1 % of them to the same topic) and the clock stops when Kafka has the last one (for exactly once: committed, visible to read_committed consumers). Clients are answered from the spool either way, so their figures match; the cost is in the delivery: a Kafka transaction per `delivery.exactly_once.commit_interval` (100 ms), each also writing the spool position to the state topic.")
+	s.doc.P("Both rows in spool mode, fsync interval, same run: `ferry-bench produce` offers a fixed number of records (1,000 a request, 32 concurrent; after an untimed warm-up of a hundredth of them to the same topic) and the clock stops when Kafka has the last one (for exactly once: committed, visible to read_committed consumers). Clients are answered from the spool either way, so their figures match; the cost is in the delivery: a Kafka transaction per `delivery.exactly_once.commit_interval` (100 ms), each also writing the spool position to the state topic.")
 	s.doc.P("")
 	var out [][]string
 	base := map[int]float64{}
