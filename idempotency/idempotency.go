@@ -163,9 +163,11 @@ type Store struct {
 	m     map[string]*entry
 	order []*entry // by seq (reservation order); dead ones are skipped
 	head  int
-	seq   uint64
-	bytes int64
-	now   func() time.Time
+	// deadInOrder counts forgotten entries still in order (compactLocked).
+	deadInOrder int
+	seq         uint64
+	bytes       int64
+	now         func() time.Time
 
 	evicted  *prometheus.CounterVec
 	replayed prometheus.Counter
@@ -255,6 +257,7 @@ func (s *Store) Abort(id *record.Idem) {
 	s.mu.Lock()
 	if e, ok := s.m[string(id.Key)]; ok && e.seq == id.Seq && !e.done {
 		s.removeLocked(e)
+		s.compactLocked()
 	}
 	s.mu.Unlock()
 }
@@ -304,8 +307,29 @@ func (s *Store) addLocked(e *entry) {
 func (s *Store) removeLocked(e *entry) {
 	delete(s.m, e.key)
 	e.dead = true
+	s.deadInOrder++
 	s.bytes -= Cost(len(e.key))
 	s.keys.Set(float64(len(s.m)))
+}
+
+// compactLocked drops forgotten entries from the order once they
+// outnumber the live ones: an aborted reservation behind an older
+// accepted key would otherwise stay there, its key held, until that key
+// expired — memory max_bytes does not see (a client's refused retries,
+// for a whole window).
+func (s *Store) compactLocked() {
+	if s.deadInOrder <= 1024 || s.deadInOrder <= len(s.m) {
+		return
+	}
+	n := 0
+	for _, e := range s.order[s.head:] {
+		if !e.dead {
+			s.order[n] = e
+			n++
+		}
+	}
+	clear(s.order[n:])
+	s.order, s.head, s.deadInOrder = s.order[:n], 0, 0
 }
 
 // expireLocked forgets the accepted keys older than the window, oldest
@@ -326,22 +350,24 @@ func (s *Store) expireLocked(now int64) {
 }
 
 // evictLocked makes room for cost bytes by forgetting the oldest accepted
-// keys.
+// keys; reservations still in flight are passed over, not waited for.
 func (s *Store) evictLocked(cost int64) {
-	for s.bytes+cost > int64(s.cfg.MaxBytes) && s.head < len(s.order) {
-		e := s.order[s.head]
-		if !e.dead {
-			if !e.done {
-				return
-			}
+	for i := s.head; s.bytes+cost > int64(s.cfg.MaxBytes) && i < len(s.order); i++ {
+		if e := s.order[i]; !e.dead && e.done {
 			s.removeLocked(e)
 			s.evicted.WithLabelValues("bytes").Inc()
 		}
+	}
+	for s.head < len(s.order) && s.order[s.head].dead {
 		s.pop()
 	}
+	s.compactLocked()
 }
 
 func (s *Store) pop() {
+	if s.order[s.head].dead {
+		s.deadInOrder--
+	}
 	s.order[s.head] = nil
 	s.head++
 	if s.head > 1024 && s.head*2 > len(s.order) {

@@ -157,3 +157,24 @@ func TestValidKey(t *testing.T) {
 		t.Error("a key of MaxKeyBytes refused")
 	}
 }
+
+// A reservation in flight at the head of the order does not stop the
+// accepted keys behind it from being evicted to make room.
+func TestInFlightDoesNotBlockEviction(t *testing.T) {
+	key := func(i int) []byte { return Scope("http", "", fmt.Sprintf("key-%06d", i)) }
+	s, _ := newTest(t, Config{Window: time.Hour, MaxBytes: 64 << 10})
+	sum := Fingerprint([]byte("x"))
+	if v, _, _ := s.Begin(key(0), sum, 1); v != Fresh { // in flight, never answered
+		t.Fatal(v)
+	}
+	for i := 1; i <= 5000; i++ { // ~10 times what 64 KiB holds
+		v, _, id := s.Begin(key(i), sum, 1)
+		if v != Fresh {
+			t.Fatalf("key %d: %v with one reservation in flight and accepted keys to evict", i, v)
+		}
+		s.Commit(id)
+	}
+	if v, _, _ := s.Begin(key(0), sum, 1); v != InFlight {
+		t.Fatalf("the reservation in flight was evicted: %v", v)
+	}
+}

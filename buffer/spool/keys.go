@@ -214,6 +214,32 @@ func (s *Spool) pruneKeys(now time.Time) {
 }
 
 // keyRegionCRC is the CRC32C of an append's bytes as written.
+// rewriteKeys replaces a key file with b, atomically: a temporary file,
+// fsynced, renamed over it, the directory fsynced.
+func (s *Spool) rewriteKeys(name string, b []byte) error {
+	tmp := name + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("spool: rewriting the key log: %w", err)
+	}
+	if s.cfg.Fsync != "never" {
+		f, err := os.Open(tmp)
+		if err == nil {
+			err = f.Sync()
+			f.Close()
+		}
+		if err != nil {
+			_ = os.Remove(tmp)
+			return fmt.Errorf("spool: rewriting the key log: %w", err)
+		}
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("spool: rewriting the key log: %w", err)
+	}
+	syncDir(s.cfg.Dir)
+	return nil
+}
+
 func keyRegionCRC(buf []byte) uint32 { return crc32.Checksum(buf, castagnoli) }
 
 // loadKeys reads the key log at Open and gives the store every key whose
@@ -296,6 +322,12 @@ func (s *Spool) loadKeys(tail uint64, hasTail bool, low uint64, lost map[uint64]
 			continue
 		}
 		var newest int64
+		// keep: the file's entries that passed, rewritten over it when any
+		// did not: a dropped entry must stay dropped. Left in the file, a
+		// later Open would check it by bounds only (its segment no longer
+		// the newest) and bring back a key whose records are gone.
+		keep := []byte(keyMagic)
+		changed := false
 		for off := len(keyMagic); off < len(b); {
 			r, n, err := decodeKeyRec(b[off:])
 			if err != nil {
@@ -304,18 +336,28 @@ func (s *Spool) loadKeys(tail uint64, hasTail bool, low uint64, lost map[uint64]
 				// never loss).
 				s.m.corruptBytes.WithLabelValues("truncated").Add(float64(len(b) - off))
 				s.m.corruptRegions.Inc()
+				changed = true
 				break
 			}
 			off += n
 			if !valid(&r) {
 				dropped++
+				changed = true
 				continue
 			}
+			keep = appendKeyRec(keep, &r)
 			newest = max(newest, r.at)
 			s.idem.Restore(r.key, r.sum, int(r.records), time.Unix(0, r.at))
 			restored++
 		}
-		s.kfiles = append(s.kfiles, keyFile{id: id, size: int64(len(b)), newest: newest})
+		size := int64(len(b))
+		if changed {
+			if err := s.rewriteKeys(name, keep); err != nil {
+				return err
+			}
+			size = int64(len(keep))
+		}
+		s.kfiles = append(s.kfiles, keyFile{id: id, size: size, newest: newest})
 		s.kid = id + 1
 	}
 	s.pruneKeys(time.Now())

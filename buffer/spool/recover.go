@@ -78,6 +78,12 @@ func (s *Spool) recover() error {
 	if len(ids) > 0 {
 		next = max(next, ids[len(ids)-1]+1)
 	}
+	for id := range lost {
+		// Never reuse the id of a segment removed as unreadable: a place
+		// in it (an idempotency key's, Kafka's committed position) must
+		// never match bytes of another segment.
+		next = max(next, id+1)
+	}
 	// The new segment is created by the first append, so that a full disk
 	// does not stop ferry from starting and draining what is there.
 	s.wseg, s.woff = next, segHeader
