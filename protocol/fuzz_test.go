@@ -100,6 +100,9 @@ func reencode(t *testing.T, frames []vframe) []byte {
 		if f.Flags&FlagRequestID != 0 {
 			body = AppendRequestID(body, f.ClientRequestID)
 		}
+		if f.Flags&FlagSequence != 0 {
+			body = AppendSequence(body, f.Sequence)
+		}
 		body = AppendProduceCount(body, len(f.Records))
 		prev := ""
 		for _, r := range f.Records {

@@ -23,8 +23,18 @@
 // that never asks pays nothing. The agent speaks both versions, each
 // connection the one its preamble names; a v1 connection is served
 // exactly as before (bits 2-7 of a v1 produce's flags are ignored, as v1
-// says). Bits 4-7 stay reserved for later versions (producer ids and
-// sequence numbers for exactly-once delivery).
+// says).
+//
+// Version 3 adds idempotence, so a client's retry after a lost connection
+// or an agent restart is stored once: the hello carries a producer id (16
+// random bytes a client makes once per process) and may ask for
+// FeatureIdempotence, which the agent grants when it keeps accepted
+// sequences durably (delivery mode spool); a produce frame may then set
+// FlagSequence, its body starting (after the request id, if any) with the
+// frame's sequence number. A retry of the same records under the same
+// sequence is answered with the original result and not stored again. A v3
+// produce without FlagSequence is byte for byte a v2 one. Bits 5-7 stay
+// reserved.
 package protocol
 
 import (
@@ -45,8 +55,12 @@ func PreambleFor(v byte) [4]byte { return [4]byte{'F', 'R', 'Y', v} }
 const (
 	Version1 = 1
 	Version2 = 2
-	Version  = Version2
+	Version3 = 3
+	Version  = Version3
 )
+
+// Spoken reports whether the agent speaks version v.
+func Spoken(v byte) bool { return v >= Version1 && v <= Version }
 
 // Flags of a version 2 produce frame (and of its result), beside the
 // compression in bits 0-1. Bits 4-7 are reserved (sent 0).
@@ -57,6 +71,11 @@ const (
 	// FlagRequestID: the produce body starts with a request id (a string)
 	// before the record count.
 	FlagRequestID byte = 1 << 3
+	// FlagSequence (version 3, on a connection granted
+	// FeatureIdempotence): the produce body holds the frame's sequence
+	// number (a varint) after the request id, if any, and before the
+	// record count.
+	FlagSequence byte = 1 << 4
 )
 
 // HeaderLen is the frame header after the length field: type, flags,
@@ -84,7 +103,16 @@ const (
 const (
 	FeatureLZ4  uint64 = 1 << 0
 	FeatureZstd uint64 = 1 << 1
+	// FeatureIdempotence (version 3): the agent remembers the sequences
+	// of this producer id it accepted, durably, and answers a retry with
+	// the original result. Granted only to a hello with a producer id, by
+	// an agent whose delivery mode keeps them (spool).
+	FeatureIdempotence uint64 = 1 << 2
 )
+
+// ProducerIDBytes is the length of a version 3 hello's producer id (or 0:
+// none).
+const ProducerIDBytes = 16
 
 // Status of a range of records in a Result.
 const (
@@ -178,6 +206,9 @@ type Hello struct {
 	ClientName string
 	Token      string
 	Features   uint64
+	// ProducerID (version 3): ProducerIDBytes random bytes naming the
+	// client process across its connections; nil: none.
+	ProducerID []byte
 }
 
 // AppendHello appends a Hello frame.
@@ -187,11 +218,15 @@ func AppendHello(dst []byte, h Hello) []byte {
 	dst = appendString(dst, h.ClientName)
 	dst = appendString(dst, h.Token)
 	dst = binary.AppendUvarint(dst, h.Features)
+	if h.Version >= Version3 {
+		dst = appendBytes(dst, h.ProducerID)
+	}
 	EndFrame(dst, at)
 	return dst
 }
 
-// DecodeHello decodes a Hello body.
+// DecodeHello decodes a Hello body; the fields it holds are the ones of
+// the version it names.
 func DecodeHello(body []byte, l Limits) (Hello, error) {
 	d := decoder{b: body}
 	var h Hello
@@ -199,6 +234,12 @@ func DecodeHello(body []byte, l Limits) (Hello, error) {
 	h.ClientName = string(d.bytes(l.MaxStringBytes, "client name"))
 	h.Token = string(d.bytes(l.MaxStringBytes, "token"))
 	h.Features = d.uvarint()
+	if h.Version >= Version3 {
+		h.ProducerID = d.bytes(ProducerIDBytes, "producer id")
+		if d.err == nil && len(h.ProducerID) != 0 && len(h.ProducerID) != ProducerIDBytes {
+			d.fail(fmt.Sprintf("a producer id of %d bytes (0 or %d)", len(h.ProducerID), ProducerIDBytes))
+		}
+	}
 	return h, d.end()
 }
 
@@ -592,6 +633,22 @@ func SplitRequestID(body []byte) (id, rest []byte, err error) {
 		return nil, nil, ErrInvalidRequestID
 	}
 	return id, body[d.off:], nil
+}
+
+// AppendSequence appends a version 3 frame's sequence number (FlagSequence):
+// after the request id, if any, before the record count.
+func AppendSequence(dst []byte, seq uint64) []byte { return binary.AppendUvarint(dst, seq) }
+
+// SplitSequence reads the sequence number that starts body (after the
+// request id, if any) and returns the rest; a missing or overlong varint
+// is malformed.
+func SplitSequence(body []byte) (seq uint64, rest []byte, err error) {
+	d := decoder{b: body}
+	seq = d.uvarint()
+	if d.err != nil {
+		return 0, nil, d.err
+	}
+	return seq, body[d.off:], nil
 }
 
 // AppendError appends an Error frame about request id (0: the connection).

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -50,6 +51,8 @@ type vframe struct {
 	ClientName string `json:"client_name,omitempty"`
 	Token      string `json:"token,omitempty"`
 	Features   uint64 `json:"features,omitempty"`
+	// hello, version 3: the producer id, hex (absent: none)
+	ProducerID string `json:"producer_id,omitempty"`
 	// hello_ok
 	MaxFrameBytes    uint32 `json:"max_frame_bytes,omitempty"`
 	MaxRecords       uint32 `json:"max_records,omitempty"`
@@ -59,6 +62,9 @@ type vframe struct {
 	Records []vrecord `json:"records,omitempty"`
 	// produce, version 2 with FlagRequestID (8): the id before the records
 	ClientRequestID string `json:"client_request_id,omitempty"`
+	// produce, version 3 with FlagSequence (16): the sequence number after
+	// the request id (if any), before the records
+	Sequence uint64 `json:"sequence,omitempty"`
 	// result
 	Ranges []vrange `json:"ranges,omitempty"`
 	// result, version 2 with FlagReceipt (4)
@@ -213,6 +219,23 @@ func cases() []struct {
 		invalid("v2_result_receipt_truncated", "a result whose flags promise a receipt that is not there", "malformed", nil,
 			frame(TypeResult, FlagReceipt, 1, []byte{1, 1, 0, 0, 0, 0})),
 
+		// Version 3: producer ids and sequence numbers (idempotence).
+		valid("v3_preamble", "version 3's preamble: FRY and 3", vframe{Type: "preamble", Bytes: "FRY\u0003"}),
+		valid("v3_handshake", "a version 3 hello with a producer id (16 bytes, hex here) asking for lz4 and idempotence (1 | 4), and the agent granting both",
+			vframe{Type: "preamble", Bytes: "FRY\u0003"},
+			vframe{Type: "hello", Version: 3, ClientName: "vector-client/3.0", Token: "", Features: FeatureLZ4 | FeatureIdempotence, ProducerID: "0f1e2d3c4b5a69788796a5b4c3d2e1f0"},
+			vframe{Type: "hello_ok", Version: 3, Features: FeatureLZ4 | FeatureIdempotence, MaxFrameBytes: 8 << 20, MaxRecords: 100000, MaxInflightBytes: 16 << 20, Server: "ferry/1"}),
+		valid("v3_hello_no_producer", "a version 3 hello without a producer id (its length 0): the agent grants no idempotence",
+			vframe{Type: "hello", Version: 3, ClientName: "c", Token: "tok", Features: FeatureZstd}),
+		valid("v3_produce_sequence", "version 3: a produce with its sequence number (flags = 16): the body starts with the varint 300 (ac 02)",
+			vframe{Type: "produce", Flags: FlagSequence, RequestID: 31, Sequence: 300, Records: sample}),
+		valid("v3_produce_request_id_sequence_lz4", "version 3: request id, then sequence, then the records, compressed together with LZ4: flags = 1 | 4 | 8 | 16",
+			vframe{Type: "produce", Flags: CompressLZ4 | FlagReceipt | FlagRequestID | FlagSequence, RequestID: 32, ClientRequestID: "req-7f3a.checkout", Sequence: 1 << 40, Records: sample}),
+		invalid("v3_producer_id_short", "a version 3 hello whose producer id is 5 bytes (0 or 16): malformed", "malformed", nil,
+			AppendHello(nil, Hello{Version: 3, ClientName: "c", ProducerID: []byte("short")})),
+		invalid("v3_sequence_truncated", "a produce with flag 16 whose sequence varint runs past the body: malformed", "malformed", nil,
+			frame(TypeProduce, FlagSequence, 1, []byte{0x80, 0x80})),
+
 		invalid("bad_length", "a length shorter than the frame header", "malformed", nil, []byte{0, 0, 0, 3, 3, 0, 0}),
 		invalid("too_large", "a frame longer than max_frame_bytes: refused from its length alone, before its body is read", "too_large",
 			&vectorLimits{MaxFrameBytes: 1024, MaxRecords: 100}, frame(TypeProduce, 0, 1, bytes.Repeat([]byte{0}, 2000))),
@@ -267,7 +290,14 @@ func encode(t *testing.T, v vector) []byte {
 		case "preamble":
 			out = append(out, f.Bytes...)
 		case "hello":
-			out = AppendHello(out, Hello{Version: f.Version, ClientName: f.ClientName, Token: f.Token, Features: f.Features})
+			pid, err := hex.DecodeString(f.ProducerID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(pid) == 0 {
+				pid = nil
+			}
+			out = AppendHello(out, Hello{Version: f.Version, ClientName: f.ClientName, Token: f.Token, Features: f.Features, ProducerID: pid})
 		case "hello_ok":
 			out = AppendHelloOK(out, HelloOK{Version: f.Version, Features: f.Features, MaxFrameBytes: f.MaxFrameBytes,
 				MaxRecords: f.MaxRecords, MaxInflightBytes: f.MaxInflightBytes, Server: f.Server})
@@ -275,6 +305,9 @@ func encode(t *testing.T, v vector) []byte {
 			var body []byte
 			if f.Flags&FlagRequestID != 0 {
 				body = AppendRequestID(body, f.ClientRequestID)
+			}
+			if f.Flags&FlagSequence != 0 {
+				body = AppendSequence(body, f.Sequence)
 			}
 			body = appendCount(body, len(f.Records))
 			prev := ""
@@ -316,7 +349,7 @@ func encode(t *testing.T, v vector) []byte {
 func decodeAll(b []byte, l Limits) ([]vframe, error) {
 	var out []vframe
 	if bytes.HasPrefix(b, []byte("FRY")) {
-		if len(b) < 4 || b[3] != Version1 && b[3] != Version2 {
+		if len(b) < 4 || !Spoken(b[3]) {
 			return nil, ErrMalformed
 		}
 		out = append(out, vframe{Type: "preamble", Bytes: string(b[:4])})
@@ -343,6 +376,7 @@ func decodeAll(b []byte, l Limits) ([]vframe, error) {
 				return out, err
 			}
 			f.Type, f.Version, f.ClientName, f.Token, f.Features = "hello", hl.Version, hl.ClientName, hl.Token, hl.Features
+			f.ProducerID = hex.EncodeToString(hl.ProducerID)
 		case TypeHelloOK:
 			ok, err := DecodeHelloOK(body, l)
 			if err != nil {
@@ -361,6 +395,13 @@ func decodeAll(b []byte, l Limits) ([]vframe, error) {
 					return out, err
 				}
 				f.ClientRequestID, plain = string(id), rest
+			}
+			if h.Flags&FlagSequence != 0 {
+				seq, rest, err := SplitSequence(plain)
+				if err != nil {
+					return out, err
+				}
+				f.Sequence, plain = seq, rest
 			}
 			rs, err := NewRecords(plain, l)
 			if err != nil {
