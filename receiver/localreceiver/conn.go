@@ -2,6 +2,7 @@ package localreceiver
 
 import (
 	"context"
+	binenc "encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/idempotency"
 	"github.com/ferryhq/ferry/protocol"
 	"github.com/ferryhq/ferry/receipt"
 	"github.com/ferryhq/ferry/receiver"
@@ -31,9 +33,13 @@ type conn struct {
 	claims *token.Claims
 	tok    string // the hello's token, checked again on every frame
 	feats  uint64
-	// version is the protocol version of the preamble (1 or 2); from 2 a
-	// produce may ask for a receipt and carry a request id.
+	// version is the protocol version of the preamble (1 to 3); from 2 a
+	// produce may ask for a receipt and carry a request id, from 3 a
+	// sequence number.
 	version uint16
+	// pid is the hello's producer id when idempotence was granted
+	// (version 3, delivery mode spool); nil otherwise.
+	pid []byte
 
 	// The answers' writer.
 	w *server.Writer
@@ -129,6 +135,13 @@ func (cn *conn) read() *connErr {
 	}
 	cn.claims, cn.tok = claims, hello.Token
 	cn.feats = hello.Features & (protocol.FeatureLZ4 | protocol.FeatureZstd)
+	if cn.version >= protocol.Version3 && hello.Features&protocol.FeatureIdempotence != 0 && len(hello.ProducerID) == protocol.ProducerIDBytes && r.idem != nil {
+		// Granted only where an accepted sequence is kept durably with its
+		// records: elsewhere a client that believed its retries were
+		// recognised would be misled.
+		cn.feats |= protocol.FeatureIdempotence
+		cn.pid = append([]byte(nil), hello.ProducerID...)
+	}
 	cn.send(func(b []byte) []byte {
 		return protocol.AppendHelloOK(b, protocol.HelloOK{Version: cn.version, Features: cn.feats,
 			MaxFrameBytes: uint32(r.cfg.MaxFrameBytes), MaxRecords: uint32(r.cfg.MaxRecords),
@@ -230,6 +243,11 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 	// know, as version 1 says.
 	var wantReceipt bool
 	var reqID []byte
+	// The body a sequence names: the request id, the sequence and the
+	// records, decompressed (a retry may be compressed differently).
+	whole := plain
+	var seq uint64
+	sequenced := false
 	if cn.version >= protocol.Version2 {
 		wantReceipt = h.Flags&protocol.FlagReceipt != 0
 		if wantReceipt && r.noReceipts != "" {
@@ -259,6 +277,21 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 			}
 			reqID, plain = id, rest
 		}
+	}
+	if cn.version >= protocol.Version3 && h.Flags&protocol.FlagSequence != 0 {
+		if cn.pid == nil {
+			r.body.Put(raw)
+			r.body.Put(out)
+			cn.answerWhole(h.RequestID, errNoIdempotence)
+			return nil
+		}
+		s, rest, err := protocol.SplitSequence(plain)
+		if err != nil {
+			r.body.Put(raw)
+			r.body.Put(out)
+			return cn.fail(h.RequestID, "malformed_frame", err.Error())
+		}
+		seq, plain, sequenced = s, rest, true
 	}
 	rs := r.recordP.Get().(*protocol.Records)
 	defer r.recordP.Put(rs)
@@ -355,6 +388,17 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 		cn.answer(fr.ranges(nil), nil, fr)
 		return nil
 	}
+	if sequenced {
+		id, done := cn.beginSeq(fr, seq, whole, len(b.Records))
+		if done {
+			b.Reset()
+			r.batchP.Put(b)
+			r.body.Put(raw)
+			r.body.Put(out)
+			return nil
+		}
+		b.Idem = id
+	}
 	bufs := cap(raw.B)
 	if out != nil {
 		bufs += cap(out.B)
@@ -374,7 +418,13 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 	fr.deadline = now.Add(r.cfg.AckTimeout)
 	cn.pending[fr.id] = fr
 	cn.fmu.Unlock()
+	idem := b.Idem
 	if err := r.sub.SubmitAsync(cn.ctx, b, raw, out, fr.done); err != nil {
+		if idem != nil {
+			// Not stored: the retry is a new frame (the spool aborts what
+			// reached it; a refusal before it is resolved here).
+			r.idem.Abort(idem)
+		}
 		r.m.Error(consumer.Reason(err))
 		fr.rejectAll(err)
 		cn.answer(fr.ranges(nil), nil, fr)
@@ -385,6 +435,50 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 	r.m.ReqBytes.Observe(float64(h.Length))
 	return nil
 }
+
+// beginSeq looks a sequenced frame up by (application, producer id,
+// sequence) with the hash of its whole decompressed body. done: the frame
+// was answered — a retry of an accepted frame with its original outcome
+// (the records the agent refuses on their own refused again, the others
+// accepted; nothing handed on, no receipt), or a refusal; else id is the
+// reservation the spool resolves with the records.
+func (cn *conn) beginSeq(fr *frame, seq uint64, whole []byte, handed int) (id *record.Idem, done bool) {
+	r := cn.r
+	app := ""
+	if cn.claims != nil {
+		app = cn.claims.App
+	}
+	var k [protocol.ProducerIDBytes + 8]byte
+	copy(k[:], cn.pid)
+	binenc.BigEndian.PutUint64(k[protocol.ProducerIDBytes:], seq)
+	v, _, id := r.idem.Begin(idempotency.Scope("local", app, string(k[:])), idempotency.Fingerprint(whole), handed)
+	switch v {
+	case idempotency.Fresh:
+		return id, false
+	case idempotency.Replay:
+		r.m.Error("sequence_replayed")
+		cn.answer(fr.ranges(nil), nil, fr)
+	case idempotency.InFlight:
+		cn.answerWhole(fr.id, errSeqInFlight)
+	case idempotency.Mismatch:
+		cn.answerWhole(fr.id, errSeqReused)
+	default:
+		cn.answerWhole(fr.id, errIdemFull)
+	}
+	return nil, true
+}
+
+// Answers to sequenced frames the agent does not store (version 3).
+var (
+	errNoIdempotence = &consumer.PermanentError{Reason: "idempotence_unavailable", Kind: consumer.KindInvalid,
+		Msg: "a sequence number needs idempotence, which this connection was not granted (delivery.mode spool and a producer id in the hello)"}
+	errSeqInFlight = &consumer.RetryableError{Reason: "in_flight", Busy: true, After: time.Second,
+		Msg: "a frame with this sequence is still being stored; send it again shortly for its result"}
+	errSeqReused = &consumer.PermanentError{Reason: "sequence_reused", Kind: consumer.KindInvalid,
+		Msg: "this producer's sequence was used for different records within delivery.idempotency.window; a new set of records takes a new sequence"}
+	errIdemFull = &consumer.RetryableError{Reason: "idempotency_full", Busy: true, After: time.Second,
+		Msg: "too many sequenced frames are being stored at once (delivery.idempotency.max_bytes); send again later"}
+)
 
 // errBadRequestID refuses a frame whose request id has characters a
 // header consumer would have to escape.

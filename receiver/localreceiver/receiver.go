@@ -31,6 +31,7 @@ import (
 
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/idempotency"
 	"github.com/ferryhq/ferry/protocol"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/receiver/httpbody"
@@ -64,6 +65,10 @@ type Receiver struct {
 	// noReceipts: why no receipt can be given (exporter.kafka.acks
 	// none); empty when they can.
 	noReceipts string
+	// idem remembers the sequences of version 3 producers accepted into
+	// the spool (nil unless delivery mode spool: idempotence is not
+	// granted).
+	idem *idempotency.Store
 }
 
 // New builds the receiver from a configuration and everything it needs:
@@ -77,7 +82,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	}
 	set := env.Set
 	r := &Receiver{cfg: cfg, given: given, set: set, body: httpbody.NewReader(int64(cfg.MaxFrameBytes)), gate: env.Pre.Gate(cfg.Auth),
-		noReceipts: env.NoReceipts}
+		noReceipts: env.NoReceipts, idem: env.Idem}
 	if env.Bodies != nil {
 		r.body.SetBudget(env.Bodies)
 	}
@@ -167,7 +172,7 @@ func (r *Receiver) serve(ctx context.Context, c net.Conn) {
 		}
 		return
 	}
-	if pre == protocol.PreambleFor(protocol.Version1) || pre == protocol.PreambleFor(protocol.Version2) {
+	if pre[0] == 'F' && pre[1] == 'R' && pre[2] == 'Y' && protocol.Spoken(pre[3]) {
 		// Each connection is served in the version its preamble names: a
 		// version 1 client gets exactly version 1.
 		cn := newConn(r, ctx, c)
@@ -178,7 +183,7 @@ func (r *Receiver) serve(ctx context.Context, c net.Conn) {
 	if pre[0] == 'F' && pre[1] == 'R' && pre[2] == 'Y' {
 		r.m.Error("unsupported_version")
 		_, _ = c.Write(protocol.AppendError(nil, 0, "unsupported_version",
-			fmt.Sprintf("protocol version %d is not supported; this agent speaks versions 1 and %d", pre[3], protocol.Version)))
+			fmt.Sprintf("protocol version %d is not supported; this agent speaks versions 1 to %d", pre[3], protocol.Version)))
 		return
 	}
 	r.text(ctx, c, pre[:])

@@ -75,9 +75,9 @@ func TestVersion2(t *testing.T) {
 	if reason, _, _ := protocol.DecodeError(body, protocol.DefaultLimits); h.Type != protocol.TypeError || reason != "unsupported_version" {
 		t.Fatalf("a v1 hello after a v2 preamble: %d %q", h.Type, body)
 	}
-	_, _, h, body = dialVersion(t, r, 3, 3)
+	_, _, h, body = dialVersion(t, r, 5, 5)
 	if reason, _, _ := protocol.DecodeError(body, protocol.DefaultLimits); h.Type != protocol.TypeError || reason != "unsupported_version" {
-		t.Fatalf("version 3: %d %q", h.Type, body)
+		t.Fatalf("version 5: %d %q", h.Type, body)
 	}
 }
 
