@@ -11,6 +11,15 @@
 // unreachable, the connection lost) is sent again with exponential backoff
 // and jitter, so only a refusal that cannot change, or Close, fails it.
 //
+// Retries are exactly once where the agent allows it: a client has a
+// random producer id, and numbers each frame it sends (protocol version 3,
+// docs/protocol.md); a frame sent again because its fate is unknown (the
+// connection broke before its answer, ack_timeout) keeps its number, so
+// an agent in delivery mode spool stores it once, across reconnects and
+// its own restarts, and answers the retry with the first answer. Against
+// an agent that does not keep sequences (other delivery modes, or an
+// older agent) retries are at least once.
+//
 // Callbacks run on one goroutine, in the order the records were produced
 // (so in order per topic and key too); a callback must not block for long,
 // and must not Produce with a MaxBlock wait (room is freed by the very
@@ -23,6 +32,7 @@ package client
 
 import (
 	"context"
+	crand "crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -112,6 +122,12 @@ type Options struct {
 	// RequestIDs sends records' RequestID. It needs an agent that speaks
 	// protocol version 2.
 	RequestIDs bool
+	// DisableIdempotence stops numbering frames (protocol version 3's
+	// producer id and sequences): retries are then at least once even
+	// where the agent could recognise them. Idempotence costs a few bytes
+	// a frame; an agent that does not speak version 3 is detected and
+	// served without it.
+	DisableIdempotence bool
 }
 
 // version is the protocol version the options need: 2 for receipts or
@@ -121,6 +137,15 @@ func (o *Options) version() uint16 {
 		return protocol.Version2
 	}
 	return protocol.Version1
+}
+
+// version is the protocol version to ask for on a new connection: 3 for
+// idempotence unless an agent refused it.
+func (c *Client) version() uint16 {
+	if !c.o.DisableIdempotence && !c.noV3 {
+		return protocol.Version3
+	}
+	return c.o.version()
 }
 
 func (o *Options) defaults() error {
@@ -229,6 +254,10 @@ type send struct {
 	idx        []int
 	n          int
 	frameBytes int
+	// seq is the frame's sequence number once it went out on a
+	// connection granted idempotence (0: not yet). It names these exact
+	// records: a resend of them keeps it, any other set takes a new one.
+	seq uint64
 }
 
 // Client sends records to the agent. Safe for concurrent use.
@@ -253,6 +282,14 @@ type Client struct {
 	wg      sync.WaitGroup
 	batchP  sync.Pool
 	dialErr error
+
+	// pid is this client's producer id (protocol version 3); seq the last
+	// sequence number given out (c.mu).
+	pid [protocol.ProducerIDBytes]byte
+	seq uint64
+	// noV3: an agent refused version 3; later connections ask for the
+	// version the options need (sender goroutine only).
+	noV3 bool
 }
 
 // New returns a client; it connects in the background (an agent that is
@@ -264,6 +301,9 @@ func New(o Options) (*Client, error) {
 	c := &Client{o: o, kick: make(chan struct{}, 1), cbKick: make(chan struct{}, 1), stop: make(chan struct{})}
 	c.compress = map[string]byte{"lz4": protocol.CompressLZ4, "zstd": protocol.CompressZstd}[o.Compression]
 	c.cond = sync.NewCond(&c.mu)
+	if _, err := crand.Read(c.pid[:]); err != nil {
+		return nil, fmt.Errorf("client: producer id: %w", err)
+	}
 	c.batchP.New = func() any { return &batch{} }
 	c.wg.Add(2)
 	go c.sender()

@@ -49,9 +49,11 @@ func appendRecord(dst []byte, prevTopic string, r *Record) []byte {
 // session is one connection's state, owned by the sender goroutine except
 // where noted.
 type session struct {
-	c        net.Conn
-	w        *bufio.Writer
-	hello    protocol.HelloOK
+	c     net.Conn
+	w     *bufio.Writer
+	hello protocol.HelloOK
+	// idem: the agent granted idempotence: frames carry sequences.
+	idem     bool
 	nextID   uint32
 	inflight map[uint32]*send // guarded by Client.mu
 	bytes    int64            // in flight, guarded by Client.mu
@@ -113,6 +115,14 @@ func (c *Client) dial() (*session, error) {
 			continue
 		}
 		s, err := c.handshake(conn)
+		var fe *Error
+		if err != nil && c.version() == protocol.Version3 && errors.As(err, &fe) && fe.Reason == "unsupported_version" {
+			// An agent older than version 3: ask again, for what the
+			// options need, without idempotence (and from now on).
+			conn.Close()
+			c.noV3 = true
+			return c.dial()
+		}
 		if err != nil {
 			conn.Close()
 			errs = append(errs, err)
@@ -133,10 +143,15 @@ func (c *Client) handshake(conn net.Conn) (*session, error) {
 	case protocol.CompressZstd:
 		feats = protocol.FeatureZstd
 	}
-	v := c.o.version()
+	v := c.version()
+	hello := protocol.Hello{Version: v, ClientName: c.o.ClientName, Token: c.o.Token, Features: feats}
+	if v >= protocol.Version3 {
+		hello.Features |= protocol.FeatureIdempotence
+		hello.ProducerID = c.pid[:]
+	}
 	pre := protocol.PreambleFor(byte(v))
 	out := append([]byte(nil), pre[:]...)
-	out = protocol.AppendHello(out, protocol.Hello{Version: v, ClientName: c.o.ClientName, Token: c.o.Token, Features: feats})
+	out = protocol.AppendHello(out, hello)
 	if _, err := conn.Write(out); err != nil {
 		return nil, err
 	}
@@ -156,7 +171,8 @@ func (c *Client) handshake(conn net.Conn) (*session, error) {
 		if feats != 0 && ok.Features&feats == 0 {
 			return nil, fmt.Errorf("the agent does not take %s compression", c.o.Compression)
 		}
-		return &session{c: conn, w: bufio.NewWriterSize(conn, 256<<10), hello: ok, inflight: map[uint32]*send{}, broken: make(chan struct{})}, nil
+		return &session{c: conn, w: bufio.NewWriterSize(conn, 256<<10), hello: ok, inflight: map[uint32]*send{}, broken: make(chan struct{}),
+			idem: v >= protocol.Version3 && ok.Features&protocol.FeatureIdempotence != 0}, nil
 	case protocol.TypeError:
 		reason, msg, _ := protocol.DecodeError(body, protocol.DefaultLimits)
 		return nil, &Error{Reason: reason, Message: msg}
@@ -284,6 +300,14 @@ func (c *Client) encode(s *session, sd *send, maxFrame int) ([]byte, error) {
 	if sd.b.reqID != "" {
 		flags |= protocol.FlagRequestID
 		body = protocol.AppendRequestID(body, sd.b.reqID)
+	}
+	if s.idem {
+		if sd.seq == 0 {
+			c.seq++
+			sd.seq = c.seq
+		}
+		flags |= protocol.FlagSequence
+		body = protocol.AppendSequence(body, sd.seq)
 	}
 	if sd.idx == nil && sd.b.tries == 0 {
 		body = protocol.AppendProduceCount(body, sd.n)
@@ -445,7 +469,14 @@ func (c *Client) answered(s *session, id uint32, ranges []protocol.Range, rc *pr
 	if len(again) > 0 {
 		sd.b.tries++
 		sd.b.deadline = time.Now().Add(max(after/2, c.backoff(sd.b.tries)))
-		c.retry = append(c.retry, send{b: sd.b, idx: again, n: len(again)})
+		next := send{b: sd.b, idx: again, n: len(again)}
+		if len(again) == sd.n {
+			// The whole frame again: the same records, so the same
+			// sequence (an in_flight or ack_timeout answer: the first copy
+			// may be stored, and the agent must know this for a retry).
+			next.seq = sd.seq
+		}
+		c.retry = append(c.retry, next)
 	}
 	c.cond.Broadcast()
 	kickCh(c.kick)
