@@ -1,4 +1,4 @@
-// Package protocol owns ferry's local record protocol, versions 1 and 2: the frames
+// Package protocol owns ferry's local record protocol, versions 1 to 3: the frames
 // a client and the agent exchange over a Unix socket or TCP, how they are
 // encoded, and how they are decoded with every size bounded before memory is
 // spent on it. docs/protocol.md is the specification; testdata/protocol holds

@@ -20,7 +20,17 @@ import (
 // 6. The Go client sends over the local protocol while the agent is killed
 // with SIGKILL and restarted on the same socket: every record's callback
 // runs exactly once, and every record reported accepted is in Kafka.
-func TestClientAgentKilledMidStream(t *testing.T) {
+func TestClientAgentKilledMidStream(t *testing.T) { clientKill(t, false) }
+
+// 6b. The same in delivery mode spool with delivery.guarantee
+// exactly_once: the client's defaults (protocol version 3: a producer id
+// and a sequence per frame) let the restarted agent recognise the frames
+// it had stored before the kill whose answers the kill cut, and the
+// spool's transactions skip what Kafka had committed: a read_committed
+// consumer sees every accepted record exactly once.
+func TestClientAgentKilledExactlyOnce(t *testing.T) { clientKill(t, true) }
+
+func clientKill(t *testing.T, exactlyOnce bool) {
 	brokers := kafkatest.Shared(t)
 	topic := kafkatest.NewTopic(t, brokers, "fault-client", 3)
 	dir, err := os.MkdirTemp("", "fk")
@@ -30,6 +40,9 @@ func TestClientAgentKilledMidStream(t *testing.T) {
 	defer os.RemoveAll(dir)
 	sock := filepath.Join(dir, "f.sock")
 	sets := []string{"receivers.local.socket=" + sock, "receivers.local.listen=" + agenttest.FreeAddr(t)}
+	if exactlyOnce {
+		sets = append(append(sets, spoolSets(t, "spool", filepath.Join(dir, "spool"))...), "delivery.guarantee=exactly_once")
+	}
 	a := startAgent(t, brokers, sets...)
 	c, err := client.New(client.Options{Addrs: []string{"unix:" + sock}, BatchRecords: 200,
 		RetryBackoff: 20 * time.Millisecond, RetryBackoffMax: 500 * time.Millisecond})
@@ -90,10 +103,22 @@ func TestClientAgentKilledMidStream(t *testing.T) {
 	if twice > 0 {
 		t.Fatalf("%d records were not called back exactly once", twice)
 	}
-	recs := kafkatest.Consume(t, brokers, topic, int(accepted.Load()), 2*time.Minute)
+	var values []string
+	if exactlyOnce {
+		for deadline := time.Now().Add(2 * time.Minute); ; {
+			values = committedValues(t, brokers, topic)
+			if len(values) >= int(accepted.Load()) || time.Now().After(deadline) {
+				break
+			}
+		}
+	} else {
+		for _, r := range kafkatest.Consume(t, brokers, topic, int(accepted.Load()), 2*time.Minute) {
+			values = append(values, string(r.Value))
+		}
+	}
 	seen := map[int]int{}
-	for _, r := range recs {
-		parts := strings.SplitN(string(r.Value), ":", 3)
+	for _, v := range values {
+		parts := strings.SplitN(v, ":", 3)
 		seq, _ := strconv.Atoi(parts[1])
 		seen[seq]++
 	}
@@ -107,7 +132,11 @@ func TestClientAgentKilledMidStream(t *testing.T) {
 		}
 		return true
 	})
-	record(t, outcome{Test: "6. Go client, agent SIGKILL mid-stream", Mode: "kafka, local protocol (Unix socket)",
+	name, mode := "6. Go client, agent SIGKILL mid-stream", "kafka, local protocol (Unix socket)"
+	if exactlyOnce {
+		name, mode = "6b. Go client, agent SIGKILL mid-stream, exactly once", "spool + exactly_once, local protocol v3 (Unix socket), read_committed"
+	}
+	record(t, outcome{Test: name, Mode: mode,
 		Duration: fmt.Sprintf("%s, kill at %s", total, total/3), Offered: offered.Load(), Acked: accepted.Load(),
 		Delivered: int64(len(seen)), Lost: lost, Duplicates: dups, PeakRSSMiB: mib(a.peakRSS.Load()),
 		Recovery: fmt.Sprintf("serving %.1fs after the kill; the client reconnected and sent the unanswered again", restartedIn.Seconds()),
@@ -118,5 +147,8 @@ func TestClientAgentKilledMidStream(t *testing.T) {
 	}
 	if lost > 0 {
 		t.Fatalf("%d records reported accepted are not in Kafka", lost)
+	}
+	if exactlyOnce && dups > 0 {
+		t.Fatalf("%d duplicates with exactly_once and the client's sequences", dups)
 	}
 }

@@ -456,7 +456,7 @@ func (cn *conn) beginSeq(fr *frame, seq uint64, whole []byte, handed int) (id *r
 	case idempotency.Fresh:
 		return id, false
 	case idempotency.Replay:
-		r.m.Error("sequence_replayed")
+		// Counted by the store (ferry_idempotency_replayed_total).
 		cn.answer(fr.ranges(nil), nil, fr)
 	case idempotency.InFlight:
 		cn.answerWhole(fr.id, errSeqInFlight)
