@@ -11,7 +11,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ferryhq/ferry/idempotency"
 	"github.com/ferryhq/ferry/receiver"
+	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -30,7 +32,31 @@ func BenchmarkProduce(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) { benchProduce(b, parts, idem, receiver.Env{}) })
 		}
+		// Delivery mode spool: every idempotent batch also gets a key in
+		// the idempotency store, committed as the spool would.
+		b.Run(fmt.Sprintf("idempotent_spool/partitions=%d", parts), func(b *testing.B) {
+			st, err := idempotency.NewStore(idempotency.Config{Window: time.Minute, MaxBytes: 16 << 20}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchProduce(b, parts, true, receiver.Env{Idem: st, Next: commitAll{st}})
+		})
 	}
+}
+
+// commitAll is a spool-mode pipeline that stores every batch at once: its
+// keys are committed, its records acknowledged.
+type commitAll struct{ st *idempotency.Store }
+
+func (c commitAll) Consume(_ context.Context, b *record.Batch) error {
+	for id := b.Idem; id != nil; id = id.Next {
+		c.st.Commit(id)
+	}
+	b.Arm()
+	for i := range b.Records {
+		b.AckAt(i, nil)
+	}
+	return nil
 }
 
 // benchProduce runs the produce benchmark against a front built with env
