@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -443,4 +444,139 @@ func TestProduceIdempotentSpoolRestart(t *testing.T) {
 	if sink.n != 121 || len(sink.seen) != 121 {
 		t.Fatalf("the spool delivered %d records, %d distinct; want 121 once each (120 from the first run, 1 new)", sink.n, len(sink.seen))
 	}
+}
+
+// FuzzProduceSequencesDurable is FuzzProduceSequences in delivery mode
+// spool, with agent restarts in the script: the pipeline commits each
+// stored batch's keys as the spool does, and a restart replaces the front
+// (its sequence table empty, the producer ids it issued unknown) while the
+// idempotency store — given back by the spool at start — stays. Whatever
+// the order, every batch answered OK was delivered, and exactly once, for
+// every producer id (the durable keys cover ids a front never issued, or
+// issued before a restart).
+func FuzzProduceSequencesDurable(f *testing.F) {
+	sink := &ledgerSink{delivered: map[string]int{}}
+	st, err := idempotency.NewStore(idempotency.Config{Window: time.Hour, MaxBytes: 64 << 20}, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	next := consumer.Func(func(ctx context.Context, b *record.Batch) error {
+		sink.mu.Lock()
+		fail := sink.fail
+		sink.mu.Unlock()
+		if !fail {
+			for id := b.Idem; id != nil; id = id.Next {
+				st.Commit(id)
+			}
+		}
+		return sink.Consume(ctx, b)
+	})
+	cluster := func(_ context.Context, topics []string) ([]TopicInfo, error) {
+		out := make([]TopicInfo, len(topics))
+		for i, t := range topics {
+			out[i] = TopicInfo{Topic: t, Partitions: 2}
+		}
+		return out, nil
+	}
+	start := func(t testing.TB) *Receiver {
+		r, err := New(testConfig(), receiver.Env{Set: telemetry.TestSettings(), Next: next, Topics: cluster, Idem: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+
+	// Two bytes an operation: connection, producer id, epoch; partition,
+	// sequence, content, whether the pipeline fails it, and whether the
+	// agent restarts before it.
+	f.Add([]byte{0, 0, 1, 16})                // a batch, a restart, its retry
+	f.Add([]byte{0, 8, 0, 16})                // a failed batch, a restart, its retry
+	f.Add([]byte{0, 0, 0, 20})                // a batch, a restart, the same sequence with other bytes
+	f.Add([]byte{8, 0, 0, 16, 8, 0})          // epoch 1, a restart, a late batch of epoch 0, epoch 1 again
+	f.Add([]byte{4, 0, 4, 16, 5, 0})          // an id never issued, across a restart, on both connections
+	f.Add([]byte{0, 0, 1, 0, 0, 16, 1, 16})   // retries on both sides of two restarts
+	f.Add([]byte{0, 2, 1, 2, 0, 18, 0, 6, 1}) // another sequence and partition, other content
+	f.Fuzz(func(t *testing.T, script []byte) {
+		if len(script) > 2*40 {
+			return
+		}
+		r := start(t)
+		defer func() { _ = r.Shutdown(context.Background()) }()
+		var conns [2]*fuzzSession
+		dialAll := func() {
+			for i := range conns {
+				c, err := net.Dial("tcp", r.Addr())
+				if err != nil {
+					t.Fatal(err)
+				}
+				conns[i] = &fuzzSession{c: c}
+			}
+		}
+		dialAll()
+		defer func() {
+			for _, c := range conns {
+				c.c.Close()
+			}
+		}()
+		var pids [3]int64
+		for i := range 2 {
+			req := kmsg.NewPtrInitProducerIDRequest()
+			req.Version = 1
+			resp := kmsg.NewPtrInitProducerIDResponse()
+			if err := conns[0].roundTrip(req, resp); err != nil {
+				t.Fatal(err)
+			}
+			pids[i] = resp.ProducerID
+		}
+		pids[2] = pids[0] ^ 1<<40 // never issued
+		run := fmt.Sprint(time.Now().UnixNano())
+		answeredOK := map[string]bool{}
+		for ; len(script) >= 2; script = script[2:] {
+			op, op2 := script[0], script[1]
+			if op2>>4&1 == 1 {
+				for _, c := range conns {
+					c.c.Close()
+				}
+				_ = r.Shutdown(context.Background())
+				r = start(t)
+				dialAll()
+			}
+			conn := conns[op&1]
+			pi := int(op>>1&3) % 3
+			epoch := int16(op>>3&3) % 3
+			part := int32(op2 & 1)
+			seq := int32(op2 >> 1 & 1)
+			variant := op2 >> 2 & 1
+			fail := op2>>3&1 == 1
+			value := fmt.Sprintf("%s/%d/%d/%d/%d/%d", run, pi, epoch, part, seq, variant)
+			req := kmsg.NewPtrProduceRequest()
+			req.Version, req.Acks, req.TimeoutMillis = 7, -1, 30000
+			tp := kmsg.NewProduceRequestTopic()
+			tp.Topic = "t"
+			p := kmsg.NewProduceRequestTopicPartition()
+			p.Partition, p.Records = part, seqBatchBytes(pids[pi], epoch, seq, value)
+			tp.Partitions = append(tp.Partitions, p)
+			req.Topics = append(req.Topics, tp)
+			sink.mu.Lock()
+			sink.fail = fail
+			sink.mu.Unlock()
+			resp := kmsg.NewPtrProduceResponse()
+			if err := conn.roundTrip(req, resp); err != nil {
+				t.Fatal(err)
+			}
+			if resp.Topics[0].Partitions[0].ErrorCode == 0 {
+				answeredOK[value] = true
+			}
+		}
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		for v := range answeredOK {
+			if n := sink.delivered[v]; n != 1 {
+				t.Fatalf("%s answered OK and delivered %d times", v, n)
+			}
+		}
+	})
 }
