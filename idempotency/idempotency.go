@@ -235,7 +235,7 @@ func (s *Store) Begin(key []byte, sum [16]byte, records int) (Verdict, int, *rec
 	s.seq++
 	e := &entry{key: string(key), sum: sum, records: records, at: now, seq: s.seq}
 	s.addLocked(e)
-	return Fresh, 0, &record.Idem{Key: []byte(e.key), Sum: sum, Seq: e.seq}
+	return Fresh, 0, &record.Idem{Key: []byte(e.key), Sum: sum, Seq: e.seq, Records: records}
 }
 
 // Commit marks a reservation accepted: its records are stored (durably,

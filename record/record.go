@@ -96,11 +96,20 @@ func (a SpoolPos) Less(b SpoolPos) bool { return a.Seg < b.Seg || a.Seg == b.Seg
 // Idem is a request's idempotency key on its way to the spool: Key is
 // the scoped key its receiver built (owned, not a slice of the request's
 // buffers), Sum the fingerprint of the request, Seq the reservation the
-// idempotency store made for it (package idempotency).
+// idempotency store made for it (package idempotency), Records the
+// records the key answers for (0: the whole batch).
+//
+// Next chains the other keys of the same batch: a request made of parts
+// a client retries one by one (the Kafka front's batches, one per
+// partition, each under its own producer sequence) carries a key per
+// part, all written with the records in one append and resolved
+// together.
 type Idem struct {
-	Key []byte
-	Sum [16]byte
-	Seq uint64
+	Key     []byte
+	Sum     [16]byte
+	Seq     uint64
+	Records int
+	Next    *Idem
 }
 
 // Batch is a group of records completed together. Its zero value is ready to

@@ -27,9 +27,21 @@ func (s *Spool) Consume(_ context.Context, b *record.Batch) error {
 	}
 	err := s.consume(b)
 	if err != nil {
-		s.idem.Abort(b.Idem)
+		s.resolveKeys(b, err)
 	}
 	return err
+}
+
+// resolveKeys resolves every key of b (Batch.Idem and the keys chained to
+// it): committed when its records are stored (err nil), else aborted.
+func (s *Spool) resolveKeys(b *record.Batch, err error) {
+	for id := b.Idem; id != nil; id = id.Next {
+		if err == nil {
+			s.idem.Commit(id)
+		} else {
+			s.idem.Abort(id)
+		}
+	}
 }
 
 func (s *Spool) consume(b *record.Batch) error {
@@ -92,9 +104,7 @@ func (s *Spool) consume(b *record.Batch) error {
 		return nil
 	}
 	s.appending.Add(-size)
-	if b.Idem != nil {
-		s.idem.Commit(b.Idem)
-	}
+	s.resolveKeys(b, nil)
 	b.Complete(nil)
 	return nil
 }

@@ -178,7 +178,10 @@
 //
 // A keyed append writes its entry, naming the region its records are
 // about to take (segment, offset, length and the CRC32C of the bytes),
-// then the records, both under the append lock; each fsync round then
+// then the records, both under the append lock (a batch with several keys
+// — the Kafka front's, one per partition's producer sequence, chained by
+// Idem.Next — writes one entry per key, all naming the same region, in
+// one write, and resolves them together); each fsync round then
 // fsyncs the key log before the segment (a roll, which makes its segment
 // durable, fsyncs the key log first too), and the client is answered
 // only after both. So an agent crash at any point leaves the key with or

@@ -128,9 +128,25 @@ func (s *Spool) writeKey(b *record.Batch, buf []byte, crc uint32, at pos) (undo 
 			return nil, err
 		}
 	}
-	r := keyRec{at: now.UnixNano(), seg: at.seg, off: at.off, length: uint32(len(buf)), crc: crc,
-		records: uint32(len(b.Records)), sum: b.Idem.Sum, key: b.Idem.Key}
-	s.kbuf = appendKeyRec(s.kbuf[:0], &r)
+	// Every key of the batch names the same region: each is durable if and
+	// only if the whole append is.
+	s.kbuf = s.kbuf[:0]
+	for id := b.Idem; id != nil; id = id.Next {
+		records := id.Records
+		if records == 0 {
+			records = len(b.Records)
+		}
+		r := keyRec{at: now.UnixNano(), seg: at.seg, off: at.off, length: uint32(len(buf)), crc: crc,
+			records: uint32(records), sum: id.Sum, key: id.Key}
+		s.kbuf = appendKeyRec(s.kbuf, &r)
+	}
+	defer func() {
+		// One request's keys (a Kafka produce request may carry thousands)
+		// are not kept as the buffer's capacity for every later append.
+		if cap(s.kbuf) > 64<<10 {
+			s.kbuf = nil
+		}
+	}()
 	if _, err := s.kf.WriteAt(s.kbuf, s.koff); err != nil {
 		if terr := s.kf.Truncate(s.koff); terr != nil {
 			s.failErr = fmt.Errorf("key log write failed (%v) and truncating it failed: %w", err, terr)
@@ -139,7 +155,7 @@ func (s *Spool) writeKey(b *record.Batch, buf []byte, crc uint32, at pos) (undo 
 	}
 	was := s.koff
 	s.koff += int64(len(s.kbuf))
-	s.knew = r.at
+	s.knew = now.UnixNano()
 	s.kdirty = true
 	return func() {
 		// The records' write failed: the entry goes too (were it kept,

@@ -464,3 +464,65 @@ func TestKeyFsyncFailure(t *testing.T) {
 		t.Fatal("the spool took more after a failed fsync")
 	}
 }
+
+// TestChainedKeysShareTheAppend: a batch with several keys (the Kafka
+// front's, one per partition's producer sequence) writes them all with its
+// records: each is committed once the records are stored and survives a
+// crash with the record count it answers for; a refused append aborts
+// every one.
+func TestChainedKeysShareTheAppend(t *testing.T) {
+	for _, mode := range []string{"always", "never"} {
+		t.Run(mode, func(t *testing.T) {
+			cfg := testConfig(t.TempDir())
+			cfg.Fsync = mode
+			s, st := openKeys(t, cfg, keyCfg)
+			c := &collector{}
+			c.hold.Store(true)
+			_ = start(t, s, Links{Next: c, Idem: st})
+			b := recs(0, 10)
+			var ids []*record.Idem
+			for i, n := range []int{3, 7} {
+				v, _, id := st.Begin(keyOf(fmt.Sprint("part", i)), [16]byte{byte(i)}, n)
+				if v != idempotency.Fresh {
+					t.Fatalf("part %d: %v", i, v)
+				}
+				ids = append(ids, id)
+			}
+			ids[0].Next = ids[1]
+			b.Idem = ids[0]
+			appendOK(t, s, b)
+			for i, n := range []int{3, 7} {
+				if v, got, _ := st.Begin(keyOf(fmt.Sprint("part", i)), [16]byte{byte(i)}, n); v != idempotency.Replay || got != n {
+					t.Fatalf("part %d before the crash: %v %d", i, v, got)
+				}
+			}
+			crash(s)
+
+			s2, st2 := openKeys(t, cfg, keyCfg)
+			defer s2.Close()
+			for i, n := range []int{3, 7} {
+				if v, got, _ := st2.Begin(keyOf(fmt.Sprint("part", i)), [16]byte{byte(i)}, n); v != idempotency.Replay || got != n {
+					t.Fatalf("part %d after the crash: %v %d, want replay %d", i, v, got, n)
+				}
+			}
+			// Refused (the records are over the frame bound): both aborted.
+			big := recs(100, 1)
+			big.Records[0].Value = make([]byte, 2<<20)
+			var first, second *record.Idem
+			_, _, first = st2.Begin(keyOf("big0"), [16]byte{}, 1)
+			_, _, second = st2.Begin(keyOf("big1"), [16]byte{}, 1)
+			first.Next = second
+			big.Idem = first
+			if err := s2.Consume(context.Background(), big); err == nil {
+				t.Fatal("an oversized record was appended")
+			}
+			for _, k := range []string{"big0", "big1"} {
+				if v, _, id := st2.Begin(keyOf(k), [16]byte{}, 1); v != idempotency.Fresh {
+					t.Fatalf("%s after a refused append: %v, want fresh", k, v)
+				} else {
+					st2.Abort(id)
+				}
+			}
+		})
+	}
+}

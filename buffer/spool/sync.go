@@ -115,15 +115,9 @@ func (s *Spool) completeWaiters(synced int64, failed error) {
 			err = errWrite(failed)
 		}
 		s.appending.Add(-w.n)
-		if w.b.Idem != nil {
-			// Resolved before the batch completes (its receiver recycles
-			// it then): a retry from now on is answered from the store.
-			if err == nil {
-				s.idem.Commit(w.b.Idem)
-			} else {
-				s.idem.Abort(w.b.Idem)
-			}
-		}
+		// Resolved before the batch completes (its receiver recycles it
+		// then): a retry from now on is answered from the store.
+		s.resolveKeys(w.b, err)
 		w.b.Complete(err)
 	}
 }

@@ -55,6 +55,10 @@ type conn struct {
 	mech    string
 	user    string
 	scratch []byte
+	// scope is the idempotency scope of this connection's application
+	// (scopeOwner), for its idempotent batches' keys (durable.go).
+	scope      []byte
+	scopeOwner string
 	// bodyBy is when the request being read must have arrived whole
 	// (body_timeout after its size): a body read holds memory (a produce
 	// request's reservation) that a client trickling bytes must not pin.

@@ -31,15 +31,27 @@ type partResult struct {
 	seq      *seqClaim // an idempotent producer's batch, settled on completion
 }
 
-// seqClaim is one idempotent batch marked in flight in the sequence table.
+// seqClaim is one idempotent batch on its way: marked in flight in the
+// sequence table (tracked), and reserved in the idempotency store (idem,
+// delivery mode spool), or both.
 type seqClaim struct {
 	key         seqKey
 	first, last int32
 	crc         uint32
+	tracked     bool
+	idem        *record.Idem
 }
 
-func (c *seqClaim) settle(s *producers, delivered bool, offset int64) {
-	s.settle(c.key, c.first, c.last, c.crc, delivered, offset)
+// settle tells the table how the batch ended, and gives back its key's
+// reservation when the records were not stored (the spool resolves it
+// when they reached it; Abort after that is a no-op).
+func (c *seqClaim) settle(r *Receiver, delivered bool, offset int64) {
+	if c.tracked {
+		r.seqs.settle(c.key, c.first, c.last, c.crc, delivered, offset)
+	}
+	if !delivered && c.idem != nil {
+		r.idem.Abort(c.idem)
+	}
 }
 
 // errDuplicateInFlight: the client sent again a batch ferry is still
@@ -262,6 +274,15 @@ func (cn *conn) handOn(req *kmsg.ProduceRequest, corr int32, raw *httpbody.Buf, 
 		bufs += cap(out.B)
 	}
 	b.Charge(bufs, d.headerBytes)
+	if r.idem != nil {
+		// Each partition's key goes with the records to the spool, which
+		// writes them in the same append (chained; record.Idem.Next).
+		for i := len(d.claims) - 1; i >= 0; i-- {
+			if id := d.claims[i].idem; id != nil {
+				id.Next, b.Idem = b.Idem, id
+			}
+		}
+	}
 	nrec := len(b.Records)
 	r.m.Items("records", nrec)
 	if req.Acks == 0 {
@@ -325,7 +346,7 @@ func (d *decoder) all(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, info
 				b.Records = b.Records[:0]
 				for _, c := range append(d.claims, claim) {
 					if c != nil {
-						c.settle(r.seqs, false, 0)
+						c.settle(r, false, 0)
 					}
 				}
 				d.claims = nil
@@ -333,7 +354,7 @@ func (d *decoder) all(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, info
 			}
 			if err != nil {
 				if claim != nil {
-					claim.settle(r.seqs, false, 0)
+					claim.settle(r, false, 0)
 				}
 				clear(b.Records[first:])
 				b.Records = b.Records[:first]
@@ -342,11 +363,15 @@ func (d *decoder) all(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, info
 				setError(rp, err)
 				continue
 			}
-			if claim != nil {
-				d.claims = append(d.claims, claim)
-			}
-			if n := len(b.Records) - first; n > 0 {
+			n := len(b.Records) - first
+			switch {
+			case n > 0:
 				pr.parts = append(pr.parts, partResult{t: t, p: p, first: first, n: n, base: -1, seq: claim})
+				if claim != nil {
+					d.claims = append(d.claims, claim)
+				}
+			case claim != nil:
+				claim.settle(r, false, 0) // nothing to deliver (never so: claimed batches have records)
 			}
 		}
 	}
@@ -376,12 +401,13 @@ func (d *decoder) claim(topic string, part int32, recs []byte, rp *kmsg.ProduceR
 	if err != nil || bt.producerID < 0 || len(rest) != 0 || bt.count == 0 {
 		return nil, false, nil
 	}
+	r := d.cn.r
 	c := &seqClaim{key: seqKey{pid: bt.producerID, epoch: bt.epoch, seqPart: seqPart{topic: topic, part: part}},
 		first: bt.baseSeq, last: bt.baseSeq + bt.count - 1, crc: bt.crc}
-	v, offset, err := d.cn.r.seqs.claim(d.cn.owner(), c.key, c.first, c.last, c.crc, d.now)
+	v, offset, err := r.seqs.claim(d.cn.owner(), c.key, c.first, c.last, c.crc, d.now)
 	switch v {
 	case claimed:
-		return c, false, nil
+		c.tracked = true
 	case dupInflight:
 		d.refused = append(d.refused, errDuplicateInFlight.Reason)
 		setError(rp, errDuplicateInFlight)
@@ -394,9 +420,17 @@ func (d *decoder) claim(topic string, part int32, recs []byte, rp *kmsg.ProduceR
 		return nil, false, err
 	case foreign:
 		// Delivered, but never matched against the owner's batches.
-		d.cn.r.m.Error("producer_id_not_yours")
-		d.cn.r.logWarn("producer_id_not_yours", "kafka produce under a producer id issued to another application: delivered without the retry check",
+		r.m.Error("producer_id_not_yours")
+		r.logWarn("producer_id_not_yours", "kafka produce under a producer id issued to another application: delivered without the owner's retry check",
 			"remote", d.cn.c.RemoteAddr().String(), "user", d.cn.user)
+	}
+	if r.idem != nil {
+		// Keys are scoped to the sender's application: an id issued to
+		// another, or to a previous run, is checked among its own.
+		return d.durable(c, &bt, len(recs), rp)
+	}
+	if c.tracked {
+		return c, false, nil
 	}
 	return nil, false, nil
 }
@@ -456,7 +490,7 @@ func (pr *produceReq) settle(err error, whole bool) {
 		if p.seq == nil {
 			continue
 		}
-		p.seq.settle(pr.cn.r.seqs, !allFailed && p.err == nil, p.base)
+		p.seq.settle(pr.cn.r, !allFailed && p.err == nil, p.base)
 	}
 }
 

@@ -421,7 +421,7 @@ func plain(values ...string) tbatch {
 	return b
 }
 
-func (b tbatch) bytes(t *testing.T) []byte {
+func (b tbatch) bytes(t testing.TB) []byte {
 	t.Helper()
 	kb := kafkatest.Batch{ProducerID: b.pid, Epoch: b.epoch, Seq: b.seq, Timestamp: time.UnixMilli(tsMillis),
 		Attrs: b.attrs, Codec: b.codec, Records: make([]kafkatest.Record, len(b.recs))}

@@ -35,7 +35,11 @@
 //
 // Idempotent producers' retries are recognised (sequence.go): a batch
 // sent again after ferry delivered it is answered with its offset, not
-// delivered twice.
+// delivered twice. In delivery mode spool they are recognised across
+// agent restarts too, by keys the spool keeps with the records
+// (durable.go).
+//
+// env.Idem is the idempotency store (delivery mode spool; nil otherwise).
 //
 // Not served: transactions (a transactional producer is refused at
 // InitProducerId), consumers (Fetch, groups), admin APIs.
@@ -52,6 +56,7 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/auth"
+	"github.com/ferryhq/ferry/idempotency"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/receivermetrics"
@@ -93,6 +98,9 @@ type Receiver struct {
 	// seqs hands out producer ids and recognises idempotent producers'
 	// retried batches.
 	seqs *producers
+	// idem, in delivery mode spool (nil otherwise), recognises them
+	// across restarts too (durable.go).
+	idem *idempotency.Store
 }
 
 // New builds the front from a configuration and everything it needs:
@@ -106,7 +114,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	set := env.Set
 	r := &Receiver{cfg: cfg, set: set, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)), gate: env.Pre.Gate(cfg.Auth),
 		topics: newTopicCache(env.Topics, cfg.MetadataMaxAge), refusing: make(chan struct{}, 1),
-		decoding: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), seqs: newProducers(50000, 200000)}
+		decoding: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), seqs: newProducers(50000, 200000), idem: env.Idem}
 	if env.Bodies != nil {
 		r.body.SetBudget(env.Bodies)
 	}

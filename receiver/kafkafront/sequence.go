@@ -46,6 +46,10 @@ import (
 // ferry does not refuse out-of-order sequences: it never answers a batch
 // it did not deliver with success, so there is no gap a client could skip.
 // ferry's own leg to Kafka is idempotent with its own producer id.
+//
+// This table is memory only: a restart forgets it. In delivery mode spool
+// the batches it lets through are also checked against durable keys
+// (durable.go), which a restart keeps.
 type producers struct {
 	mu sync.Mutex
 	m  map[int64]*producer
