@@ -58,6 +58,7 @@ for target in \
   "FuzzVerify ./auth/token" \
   "FuzzProduce ./receiver/kafkafront" \
   "FuzzProduceSequences ./receiver/kafkafront" \
+  "FuzzProduceSequencesDurable ./receiver/kafkafront 5000x" \
   "FuzzRequestHeader ./receiver/kafkafront 10000x" \
   "FuzzMetadata ./receiver/kafkafront 10000x" \
   "FuzzSASLPlain ./receiver/kafkafront 10000x" \
