@@ -18,6 +18,10 @@
 //     memory limit so the queue is the bound users configure.
 //   - The exporter starts while Kafka is unreachable; readiness reports it and
 //     a line is logged once per interval, not per record.
+//   - Batching follows the load (linger_mode adaptive, the default; see
+//     adaptive.go): a batch is sent at once while no broker has a produce
+//     request of ours in flight, and otherwise waits for that request's
+//     answer, at most linger. linger_mode fixed always waits linger.
 //
 // Lifecycle: New builds the client without connecting. Start begins the
 // health probe. Consume may be called between Start and Shutdown. Shutdown
