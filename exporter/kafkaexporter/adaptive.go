@@ -46,10 +46,13 @@ import (
 )
 
 // adaptiveBudget is the produce requests a broker may have in flight
-// before batches wait for its answer. One: a second request would only
+// before batches wait for its answer. One: a second request would mostly
 // queue behind the first at the broker (it reads a connection's requests
 // one at a time), and what it carries goes in the next request anyway,
-// one round trip later, with everything else that arrived.
+// one round trip later, with everything else that arrived. Measured on one
+// local broker (8 HTTP clients of 100 records; 64 clients of 10 × 1 KB;
+// full load): budgets of 2 and 3 gave the same records/s within the
+// run-to-run noise and 15–40% more produce requests.
 var adaptiveBudget int32 = 1
 
 // flushWriteWait bounds how long the flusher waits for the request its
