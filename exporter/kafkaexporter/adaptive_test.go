@@ -2,6 +2,7 @@ package kafkaexporter
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferryhq/ferry/exporter"
@@ -119,6 +121,33 @@ func TestAdaptiveCoalescesSubmitsDuringAFlush(t *testing.T) {
 	flushedTimes(t, &n, 1, "the burst waits for the answer")
 	a.answered(1)
 	flushedTimes(t, &n, 2, "the answer sends the burst in one flush")
+}
+
+// Early sends are bounded to a tenth of the flusher's time: a flush that
+// costs 5 ms (a client knowing tens of thousands of partitions) is not
+// followed by another for 50 ms, however idle Kafka is.
+func TestAdaptiveBoundsTheCostOfFlushing(t *testing.T) {
+	var n atomic.Int64
+	a := newAdaptive(1, func() { n.Add(1); time.Sleep(5 * time.Millisecond) }, func() {})
+	stop := make(chan struct{})
+	defer close(stop)
+	go a.run(stop)
+	a.submitted()
+	for end := time.Now().Add(5 * time.Second); n.Load() < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("never flushed")
+		}
+	}
+	t0 := time.Now()
+	a.submitted()
+	for end := time.Now().Add(5 * time.Second); n.Load() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the second submit was never flushed")
+		}
+	}
+	if d := time.Since(t0); d < 40*time.Millisecond {
+		t.Fatalf("a second flush %s after one that took 5 ms; want ≥ 45 ms", d)
+	}
 }
 
 // holdProduce makes the cluster hold the next produce request until
@@ -276,4 +305,38 @@ func TestLingerModeConfig(t *testing.T) {
 		t.Errorf("reload to linger_mode fixed: restart %v, err %v", restart, err)
 	}
 	_ = e.Shutdown(context.Background())
+}
+
+// BenchmarkEarlyFlush is the cost of one early send (kgo.Client.Flush with
+// a done context) as the client knows more partitions: franz-go stops the
+// linger of every partition of every topic it has produced to.
+func BenchmarkEarlyFlush(b *testing.B) {
+	for _, topics := range []int{1, 100, 1000} {
+		b.Run(fmt.Sprintf("partitions=%d", topics*12), func(b *testing.B) {
+			names := make([]string, topics)
+			for i := range names {
+				names[i] = fmt.Sprintf("t%d", i)
+			}
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(12, names...))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(time.Millisecond))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cl.Close()
+			for _, n := range names {
+				if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: n, Value: []byte("v")}).FirstErr(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			flush := clientFlush(cl.Flush)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				flush()
+			}
+		})
+	}
 }
