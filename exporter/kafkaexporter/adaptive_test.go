@@ -311,7 +311,9 @@ func TestLingerModeConfig(t *testing.T) {
 // a done context) as the client knows more partitions: franz-go stops the
 // linger of every partition of every topic it has produced to.
 func BenchmarkEarlyFlush(b *testing.B) {
-	for _, topics := range []int{1, 100, 1000} {
+	// 1,000 topics (12,000 partitions: 180 µs a flush) takes a minute to
+	// set up against the fake broker; the cost grows linearly.
+	for _, topics := range []int{1, 100} {
 		b.Run(fmt.Sprintf("partitions=%d", topics*12), func(b *testing.B) {
 			names := make([]string, topics)
 			for i := range names {
