@@ -278,7 +278,7 @@ func TestQueueFullWithLiveKafka(t *testing.T) {
 	brokers := kafkatest.Shared(t)
 	topic := kafkatest.NewTopic(t, brokers, "it-full", 1)
 	p := startAgent(t, brokers, "queue.memory_limit=1MiB", "receivers.http.max_request_bytes=128KiB", "receivers.otlp.enabled=false",
-		"exporter.kafka.linger=2s")
+		"exporter.kafka.linger=2s", "exporter.kafka.linger_mode=fixed") // the adaptive mode would send at once
 	waitFor(t, "ready", 20*time.Second, func() bool { return readyz(t, p) })
 	url := "http://" + p.Receiver("http").(*httpreceiver.Receiver).Addr() + "/v1/messages/" + topic + "?wait=false"
 	client := &http.Client{Timeout: 10 * time.Second}

@@ -61,6 +61,7 @@ func TestSIGTERMKeepsAcknowledgedRecords(t *testing.T) {
 	cmd := exec.Command(bin, "run",
 		"--set", "receivers.http.listen="+httpAddr, "--set", "telemetry.admin.listen="+adminAddr,
 		"--set", "exporter.kafka.brokers=["+brokers+"]", "--set", "exporter.kafka.linger=50ms",
+		"--set", "exporter.kafka.linger_mode=fixed", // records do sit in the linger buffer
 		"--set", "shutdown_timeout=20s",
 		"--set", "receivers.otlp.http.listen=127.0.0.1:0", "--set", "receivers.otlp.grpc.listen=127.0.0.1:0",
 		"--set", "receivers.local.enabled=false")

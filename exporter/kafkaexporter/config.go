@@ -19,9 +19,15 @@ type Config struct {
 	Acks       string `yaml:"acks"`
 	Idempotent bool   `yaml:"idempotent"`
 	// Compression: none, gzip, snappy, lz4 (default) or zstd; level 0 = codec default.
-	Compression      string        `yaml:"compression"`
-	CompressionLevel int           `yaml:"compression_level"`
-	Linger           time.Duration `yaml:"linger"`
+	Compression      string `yaml:"compression"`
+	CompressionLevel int    `yaml:"compression_level"`
+	// Linger is how long a partition's batch may wait for more records:
+	// always in LingerMode fixed, only while Kafka is busy in adaptive.
+	Linger time.Duration `yaml:"linger"`
+	// LingerMode: adaptive (default; "" too) sends at once while no
+	// broker has a produce request in flight and lingers up to Linger
+	// only while one has (adaptive.go); fixed always lingers.
+	LingerMode string `yaml:"linger_mode"`
 	// MaxBatchBytes is the largest record batch sent to a partition, and so
 	// the largest record accepted. Keep it ≤ the broker's message.max.bytes.
 	MaxBatchBytes bytesize.Size `yaml:"max_batch_bytes"`
@@ -85,6 +91,11 @@ func (c *Config) problems() []error {
 	}
 	if c.Linger < 0 || c.Linger > time.Minute {
 		add("linger: %s is outside 0..1m", c.Linger)
+	}
+	switch c.LingerMode {
+	case "", "adaptive", "fixed":
+	default:
+		add("linger_mode: %q is not one of adaptive, fixed", c.LingerMode)
 	}
 	if c.MaxBatchBytes < 1024 || c.MaxBatchBytes > 1<<30 {
 		add("max_batch_bytes: %s is outside 1KiB..1GiB", c.MaxBatchBytes)

@@ -18,6 +18,10 @@
 //     memory limit so the queue is the bound users configure.
 //   - The exporter starts while Kafka is unreachable; readiness reports it and
 //     a line is logged once per interval, not per record.
+//   - Batching follows the load (linger_mode adaptive, the default; see
+//     adaptive.go): a batch is sent at once while no broker has a produce
+//     request of ours in flight, and otherwise waits for that request's
+//     answer, at most linger. linger_mode fixed always waits linger.
 //
 // Lifecycle: New builds the client without connecting. Start begins the
 // health probe. Consume may be called between Start and Shutdown. Shutdown
@@ -105,6 +109,9 @@ type Exporter struct {
 	// eo delivers the spool's batches in transactions
 	// (delivery.guarantee exactly_once); nil otherwise.
 	eo *exactlyOnce
+	// ad sends batches before the linger while Kafka is idle
+	// (linger_mode adaptive, adaptive.go); nil in fixed mode.
+	ad *adaptive
 }
 
 // New builds the exporter. bufferedBytes is the queue's memory limit, used to
@@ -119,6 +126,12 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 	e.m = newMetrics(set.Registry)
 	e.pool.New = func() any { return &exportBatch{e: e} }
 	e.promiseFn = e.promise
+	if cfg.LingerMode != "fixed" && cfg.Linger > 0 {
+		// Before the client exists: its hooks read e.ad. The flusher
+		// runs from Start on, after e.cl is set.
+		flush := clientFlush(func(ctx context.Context) error { return e.cl.Flush(ctx) })
+		e.ad = newAdaptive(adaptiveBudget, flush, e.m.lingerSkipped.Inc)
+	}
 
 	buffered := int64(cfg.MaxBufferedBytes)
 	if buffered == 0 {
@@ -258,6 +271,13 @@ func (e *Exporter) Start(context.Context) error {
 	if e.cfg.CreateTopics.Enabled && len(e.want) > 0 {
 		e.wg.Add(1)
 		go e.creator()
+	}
+	if e.ad != nil {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.ad.run(e.stop)
+		}()
 	}
 	if e.eo != nil {
 		e.eo.start()
@@ -415,6 +435,9 @@ func (e *Exporter) Consume(_ context.Context, b *record.Batch) error {
 			kr.Headers = *(*[]kgo.RecordHeader)(unsafe.Pointer(&r.Headers))
 		}
 		e.cl.TryProduce(context.Background(), kr, e.promiseFn)
+	}
+	if e.ad != nil {
+		e.ad.submitted()
 	}
 	return nil
 }
@@ -602,11 +625,13 @@ type metrics struct {
 	batchB    prometheus.Histogram
 	batchC    prometheus.Histogram
 	brokerErr *prometheus.CounterVec
-	purged    prometheus.Counter
-	created   prometheus.Counter
-	tokens    *prometheus.CounterVec
-	auths     prometheus.Counter
-	connects  prometheus.Counter
+	// lingerSkipped: early sends of the adaptive linger.
+	lingerSkipped prometheus.Counter
+	purged        prometheus.Counter
+	created       prometheus.Counter
+	tokens        *prometheus.CounterVec
+	auths         prometheus.Counter
+	connects      prometheus.Counter
 	// requests by Kafka API key, resolved once: what this agent costs the
 	// cluster (docs/scaling.md sizes fleets from these two).
 	requests [kmsg.MaxKey + 1]prometheus.Counter
@@ -637,6 +662,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Compressed bytes per partition batch written.", ConstLabels: lbl, Buckets: prometheus.ExponentialBuckets(256, 4, 10)}),
 		brokerErr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exporter_errors_total",
 			Help: "Broker connection and request errors (retried), by kind.", ConstLabels: lbl}, []string{"reason"}),
+		lingerSkipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_exporter_kafka_linger_skipped_total",
+			Help: "Times the adaptive linger sent the buffered batches at once because no broker had a produce request in flight (exporter.kafka.linger_mode adaptive).", ConstLabels: lbl}),
 		purged: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_exporter_kafka_purged_topics_total",
 			Help: "Topics that turned out not to exist, removed from the Kafka client's metadata.", ConstLabels: lbl}),
 		created: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_exporter_kafka_created_topics_total",
@@ -659,7 +686,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.conns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_exporter_kafka_connections",
 		Help: "Open connections to brokers.", ConstLabels: lbl})
-	reg.MustRegister(m.sent, m.sentBytes, m.dropped, m.inflight, m.up, m.latency, m.batchRecs, m.batchB, m.batchC, m.brokerErr, m.purged, m.created, m.tokens, m.auths, m.connects, reqs, m.conns)
+	reg.MustRegister(m.sent, m.sentBytes, m.dropped, m.inflight, m.up, m.latency, m.batchRecs, m.batchB, m.batchC, m.brokerErr, m.lingerSkipped, m.purged, m.created, m.tokens, m.auths, m.connects, reqs, m.conns)
 	return m
 }
 
@@ -673,7 +700,10 @@ var (
 	_ kgo.HookBrokerWrite         = hooks{}
 )
 
-func (h hooks) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+func (h hooks) OnBrokerWrite(meta kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == 0 && h.e.ad != nil {
+		h.e.ad.written(meta.NodeID)
+	}
 	if err == nil && key >= 0 && int(key) < len(h.e.m.requests) && h.e.m.requests[key] != nil {
 		h.e.m.requests[key].Inc()
 	}
@@ -681,9 +711,12 @@ func (h hooks) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.D
 
 func (h hooks) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) { h.e.m.conns.Dec() }
 
-func (h hooks) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+func (h hooks) OnBrokerE2E(meta kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
 	if key != 0 { // produce requests only
 		return
+	}
+	if h.e.ad != nil {
+		h.e.ad.answered(meta.NodeID)
 	}
 	if e2e.Err() != nil {
 		h.e.m.brokerErr.WithLabelValues("produce_request").Inc()

@@ -221,13 +221,22 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func BenchmarkConsume1000(b *testing.B) {
+// BenchmarkConsume1000: one batch of 1000 records at a time, waited for, in
+// the default adaptive linger mode (sent at once: nothing else in flight);
+// BenchmarkConsume1000Fixed waits the 1 ms linger every time.
+func BenchmarkConsume1000(b *testing.B)      { benchConsume(b, "adaptive") }
+func BenchmarkConsume1000Fixed(b *testing.B) { benchConsume(b, "fixed") }
+
+func benchConsume(b *testing.B, mode string) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "t"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	e, _ := New(testCfg(c.ListenAddrs()), telemetry.TestSettings(), 256<<20)
+	cfg := testCfg(c.ListenAddrs())
+	cfg.LingerMode = mode
+	e, _ := New(cfg, telemetry.TestSettings(), 256<<20)
+	_ = e.Start(context.Background()) // the adaptive flusher runs from Start
 	defer e.Shutdown(context.Background())
 	recs := make([]record.Record, 1000)
 	for i := range recs {

@@ -26,7 +26,9 @@ func (factory) Create(cfg exporter.Config, env exporter.Env) (exporter.Exporter,
 	given := *cfg.(*Config)
 	run := given
 	if env.Spooled {
-		run.Linger = env.SpoolLinger
+		// Nobody waits for Kafka's ack: batches always wait the spool's
+		// linger, which is what saves the fleet's brokers requests.
+		run.Linger, run.LingerMode = env.SpoolLinger, "fixed"
 	}
 	e, err := New(run, env.Set, env.BufferedBytes)
 	if err != nil {

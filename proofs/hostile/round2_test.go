@@ -647,9 +647,9 @@ func endsBy(c net.Conn, by time.Time) bool {
 func TestCompressedFrames(t *testing.T) {
 	brokers := kafkatest.Shared(t)
 	topic := kafkatest.NewTopic(t, brokers, "compressed", 1)
-	// A linger keeps every frame in flight for a while: what each holds
-	// adds up.
-	a := agenttest.Start(t, ferryBin, agentConfig(brokers), "exporter.kafka.linger=500ms")
+	// A fixed linger keeps every frame in flight for a while: what each
+	// holds adds up.
+	a := agenttest.Start(t, ferryBin, agentConfig(brokers), "exporter.kafka.linger=500ms", "exporter.kafka.linger_mode=fixed")
 	acked := newLedger(t, brokers)
 	attackCounted(t, a, "Local: 40 small lz4 frames in flight (memory_limit 64 MiB, max_frame_bytes 8 MiB)", func() (string, bool, string) {
 		c, err := localConn(t, a, protocol.FeatureLZ4)

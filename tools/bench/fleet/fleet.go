@@ -314,6 +314,9 @@ func startAgent(c Config, work string, i int, linger time.Duration) (*agent, err
 	}
 	args := []string{"run", "--set", "exporter.kafka.brokers=[" + c.Brokers + "]",
 		"--set", "exporter.kafka.linger=" + linger.String(),
+		// The rows measure linger as the window every batch waits, the
+		// setting fleets size their brokers with (docs/scaling.md).
+		"--set", "exporter.kafka.linger_mode=fixed",
 		"--set", "receivers.http.listen=" + a.http, "--set", "telemetry.admin.listen=" + a.admin,
 		"--set", fmt.Sprintf("receivers.otlp.http.listen=127.0.0.1:%d", base+2),
 		"--set", fmt.Sprintf("receivers.otlp.grpc.listen=127.0.0.1:%d", base+3),

@@ -17,7 +17,7 @@ func Markdown(c Config, rep Report) string {
 	if rep.IdleBrokerCPU > 0 {
 		fmt.Fprintf(&b, "The idle cluster alone takes %.0f%% of a core (three JVMs, KRaft heartbeats); the brokers' CPU below includes it.\n", rep.IdleBrokerCPU)
 	}
-	fmt.Fprintf(&b, "Every row offers the same total: %.0f records/s of %d B, in HTTP requests of %d records answered after Kafka's ack, split evenly over the agents, measured for %s after %s of warm-up (delivered: acknowledged by Kafka in that window; p99: the whole load); topics of %d partitions; compression lz4, acks all, idempotent (the defaults).\n\n",
+	fmt.Fprintf(&b, "Every row offers the same total: %.0f records/s of %d B, in HTTP requests of %d records answered after Kafka's ack, split evenly over the agents, measured for %s after %s of warm-up (delivered: acknowledged by Kafka in that window; p99: the whole load); topics of %d partitions; compression lz4, acks all, idempotent (the defaults); `linger_mode: fixed`, so every batch waits the row's linger.\n\n",
 		c.Rate, c.Size, c.Batch, c.Duration, c.Warmup, c.Partitions)
 	head := []string{"agents", "linger", "delivered rec/s", "failed", "p99 ms", "Produce req/s (all agents)", "Produce req/s per agent",
 		"Metadata req/min", "records / batch", "bytes / batch (lz4)", "batches / request", "connections / agent", "agents' CPU %", "brokers' CPU %", "RSS / agent MiB"}

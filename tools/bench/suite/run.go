@@ -427,8 +427,9 @@ type lingerRow struct {
 }
 
 // lingerSweep measures where the acknowledged path's time goes: the same
-// load at the old default linger (5 ms), the default and below. Each
-// request waits for its partition's linger and then a produce round trip.
+// load at fixed lingers from the old default (5 ms) down to none, and in
+// the default adaptive mode. With a fixed linger each request waits for
+// its partition's linger and then a produce round trip.
 func (s *suite) lingerSweep() ([]lingerRow, error) {
 	s.stepf("the acknowledged OTLP path by linger: 10 × 1 KB logs per request, 64 in flight, answered after Kafka's ack")
 	t := "otlp_logs"
@@ -438,8 +439,11 @@ func (s *suite) lingerSweep() ([]lingerRow, error) {
 		d = "2s"
 	}
 	var rows []lingerRow
-	for _, l := range []string{"5ms", "2ms", "1ms", "0s"} {
-		a, err := s.agent("exporter.kafka.linger=" + l)
+	// Fixed lingers from the old default down to none, then the default:
+	// adaptive, the linger only a cap while Kafka is busy.
+	for _, v := range []struct{ linger, mode string }{{"5ms", "fixed"}, {"2ms", "fixed"}, {"1ms", "fixed"}, {"0s", "fixed"}, {"2ms", "adaptive"}} {
+		l := v.linger + " " + v.mode
+		a, err := s.agent("exporter.kafka.linger="+v.linger, "exporter.kafka.linger_mode="+v.mode)
 		if err != nil {
 			return nil, err
 		}

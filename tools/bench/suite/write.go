@@ -232,23 +232,24 @@ func (s *suite) writeLingers(rows []lingerRow) {
 	s.doc.P("**Where the acknowledged path's time goes** (issue 15). The kafka (acked) 10 × 1 KB row is latency-bound: 64 requests in flight")
 	s.doc.P("can only go as fast as each is answered. A request's records wait for their partition's `exporter.kafka.linger`, then for a produce")
 	s.doc.P("round trip (the broker answers one request per connection at a time, so pipelined requests queue there too). The same load at")
-	s.doc.P("each linger, 5 ms being the old default and 2 ms the new one:")
+	s.doc.P("fixed lingers (`exporter.kafka.linger_mode: fixed`; 5 ms was the default once, then 2 ms) and in the default adaptive mode, where a batch")
+	s.doc.P("goes at once while no produce request is in flight and otherwise waits for that request's answer, at most the linger:")
 	s.doc.P("")
 	var out [][]string
 	base := math.NaN()
 	for _, r := range rows {
-		if r.linger == "5ms" {
+		if r.linger == "5ms fixed" {
 			base = r.qps
 		}
 		perReq := r.use.cpu / 100 / max(r.qps, 1) * 1e6
 		out = append(out, []string{r.linger, report.F0(r.qps), report.Ratio(r.qps, base), report.F1(r.p50), report.F1(r.p99), report.F0(r.produce),
 			report.F0(r.use.cpu) + "%", report.F0(perReq)})
 	}
-	s.doc.Table([]string{"exporter.kafka.linger", "requests/s", "vs 5 ms", "p50 ms", "p99 ms", "produce requests/s", "ferry CPU", "ferry CPU µs per request"}, out)
+	s.doc.Table([]string{"exporter.kafka.linger, linger_mode", "requests/s", "vs 5 ms fixed", "p50 ms", "p99 ms", "produce requests/s", "ferry CPU", "ferry CPU µs per request"}, out)
 	s.doc.P("")
 	s.doc.P("Below 5 ms the agent's CPU per request stays the same while the linger wait goes; at 1 ms and below the two cores are full")
-	s.doc.P("(ferry, the broker and the load generator), so the rest is CPU. The cost of a shorter linger is more")
-	s.doc.P("produce requests per agent, which matters only across a fleet: thousands of hosts want a long linger (docs/scaling.md).")
+	s.doc.P("(ferry, the broker and the load generator), so the rest is CPU. The cost of a shorter linger, or of the adaptive mode, is more")
+	s.doc.P("produce requests per agent, which matters only across a fleet: thousands of hosts want a long fixed linger (docs/scaling.md).")
 }
 
 func (s *suite) writeModes(rows []modeRow) {

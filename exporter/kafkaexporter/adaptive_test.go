@@ -1,0 +1,344 @@
+package kafkaexporter
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferryhq/ferry/exporter"
+	"github.com/ferryhq/ferry/record"
+	"github.com/ferryhq/ferry/telemetry"
+)
+
+// flushes runs an adaptive flusher whose flush only counts.
+func flushes(t *testing.T, budget int32) (*adaptive, *atomic.Int64) {
+	t.Helper()
+	var n atomic.Int64
+	a := newAdaptive(budget, func() { n.Add(1) }, func() {})
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { a.run(stop); close(done) }()
+	t.Cleanup(func() { close(stop); <-done })
+	return a, &n
+}
+
+// flushedTimes waits for n to reach want and checks it stays there.
+func flushedTimes(t *testing.T, n *atomic.Int64, want int64, why string) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); n.Load() < want; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%s: %d flushes, want %d", why, n.Load(), want)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	if got := n.Load(); got != want {
+		t.Fatalf("%s: %d flushes, want exactly %d", why, got, want)
+	}
+}
+
+// The decision: flush when a batch is handed over and no broker has its
+// budget in flight; otherwise wait for the answer that frees it.
+func TestAdaptiveFlushesOnlyWhileKafkaIsIdle(t *testing.T) {
+	a, n := flushes(t, 1)
+
+	a.submitted()
+	flushedTimes(t, n, 1, "idle: a submit is flushed at once")
+
+	a.written(1)
+	a.submitted()
+	a.submitted()
+	flushedTimes(t, n, 1, "broker 1 has its budget in flight: the submits wait")
+	a.answered(1)
+	flushedTimes(t, n, 2, "its answer sends what waited, in one flush")
+
+	a.answered(1) // no request of ours in flight: ignored, nothing goes negative
+	if a.busy.Load() != 0 {
+		t.Fatalf("busy %d after an unmatched answer", a.busy.Load())
+	}
+	a.answered(1)
+	flushedTimes(t, n, 2, "an answer with nothing submitted flushes nothing")
+
+	// Two brokers: records wait while either is at its budget.
+	a.written(1)
+	a.written(2)
+	a.submitted()
+	a.answered(1)
+	flushedTimes(t, n, 2, "broker 2 still busy")
+	a.answered(2)
+	flushedTimes(t, n, 3, "both answered")
+	if len(a.perBroker) != 0 {
+		t.Fatalf("brokers with nothing in flight kept: %v", a.perBroker)
+	}
+}
+
+func TestAdaptiveBudgetCountsRequests(t *testing.T) {
+	a, n := flushes(t, 2)
+	a.written(7)
+	a.submitted()
+	flushedTimes(t, n, 1, "one of two requests in flight: still below the budget")
+	a.written(7)
+	a.written(7)
+	a.submitted()
+	a.answered(7)
+	flushedTimes(t, n, 1, "two of two in flight after one answer")
+	a.answered(7)
+	flushedTimes(t, n, 2, "back below the budget")
+}
+
+// A flush is followed by a wait for the request it started to be written,
+// so that the submits arriving meanwhile wait for that request's answer
+// and share the next one, rather than racing the first in one each.
+func TestAdaptiveCoalescesSubmitsDuringAFlush(t *testing.T) {
+	var n atomic.Int64
+	var a *adaptive
+	a = newAdaptive(1, func() {
+		n.Add(1)
+		go func() { time.Sleep(50 * time.Millisecond); a.written(1) }() // the client writes the request a little later
+	}, func() {})
+	a.writeWait = time.Second
+	stop := make(chan struct{})
+	defer close(stop)
+	go a.run(stop)
+	a.submitted()
+	for end := time.Now().Add(5 * time.Second); n.Load() < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("never flushed")
+		}
+	}
+	for i := 0; i < 100; i++ {
+		a.submitted()
+	}
+	flushedTimes(t, &n, 1, "a burst between a flush and its write")
+	time.Sleep(100 * time.Millisecond) // written by now: the broker is busy
+	flushedTimes(t, &n, 1, "the burst waits for the answer")
+	a.answered(1)
+	flushedTimes(t, &n, 2, "the answer sends the burst in one flush")
+}
+
+// Early sends are bounded to a tenth of the flusher's time: a flush that
+// costs 5 ms (a client knowing tens of thousands of partitions) is not
+// followed by another for 50 ms, however idle Kafka is.
+func TestAdaptiveBoundsTheCostOfFlushing(t *testing.T) {
+	var n atomic.Int64
+	a := newAdaptive(1, func() { n.Add(1); time.Sleep(5 * time.Millisecond) }, func() {})
+	stop := make(chan struct{})
+	defer close(stop)
+	go a.run(stop)
+	a.submitted()
+	for end := time.Now().Add(5 * time.Second); n.Load() < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("never flushed")
+		}
+	}
+	t0 := time.Now()
+	a.submitted()
+	for end := time.Now().Add(5 * time.Second); n.Load() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the second submit was never flushed")
+		}
+	}
+	if d := time.Since(t0); d < 40*time.Millisecond {
+		t.Fatalf("a second flush %s after one that took 5 ms; want ≥ 45 ms", d)
+	}
+}
+
+// holdProduce makes the cluster hold the next produce request until
+// release is closed; held reports when it arrived.
+func holdProduce(c *kfake.Cluster) (held <-chan struct{}, release chan struct{}) {
+	h, r := make(chan struct{}), make(chan struct{})
+	var once atomic.Bool
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if once.CompareAndSwap(false, true) {
+			c.DropControl()
+			close(h)
+			c.SleepControl(func() { <-r })
+		}
+		return nil, nil, false
+	})
+	return h, r
+}
+
+func consumeAsync(t *testing.T, e *Exporter, value string) <-chan error {
+	t.Helper()
+	b := &record.Batch{Records: []record.Record{{Topic: "t", Value: []byte(value)}}}
+	done := make(chan error, 1)
+	b.OnDone(func(err error) { done <- err })
+	if err := e.Consume(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	return done
+}
+
+func waitDone(t *testing.T, done <-chan error, within time.Duration, what string) time.Duration {
+	t.Helper()
+	t0 := time.Now()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(within):
+		t.Fatalf("%s: not acknowledged within %s", what, within)
+	}
+	return time.Since(t0)
+}
+
+func readyExporter(t *testing.T, cfg Config) (*Exporter, *kfake.Cluster) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cfg.Brokers = c.ListenAddrs()
+	e := newExporter(t, cfg, 64<<20)
+	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	// The first batch pays for metadata and the producer id.
+	waitDone(t, consumeAsync(t, e, "warm"), 10*time.Second, "warm-up")
+	return e, c
+}
+
+// With a long linger, a lone batch on an idle agent is answered after one
+// round trip in adaptive mode and after the linger in fixed mode.
+func TestAdaptiveIdleBatchSkipsTheLinger(t *testing.T) {
+	const linger = time.Second
+	cfg := testCfg(nil)
+	cfg.Linger, cfg.LingerMode = linger, "adaptive"
+	e, _ := readyExporter(t, cfg)
+	skipped := testutil.ToFloat64(e.m.lingerSkipped)
+	for i := 0; i < 3; i++ {
+		if d := waitDone(t, consumeAsync(t, e, "idle"), 10*time.Second, "idle batch"); d > linger/2 {
+			t.Fatalf("an idle batch took %s in adaptive mode; the %s linger should have been skipped", d, linger)
+		}
+	}
+	if got := testutil.ToFloat64(e.m.lingerSkipped) - skipped; got < 3 {
+		t.Fatalf("ferry_exporter_kafka_linger_skipped_total grew by %v for 3 idle batches", got)
+	}
+
+	cfg.LingerMode = "fixed"
+	f, _ := readyExporter(t, cfg)
+	if f.ad != nil {
+		t.Fatal("fixed mode built the adaptive flusher")
+	}
+	if d := waitDone(t, consumeAsync(t, f, "idle"), 10*time.Second, "fixed idle batch"); d < linger*9/10 {
+		t.Fatalf("fixed mode answered in %s, before its %s linger", d, linger)
+	}
+}
+
+// While a produce request is in flight, a new batch waits for its answer
+// (gathering more records) instead of going in a second request, and goes
+// as soon as the answer is back, long before the linger cap.
+func TestAdaptiveBusyBatchWaitsForTheAnswer(t *testing.T) {
+	const linger = 3 * time.Second
+	cfg := testCfg(nil)
+	cfg.Linger, cfg.LingerMode = linger, "adaptive"
+	e, c := readyExporter(t, cfg)
+	held, release := holdProduce(c)
+	writes := func() float64 { return testutil.ToFloat64(e.m.requests[0]) }
+	w0 := writes()
+	first := consumeAsync(t, e, "first")
+	select {
+	case <-held:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first batch was not sent at once")
+	}
+	second := consumeAsync(t, e, "second")
+	third := consumeAsync(t, e, strings.Repeat("third", 10))
+	time.Sleep(300 * time.Millisecond)
+	if got := writes() - w0; got != 1 {
+		t.Fatalf("%v produce requests written while the first was unanswered, want 1 (the others wait for its answer)", got)
+	}
+	close(release)
+	waitDone(t, first, 5*time.Second, "first")
+	if d := waitDone(t, second, linger/2, "second"); d > linger/3 {
+		t.Fatalf("the waiting batch took %s after the answer", d)
+	}
+	waitDone(t, third, time.Second, "third")
+	if got := writes() - w0; got != 2 {
+		t.Fatalf("%v produce requests for three batches, want 2 (the two that waited share one)", got)
+	}
+}
+
+func TestLingerModeConfig(t *testing.T) {
+	cfg := testCfg([]string{"127.0.0.1:1"})
+	cfg.LingerMode = "sometimes"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "linger_mode") {
+		t.Fatalf("linger_mode sometimes: %v", err)
+	}
+	for _, tc := range []struct {
+		mode     string
+		linger   time.Duration
+		adaptive bool
+	}{{"adaptive", time.Millisecond, true}, {"", time.Millisecond, true}, {"fixed", time.Millisecond, false}, {"adaptive", 0, false}} {
+		cfg.LingerMode, cfg.Linger = tc.mode, tc.linger
+		e, err := New(cfg, telemetry.TestSettings(), 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (e.ad != nil) != tc.adaptive {
+			t.Errorf("linger_mode %q, linger %s: adaptive %v, want %v", tc.mode, tc.linger, e.ad != nil, tc.adaptive)
+		}
+		_ = e.Shutdown(context.Background())
+	}
+	// Delivery mode spool keeps its own fixed linger.
+	cfg.LingerMode, cfg.Linger = "adaptive", time.Millisecond
+	x, err := NewFactory().Create(&cfg, exporter.Env{Set: telemetry.TestSettings(), BufferedBytes: 1 << 20, Spooled: true, SpoolLinger: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := x.(*Exporter)
+	if e.ad != nil || e.cfg.Linger != 50*time.Millisecond || e.cfg.LingerMode != "fixed" {
+		t.Errorf("spool: adaptive %v, linger %s %s; want the spool's fixed 50ms", e.ad != nil, e.cfg.Linger, e.cfg.LingerMode)
+	}
+	// Changing the mode is reported for a restart, as the linger is.
+	next := cfg
+	next.LingerMode = "fixed"
+	if restart, err := e.Reload(&next); err != nil || !restart {
+		t.Errorf("reload to linger_mode fixed: restart %v, err %v", restart, err)
+	}
+	_ = e.Shutdown(context.Background())
+}
+
+// BenchmarkEarlyFlush is the cost of one early send (kgo.Client.Flush with
+// a done context) as the client knows more partitions: franz-go stops the
+// linger of every partition of every topic it has produced to.
+func BenchmarkEarlyFlush(b *testing.B) {
+	// 1,000 topics (12,000 partitions: 180 µs a flush) takes a minute to
+	// set up against the fake broker; the cost grows linearly.
+	for _, topics := range []int{1, 100} {
+		b.Run(fmt.Sprintf("partitions=%d", topics*12), func(b *testing.B) {
+			names := make([]string, topics)
+			for i := range names {
+				names[i] = fmt.Sprintf("t%d", i)
+			}
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(12, names...))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(time.Millisecond))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cl.Close()
+			for _, n := range names {
+				if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: n, Value: []byte("v")}).FirstErr(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			flush := clientFlush(cl.Flush)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				flush()
+			}
+		})
+	}
+}
