@@ -16,7 +16,7 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
-import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
@@ -38,6 +38,25 @@ import java.util.concurrent.TimeUnit;
  * {@code retries} times. Every record's callback runs, and its future
  * completes, exactly once, on one callback thread; {@code close} completes
  * what it could not deliver with error code {@code closed}.
+ *
+ * <p>Idempotence ({@link ProducerConfig#setIdempotence}, on by default):
+ * a Producer makes a random 16-byte producer id and speaks protocol version
+ * 3, asking the agent to recognise its resends. When the agent grants it
+ * (delivery mode spool), every frame carries a sequence number, given once
+ * per exact set of records: a frame sent again because its fate is unknown
+ * (its connection broke before the answer, {@code ack_timeout}, or the
+ * whole frame answered retryable, {@code in_flight} included) goes again
+ * with the same records and the same number, on whatever connection, and
+ * the agent stores it once, answering the resend as it answered the first;
+ * other sets of records (half of a frame too large for the agent, the part
+ * of a frame answered retryable when the rest was not) take new numbers.
+ * An agent that does not grant it gets no numbers (resends are at least
+ * once); one that does not speak version 3 answers
+ * {@code unsupported_version}, and the producer connects again, and from
+ * then on, with the version it needs without idempotence (2 for receipts or
+ * request ids, else 1). A record whose resend the agent recognised has no
+ * receipt (the first answer's placements are not kept). The sequence is a
+ * frame's, not a record's: nothing more is held or allocated per record.
  *
  * <p>Request ids ({@link ProducerConfig#setRequestIds}): a record sent with a
  * request id carries it to Kafka as the header {@code ferry.request_id}. A
@@ -113,6 +132,13 @@ public final class Producer implements Closeable {
     private final int zoutCap;
     private boolean sessionsReleased; // close gave back the connections' SESSION_BASE
 
+    /** This producer's id (protocol version 3), random, made once: null with idempotence off. */
+    private final byte[] producerId;
+    /** The last sequence number given to a frame; the first is 1. */
+    private final java.util.concurrent.atomic.AtomicLong lastSeq = new java.util.concurrent.atomic.AtomicLong();
+    /** An agent answered version 3 with unsupported_version: later connections ask for the version the config needs. */
+    private volatile boolean noV3;
+
     public Producer(ProducerConfig cfg) {
         this.cfg = cfg;
         this.frameCap = (int) Math.min((long) cfg.getBatchSizeInBytes() + (64 << 10) + Protocol.PRODUCE_PREFIX_MAX, Integer.MAX_VALUE - 8);
@@ -122,6 +148,12 @@ public final class Producer implements Closeable {
             case "lz4": codec = Protocol.COMPRESS_LZ4; break;
             case "zstd": codec = Protocol.COMPRESS_ZSTD; break;
             default: codec = Protocol.COMPRESS_NONE;
+        }
+        if (cfg.isIdempotence()) {
+            producerId = new byte[Protocol.PRODUCER_ID_BYTES];
+            new java.security.SecureRandom().nextBytes(producerId);
+        } else {
+            producerId = null;
         }
         callbacks = Executors.newSingleThreadExecutor(r -> {
             Thread t = new Thread(r, "ferry-producer-callbacks");
@@ -315,7 +347,9 @@ public final class Producer implements Closeable {
             }
             ready.clear();
             for (Sender s : senders) {
-                left.addAll(s.abandon());
+                for (Send sd : s.abandon()) {
+                    left.addAll(sd.recs);
+                }
             }
             lock.notifyAll();
         }
@@ -445,6 +479,12 @@ public final class Producer implements Closeable {
         final long notBefore;
         long charge; // bytes charged to buffered until it is written or dropped
         long sentBytes; // counted in flight on its connection
+        /**
+         * The frame's sequence number once it went out on a connection granted idempotence (0: not yet). It names
+         * these exact records (and their request id): a Send made to send them again keeps it, one of any other
+         * set of records starts at 0 and takes a new one.
+         */
+        long seq;
 
         Send(List<Pending> recs, Protocol.Buf body, long notBefore, long charge) {
             this.recs = recs;
@@ -471,8 +511,15 @@ public final class Producer implements Closeable {
 
     /** A frame to send again, or half of one: its objects are charged (it cannot wait: its records are held). Lock held. */
     private Send resend(List<Pending> recs, long notBefore) {
+        return resend(recs, notBefore, 0);
+    }
+
+    /** resend of a frame's exact records under their sequence seq (0: a new set of records, numbered when sent). */
+    private Send resend(List<Pending> recs, long notBefore, long seq) {
         buffered += FRAME_OVERHEAD;
-        return new Send(recs, null, notBefore, FRAME_OVERHEAD);
+        Send sd = new Send(recs, null, notBefore, FRAME_OVERHEAD);
+        sd.seq = seq;
+        return sd;
     }
 
     /** Frees what sd holds beyond its records: written, or dropped with them. Lock held. */
@@ -611,28 +658,34 @@ public final class Producer implements Closeable {
         }
         completeAll(done);
         if (!again.isEmpty()) {
-            retry(again, after);
+            // The whole frame again: the same records, so the same sequence (an in_flight or ack_timeout answer: the
+            // first copy may be stored, and the agent must know this for its retry). Part of it: a new one.
+            retry(again, after, again.size() == s.recs.size() ? s.seq : 0);
         }
     }
 
-    private void retry(List<Pending> recs, long afterMs) {
-        int tries = 0;
+    /**
+     * Queues records of one frame (so of one request id) to send again as one frame after a backoff (at least half
+     * of afterMs). seq not 0: they are the exact records of the frame with that sequence, sent again as it.
+     */
+    private void retry(List<Pending> recs, long afterMs, long seq) {
+        long when = retryAt(maxTries(recs, 0), afterMs);
+        synchronized (lock) {
+            ready.addLast(resend(recs, when, seq));
+            lock.notifyAll();
+        }
+    }
+
+    private static int maxTries(List<Pending> recs, int tries) {
         for (Pending p : recs) {
             tries = Math.max(tries, p.tries);
         }
-        long when = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(Math.max(afterMs / 2, backoffMs(Math.max(tries, 1))));
-        synchronized (lock) {
-            // A connection's lost frames come back together: a frame carries one request id, so each run of one id
-            // goes in its own, in order.
-            int from = 0;
-            for (int i = 1; i <= recs.size(); i++) {
-                if (i == recs.size() || !java.util.Objects.equals(recs.get(i).requestId, recs.get(from).requestId)) {
-                    ready.addLast(resend(from == 0 && i == recs.size() ? recs : new ArrayList<>(recs.subList(from, i)), when));
-                    from = i;
-                }
-            }
-            lock.notifyAll();
-        }
+        return tries;
+    }
+
+    /** When records tried that many times go again: after a backoff with jitter, at least half of afterMs. */
+    private long retryAt(int tries, long afterMs) {
+        return System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(Math.max(afterMs / 2, backoffMs(Math.max(tries, 1))));
     }
 
     /** One connection: a sending thread (this) and a reading thread per session. */
@@ -646,12 +699,11 @@ public final class Producer implements Closeable {
             thread.setDaemon(true);
         }
 
-        List<Pending> abandon() {
-            List<Pending> out = new ArrayList<>();
+        /** The frames in flight on this sender's connection, in the order they were written; lock held. */
+        List<Send> abandon() {
+            List<Send> out = new ArrayList<>();
             if (session != null) {
-                for (Send s : session.inflight.values()) {
-                    out.addAll(s.recs);
-                }
+                out.addAll(session.inflight.values());
                 session.inflight.clear();
             }
             return out;
@@ -724,7 +776,7 @@ public final class Producer implements Closeable {
                 } catch (InterruptedException e) {
                     Thread.currentThread().interrupt();
                 }
-                List<Pending> lost;
+                List<Send> lost;
                 synchronized (lock) {
                     lost = abandon();
                     session = null;
@@ -755,26 +807,48 @@ public final class Producer implements Closeable {
             }
         }
 
-        /** Unanswered on a broken connection: their fate is unknown, so they go again. */
-        private void requeueLost(List<Pending> lost) {
-            List<Pending> again = new ArrayList<>();
-            for (Pending p : lost) {
-                boolean give;
-                synchronized (lock) {
-                    p.tries++;
-                    give = p.tries > cfg.getRetries() || closed;
-                    if (!give) {
-                        p.attempts.add(new Attempt(false, "connection_lost", "the connection to the agent broke before its answer", System.currentTimeMillis()));
+        /**
+         * Unanswered on a broken connection: their fate is unknown, so they go again, frame by frame in the order
+         * they were written, each with its records and sequence as they were (the agent may have stored it), or,
+         * when some of its records are given up, the rest as new frames.
+         */
+        private void requeueLost(List<Send> lost) {
+            List<Send> again = new ArrayList<>(lost.size());
+            int tries = 0;
+            for (Send sd : lost) {
+                List<Pending> recs = new ArrayList<>(sd.recs.size());
+                for (Pending p : sd.recs) {
+                    boolean give;
+                    synchronized (lock) {
+                        p.tries++;
+                        give = p.tries > cfg.getRetries() || closed;
+                        if (!give) {
+                            p.attempts.add(new Attempt(false, "connection_lost", "the connection to the agent broke before its answer", System.currentTimeMillis()));
+                        }
+                    }
+                    if (give) {
+                        complete(p, false, "connection_lost", "the connection to the agent broke before its answer");
+                    } else {
+                        recs.add(p);
                     }
                 }
-                if (give) {
-                    complete(p, false, "connection_lost", "the connection to the agent broke before its answer");
-                } else {
-                    again.add(p);
+                if (!recs.isEmpty()) {
+                    tries = maxTries(recs, tries);
+                    Send re = new Send(recs, null, 0, 0);
+                    re.seq = recs.size() == sd.recs.size() ? sd.seq : 0;
+                    again.add(re);
                 }
             }
-            if (!again.isEmpty()) {
-                retry(again, 0);
+            if (again.isEmpty()) {
+                return;
+            }
+            // One time for them all: a jitter each could send a later frame before an earlier one.
+            long when = retryAt(tries, 0);
+            synchronized (lock) {
+                for (Send re : again) {
+                    ready.addLast(resend(re.recs, when, re.seq));
+                }
+                lock.notifyAll();
             }
         }
 
@@ -788,7 +862,18 @@ public final class Producer implements Closeable {
                     last = e;
                     continue;
                 }
-                s.handshake(); // a refusal is the agent's word: not tried elsewhere
+                try {
+                    s.handshake(); // a refusal is the agent's word: not tried elsewhere
+                } catch (RefusedException e) {
+                    if (!"unsupported_version".equals(e.reason) || s.version < Protocol.VERSION3) {
+                        throw e;
+                    }
+                    // An agent older than version 3 (it closed after saying so): ask again, now and from now on, for
+                    // the version the config needs, without idempotence.
+                    noV3 = true;
+                    s = open(a);
+                    s.handshake();
+                }
                 return s;
             }
             throw last;
@@ -903,16 +988,25 @@ public final class Producer implements Closeable {
                 }
             }
             String requestId = sd.recs.get(0).requestId;
-            // The request id and count go right before the records, in the room kept for them.
+            long seq = 0;
+            if (s.idem) {
+                // Numbered once: a frame sent again with the same records keeps its number (see Send.seq). A frame
+                // split below for size leaves a gap, which the agent does not mind.
+                if (sd.seq == 0) {
+                    sd.seq = lastSeq.incrementAndGet();
+                }
+                seq = sd.seq;
+            }
+            // The request id, sequence and count go right before the records, in the room kept for them.
             Protocol.Buf pre = s.pre;
             pre.reset();
-            Protocol.producePrefix(pre, requestId, sd.recs.size());
+            Protocol.producePrefix(pre, requestId, seq, sd.recs.size());
             int start = Protocol.PRODUCE_PREFIX_MAX - pre.len;
             System.arraycopy(pre.b, 0, records.b, start, pre.len);
             int bodyLen = records.len - start;
             byte[] payload = records.b;
             int off = start, len = bodyLen;
-            int flags = Protocol.produceFlags(cfg.isReceipts(), requestId);
+            int flags = Protocol.produceFlags(cfg.isReceipts(), requestId, seq);
             if (codec != Protocol.COMPRESS_NONE && (s.features & (codec == Protocol.COMPRESS_LZ4 ? Protocol.FEATURE_LZ4 : Protocol.FEATURE_ZSTD)) != 0) {
                 Protocol.compress(records.b, start, bodyLen, codec, s.zout);
                 payload = s.zout.b;
@@ -1093,9 +1187,11 @@ public final class Producer implements Closeable {
         final Closeable conn;
         final DataInputStream in;
         final OutputStream out;
-        final Map<Long, Send> inflight = new HashMap<>();
+        // In the order written: frames lost with the connection go again in that order.
+        final Map<Long, Send> inflight = new LinkedHashMap<>();
         long inflightBytes, nextId, features, maxFrame, maxRecords, maxInflight;
         int version;
+        boolean idem; // version 3 and the agent granted idempotence: frames carry sequences
         boolean broken;
         boolean unflushed; // written and not yet flushed (the sender's own)
         final Protocol.Buf hdr = new Protocol.Buf(16), pre = new Protocol.Buf(Protocol.PRODUCE_PREFIX_MAX);
@@ -1111,11 +1207,16 @@ public final class Producer implements Closeable {
 
         void handshake() throws IOException {
             Protocol.Buf b = new Protocol.Buf(128);
-            // Version 2 only for receipts or request ids: otherwise exactly version 1, which every agent speaks.
-            version = cfg.isReceipts() || cfg.isRequestIds() ? Protocol.VERSION2 : Protocol.VERSION;
+            // Version 3 for idempotence, unless an agent refused it; else version 2 only for receipts or request ids,
+            // otherwise exactly version 1, which every agent speaks.
+            version = producerId != null && !noV3 ? Protocol.VERSION3
+                    : cfg.isReceipts() || cfg.isRequestIds() ? Protocol.VERSION2 : Protocol.VERSION;
             b.raw(Protocol.preamble(version), 0, 4);
             long feats = codec == Protocol.COMPRESS_LZ4 ? Protocol.FEATURE_LZ4 : codec == Protocol.COMPRESS_ZSTD ? Protocol.FEATURE_ZSTD : 0;
-            Protocol.hello(b, version, cfg.getClientName(), cfg.getToken(), feats);
+            if (version >= Protocol.VERSION3) {
+                feats |= Protocol.FEATURE_IDEMPOTENCE;
+            }
+            Protocol.hello(b, version, cfg.getClientName(), cfg.getToken(), feats, version >= Protocol.VERSION3 ? producerId : null);
             out.write(b.b, 0, b.len);
             out.flush();
             byte[] h = new byte[10];
@@ -1138,6 +1239,7 @@ public final class Producer implements Closeable {
                 throw new IOException("the agent answered protocol version " + ok.version + " to a hello of version " + version);
             }
             features = ok.features;
+            idem = version >= Protocol.VERSION3 && (ok.features & Protocol.FEATURE_IDEMPOTENCE) != 0;
             maxFrame = ok.maxFrameBytes;
             maxRecords = ok.maxRecords;
             maxInflight = ok.maxInflightBytes;

@@ -22,6 +22,7 @@ public final class ProducerConfig {
     private int connectTimeoutMs = 2_000;
     private boolean receipts;
     private boolean requestIds;
+    private boolean idempotence = true;
 
     /** Addresses tried in order at every connect: "unix:PATH" (Linux) or "tcp:HOST:PORT". Default: the agent's socket, then 127.0.0.1:8090. */
     public List<String> getAddresses() { return addresses; }
@@ -53,6 +54,22 @@ public final class ProducerConfig {
      * are ignored, and without receipts the producer speaks version 1, as before, which every agent does.
      */
     public ProducerConfig setRequestIds(boolean on) { this.requestIds = on; return this; }
+
+    /**
+     * Whether the producer numbers its frames so that the agent stores a resent frame once (protocol version 3: a
+     * random producer id per Producer and a sequence number per frame; see {@link Producer}). Default on.
+     */
+    public boolean isIdempotence() { return idempotence; }
+
+    /**
+     * Idempotence on (the default): a frame sent again because its fate is unknown (the connection broke before
+     * its answer, ack_timeout, or the whole frame answered retryable) keeps its sequence number, and an agent in
+     * delivery mode spool stores it once, across reconnects and its own restarts, answering the resend with the
+     * first answer. An agent that does not keep sequences (other delivery modes) or does not speak version 3
+     * (an older agent: detected, and not asked again) is served without them: resends are then at least once.
+     * Off: the producer speaks version 1, or 2 for receipts or request ids, as before, and never numbers frames.
+     */
+    public ProducerConfig setIdempotence(boolean on) { this.idempotence = on; return this; }
 
     /** The application token sent in the hello. */
     public String getToken() { return token; }

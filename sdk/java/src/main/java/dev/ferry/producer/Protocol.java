@@ -16,19 +16,24 @@ import net.jpountz.lz4.LZ4FrameInputStream;
 import net.jpountz.xxhash.XXHashFactory;
 
 /**
- * ferry's local record protocol, versions 1 and 2 (docs/protocol.md): frame
- * encoding and bounded decoding. Every size is checked before memory is
- * spent on it. Version 2 adds a produce's receipt flag (4) and request id
+ * ferry's local record protocol, versions 1, 2 and 3 (docs/protocol.md):
+ * frame encoding and bounded decoding. Every size is checked before memory
+ * is spent on it. Version 2 adds a produce's receipt flag (4) and request id
  * flag (8, the body starts with the id) and a result's receipt after its
- * ranges (flag 4); bits 4-7 stay reserved.
+ * ranges (flag 4). Version 3 adds a producer id (16 bytes, or none) after
+ * the hello's features, the idempotence feature (4) and a produce's sequence
+ * flag (16: the body holds the frame's sequence number after the request id,
+ * before the record count); bits 5-7 stay reserved.
  */
 final class Protocol {
     private Protocol() {}
 
     static final byte[] PREAMBLE = {'F', 'R', 'Y', 1};
-    static final int VERSION = 1, VERSION2 = 2;
-    static final int FLAG_RECEIPT = 4, FLAG_REQUEST_ID = 8;
+    static final int VERSION = 1, VERSION2 = 2, VERSION3 = 3;
+    static final int FLAG_RECEIPT = 4, FLAG_REQUEST_ID = 8, FLAG_SEQUENCE = 16;
     static final int MAX_REQUEST_ID_BYTES = 128;
+    /** A version 3 hello's producer id: this many bytes, or none. */
+    static final int PRODUCER_ID_BYTES = 16;
 
     /** The preamble of version v. */
     static byte[] preamble(int v) {
@@ -38,7 +43,7 @@ final class Protocol {
 
     static final byte HELLO = 1, HELLO_OK = 2, PRODUCE = 3, RESULT = 4, ERROR = 5;
     static final byte COMPRESS_NONE = 0, COMPRESS_LZ4 = 1, COMPRESS_ZSTD = 2;
-    static final long FEATURE_LZ4 = 1, FEATURE_ZSTD = 2;
+    static final long FEATURE_LZ4 = 1, FEATURE_ZSTD = 2, FEATURE_IDEMPOTENCE = 4;
     static final byte STATUS_OK = 0, STATUS_RETRYABLE = 1, STATUS_PERMANENT = 2;
 
     /** A frame or body that breaks the protocol, or exceeds a limit. */
@@ -199,9 +204,46 @@ final class Protocol {
     }
 
     static void hello(Buf out, int version, String clientName, String token, long features) {
+        hello(out, version, clientName, token, features, null);
+    }
+
+    /**
+     * A hello; from version 3 on it carries producerId (null or empty: none) after the features. Earlier versions
+     * have no such field: producerId is then ignored.
+     */
+    static void hello(Buf out, int version, String clientName, String token, long features, byte[] producerId) {
         int at = beginFrame(out, HELLO, 0, 0);
         out.u16(version).string(clientName).string(token == null ? "" : token).uvarint(features);
+        if (version >= VERSION3) {
+            out.bytes(producerId == null ? new byte[0] : producerId);
+        }
         endFrame(out, at);
+    }
+
+    /** A hello's fields (the agent's side; for conformance tests and tools). */
+    static final class Hello {
+        int version;
+        String clientName, token;
+        long features;
+        byte[] producerId = new byte[0];
+    }
+
+    /** Decodes a hello: a version 3 one's producer id must be empty or exactly 16 bytes. */
+    static Hello decodeHello(byte[] body) throws ProtocolException {
+        Reader r = new Reader(body);
+        Hello h = new Hello();
+        h.version = r.u16();
+        h.clientName = r.string(4096, "client name");
+        h.token = r.string(4096, "token");
+        h.features = r.uvarint();
+        if (h.version >= VERSION3) {
+            h.producerId = r.bytes(PRODUCER_ID_BYTES, "producer id");
+            if (h.producerId.length != 0 && h.producerId.length != PRODUCER_ID_BYTES) {
+                throw malformed("a producer id of " + h.producerId.length + " bytes (0 or " + PRODUCER_ID_BYTES + ")");
+            }
+        }
+        r.end();
+        return h;
     }
 
     /** Where a result's accepted records went (version 2): placements, or the spool's id. */
@@ -236,7 +278,12 @@ final class Protocol {
      * (requestId non-null: the body then starts with it, see {@link #produceBody}).
      */
     static int produceFlags(boolean receipt, String requestId) {
-        return (receipt ? FLAG_RECEIPT : 0) | (requestId != null ? FLAG_REQUEST_ID : 0);
+        return produceFlags(receipt, requestId, 0);
+    }
+
+    /** produceFlags, and sequence (16, version 3) when seq is not 0: the body holds it after the request id. */
+    static int produceFlags(boolean receipt, String requestId, long seq) {
+        return (receipt ? FLAG_RECEIPT : 0) | (requestId != null ? FLAG_REQUEST_ID : 0) | (seq != 0 ? FLAG_SEQUENCE : 0);
     }
 
     /**
@@ -245,17 +292,31 @@ final class Protocol {
      * The id must be valid ({@link #validRequestId}): the producer refuses others at send, so none reaches the wire.
      */
     static Buf produceBody(Buf out, String requestId, int count, byte[] records, int off, int len) {
-        return producePrefix(out, requestId, count).raw(records, off, len);
+        return produceBody(out, requestId, 0, count, records, off, len);
+    }
+
+    /** produceBody with the frame's sequence number after the request id (version 3, flag 16) when seq is not 0. */
+    static Buf produceBody(Buf out, String requestId, long seq, int count, byte[] records, int off, int len) {
+        return producePrefix(out, requestId, seq, count).raw(records, off, len);
     }
 
     /**
      * The most bytes {@link #producePrefix} writes, plus a frame header: the room a producer's frame buffer keeps
-     * before its records so that the frame goes out from it without a copy.
+     * before its records so that the frame goes out from it without a copy. The request id (its length and up to
+     * 128 bytes), the sequence (a varint, up to 10 bytes) and the count (up to 5).
      */
-    static final int PRODUCE_PREFIX_MAX = HEADER_LEN + 4 + 2 + MAX_REQUEST_ID_BYTES + 5;
+    static final int PRODUCE_PREFIX_MAX = HEADER_LEN + 4 + 2 + MAX_REQUEST_ID_BYTES + 10 + 5;
 
     /** A produce body's start, before its records: the request id (when there is one), then the record count. */
     static Buf producePrefix(Buf out, String requestId, int count) {
+        return producePrefix(out, requestId, 0, count);
+    }
+
+    /**
+     * A produce body's start, before its records: the request id (when there is one), the sequence (version 3,
+     * when seq is not 0: a producer numbers its frames from 1, so 0 is never one), then the record count.
+     */
+    static Buf producePrefix(Buf out, String requestId, long seq, int count) {
         if (requestId != null) {
             assert validRequestId(requestId) : requestId;
             // Valid ids are ASCII: a char is a byte.
@@ -264,6 +325,9 @@ final class Protocol {
             for (int i = 0; i < requestId.length(); i++) {
                 out.b[out.len++] = (byte) requestId.charAt(i);
             }
+        }
+        if (seq != 0) {
+            out.uvarint(seq);
         }
         return out.uvarint(count);
     }
@@ -603,6 +667,14 @@ final class Protocol {
                     + " of A-Z a-z 0-9 . _ : -", false, true);
         }
         return id;
+    }
+
+    /**
+     * Reads the sequence number of a (decompressed) produce body with flag 16, after its request id if any; r is
+     * positioned after it. A varint past the body is malformed.
+     */
+    static long sequence(Reader r) throws ProtocolException {
+        return r.uvarint();
     }
 
     private static List<Range> ranges(Reader r, byte[] body, int maxRecords) throws ProtocolException {

@@ -49,7 +49,7 @@ class AgentTest {
     Path dir;
     Process agent;
     String socket;
-    int httpPort;
+    int httpPort, adminPort, localPort;
 
     /** Whether the tests are skipped on purpose (and reported skipped, each). */
     static boolean optedOut() {
@@ -112,10 +112,11 @@ class AgentTest {
 
     /** Starts the agent on the test's socket and waits until it serves. */
     Process startAgent(String brokers, String... sets) throws Exception {
-        int admin = freePort();
+        int admin = adminPort = freePort();
         httpPort = freePort();
+        localPort = freePort();
         List<String> cmd = new ArrayList<>(List.of(FERRY, "run", "--set", "exporter.kafka.brokers=[" + brokers + "]",
-                "--set", "receivers.local.socket=" + socket, "--set", "receivers.local.listen=127.0.0.1:" + freePort(),
+                "--set", "receivers.local.socket=" + socket, "--set", "receivers.local.listen=127.0.0.1:" + localPort,
                 "--set", "receivers.http.listen=127.0.0.1:" + httpPort, "--set", "telemetry.admin.listen=127.0.0.1:" + admin,
                 "--set", "receivers.otlp.enabled=false", "--set", "telemetry.report_interval=0s"));
         for (String s : sets) {
@@ -253,7 +254,7 @@ class AgentTest {
      * fail, read once unless the producer sent it again, and in order
      * unless the producer sent it again; nothing from another run.
      */
-    void verify(String topic, String producer, long n, List<Long> failed, Sends sends) throws Exception {
+    Verified verify(String topic, String producer, long n, List<Long> failed, Sends sends) throws Exception {
         StringBuilder f = new StringBuilder();
         for (Long id : failed) {
             f.append(f.length() == 0 ? "" : ",").append("[").append(id).append(",").append(id + 1).append("]");
@@ -268,6 +269,7 @@ class AgentTest {
         assertEquals(0, v.foreign, "records without this run's ids " + ctx);
         assertTrue(v.duplicated <= sends.maxDuplicated(), "duplicated: more than the producer's resends " + ctx);
         assertTrue(v.outOfOrder <= sends.maxOutOfOrder(), "out of order: more than the writes of records sent again " + ctx);
+        return v;
     }
 
     static void sleep(long ms) {
@@ -424,6 +426,112 @@ class AgentTest {
             }
             assertTrue(System.currentTimeMillis() < deadline, "receipt " + id + " still pending: " + st);
             Thread.sleep(20);
+        }
+    }
+
+    /** A counter or gauge from the agent's /metrics (0 when it is not there). */
+    double metric(String name) throws Exception {
+        HttpURLConnection c = (HttpURLConnection) new URL("http://127.0.0.1:" + adminPort + "/metrics").openConnection();
+        String text;
+        try (var in = c.getInputStream()) {
+            text = new String(in.readAllBytes(), StandardCharsets.UTF_8);
+        }
+        for (String line : text.split("\n")) {
+            if (line.startsWith(name + " ")) {
+                return Double.parseDouble(line.substring(name.length() + 1).trim());
+            }
+        }
+        return 0;
+    }
+
+    /**
+     * Sends n records with ferry-bench's ids through proxy, in frames of 50, and waits for every result: each must
+     * succeed. Returns what the producer sent, for verify's bounds.
+     */
+    Sends sendThrough(CutProxy proxy, ProducerConfig cfg, String t, String producer, int n) throws Exception {
+        Sends sends = new Sends();
+        List<java.util.concurrent.CompletableFuture<Result>> fs = new ArrayList<>();
+        try (Producer p = new Producer(cfg.setAddresses(List.of(proxy.address())).setBatchCountThreshold(50)
+                .setBaseRetryBackoffMs(10).setMaxRetryBackoffMs(100).setRetries(20))) {
+            for (long i = 0; i < n; i++) {
+                fs.add(p.send(t, null, seqValue(producer, i, item(i)), null));
+            }
+            p.flush();
+        }
+        int lost = 0;
+        for (var f : fs) {
+            Result r = f.get(30, TimeUnit.SECONDS);
+            assertTrue(r.isSuccessful(), r.toString());
+            sends.add(r);
+            lost += r.getAttempts().get(0).getErrorCode().equals("connection_lost") ? 1 : 0;
+        }
+        assertTrue(lost > 0, "no record was sent again after a cut answer: the fault did not happen (" + sends + ")");
+        return sends;
+    }
+
+    /**
+     * Exactly once through lost answers (protocol version 3, the producer's
+     * default, delivery mode spool): a proxy drops the agent's result of
+     * frames the agent had stored and cuts the connection, so the producer
+     * sends them again on a new one, with the same sequence. The agent
+     * recognises each resend (ferry_idempotency_replayed_total) and answers
+     * it as the first time: Kafka holds every record exactly once. The same
+     * fault with idempotence off stores the cut frames twice, which shows
+     * the fault hit stored frames.
+     */
+    @Test
+    void answersLostInSpoolModeStoreEachRecordOnce() throws Exception {
+        agent = startAgent(BROKERS, "delivery.mode=spool", "delivery.spool.dir=" + dir.resolve("spool"), "delivery.spool.linger=20ms");
+        int n = 2000;
+        String t = topic("java-idem");
+        try (CutProxy proxy = new CutProxy(localPort, 9, 4)) {
+            Sends sends = sendThrough(proxy, new ProducerConfig(), t, "jid", n);
+            assertEquals(4, proxy.cuts.get(), "answers cut");
+            assertTrue(proxy.preambles.size() >= 5 && proxy.preambles.stream().allMatch(v -> v == 3), "preambles: " + proxy.preambles);
+            assertTrue(proxy.granted.stream().allMatch(f -> (f & Protocol.FEATURE_IDEMPOTENCE) != 0), "spool mode grants idempotence: " + proxy.granted);
+            assertEquals(proxy.produces.get(), proxy.sequenced.get(), "every frame carries a sequence");
+            double replayed = metric("ferry_idempotency_replayed_total");
+            assertTrue(replayed >= proxy.cuts.get(), "the agent recognised " + replayed + " resent frames after " + proxy.cuts.get() + " cut answers");
+            Verified v = verify(t, "jid", n, List.of(), sends);
+            assertEquals(0, v.duplicated, "records stored twice though every resend carried its sequence (" + sends + ")");
+            System.out.println("idempotence on: " + proxy.cuts.get() + " answers cut, " + (long) replayed + " frames replayed, "
+                    + v.distinct + " distinct, " + v.duplicated + " duplicated (producer: " + sends + ")");
+        }
+        // The control: the same fault without idempotence (version 1, no sequences) stores the cut frames twice.
+        String t2 = topic("java-idem-off");
+        try (CutProxy proxy = new CutProxy(localPort, 9, 4)) {
+            Sends sends = sendThrough(proxy, new ProducerConfig().setIdempotence(false), t2, "jio", n);
+            assertTrue(proxy.preambles.stream().allMatch(v -> v == 1), "preambles: " + proxy.preambles);
+            assertEquals(0, proxy.sequenced.get(), "sequences sent with idempotence off");
+            Verified v = verify(t2, "jio", n, List.of(), sends);
+            assertTrue(v.duplicated >= proxy.cuts.get(), "with idempotence off the cut frames were not stored twice: "
+                    + v.duplicated + " duplicated (" + sends + ")");
+            System.out.println("idempotence off: " + proxy.cuts.get() + " answers cut, " + v.distinct + " distinct, " + v.duplicated
+                    + " duplicated (producer: " + sends + ")");
+        }
+    }
+
+    /**
+     * An agent that speaks version 3 but grants no idempotence (delivery
+     * mode kafka: it does not keep what it accepted): the producer sends no
+     * sequence (the agent would refuse such a frame, idempotence_unavailable,
+     * and a record would fail), every record is delivered, and a frame
+     * whose answer was cut is sent again: at least once, within the bounds
+     * of the producer's resends.
+     */
+    @Test
+    void anAgentWithoutIdempotenceGetsNoSequences() throws Exception {
+        agent = startAgent(BROKERS);
+        int n = 1000;
+        String t = topic("java-noidem");
+        try (CutProxy proxy = new CutProxy(localPort, 9, 2)) {
+            Sends sends = sendThrough(proxy, new ProducerConfig().setCompression("zstd"), t, "jni", n);
+            assertTrue(proxy.preambles.stream().allMatch(v -> v == 3), "preambles: " + proxy.preambles);
+            assertTrue(!proxy.granted.isEmpty() && proxy.granted.stream().allMatch(f -> (f & Protocol.FEATURE_IDEMPOTENCE) == 0),
+                    "delivery mode kafka granted idempotence: " + proxy.granted);
+            assertTrue(proxy.produces.get() > 0);
+            assertEquals(0, proxy.sequenced.get(), "frames with a sequence on connections not granted idempotence");
+            verify(t, "jni", n, List.of(), sends);
         }
     }
 

@@ -177,7 +177,8 @@ class RequestIdTest {
                 assertTrue(f.get(10, TimeUnit.SECONDS).isSuccessful());
             }
         }
-        assertEquals(List.of(2), peer.versions, "request ids speak version 2");
+        // This peer grants no idempotence: the frames carry no sequence, as version 2's.
+        assertEquals(List.of(3), peer.versions, "idempotence (the default) asks for version 3, which carries request ids too");
         assertEquals("[req-A=[a0, a1], req.B:2_x=[b0], null=[n0, n1], req-A=[a2]]", describe(peer.frames));
         assertEquals(Protocol.FLAG_REQUEST_ID, peer.frames.get(0).flags);
         assertEquals(0, peer.frames.get(2).flags, "a frame without an id sets no flag");
@@ -207,20 +208,20 @@ class RequestIdTest {
     @Test
     void idsAreIgnoredWhenOff() throws Exception {
         peer = new Peer(0, 0);
-        try (Producer p = new Producer(cfg(false))) {
+        try (Producer p = new Producer(cfg(false).setIdempotence(false))) {
             CompletableFuture<Result> a = send(p, "a", "req-A"), bad = send(p, "b", "not valid but not sent");
             p.flush();
             assertTrue(a.get(10, TimeUnit.SECONDS).isSuccessful());
             assertTrue(bad.get(10, TimeUnit.SECONDS).isSuccessful());
         }
-        assertEquals(List.of(1), peer.versions, "without receipts or request ids: version 1, as before");
+        assertEquals(List.of(1), peer.versions, "without receipts, request ids or idempotence: version 1, as before");
         assertEquals("[null=[a, b]]", describe(peer.frames));
     }
 
     @Test
     void resentRecordsKeepTheirIds() throws Exception {
-        // The first connection reads every frame and breaks, unanswered: the records of all the frames in flight
-        // there come back together and are sent again; each run of one id goes in its own frame, in order.
+        // The first connection reads every frame and breaks, unanswered: the frames in flight there are sent again,
+        // each as it was (its records, its id), in order.
         peer = new Peer(1, 5);
         List<CompletableFuture<Result>> fs = new ArrayList<>();
         // The sender looks for due resends every lingerMs / 2: a shorter linger for a quick retry.

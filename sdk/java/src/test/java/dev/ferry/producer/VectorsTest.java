@@ -141,7 +141,7 @@ class VectorsTest {
 
     /** Cuts b (after an optional preamble) into frames. */
     static List<RawFrame> split(byte[] b) throws IOException {
-        int off = b.length >= 4 && b[0] == 'F' && b[1] == 'R' && b[2] == 'Y' && (b[3] == 1 || b[3] == 2) ? 4 : 0;
+        int off = b.length >= 4 && b[0] == 'F' && b[1] == 'R' && b[2] == 'Y' && b[3] >= 1 && b[3] <= 3 ? 4 : 0;
         List<RawFrame> out = new ArrayList<>();
         while (off < b.length) {
             assertTrue(b.length - off >= 10, "a truncated frame header");
@@ -256,6 +256,26 @@ class VectorsTest {
         return o;
     }
 
+    static String hex(byte[] b) {
+        StringBuilder sb = new StringBuilder();
+        for (byte x : b) {
+            sb.append(String.format("%02x", x & 0xFF));
+        }
+        return sb.toString();
+    }
+
+    /** A vector's hex field as bytes; null (the field missing) is none. */
+    static byte[] unhex(String s) {
+        if (s == null) {
+            return null;
+        }
+        byte[] out = new byte[s.length() / 2];
+        for (int i = 0; i < out.length; i++) {
+            out[i] = (byte) Integer.parseInt(s.substring(2 * i, 2 * i + 2), 16);
+        }
+        return out;
+    }
+
     static String str(byte[] b) {
         return new String(b, StandardCharsets.UTF_8);
     }
@@ -264,7 +284,7 @@ class VectorsTest {
         List<Map<String, Object>> out = new ArrayList<>();
         int off = 0;
         if (b.length >= 3 && b[0] == 'F' && b[1] == 'R' && b[2] == 'Y') {
-            if (b.length < 4 || b[3] != 1 && b[3] != 2) {
+            if (b.length < 4 || b[3] < 1 || b[3] > 3) {
                 throw Protocol.malformed("version");
             }
             out.add(new java.util.LinkedHashMap<>(Map.of("type", "preamble", "bytes", "FRY" + (char) b[3])));
@@ -288,13 +308,13 @@ class VectorsTest {
             f.put("request_id", fh.requestId);
             switch (fh.type) {
                 case Protocol.HELLO: {
-                    Protocol.Reader r = new Protocol.Reader(body);
+                    Protocol.Hello hl = Protocol.decodeHello(body);
                     f.put("type", "hello");
-                    f.put("version", (long) r.u16());
-                    f.put("client_name", r.string(4096, "client name"));
-                    f.put("token", r.string(4096, "token"));
-                    f.put("features", r.uvarint());
-                    r.end();
+                    f.put("version", (long) hl.version);
+                    f.put("client_name", hl.clientName);
+                    f.put("token", hl.token);
+                    f.put("features", hl.features);
+                    f.put("producer_id", hex(hl.producerId)); // "" (none) compares equal to a missing field
                     break;
                 }
                 case Protocol.HELLO_OK: {
@@ -314,12 +334,14 @@ class VectorsTest {
                     if ((fh.flags & 3) == 3) {
                         throw Protocol.malformed("compression 3");
                     }
-                    int start = 0;
+                    Protocol.Reader rr = new Protocol.Reader(plain);
                     if ((fh.flags & Protocol.FLAG_REQUEST_ID) != 0) {
-                        Protocol.Reader rr = new Protocol.Reader(plain);
                         f.put("client_request_id", Protocol.requestId(rr));
-                        start = rr.off;
                     }
+                    if ((fh.flags & Protocol.FLAG_SEQUENCE) != 0) {
+                        f.put("sequence", Protocol.sequence(rr));
+                    }
+                    int start = rr.off;
                     List<Object> recs = new ArrayList<>();
                     for (Protocol.Rec rec : Protocol.decodeRecords(plain, start, l)) {
                         Map<String, Object> m = new java.util.LinkedHashMap<>();
@@ -397,7 +419,7 @@ class VectorsTest {
                 }
                 case "hello":
                     Protocol.hello(out, ((Long) f.get("version")).intValue(), (String) f.get("client_name"), (String) f.get("token"),
-                            (Long) f.get("features"));
+                            (Long) f.get("features"), unhex((String) f.get("producer_id")));
                     break;
                 case "hello_ok": {
                     int at = Protocol.beginFrame(out, Protocol.HELLO_OK, 0, 0);
@@ -412,7 +434,8 @@ class VectorsTest {
                     // included, so the vectors check what a Producer puts on the wire.
                     int flags = ((Long) f.getOrDefault("flags", 0L)).intValue() & ~3;
                     String rid = (flags & Protocol.FLAG_REQUEST_ID) != 0 ? (String) f.get("client_request_id") : null;
-                    assertEquals(flags, Protocol.produceFlags((flags & Protocol.FLAG_RECEIPT) != 0, rid), "the producer's flags for " + f);
+                    long seq = (flags & Protocol.FLAG_SEQUENCE) != 0 ? (Long) f.get("sequence") : 0;
+                    assertEquals(flags, Protocol.produceFlags((flags & Protocol.FLAG_RECEIPT) != 0, rid, seq), "the producer's flags for " + f);
                     List<Object> recs = (List<Object>) f.get("records");
                     Protocol.Buf records = new Protocol.Buf(256);
                     byte[] prev = null;
@@ -432,7 +455,7 @@ class VectorsTest {
                         prev = topic;
                     }
                     int at = Protocol.beginFrame(out, Protocol.PRODUCE, flags, id);
-                    Protocol.produceBody(out, rid, recs.size(), records.b, 0, records.len);
+                    Protocol.produceBody(out, rid, seq, recs.size(), records.b, 0, records.len);
                     Protocol.endFrame(out, at);
                     break;
                 }

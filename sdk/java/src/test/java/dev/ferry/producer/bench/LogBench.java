@@ -28,7 +28,7 @@ import dev.ferry.producer.ProducerConfig;
  * java -cp ... dev.ferry.producer.bench.LogBench --address unix:ferry-data/ferry.sock --topic T
  *      [--threads 10] [--records 200000] [--send-threads 16] [--total-size 104857600]
  *      [--batch-size 2097152] [--batch-count 32768] [--linger-ms 2000] [--compression lz4]
- *      [--warmup 40000] [--agent-pid PID]
+ *      [--warmup 40000] [--agent-pid PID] [--idempotence true]
  * </pre>
  */
 public final class LogBench {
@@ -37,6 +37,7 @@ public final class LogBench {
         int threads = 10, sendThreads = 16, batchCount = 32768, linger = 2000;
         long records = 200_000, totalSize = 104_857_600L, warmup = -1;
         int agentPid = 0;
+        boolean idempotence = true; // the producer's default; false: what sequences cost (spool mode)
         int batchSize = 2_097_152;
         for (int i = 0; i + 1 < args.length; i += 2) {
             String v = args[i + 1];
@@ -53,12 +54,13 @@ public final class LogBench {
                 case "--compression": compression = v; break;
                 case "--warmup": warmup = Long.parseLong(v); break;
                 case "--agent-pid": agentPid = Integer.parseInt(v); break;
+                case "--idempotence": idempotence = Boolean.parseBoolean(v); break;
                 default: throw new IllegalArgumentException("unknown flag " + args[i]);
             }
         }
         ProducerConfig cfg = new ProducerConfig().setAddresses(List.of(address)).setSendThreads(sendThreads).setTotalSizeInBytes(totalSize)
                 .setBatchSizeInBytes(batchSize).setBatchCountThreshold(batchCount).setLingerMs(linger).setCompression(compression)
-                .setMaxBlockMs(60_000).setClientName("ferry-java-bench");
+                .setMaxBlockMs(60_000).setClientName("ferry-java-bench").setIdempotence(idempotence);
         Producer p = new Producer(cfg);
         if (warmup < 0) {
             warmup = records / 5;
