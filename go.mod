@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/apache/thrift v0.25.0
+	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/jaegertracing/jaeger-idl v0.13.1
 	github.com/klauspost/compress v1.20.3
 	github.com/open-telemetry/opentelemetry-collector-contrib/pkg/translator/jaeger v0.164.0
@@ -32,7 +33,6 @@ require (
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
-	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/gogo/googleapis v1.4.1 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/hashicorp/go-version v1.9.0 // indirect

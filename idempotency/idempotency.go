@@ -45,9 +45,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"sync"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferryhq/ferry/bytesize"
@@ -377,3 +379,22 @@ func (s *Store) pop() {
 		s.head = 0
 	}
 }
+
+// FingerprintFrame is Fingerprint for a large body a client numbers itself
+// (the local protocol's sequenced frames): xxHash64 and CRC-32C of the
+// body and its length, about 5 times cheaper than SHA-256 per byte (9 GB/s
+// against 1.8 on this machine: BenchmarkFingerprint256KiB), which
+// made a sequenced frame cost the agent ~15 % more CPU at 200 MB/s. It
+// only has to tell a client's retry (the same bytes) from its bug (other
+// bytes under the same sequence): keys are scoped per application, so a
+// collision could only be arranged by an application against its own
+// records. Never compared with Fingerprint's sums: each door uses one.
+func FingerprintFrame(body []byte) [16]byte {
+	var out [16]byte
+	binary.LittleEndian.PutUint64(out[0:], xxhash.Sum64(body))
+	binary.LittleEndian.PutUint32(out[8:], crc32.Checksum(body, castagnoli))
+	binary.LittleEndian.PutUint32(out[12:], uint32(len(body)))
+	return out
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -451,7 +451,7 @@ func (cn *conn) beginSeq(fr *frame, seq uint64, whole []byte, handed int) (id *r
 	var k [protocol.ProducerIDBytes + 8]byte
 	copy(k[:], cn.pid)
 	binenc.BigEndian.PutUint64(k[protocol.ProducerIDBytes:], seq)
-	v, _, id := r.idem.Begin(idempotency.Scope("local", app, string(k[:])), idempotency.Fingerprint(whole), handed)
+	v, _, id := r.idem.Begin(idempotency.Scope("local", app, string(k[:])), idempotency.FingerprintFrame(whole), handed)
 	switch v {
 	case idempotency.Fresh:
 		return id, false
