@@ -451,12 +451,21 @@ func (cn *conn) beginSeq(fr *frame, seq uint64, whole []byte, handed int) (id *r
 	var k [protocol.ProducerIDBytes + 8]byte
 	copy(k[:], cn.pid)
 	binenc.BigEndian.PutUint64(k[protocol.ProducerIDBytes:], seq)
-	v, _, id := r.idem.Begin(idempotency.Scope("local", app, string(k[:])), idempotency.FingerprintFrame(whole), handed)
+	v, stored, id := r.idem.Begin(idempotency.Scope("local", app, string(k[:])), idempotency.FingerprintFrame(whole), handed)
 	switch v {
 	case idempotency.Fresh:
 		return id, false
 	case idempotency.Replay:
-		// Counted by the store (ferry_idempotency_replayed_total).
+		// Counted by the store (ferry_idempotency_replayed_total). The
+		// first copy's outcome is answered from today's checks of each
+		// record (a topic not allowed), which match it unless a reload
+		// changed them: then which records were stored is not known here,
+		// and saying "accepted" of one that was not would lose it.
+		if stored != handed {
+			cn.answerWhole(fr.id, &consumer.PermanentError{Reason: "sequence_outcome_changed", Kind: consumer.KindInvalid,
+				Msg: fmt.Sprintf("this frame was stored before with %d of its records (the others refused); the agent's topic rules changed since, so which ones is not known: check Kafka before sending them again", stored)})
+			break
+		}
 		cn.answer(fr.ranges(nil), nil, fr)
 	case idempotency.InFlight:
 		cn.answerWhole(fr.id, errSeqInFlight)
