@@ -189,6 +189,19 @@ func dirBytes(dir string) int64 {
 	return n
 }
 
+// spoolBytes is dirBytes of a spool directory, and of that the bytes of
+// its idempotency key logs (dedup-*.log).
+func spoolBytes(dir string) (all, keys int64) {
+	all = dirBytes(dir)
+	logs, _ := filepath.Glob(filepath.Join(dir, "dedup-*.log"))
+	for _, f := range logs {
+		if fi, err := os.Stat(f); err == nil {
+			keys += fi.Size()
+		}
+	}
+	return all, keys
+}
+
 // leakBounds: after warm-up, the median of the last fifth of the soak may
 // exceed the median of the fifth after warm-up by at most this factor plus
 // this slack (agent restarts and broker faults move the figures; a leak

@@ -23,8 +23,12 @@ import (
 const (
 	spoolDiskMB     = 96
 	spoolSegmentMiB = 4
-	spoolMaxMiB     = 64
-	recordSize      = 100
+	// idemMaxMiB is delivery.idempotency.max_bytes's default, which the
+	// soak keeps; keyLogBound what its key logs may hold on disk.
+	idemMaxMiB  = 16
+	keyLogBound = idemMaxMiB<<20 + idemMaxMiB<<20/4 + 64<<10
+	spoolMaxMiB = 64
+	recordSize  = 100
 )
 
 // TestSoak runs each mode's soak against one 3-broker cluster.
@@ -403,20 +407,26 @@ func runMode(t *testing.T, s settings, c *kafkatest.Cluster, cp string, nm *nete
 	vs, took := check(t, c.Brokers, topic, ledgers, checkTimeout, idle)
 	logf("checked in %.1fs", took.Seconds())
 
-	// The spool, once Kafka has everything, is back to a few segments.
-	var spoolEnd int64
+	// The spool, once Kafka has everything, is back to a few segments; its
+	// idempotency key logs (dedup-*.log: the clients' keys and frame
+	// sequences) stay within delivery.idempotency.max_bytes plus the
+	// active file (a quarter of it), whatever the load's length.
+	var spoolEnd, keysEnd int64
 	if mode != "kafka" {
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-			spoolEnd = dirBytes(k.spoolDir)
-			if spoolEnd <= 4*spoolSegmentMiB<<20 || time.Now().After(deadline) {
+			spoolEnd, keysEnd = spoolBytes(k.spoolDir)
+			if spoolEnd-keysEnd <= 4*spoolSegmentMiB<<20 || time.Now().After(deadline) {
 				break
 			}
 		}
 	}
 	lk := leaks(smp.samples, loadTime)
 	lk.spool1 = spoolEnd
-	if spoolEnd > 4*spoolSegmentMiB<<20 {
-		lk.problems = append(lk.problems, fmt.Sprintf("the spool holds %.1f MiB after Kafka has every record (4 segments of %d MiB expected at most)", mib(spoolEnd), spoolSegmentMiB))
+	if spoolEnd-keysEnd > 4*spoolSegmentMiB<<20 {
+		lk.problems = append(lk.problems, fmt.Sprintf("the spool's segments hold %.1f MiB after Kafka has every record (4 segments of %d MiB expected at most)", mib(spoolEnd-keysEnd), spoolSegmentMiB))
+	}
+	if keysEnd > keyLogBound {
+		lk.problems = append(lk.problems, fmt.Sprintf("the spool's key logs hold %.1f MiB (delivery.idempotency.max_bytes %d MiB and its active file expected at most)", mib(keysEnd), idemMaxMiB))
 	}
 	k.cur().Stop()
 
