@@ -194,10 +194,15 @@ service:
 
 // collectorDefaultsConfig is the Collector's configuration as a new user
 // writes it from the components' READMEs: otlp → batch → kafka with only the
-// brokers and the topic set, so the batch processor (8192 items, 200 ms),
-// the exporter's encoding (otlp_proto), its split (one message per batch,
-// no key), compression (none) and acks (the leader's) are the Collector's
-// own defaults.
+// brokers and the topic set, so the exporter's encoding (otlp_proto), its
+// split (one message per batch, no key), compression (none) and acks (the
+// leader's) are the Collector's own defaults. One change from its defaults:
+// the batch is capped at 700 items as in collectorConfig. Measured at 4 in
+// flight, the batch processor's default (8192 items, no cap, uncompressed)
+// makes messages above the broker's 1 MB message.max.bytes: the Collector,
+// having answered OK, dropped 99.96-100 % of the items of every signal
+// (traces 1,600 of 5,471,000 in Kafka; logs none; metrics 4,200 points of
+// 6.1 million), which is no base for a ratio.
 func collectorDefaultsConfig(brokers, topic, signal string) string {
 	return fmt.Sprintf(`receivers:
   otlp:
@@ -205,7 +210,7 @@ func collectorDefaultsConfig(brokers, topic, signal string) string {
       grpc: {endpoint: %s}
       http: {endpoint: %s}
 processors:
-  batch:
+  batch: {send_batch_size: 512, send_batch_max_size: 700}
 exporters:
   kafka:
     brokers: [%s]
