@@ -351,7 +351,8 @@ func (s *suite) writeJava(rows []javaRow) {
 // size and load.
 func collectorBase(rows []colRow, r colRow) (colRow, bool) {
 	for _, b := range rows {
-		if b.signal == r.signal && b.body == r.body && b.protocol == r.protocol && b.count == r.count && b.rate == r.rate && b.monitor == r.monitor && b.system == colCollector {
+		if b.signal == r.signal && b.body == r.body && b.protocol == r.protocol && b.count == r.count && b.rate == r.rate && b.monitor == r.monitor &&
+			b.inflight == r.inflight && b.defaults == r.defaults && (b.system == colCollector || b.system == colCollectorDefaults) {
 			return b, true
 		}
 	}
@@ -387,7 +388,7 @@ func (s *suite) writeCollector(rows []colRow) {
 	s.doc.P("")
 	var out [][]string
 	for _, r := range rows {
-		if r.count != 100 || r.monitor {
+		if r.count != 100 || r.monitor || r.defaults {
 			continue
 		}
 		vs := "–"
@@ -401,6 +402,7 @@ func (s *suite) writeCollector(rows []colRow) {
 	s.doc.Table([]string{"load", "signal", "protocol", "agent", "items/s into Kafka", "agent CPU", "CPU µs per item (median; range)", "vs Collector",
 		"thread switches per request", "bytes in Kafka per item", "peak RSS", "p50 ms", "p99 ms", "items acknowledged", "items in Kafka", "lost"}, out)
 	s.doc.P("")
+	s.writeCollectorFew(rows)
 	s.writeMonitor(rows)
 	s.doc.P("**A batch above the broker's message.max.bytes.** Requests of 1,000 logs of 1 KB (1.2 MB, one resource each) over HTTP. The")
 	s.doc.P("Collector's batch processor at its default (8,192 items, no cap) and `producer.max_message_bytes` raised to 10 MB, as a user does")
@@ -424,6 +426,38 @@ func (s *suite) writeCollector(rows []colRow) {
 	s.doc.P("Reproduce one row: `scripts/otelcol-local build` prints the Collector's path; `bin/ferry-bench otlp --protocol grpc --target 127.0.0.1:4317")
 	s.doc.P("--signal logs --body text --count 100 --duration 10s --requests 1000000000 --concurrency 64 [--rate 500]` against it or ferry; `bin/ferry-bench consume --topic otlp_logs")
 	s.doc.P("--otlp-items` counts what reached Kafka.")
+}
+
+// writeCollectorFew is the few-in-flight table (issue 37, item 3): what an
+// agent serving a few applications sees, both agents on their defaults.
+func (s *suite) writeCollectorFew(rows []colRow) {
+	var out [][]string
+	for _, r := range rows {
+		if !r.defaults {
+			continue
+		}
+		vs := "–"
+		if b, ok := collectorBase(rows, r); ok && b.system != r.system {
+			vs = report.Ratio(r.usPerItem(), b.usPerItem()) + " CPU, " + report.Ratio(r.itemsPerSec(), b.itemsPerSec()) + " items/s"
+		}
+		out = append(out, []string{r.what(), r.system, report.F0(r.itemsPerSec()), fmt.Sprintf("%.0f%%", r.cpuSec/max(r.seconds, 1e-9)*100),
+			usPerItem(r), vs, report.F0(r.kafkaBytesPerItem()), fmt.Sprintf("%.0f MiB", r.rssMiB), report.F1(r.p50), report.F1(r.p99),
+			report.Commas(r.accepted), report.Commas(r.delivered), lostCell(r)})
+	}
+	if len(out) == 0 {
+		return
+	}
+	s.doc.P(fmt.Sprintf("**At the concurrency SDKs use: a closed loop of %d clients, 100 items a request, over gRPC, both agents on their defaults.**", fewInFlight))
+	s.doc.P("An SDK's batch processor exports one request at a time per signal, so an agent serving a few applications sees a few requests")
+	s.doc.P("in flight. The Collector here is configured as its READMEs show a new user (otlp → batch → kafka, only brokers and topic set:")
+	s.doc.P("one Kafka message per batch without a key, no compression, the leader's ack), but for batches capped at 700 items: at its default")
+	s.doc.P("(8,192 items, no cap) its uncompressed messages exceed the broker's 1 MB limit and it dropped nearly every item it answered OK; ferry as")
+	s.doc.P("shipped (a record per trace keyed by its id, a record per resource for logs and metrics, lz4, acks all, answered after")
+	s.doc.P("Kafka's ack, adaptive linger). Metrics items are data points (a request of 100 gauge, 100 counter and 100 histogram points).")
+	s.doc.P("")
+	s.doc.Table([]string{"signal", "agent", "items/s into Kafka", "agent CPU", "CPU µs per item (median; range)", "vs Collector",
+		"bytes in Kafka per item", "peak RSS", "p50 ms", "p99 ms", "items acknowledged", "items in Kafka", "lost"}, out)
+	s.doc.P("")
 }
 
 // collectorSummary: the summary's lines for the Collector comparison,
@@ -458,7 +492,7 @@ func collectorSummary(rows []colRow) [][]string {
 // closedRow is the closed-loop row of r's agent, signal and protocol.
 func closedRow(rows []colRow, r colRow) (colRow, bool) {
 	for _, c := range rows {
-		if c.rate == 0 && c.count == r.count && c.signal == r.signal && c.body == r.body && c.protocol == r.protocol && c.system == r.system {
+		if c.rate == 0 && c.inflight == r.inflight && c.defaults == r.defaults && c.count == r.count && c.signal == r.signal && c.body == r.body && c.protocol == r.protocol && c.system == r.system {
 			return c, true
 		}
 	}

@@ -1,0 +1,24 @@
+package encoding
+
+import (
+	"testing"
+
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/ferryhq/ferry/tools/otlpgen"
+)
+
+// The request ferry-bench otlp sends for traces (100 spans of one resource,
+// each its own trace): the default split makes 100 records of it, none one.
+// What the split costs in the encoder, apart from the records' cost in the
+// exporter and the broker.
+func benchSDKTraces(b *testing.B, partition string) {
+	raw, err := (&ptrace.ProtoMarshaler{}).MarshalTraces(otlpgen.New(1).Traces(100))
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchEncode(b, &Encoder{MaxRecordBytes: 1 << 20}, Traces, &Config{Topic: "t", Encoding: "otlp_proto", Partition: partition}, raw, 100)
+}
+
+func BenchmarkEncodeTraces100_TraceID(b *testing.B) { benchSDKTraces(b, "trace_id") }
+func BenchmarkEncodeTraces100_None(b *testing.B)    { benchSDKTraces(b, "none") }
