@@ -42,7 +42,7 @@ func Cmd(args []string) error {
 	fs.StringVar(&s.doc.Charts, "charts", "docs/bench", "directory for the SVG charts (linked from the report)")
 	fs.IntVar(&s.port, "port", 29392, "port of the local Kafka the suite starts (and the next one for its controller)")
 	fs.StringVar(&s.ferry, "ferry", "bin/ferry", "the ferry binary")
-	fs.StringVar(&s.only, "only", "", "run one section and rewrite it in place in --out: files (log files beside the Collector's filelog and rsyslog), doors (Zipkin, remote write, span metrics), exactly_once (its cost against at least once)")
+	fs.StringVar(&s.only, "only", "", "run one section and rewrite it in place in --out: files (log files beside the Collector's filelog and rsyslog), doors (Zipkin, remote write, span metrics), exactly_once (its cost against at least once), curves (cost curves: topics, partitions, connections, tokens, keys, record size)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -71,8 +71,11 @@ func Cmd(args []string) error {
 	case "exactly_once":
 		s.total = 3
 		return s.runExactlyOnce()
+	case "curves":
+		s.total = 8
+		return s.runCurves()
 	}
-	return fmt.Errorf("--only %q: the sections that run alone are: files, doors, exactly_once", s.only)
+	return fmt.Errorf("--only %q: the sections that run alone are: files, doors, exactly_once, curves", s.only)
 }
 
 type suite struct {
