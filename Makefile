@@ -39,13 +39,15 @@ packaging:
 # OTLP, log files and the other doors (Zipkin, remote write, span metrics)
 # into Kafka beside the OpenTelemetry Collector (built once by
 # scripts/otelcol-local) and rsyslog (scripts/rsyslog-local install,
-# apt-get when missing), in one run (about 62 min on 2 cores): rewrites
-# BENCHMARKS.md and docs/bench/*.svg. First, the runtime.adaptive_procs
+# apt-get when missing), in one run (about 62 min on 2 cores), then section
+# 12's cost curves (--only curves, about 10 min): rewrites BENCHMARKS.md and
+# docs/bench/*.svg. First, the runtime.adaptive_procs
 # tests under a real load, which need a core to themselves (FERRY_REAL_LOAD).
 bench: build prometheus-compat
 	FERRY_REAL_LOAD=1 $(GO) test -count=1 -run 'TestControllerFollowsRealLoad|TestAdaptiveProcs' ./cmd/ferry/...
 	scripts/kafka-local jars
 	bin/ferry-bench suite
+	bin/ferry-bench suite --only curves
 
 # Every step of make bench with tiny inputs (about 7 min, plus a few minutes to build the
 # Collector on a fresh machine), to keep the harness
@@ -54,6 +56,7 @@ BENCH_QUICK_DIR ?= /tmp/ferry-bench-quick
 bench-quick: build
 	scripts/kafka-local jars
 	bin/ferry-bench suite --quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md --charts $(BENCH_QUICK_DIR)/bench --port 29492
+	bin/ferry-bench suite --quick --only curves --out $(BENCH_QUICK_DIR)/BENCHMARKS.md --charts $(BENCH_QUICK_DIR)/bench --port 29492
 	bin/ferry-bench fleet --agents 1,2 --lingers 5ms --rate 2000 --duration 3s --warmup 2s --port 29592 >$(BENCH_QUICK_DIR)/fleet.md
 	cat $(BENCH_QUICK_DIR)/fleet.md
 

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
@@ -162,7 +163,9 @@ func ProduceCmd(args []string) error {
 	if o.throughput > 0 {
 		r.pace = time.Duration(float64(time.Second) / o.throughput)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// SIGINT ends the run as --duration does, with the final line and
+	// --report-json: the cost curves stop their load when the window ends.
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
 	if o.duration > 0 {
 		ctx, cancel = context.WithTimeout(ctx, o.duration)
