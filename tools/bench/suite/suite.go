@@ -72,7 +72,7 @@ func Cmd(args []string) error {
 		s.total = 3
 		return s.runExactlyOnce()
 	case "curves":
-		s.total = 8
+		s.total = 9
 		return s.runCurves()
 	}
 	return fmt.Errorf("--only %q: the sections that run alone are: files, doors, exactly_once, curves", s.only)
