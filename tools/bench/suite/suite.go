@@ -43,6 +43,8 @@ func Cmd(args []string) error {
 	fs.IntVar(&s.port, "port", 29392, "port of the local Kafka the suite starts (and the next one for its controller)")
 	fs.StringVar(&s.ferry, "ferry", "bin/ferry", "the ferry binary")
 	fs.StringVar(&s.only, "only", "", "run one section and rewrite it in place in --out: files (log files beside the Collector's filelog and rsyslog), doors (Zipkin, remote write, span metrics), exactly_once (its cost against at least once), curves (cost curves: topics, partitions, connections, tokens, keys, record size)")
+	fs.StringVar(&s.curvesOnly, "curves", "", "with --only curves: run these curves alone (comma-separated: topics, partitions, connections, tokens, keys, size), e.g. to profile one")
+	fs.Var(&s.agentSets, "agent-set", "a setting added to every agent the suite starts (repeatable), e.g. telemetry.admin.pprof=true to profile a point")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -87,6 +89,8 @@ type suite struct {
 	port                  int
 	ferry                 string
 	only                  string
+	curvesOnly            string
+	agentSets             multiSet
 	otelcol, rsyslogd     string
 	filesNote             string // what the files section could not measure
 	self                  string
@@ -166,7 +170,7 @@ func (s *suite) agent(sets ...string) (*benchAgent, error) {
 		"--set", "receivers.local.listen=" + a.local, "--set", "receivers.local.socket=" + a.socket,
 		"--set", "delivery.spool.dir=" + filepath.Join(s.work, fmt.Sprintf("spool-%d", time.Now().UnixNano())),
 		"--set", "delivery.dead_letter.file=" + filepath.Join(s.work, "dead.ndjson")}
-	for _, set := range sets {
+	for _, set := range append(sets, s.agentSets...) {
 		args = append(args, "--set", set)
 	}
 	logf, err := os.Create(filepath.Join(s.work, "agent.log"))
@@ -321,3 +325,8 @@ func readJSON(path string, into any) error {
 	}
 	return json.Unmarshal(b, into)
 }
+
+type multiSet []string
+
+func (m *multiSet) String() string     { return strings.Join(*m, ",") }
+func (m *multiSet) Set(v string) error { *m = append(*m, v); return nil }
