@@ -44,6 +44,7 @@ func Cmd(args []string) error {
 	fs.StringVar(&s.ferry, "ferry", "bin/ferry", "the ferry binary")
 	fs.StringVar(&s.only, "only", "", "run one section and rewrite it in place in --out: files (log files beside the Collector's filelog and rsyslog), doors (Zipkin, remote write, span metrics), exactly_once (its cost against at least once), curves (cost curves: topics, partitions, connections, tokens, keys, record size)")
 	fs.StringVar(&s.curvesOnly, "curves", "", "with --only curves: run these curves alone (comma-separated: topics, partitions, connections, tokens, keys, size), e.g. to profile one")
+	fs.StringVar(&s.profileDir, "profile", "", "with --only curves: after each curve's top point's window, a 5 s CPU profile and a heap profile of its agent into this directory (curve-NAME.cpu.pprof, .heap.pprof)")
 	fs.Var(&s.agentSets, "agent-set", "a setting added to every agent the suite starts (repeatable), e.g. telemetry.admin.pprof=true to profile a point")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -90,6 +91,7 @@ type suite struct {
 	ferry                 string
 	only                  string
 	curvesOnly            string
+	profileDir            string
 	agentSets             multiSet
 	otelcol, rsyslogd     string
 	filesNote             string // what the files section could not measure

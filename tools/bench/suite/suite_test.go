@@ -84,7 +84,7 @@ func TestWriteCurves(t *testing.T) {
 	s.writeCurves(pts)
 	out := s.doc.String()
 	for _, want := range []string{curvesBegin, curvesEnd, "12. Cost curves", "| topics: **10** | local socket | 10,000 | 10,000 | 20.00 | 40 / 35 | 0 | 3s |",
-		"decryptions/s", "| 100 |", "curves-topics.svg", "curves-tokens.svg", "--only curves"} {
+		"decryptions/s", "| 100 |", "curves-topics.svg", "curves-tokens.svg", "--only curves", "**Why it grows.**", "10.0× CPU per record", "**Flat.**"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)
 		}
