@@ -39,17 +39,22 @@ packaging:
 # OTLP, log files and the other doors (Zipkin, remote write, span metrics)
 # into Kafka beside the OpenTelemetry Collector (built once by
 # scripts/otelcol-local) and rsyslog (scripts/rsyslog-local install,
-# apt-get when missing), in one run (about 62 min on 2 cores): rewrites
-# BENCHMARKS.md and docs/bench/*.svg. First, the runtime.adaptive_procs
+# apt-get when missing), in one run (about 62 min on 2 cores), then section
+# 12's cost curves (--only curves, about 10 min): rewrites BENCHMARKS.md and
+# docs/bench/*.svg. First, the runtime.adaptive_procs
 # tests under a real load, which need a core to themselves (FERRY_REAL_LOAD).
 bench: build prometheus-compat
 	FERRY_REAL_LOAD=1 $(GO) test -count=1 -run 'TestControllerFollowsRealLoad|TestAdaptiveProcs' ./cmd/ferry/...
 	scripts/kafka-local jars
 	bin/ferry-bench suite
+	bin/ferry-bench suite --only curves
 
 # Every step of make bench with tiny inputs (about 7 min, plus a few minutes to build the
 # Collector on a fresh machine), to keep the harness
 # working (CI runs it); writes to $(BENCH_QUICK_DIR), figures not meaningful.
+# Section 12's curves are left out (2 more minutes of CI): their rendering is
+# unit-tested (TestWriteCurves); `bin/ferry-bench suite --quick --only curves`
+# runs their harness.
 BENCH_QUICK_DIR ?= /tmp/ferry-bench-quick
 bench-quick: build
 	scripts/kafka-local jars

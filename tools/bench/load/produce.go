@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
@@ -51,6 +52,12 @@ type produceOpts struct {
 	metrics     bool
 	metricsURL  string
 	sync        bool
+	// What a user can multiply (BENCHMARKS.md section 12): topics written,
+	// distinct keys, distinct tokens, connections.
+	topics      int
+	keySpace    int
+	tokensFile  string
+	connections int
 }
 
 // Result is the machine-readable outcome (--report-json), used by the demo.
@@ -93,6 +100,10 @@ func ProduceCmd(args []string) error {
 	fs.BoolVar(&o.seq, "seq", false, "start every value with a sequence id (#producer.stream.seq.) for consume --verify; needs --record-size ≥ 16")
 	fs.BoolVar(&o.metrics, "print-metrics", false, "print the producer's metrics at the end (kafka target: the client's; http target: requests, bytes, statuses, and the agent's own with --metrics-url)")
 	fs.StringVar(&o.metricsURL, "metrics-url", "", "http target: the agent's /metrics, printed with --print-metrics")
+	fs.IntVar(&o.topics, "topics", 1, "spread the records over this many topics, --topic-0 … --topic-(N-1), in turn (http: a request at a time; local and kafka: a record at a time); 1 = --topic itself")
+	fs.IntVar(&o.keySpace, "key-space", 0, "give records keys drawn at random from this many distinct ones (k000000000 …, 10 bytes; http: one key a request); 0 = see --keys")
+	fs.StringVar(&o.tokensFile, "tokens", "", "application tokens, one a line: http sends one picked at random with each request (Authorization: Bearer); local gives connection i the token i mod their number in its hello")
+	fs.IntVar(&o.connections, "connections", 0, "http and local targets: this many connections, one worker each (it replaces --concurrency), every one used in turn at a fixed --throughput; 0 = the usual shared client")
 	bootstrap := fs.String("bootstrap-server", "", "Kafka broker: the same as --target kafka://HOST:PORT")
 	var props multi
 	fs.Var(&props, "command-property", "the same as --producer-props (ProducerPerformance's newer name)")
@@ -115,6 +126,19 @@ func ProduceCmd(args []string) error {
 	if o.recordSize < 1 || o.batch < 1 || o.concurrency < 1 || o.numRecords < 1 {
 		return fmt.Errorf("--record-size, --batch, --concurrency and --num-records must be positive")
 	}
+	if o.topics < 1 || o.keySpace < 0 || o.connections < 0 {
+		return fmt.Errorf("--topics must be positive, --key-space and --connections not negative")
+	}
+	if o.connections > 0 {
+		o.concurrency = o.connections
+	}
+	var tokens []string
+	if o.tokensFile != "" {
+		var err error
+		if tokens, err = readTokens(o.tokensFile); err != nil {
+			return err
+		}
+	}
 	if o.seq && o.recordSize < verify.MinRecord {
 		return fmt.Errorf("--seq needs --record-size ≥ %d to hold the id", verify.MinRecord)
 	}
@@ -135,11 +159,13 @@ func ProduceCmd(args []string) error {
 			}
 		}
 	}
-	r := &run{o: o, pool: pool, start: time.Now(), producer: verify.NewProducerID()}
+	r := &run{o: o, pool: pool, start: time.Now(), producer: verify.NewProducerID(), topics: topicNames(o.topic, o.topics), tokens: tokens}
 	if o.throughput > 0 {
 		r.pace = time.Duration(float64(time.Second) / o.throughput)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// SIGINT ends the run as --duration does, with the final line and
+	// --report-json: the cost curves stop their load when the window ends.
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
 	if o.duration > 0 {
 		ctx, cancel = context.WithTimeout(ctx, o.duration)
@@ -203,6 +229,9 @@ func loadPayloads(path, sep string) (*payloadPool, error) {
 func newPayloadPool(size int) *payloadPool {
 	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 	n := max(4<<20, 16*size)
+	if size > 1<<20 {
+		n = 4 * size // 10 MB records: 40 MB of values, not 160
+	}
 	d := make([]byte, n)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range d {
@@ -230,6 +259,10 @@ type run struct {
 	failed atomic.Int64
 	lat    hist
 	codes  sync.Map // status -> *atomic.Int64
+
+	topics []string // --topics: the names, in turn
+	tokens []string // --tokens
+	reqN   atomic.Int64
 
 	producer string // sequence-id prefix of this run
 	ledger   verify.Ledger
@@ -292,22 +325,37 @@ func (r *run) http(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	endpoint := fmt.Sprintf("http://%s/v1/messages/%s", u.Host, url.PathEscape(r.o.topic))
-	if !r.o.wait {
-		endpoint += "?wait=false"
+	endpoints := make([]string, len(r.topics))
+	for i, t := range r.topics {
+		endpoints[i] = fmt.Sprintf("http://%s/v1/messages/%s", u.Host, url.PathEscape(t))
+		if !r.o.wait {
+			endpoints[i] += "?wait=false"
+		}
 	}
-	tr := &http.Transport{
-		MaxIdleConns: r.o.concurrency, MaxIdleConnsPerHost: r.o.concurrency, MaxConnsPerHost: r.o.concurrency,
-		DialContext:        (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		DisableCompression: true,
+	newTransport := func(conns int) *http.Transport {
+		return &http.Transport{
+			MaxIdleConns: conns, MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns,
+			DialContext:        (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+			DisableCompression: true,
+		}
 	}
-	client := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	// --connections: a transport of one connection per worker, so there
+	// are exactly that many, each used in turn.
+	transports := []*http.Transport{newTransport(r.o.concurrency)}
+	if r.o.connections > 0 {
+		transports = make([]*http.Transport, r.o.connections)
+		for i := range transports {
+			transports[i] = newTransport(1)
+		}
+	}
 	var wg sync.WaitGroup
 	for w := 0; w < r.o.concurrency; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
+			client := &http.Client{Transport: transports[w%len(transports)], Timeout: 60 * time.Second}
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			var key []byte
 			body := make([]byte, 0, r.o.batch*(r.o.recordSize+1))
 			var seq int
 			for {
@@ -322,9 +370,15 @@ func (r *run) http(ctx context.Context) error {
 				}
 				r.reqs.Add(1)
 				r.reqB.Add(int64(len(body)))
-				req, _ := http.NewRequest(http.MethodPost, endpoint, bytes.NewReader(body))
+				req, _ := http.NewRequest(http.MethodPost, endpoints[r.reqN.Add(1)%int64(len(endpoints))], bytes.NewReader(body))
 				req.Header.Set("Content-Type", "application/x-ndjson")
-				if r.o.key {
+				if r.tokens != nil {
+					req.Header.Set("Authorization", "Bearer "+r.tokens[rng.IntN(len(r.tokens))])
+				}
+				if r.o.keySpace > 0 {
+					key = appendKey(key[:0], rng.IntN(r.o.keySpace))
+					req.Header.Set("X-Ferry-Key", string(key))
+				} else if r.o.key {
 					req.Header.Set("X-Ferry-Key", fmt.Sprintf("w%d-%d", w, seq))
 					seq++
 				}
@@ -356,7 +410,9 @@ func (r *run) http(ctx context.Context) error {
 	}
 	wg.Wait()
 	r.end = time.Now()
-	tr.CloseIdleConnections()
+	for _, tr := range transports {
+		tr.CloseIdleConnections()
+	}
 	return nil
 }
 
@@ -455,7 +511,12 @@ func (r *run) kafka(ctx context.Context) error {
 			} else {
 				rec.Value = r.pool.pick(rng)
 			}
-			if r.o.key {
+			if len(r.topics) > 1 {
+				rec.Topic = r.topicOf(first + int64(i))
+			}
+			if r.o.keySpace > 0 {
+				rec.Key = appendKey(nil, rng.IntN(r.o.keySpace))
+			} else if r.o.key {
 				rec.Key = strconv.AppendInt(nil, int64(seq), 10)
 				seq++
 			}
@@ -483,9 +544,22 @@ func (r *run) local(ctx context.Context, addr string) error {
 			opts.Compression = v
 		}
 	}
-	c, err := client.New(opts)
-	if err != nil {
-		return err
+	// --connections: a client (one connection) per worker; --tokens: each
+	// connection's hello carries one.
+	clients := make([]*client.Client, max(1, r.o.connections))
+	for i := range clients {
+		o := opts
+		if r.tokens != nil {
+			o.Token = r.tokens[i%len(r.tokens)]
+		}
+		c, err := client.New(o)
+		if err != nil {
+			for _, c := range clients[:i] {
+				_ = c.Close(context.Background())
+			}
+			return err
+		}
+		clients[i] = c
 	}
 	recPool := sync.Pool{New: func() any { return &client.Record{Topic: r.o.topic} }}
 	cb := func(rec *client.Record, err error) {
@@ -512,6 +586,7 @@ func (r *run) local(ctx context.Context, addr string) error {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
+			c := clients[w%len(clients)]
 			rng := rand.New(rand.NewPCG(uint64(w), 11))
 			var seq int
 			var batch []*client.Record
@@ -525,7 +600,10 @@ func (r *run) local(ctx context.Context, addr string) error {
 					rec := recPool.Get().(*client.Record)
 					rec.Value = r.value(rec.Value[:0], rng, w, first+int64(i))
 					rec.Timestamp = time.Now()
-					if r.o.key {
+					rec.Topic = r.topicOf(first + int64(i))
+					if r.o.keySpace > 0 {
+						rec.Key = appendKey(rec.Key[:0], rng.IntN(r.o.keySpace))
+					} else if r.o.key {
 						rec.Key = strconv.AppendInt(append(rec.Key[:0], 'w'), int64(w*1_000_000+seq), 10)
 						seq++
 					}
@@ -544,8 +622,10 @@ func (r *run) local(ctx context.Context, addr string) error {
 	wg.Wait()
 	fctx, cancel := context.WithTimeout(context.Background(), r.o.flushWait)
 	defer cancel()
-	if err := c.Close(fctx); err != nil {
-		return fmt.Errorf("flush: %w", err)
+	for _, c := range clients {
+		if err := c.Close(fctx); err != nil {
+			return fmt.Errorf("flush: %w", err)
+		}
 	}
 	r.end = time.Now()
 	return nil
@@ -779,4 +859,51 @@ func (r *run) finish() error {
 func FinalLine(res Result) string {
 	return fmt.Sprintf("%d records sent, %.1f records/sec (%.2f MB/sec), %.1f ms avg latency, %.1f ms max latency, %d ms 50th, %d ms 95th, %d ms 99th, %d ms 99.9th.",
 		res.Records, res.RecordsSec, res.MBSec, res.AvgMS, res.MaxMS, int(res.P50MS), int(res.P95MS), int(res.P99MS), int(res.P999MS))
+}
+
+// topicNames is --topics' names: the topic itself for one, else topic-0 …
+// topic-(n-1).
+func topicNames(topic string, n int) []string {
+	if n <= 1 {
+		return []string{topic}
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = topic + "-" + strconv.Itoa(i)
+	}
+	return out
+}
+
+// topicOf is the topic of the record (or request) numbered seq: the
+// topics in turn, so every one is written at the same rate.
+func (r *run) topicOf(seq int64) string { return r.topics[seq%int64(len(r.topics))] }
+
+// appendKey appends key i of --key-space: k and nine digits, so every key
+// is 10 bytes and only their number changes between runs.
+func appendKey(dst []byte, i int) []byte {
+	dst = append(dst, 'k')
+	var d [9]byte
+	for j := 8; j >= 0; j-- {
+		d[j] = byte('0' + i%10)
+		i /= 10
+	}
+	return append(dst, d[:]...)
+}
+
+// readTokens reads --tokens: one token a line, blank lines skipped.
+func readTokens(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--tokens %s: no tokens", path)
+	}
+	return out, nil
 }

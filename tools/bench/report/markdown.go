@@ -90,11 +90,15 @@ func Commas(n int64) string {
 // Chart writes a bar chart as Charts/name and returns the Markdown that
 // shows it ("" if it could not be written).
 func (d *Doc) Chart(name, title, unit string, cats []string, ss []Series) string {
+	return d.writeChart(name, title, BarChart(title, unit, cats, ss))
+}
+
+func (d *Doc) writeChart(name, title, svg string) string {
 	if err := os.MkdirAll(d.Charts, 0o755); err != nil {
 		return ""
 	}
 	path := filepath.Join(d.Charts, name)
-	if err := os.WriteFile(path, []byte(BarChart(title, unit, cats, ss)), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(svg), 0o644); err != nil {
 		return ""
 	}
 	rel, err := filepath.Rel(filepath.Dir(d.Out), path)

@@ -42,7 +42,10 @@ func Cmd(args []string) error {
 	fs.StringVar(&s.doc.Charts, "charts", "docs/bench", "directory for the SVG charts (linked from the report)")
 	fs.IntVar(&s.port, "port", 29392, "port of the local Kafka the suite starts (and the next one for its controller)")
 	fs.StringVar(&s.ferry, "ferry", "bin/ferry", "the ferry binary")
-	fs.StringVar(&s.only, "only", "", "run one section and rewrite it in place in --out: files (log files beside the Collector's filelog and rsyslog), doors (Zipkin, remote write, span metrics), exactly_once (its cost against at least once), collector_few (OTLP at 4 in flight beside the Collector, both on defaults; printed, not written)")
+	fs.StringVar(&s.only, "only", "", "run one section and rewrite it in place in --out: files (log files beside the Collector's filelog and rsyslog), doors (Zipkin, remote write, span metrics), exactly_once (its cost against at least once), curves (cost curves: topics, partitions, connections, tokens, keys, record size), collector_few (OTLP at 4 in flight beside the Collector, both on defaults; printed, not written)")
+	fs.StringVar(&s.curvesOnly, "curves", "", "with --only curves: run these curves alone (comma-separated: topics, partitions, connections, tokens, keys, size), e.g. to profile one")
+	fs.StringVar(&s.profileDir, "profile", "", "with --only curves: after each curve's top point's window, a 5 s CPU profile and a heap profile of its agent into this directory (curve-NAME.cpu.pprof, .heap.pprof)")
+	fs.Var(&s.agentSets, "agent-set", "a setting added to every agent the suite starts (repeatable), e.g. telemetry.admin.pprof=true to profile a point")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -74,8 +77,11 @@ func Cmd(args []string) error {
 	case "collector_few":
 		s.total = 2
 		return s.runCollectorFew()
+	case "curves":
+		s.total = 9
+		return s.runCurves()
 	}
-	return fmt.Errorf("--only %q: the sections that run alone are: files, doors, exactly_once, collector_few", s.only)
+	return fmt.Errorf("--only %q: the sections that run alone are: files, doors, exactly_once, collector_few, curves", s.only)
 }
 
 type suite struct {
@@ -87,6 +93,9 @@ type suite struct {
 	port                  int
 	ferry                 string
 	only                  string
+	curvesOnly            string
+	profileDir            string
+	agentSets             multiSet
 	otelcol, rsyslogd     string
 	filesNote             string // what the files section could not measure
 	self                  string
@@ -166,7 +175,7 @@ func (s *suite) agent(sets ...string) (*benchAgent, error) {
 		"--set", "receivers.local.listen=" + a.local, "--set", "receivers.local.socket=" + a.socket,
 		"--set", "delivery.spool.dir=" + filepath.Join(s.work, fmt.Sprintf("spool-%d", time.Now().UnixNano())),
 		"--set", "delivery.dead_letter.file=" + filepath.Join(s.work, "dead.ndjson")}
-	for _, set := range sets {
+	for _, set := range append(sets, s.agentSets...) {
 		args = append(args, "--set", set)
 	}
 	logf, err := os.Create(filepath.Join(s.work, "agent.log"))
@@ -321,3 +330,8 @@ func readJSON(path string, into any) error {
 	}
 	return json.Unmarshal(b, into)
 }
+
+type multiSet []string
+
+func (m *multiSet) String() string     { return strings.Join(*m, ",") }
+func (m *multiSet) Set(v string) error { *m = append(*m, v); return nil }

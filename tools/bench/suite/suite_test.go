@@ -2,8 +2,12 @@ package suite
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferryhq/ferry/tools/bench/load"
 )
@@ -61,5 +65,44 @@ func TestMedianRun(t *testing.T) {
 	}
 	if one := medianRun([]colRow{run(1, 10, 10)}); one.runs != nil {
 		t.Fatal("a single run is shown as it is")
+	}
+}
+
+// The cost curves section: a table and a chart per curve from the points
+// measured, the tokens table with the verdict cache's misses; a whole run
+// keeps the section from the last --only curves.
+func TestWriteCurves(t *testing.T) {
+	dir := t.TempDir()
+	s := &suite{}
+	s.doc.Out, s.doc.Charts = filepath.Join(dir, "B.md"), filepath.Join(dir, "bench")
+	var pts []curvePoint
+	for _, x := range []int{1, 10} {
+		pts = append(pts, curvePoint{curve: "topics", door: "local socket", x: x, rate: 10000, recs: 80000, cpuSec: 0.16 * float64(x),
+			window: 8 * time.Second, rssPeak: 40, rssSteady: 35, warm: 3 * time.Second})
+		pts = append(pts, curvePoint{curve: "tokens", door: "HTTP", x: x, rate: 10000, recs: 80000, cpuSec: 0.4, window: 8 * time.Second, decryptions: 800})
+	}
+	s.writeCurves(pts)
+	out := s.doc.String()
+	for _, want := range []string{curvesBegin, curvesEnd, "12. Cost curves", "| topics: **10** | local socket | 10,000 | 10,000 | 20.00 | 40 / 35 | 0 | 3s |",
+		"decryptions/s", "| 100 |", "curves-topics.svg", "curves-tokens.svg", "--only curves", "**Why it grows.**", "10.0× CPU per record", "**Flat.**"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "curves-keys.svg") {
+		t.Error("a chart for a curve with no points")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bench", "curves-topics.svg")); err != nil {
+		t.Fatal(err)
+	}
+	doc := "# x\n\n" + out + "\n## Reproduce\n"
+	if err := os.WriteFile(s.doc.Out, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if kept := keptSection(s.doc.Out, curvesBegin, curvesEnd); !strings.HasPrefix(kept, curvesBegin) || !strings.HasSuffix(kept, curvesEnd) || !strings.Contains(kept, "20.00") {
+		t.Fatalf("kept section:\n%s", kept)
+	}
+	if keptSection(filepath.Join(dir, "none.md"), curvesBegin, curvesEnd) != "" {
+		t.Fatal("a section kept from no file")
 	}
 }

@@ -48,6 +48,9 @@ func (s *suite) write(prod []prodRow, front []frontRow, pan []panResult, cons *c
 	s.writeFront(front)
 	s.writeFiles(files)
 	s.writeDoors(doors)
+	// Section 12 (cost curves, about 10 minutes) is measured by
+	// --only curves alone; a whole run keeps the last one.
+	s.doc.P("%s", keptSection(s.doc.Out, curvesBegin, curvesEnd))
 	s.doc.H("Reproduce")
 	s.doc.P("```sh")
 	s.doc.P("make bench            # this whole file, about 35 minutes on 2 cores")
@@ -588,4 +591,20 @@ func (s *suite) measureWakeups() {
 	} else {
 		s.logf("20 µs sleep: %v", err)
 	}
+}
+
+// keptSection is the part of the report at path from begin to end, markers
+// included, or "" when it has none: a section a whole run does not measure
+// but keeps.
+func keptSection(path, begin, end string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	doc := string(b)
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	if i < 0 || j < i {
+		return ""
+	}
+	return doc[i : j+len(end)]
 }
