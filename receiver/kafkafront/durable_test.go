@@ -545,21 +545,7 @@ func FuzzProduceSequencesDurable(f *testing.F) {
 				dialAll()
 			}
 			conn := conns[op&1]
-			pi := int(op>>1&3) % 3
-			epoch := int16(op>>3&3) % 3
-			part := int32(op2 & 1)
-			seq := int32(op2 >> 1 & 1)
-			variant := op2 >> 2 & 1
-			fail := op2>>3&1 == 1
-			value := fmt.Sprintf("%s/%d/%d/%d/%d/%d", run, pi, epoch, part, seq, variant)
-			req := kmsg.NewPtrProduceRequest()
-			req.Version, req.Acks, req.TimeoutMillis = 7, -1, 30000
-			tp := kmsg.NewProduceRequestTopic()
-			tp.Topic = "t"
-			p := kmsg.NewProduceRequestTopicPartition()
-			p.Partition, p.Records = part, seqBatchBytes(pids[pi], epoch, seq, value)
-			tp.Partitions = append(tp.Partitions, p)
-			req.Topics = append(req.Topics, tp)
+			_, value, req, fail := scriptProduce(op, op2, run, pids[:])
 			sink.mu.Lock()
 			sink.fail = fail
 			sink.mu.Unlock()

@@ -155,21 +155,7 @@ func FuzzProduceSequences(f *testing.F) {
 		for ; len(script) >= 2; script = script[2:] {
 			op, op2 := script[0], script[1]
 			conn := conns[op&1]
-			pi := int(op>>1&3) % 3
-			epoch := int16(op>>3&3) % 3
-			part := int32(op2 & 1)
-			seq := int32(op2 >> 1 & 1)
-			variant := op2 >> 2 & 1
-			fail := op2>>3&1 == 1
-			value := fmt.Sprintf("%s/%d/%d/%d/%d/%d", run, pi, epoch, part, seq, variant)
-			req := kmsg.NewPtrProduceRequest()
-			req.Version, req.Acks, req.TimeoutMillis = 7, -1, 30000
-			tp := kmsg.NewProduceRequestTopic()
-			tp.Topic = "t"
-			p := kmsg.NewProduceRequestTopicPartition()
-			p.Partition, p.Records = part, seqBatchBytes(pids[pi], epoch, seq, value)
-			tp.Partitions = append(tp.Partitions, p)
-			req.Topics = append(req.Topics, tp)
+			pi, value, req, fail := scriptProduce(op, op2, run, pids[:])
 			sink.mu.Lock()
 			sink.fail = fail
 			sink.mu.Unlock()
@@ -193,4 +179,26 @@ func FuzzProduceSequences(f *testing.F) {
 			}
 		}
 	})
+}
+
+// scriptProduce is one step of a sequence fuzzing script: op and op2
+// choose the producer (of pids), epoch, partition, sequence, a variant of
+// the bytes and whether the sink fails the batch; value names the record.
+func scriptProduce(op, op2 byte, run string, pids []int64) (pi int, value string, req *kmsg.ProduceRequest, fail bool) {
+	pi = int(op>>1&3) % 3
+	epoch := int16(op>>3&3) % 3
+	part := int32(op2 & 1)
+	seq := int32(op2 >> 1 & 1)
+	variant := op2 >> 2 & 1
+	fail = op2>>3&1 == 1
+	value = fmt.Sprintf("%s/%d/%d/%d/%d/%d", run, pi, epoch, part, seq, variant)
+	req = kmsg.NewPtrProduceRequest()
+	req.Version, req.Acks, req.TimeoutMillis = 7, -1, 30000
+	tp := kmsg.NewProduceRequestTopic()
+	tp.Topic = "t"
+	p := kmsg.NewProduceRequestTopicPartition()
+	p.Partition, p.Records = part, seqBatchBytes(pids[pi], epoch, seq, value)
+	tp.Partitions = append(tp.Partitions, p)
+	req.Topics = append(req.Topics, tp)
+	return pi, value, req, fail
 }
