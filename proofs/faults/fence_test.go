@@ -116,3 +116,19 @@ func committedValues(t *testing.T, brokers, topic string) []string {
 	}
 	return got
 }
+
+// waitCommitted reads the topic read_committed until want distinct values
+// are there (or two minutes pass) and counts each value's copies.
+func waitCommitted(t *testing.T, brokers, topic string, want int) map[string]int {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		seen := map[string]int{}
+		for _, v := range committedValues(t, brokers, topic) {
+			seen[v]++
+		}
+		if len(seen) >= want || time.Now().After(deadline) {
+			return seen
+		}
+	}
+}

@@ -154,17 +154,7 @@ func TestIdempotencyKeyAcrossAgentKill(t *testing.T) {
 	waitMetric(t, a2, `ferry_idempotency_replayed_total`, float64(replayedAnswered+replayedCut+clients))
 
 	want := clients * perClient * batch
-	seen := map[string]int{}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		seen = map[string]int{}
-		for _, v := range committedValues(t, brokers, topic) {
-			seen[v]++
-		}
-		if len(seen) >= want || time.Now().After(deadline) {
-			break
-		}
-	}
+	seen := waitCommitted(t, brokers, topic, want)
 	dups, missing := 0, 0
 	for c := range clients {
 		for i := range perClient {

@@ -219,17 +219,7 @@ func TestKafkaFrontRetryAcrossAgentKill(t *testing.T) {
 		t.Fatal("no request was answered before the kill")
 	}
 	want := producers * perProducer * 3 * batch
-	seen := map[string]int{}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		seen = map[string]int{}
-		for _, v := range committedValues(t, brokers, topic) {
-			seen[v]++
-		}
-		if len(seen) >= want || time.Now().After(deadline) {
-			break
-		}
-	}
+	seen := waitCommitted(t, brokers, topic, want)
 	dups, missing := 0, 0
 	for p := range producers {
 		for i := range perProducer {
