@@ -17,7 +17,7 @@
 # A target listed with a third field, a count (5000x), runs at most that
 # many inputs when FUZZTIME is a count: those that serve each input over a
 # socket or open a spool directory with it run a few hundred to a few
-# thousand inputs a second, and make test's 50000x would take minutes each.
+# thousand inputs a second, and make test's 20000x would take minutes each.
 # A duration FUZZTIME (make fuzz) applies to every target alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,7 +45,7 @@ for target in \
   "FuzzPush ./otlp/prom 20000x" \
   "FuzzOTLPHTTP ./receiver/otlpreceiver" \
   "FuzzOTLPHTTPCompressed ./receiver/otlpreceiver 10000x" \
-  "FuzzOTLPGRPC ./receiver/otlpreceiver 10000x" \
+  "FuzzOTLPGRPC ./receiver/otlpreceiver 5000x" \
   "FuzzConvert ./otlp/zipkin 20000x" \
   "FuzzFrames ./buffer/spool" \
   "FuzzResync ./buffer/spool" \
