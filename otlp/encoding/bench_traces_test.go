@@ -12,13 +12,18 @@ import (
 // each its own trace): the default split makes 100 records of it, none one.
 // What the split costs in the encoder, apart from the records' cost in the
 // exporter and the broker.
-func benchSDKTraces(b *testing.B, partition string) {
-	raw, err := (&ptrace.ProtoMarshaler{}).MarshalTraces(otlpgen.New(1).Traces(100))
+func benchSDKTraces(b *testing.B, partition string) { benchSDKTracesOf(b, partition, 1) }
+
+// benchSDKTracesOf: perTrace spans a trace (an SDK batch holds a few spans
+// of each request it served).
+func benchSDKTracesOf(b *testing.B, partition string, perTrace int) {
+	raw, err := (&ptrace.ProtoMarshaler{}).MarshalTraces(otlpgen.New(1).TracesOf(100, perTrace))
 	if err != nil {
 		b.Fatal(err)
 	}
 	benchEncode(b, &Encoder{MaxRecordBytes: 1 << 20}, Traces, &Config{Topic: "t", Encoding: "otlp_proto", Partition: partition}, raw, 100)
 }
 
-func BenchmarkEncodeTraces100_TraceID(b *testing.B) { benchSDKTraces(b, "trace_id") }
-func BenchmarkEncodeTraces100_None(b *testing.B)    { benchSDKTraces(b, "none") }
+func BenchmarkEncodeTraces100_TraceID(b *testing.B)            { benchSDKTraces(b, "trace_id") }
+func BenchmarkEncodeTraces100_None(b *testing.B)               { benchSDKTraces(b, "none") }
+func BenchmarkEncodeTraces100_TraceID_10PerTrace(b *testing.B) { benchSDKTracesOf(b, "trace_id", 10) }

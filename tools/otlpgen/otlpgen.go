@@ -125,17 +125,28 @@ func (g *Gen) attrs(m pcommon.Map) {
 	}
 }
 
-// Traces returns n spans of one resource.
-func (g *Gen) Traces(n int) ptrace.Traces {
+// Traces returns n spans of one resource, each its own trace.
+func (g *Gen) Traces(n int) ptrace.Traces { return g.TracesOf(n, 1) }
+
+// TracesOf returns n spans of one resource, perTrace consecutive spans
+// sharing a trace id: an SDK's batch holds a few spans of each request it
+// served, where Traces' one span per trace is the worst case for a split
+// by trace.
+func (g *Gen) TracesOf(n, perTrace int) ptrace.Traces {
+	perTrace = max(perTrace, 1)
 	td := ptrace.NewTraces()
 	rs := td.ResourceSpans().AppendEmpty()
 	g.resource(rs.Resource().Attributes())
+	var trace pcommon.TraceID
 	for i := 0; i < n; i++ {
 		ss := rs.ScopeSpans().AppendEmpty()
 		ss.Scope().SetName("otlpgen")
 		sp := ss.Spans().AppendEmpty()
 		sp.SetName(g.String(12))
-		sp.SetTraceID(g.TraceID())
+		if i%perTrace == 0 {
+			trace = g.TraceID()
+		}
+		sp.SetTraceID(trace)
 		sp.SetSpanID(g.SpanID())
 		sp.SetParentSpanID(g.SpanID())
 		sp.SetStartTimestamp(pcommon.NewTimestampFromTime(g.Now))

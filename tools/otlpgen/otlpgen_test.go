@@ -48,3 +48,25 @@ func TestBodies(t *testing.T) {
 		t.Fatalf("LogsOf text body: %q", body)
 	}
 }
+
+// TracesOf groups consecutive spans into traces of the size asked for, the
+// shape ferry-bench otlp --spans-per-trace sends.
+func TestTracesOf(t *testing.T) {
+	for _, per := range []int{1, 3, 10} {
+		td := New(1).TracesOf(25, per)
+		spans := td.ResourceSpans().At(0).ScopeSpans()
+		traces := map[[16]byte]int{}
+		for i := 0; i < spans.Len(); i++ {
+			traces[spans.At(i).Spans().At(0).TraceID()]++
+		}
+		want := (25 + per - 1) / per
+		if spans.Len() != 25 || len(traces) != want {
+			t.Fatalf("per %d: %d spans in %d traces, want 25 in %d", per, spans.Len(), len(traces), want)
+		}
+		for id, n := range traces {
+			if n > per {
+				t.Fatalf("per %d: trace %x has %d spans", per, id, n)
+			}
+		}
+	}
+}

@@ -45,6 +45,7 @@ func OTLPCmd(args []string) error {
 	signal := fs.String("signal", "logs", "logs, traces or metrics")
 	count := fs.Int("count", 10, "items per request (logs, spans; metrics: data points of each of gauge, counter, histogram)")
 	length := fs.Int("length", 1024, "logs: bytes of body per log record")
+	perTrace := fs.Int("spans-per-trace", 1, "traces: consecutive spans of a request sharing a trace id (1: every span its own trace, the worst case for ferry's default split by trace)")
 	body := fs.String("body", otlpgen.BodyRandom, "logs: what a body holds: random (letters and digits, which lz4 cannot compress) or text (application log lines, compressing about as real logs do)")
 	requests := fs.Int("requests", 10000, "requests to send (with --duration: at most)")
 	duration := fs.Duration("duration", 0, "stop sending after this long, even if --requests are not all sent")
@@ -61,8 +62,8 @@ func OTLPCmd(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *count < 1 || *requests < 1 || *concurrency < 1 {
-		return fmt.Errorf("--count, --requests and --concurrency must be positive")
+	if *count < 1 || *requests < 1 || *concurrency < 1 || *perTrace < 1 {
+		return fmt.Errorf("--count, --requests, --concurrency and --spans-per-trace must be positive")
 	}
 	if *protocol != "http" && *protocol != "grpc" {
 		return fmt.Errorf("--protocol %q: want http or grpc", *protocol)
@@ -100,7 +101,7 @@ func OTLPCmd(args []string) error {
 			req := plogotlp.NewExportRequestFromLogs(g.LogsOf(*count, *length, *body))
 			b, err = marshal(req.MarshalProto, req.MarshalJSON, *asJSON)
 		case *signal == "traces":
-			req := ptraceotlp.NewExportRequestFromTraces(g.Traces(*count))
+			req := ptraceotlp.NewExportRequestFromTraces(g.TracesOf(*count, *perTrace))
 			b, err = marshal(req.MarshalProto, req.MarshalJSON, *asJSON)
 		case *signal == "metrics":
 			req := pmetricotlp.NewExportRequestFromMetrics(g.Metrics(*count, *count, *count))
