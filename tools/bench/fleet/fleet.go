@@ -34,7 +34,7 @@ import (
 // same total load.
 type Config struct {
 	Agents      []int
-	Lingers     []time.Duration
+	Lingers     []Linger
 	Rate        float64 // records/s offered by the whole fleet
 	Size        int     // bytes per record value
 	Batch       int     // records per HTTP request
@@ -56,6 +56,49 @@ type Report struct {
 	// IdleBrokerCPU is the cluster's own CPU (% of one core) with no
 	// agent: the floor every row's brokers' CPU includes.
 	IdleBrokerCPU float64
+}
+
+// Linger is how a row's agents batch: a fixed linger every batch waits
+// (exporter.kafka.linger_mode fixed), or the adaptive default, which sends
+// at once while no request is in flight and waits at most Cap otherwise (0:
+// the default cap).
+type Linger struct {
+	Adaptive bool
+	Cap      time.Duration
+}
+
+// ParseLinger reads "50ms" (fixed), "adaptive" (the default mode and cap)
+// or "adaptive:50ms" (the default mode, a 50 ms cap).
+func ParseLinger(s string) (Linger, error) {
+	s = strings.TrimSpace(s)
+	if rest, ok := strings.CutPrefix(s, "adaptive"); ok {
+		l := Linger{Adaptive: true}
+		if rest == "" {
+			return l, nil
+		}
+		d, err := time.ParseDuration(strings.TrimPrefix(rest, ":"))
+		if err != nil || !strings.HasPrefix(rest, ":") || d <= 0 {
+			return Linger{}, fmt.Errorf("%q: want adaptive or adaptive:<cap>, e.g. adaptive:50ms", s)
+		}
+		l.Cap = d
+		return l, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return Linger{}, fmt.Errorf("%q: want a duration (fixed linger), adaptive or adaptive:<cap>", s)
+	}
+	return Linger{Cap: d}, nil
+}
+
+// String is the flag's spelling (and the table's linger column).
+func (l Linger) String() string {
+	switch {
+	case !l.Adaptive:
+		return l.Cap.String()
+	case l.Cap == 0:
+		return "adaptive"
+	}
+	return "adaptive:" + l.Cap.String()
 }
 
 // Row is one measured (agents, linger) pair.
@@ -82,7 +125,7 @@ func Cmd(args []string) error {
 	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
 	c := Config{}
 	agents := fs.String("agents", "1,4,16", "comma-separated numbers of agents to run side by side")
-	lingers := fs.String("lingers", "5ms,50ms", "comma-separated exporter.kafka.linger values to try at each size")
+	lingers := fs.String("lingers", "5ms,50ms,adaptive", "comma-separated ways to batch to try at each size: a duration is a fixed exporter.kafka.linger every batch waits; adaptive is the default (linger_mode adaptive, its default cap); adaptive:50ms the adaptive mode with a 50 ms cap")
 	fs.Float64Var(&c.Rate, "rate", 10000, "records/s offered by the whole fleet (split evenly over the agents)")
 	fs.IntVar(&c.Size, "record-size", 200, "bytes per record")
 	fs.IntVar(&c.Batch, "batch", 10, "records per HTTP request (one application's small request)")
@@ -106,11 +149,11 @@ func Cmd(args []string) error {
 		c.Agents = append(c.Agents, n)
 	}
 	for _, f := range strings.Split(*lingers, ",") {
-		d, err := time.ParseDuration(strings.TrimSpace(f))
+		l, err := ParseLinger(f)
 		if err != nil {
 			return fmt.Errorf("--lingers: %v", err)
 		}
-		c.Lingers = append(c.Lingers, d)
+		c.Lingers = append(c.Lingers, l)
 	}
 	rep, err := Run(c)
 	if err != nil {
@@ -198,7 +241,7 @@ func kafkaRoot() string {
 	return "/tmp/ferry-kafka"
 }
 
-func runRow(c Config, self, work string, admin *kadm.Client, brokerPIDs []int, n int, linger time.Duration, idx int) (Row, error) {
+func runRow(c Config, self, work string, admin *kadm.Client, brokerPIDs []int, n int, linger Linger, idx int) (Row, error) {
 	topic := fmt.Sprintf("fleet-%d-%d-%d", n, idx, time.Now().Unix())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -305,26 +348,30 @@ type agent struct {
 	admin string
 }
 
-func startAgent(c Config, work string, i int, linger time.Duration) (*agent, error) {
+func startAgent(c Config, work string, i int, linger Linger) (*agent, error) {
 	base := 30000 + 10*i
 	a := &agent{http: fmt.Sprintf("127.0.0.1:%d", base), admin: fmt.Sprintf("127.0.0.1:%d", base+1)}
 	dir := filepath.Join(work, fmt.Sprintf("agent-%d-%d", i, time.Now().UnixNano()))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	args := []string{"run", "--set", "exporter.kafka.brokers=[" + c.Brokers + "]",
-		"--set", "exporter.kafka.linger=" + linger.String(),
-		// The rows measure linger as the window every batch waits, the
-		// setting fleets size their brokers with (docs/scaling.md).
-		"--set", "exporter.kafka.linger_mode=fixed",
-		"--set", "receivers.http.listen=" + a.http, "--set", "telemetry.admin.listen=" + a.admin,
+	args := []string{"run", "--set", "exporter.kafka.brokers=[" + c.Brokers + "]"}
+	if !linger.Adaptive {
+		// A fixed linger is the window every batch waits, the setting
+		// fleets size their brokers with (docs/scaling.md).
+		args = append(args, "--set", "exporter.kafka.linger_mode=fixed", "--set", "exporter.kafka.linger="+linger.Cap.String())
+	} else if linger.Cap > 0 {
+		args = append(args, "--set", "exporter.kafka.linger="+linger.Cap.String())
+	}
+	args = append(args,
+		"--set", "receivers.http.listen="+a.http, "--set", "telemetry.admin.listen="+a.admin,
 		"--set", fmt.Sprintf("receivers.otlp.http.listen=127.0.0.1:%d", base+2),
 		"--set", fmt.Sprintf("receivers.otlp.grpc.listen=127.0.0.1:%d", base+3),
 		"--set", fmt.Sprintf("receivers.local.listen=127.0.0.1:%d", base+4),
-		"--set", "receivers.local.socket=" + filepath.Join(dir, "ferry.sock"),
+		"--set", "receivers.local.socket="+filepath.Join(dir, "ferry.sock"),
 		"--set", "telemetry.report_interval=0s",
-		"--set", "delivery.spool.dir=" + filepath.Join(dir, "spool"),
-		"--set", "delivery.dead_letter.file=" + filepath.Join(dir, "dead.ndjson")}
+		"--set", "delivery.spool.dir="+filepath.Join(dir, "spool"),
+		"--set", "delivery.dead_letter.file="+filepath.Join(dir, "dead.ndjson"))
 	logf, err := os.Create(filepath.Join(dir, "agent.log"))
 	if err != nil {
 		return nil, err

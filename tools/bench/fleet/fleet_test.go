@@ -31,13 +31,33 @@ ferry_exporter_kafka_connections{exporter="kafka"} 7
 }
 
 func TestMarkdownSaysHowToReproduce(t *testing.T) {
-	c := Config{Agents: []int{1, 4}, Lingers: []time.Duration{5 * time.Millisecond}, Rate: 1000, Size: 200, Batch: 10,
+	c := Config{Agents: []int{1, 4}, Lingers: []Linger{{Cap: 5 * time.Millisecond}, {Adaptive: true}}, Rate: 1000, Size: 200, Batch: 10,
 		Duration: time.Second, Warmup: time.Second, Partitions: 12, Nodes: 3}
 	md := Markdown(c, Report{Machine: "2 cores", IdleBrokerCPU: 12,
 		Rows: []Row{{Agents: 1, Linger: "5ms", Delivered: 999, ProducePerSec: 50}, {Agents: 4, Linger: "5ms", ProducePerSec: 200}}})
-	for _, want := range []string{"| 1 | 5ms | 999 |", "takes 12% of a core", "| 4 | 5ms |", "--agents 1,4 --lingers 5ms --rate 1000"} {
+	for _, want := range []string{"| 1 | 5ms | 999 |", "takes 12% of a core", "| 4 | 5ms |", "--agents 1,4 --lingers 5ms,adaptive --rate 1000"} {
 		if !strings.Contains(md, want) {
 			t.Fatalf("table lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// The --lingers spellings: a duration is fixed, adaptive the default mode,
+// adaptive:D the default mode with cap D; anything else is refused.
+func TestParseLinger(t *testing.T) {
+	for in, want := range map[string]Linger{"50ms": {Cap: 50 * time.Millisecond}, "adaptive": {Adaptive: true},
+		" adaptive:50ms": {Adaptive: true, Cap: 50 * time.Millisecond}} {
+		got, err := ParseLinger(in)
+		if err != nil || got != want {
+			t.Fatalf("ParseLinger(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+		if back, _ := ParseLinger(got.String()); back != got {
+			t.Fatalf("%q does not read back: %+v", got.String(), back)
+		}
+	}
+	for _, bad := range []string{"adaptive50ms", "adaptive:", "adaptive:0s", "fast", "-1s"} {
+		if _, err := ParseLinger(bad); err == nil {
+			t.Fatalf("ParseLinger(%q) accepted", bad)
 		}
 	}
 }

@@ -17,7 +17,7 @@ func Markdown(c Config, rep Report) string {
 	if rep.IdleBrokerCPU > 0 {
 		fmt.Fprintf(&b, "The idle cluster alone takes %.0f%% of a core (three JVMs, KRaft heartbeats); the brokers' CPU below includes it.\n", rep.IdleBrokerCPU)
 	}
-	fmt.Fprintf(&b, "Every row offers the same total: %.0f records/s of %d B, in HTTP requests of %d records answered after Kafka's ack, split evenly over the agents, measured for %s after %s of warm-up (delivered: acknowledged by Kafka in that window; p99: the whole load); topics of %d partitions; compression lz4, acks all, idempotent (the defaults); `linger_mode: fixed`, so every batch waits the row's linger.\n\n",
+	fmt.Fprintf(&b, "Every row offers the same total: %.0f records/s of %d B, in HTTP requests of %d records answered after Kafka's ack, split evenly over the agents, measured for %s after %s of warm-up (delivered: acknowledged by Kafka in that window; p99: the whole load); topics of %d partitions; compression lz4, acks all, idempotent (the defaults). A linger given as a duration is `linger_mode: fixed`: every batch waits it; *adaptive* is the default (`linger_mode: adaptive`, `linger` 2 ms): a batch leaves at once while no produce request is in flight to its broker, and waits for the answer (at most the cap, *adaptive:50ms*) otherwise.\n\n",
 		c.Rate, c.Size, c.Batch, c.Duration, c.Warmup, c.Partitions)
 	head := []string{"agents", "linger", "delivered rec/s", "failed", "p99 ms", "Produce req/s (all agents)", "Produce req/s per agent",
 		"Metadata req/min", "records / batch", "bytes / batch (lz4)", "batches / request", "connections / agent", "agents' CPU %", "brokers' CPU %", "RSS / agent MiB"}
@@ -33,7 +33,7 @@ func Markdown(c Config, rep Report) string {
 	d.Table(head, cells)
 	b.WriteString(d.String())
 	fmt.Fprintf(&b, "\nReproduce: `make build && bin/ferry-bench fleet --agents %s --lingers %s --rate %.0f --record-size %d --batch %d --duration %s --partitions %d`\n",
-		joinInts(c.Agents), joinDurs(c.Lingers), c.Rate, c.Size, c.Batch, c.Duration, c.Partitions)
+		joinInts(c.Agents), joinLingers(c.Lingers), c.Rate, c.Size, c.Batch, c.Duration, c.Partitions)
 	return b.String()
 }
 
@@ -45,10 +45,10 @@ func joinInts(v []int) string {
 	return strings.Join(s, ",")
 }
 
-func joinDurs(v []time.Duration) string {
+func joinLingers(v []Linger) string {
 	s := make([]string, len(v))
-	for i, d := range v {
-		s[i] = d.String()
+	for i, l := range v {
+		s[i] = l.String()
 	}
 	return strings.Join(s, ",")
 }
