@@ -102,7 +102,10 @@ type Options struct {
 	Linger       time.Duration
 	// Compression of batches: "none" (default), "lz4" or "zstd".
 	Compression string
-	// MaxInFlight batches on the wire at once (default 32).
+	// MaxInFlight batches on the wire at once. Default (0): as many
+	// BatchBytes frames as the agent lets one connection have unanswered
+	// (its receivers.local.max_inflight_bytes, 32 MiB by default, told in
+	// its hello), at least 32 and at most 1024: 128 with the defaults.
 	MaxInFlight int
 	// RetryBackoff and RetryBackoffMax bound the wait before a refused
 	// record is sent again or a lost connection is redialled (defaults
@@ -184,8 +187,8 @@ func (o *Options) defaults() error {
 	default:
 		return fmt.Errorf("client: compression %q: want none, lz4 or zstd", o.Compression)
 	}
-	if o.MaxInFlight <= 0 {
-		o.MaxInFlight = 32
+	if o.MaxInFlight < 0 {
+		o.MaxInFlight = 0 // the agent's window decides (session.maxFrames)
 	}
 	if o.RetryBackoff <= 0 {
 		o.RetryBackoff = 100 * time.Millisecond

@@ -366,3 +366,61 @@ func ExampleClient_ProduceSync() {
 		}
 	}
 }
+
+// TestInFlightFillsTheAgentsWindow: unset, MaxInFlight follows the window
+// the agent's hello announces (max_inflight_bytes), so a connection keeps
+// as many frames unanswered as the agent allows rather than a fixed 32,
+// which at 1000 B records through Kafka left three quarters of the default
+// window unused (issue 37); set, it is the bound.
+func TestInFlightFillsTheAgentsWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		set      int
+		min, max int
+	}{
+		// 4 MiB window ÷ 32 KiB frames: 128, fewer as each frame is a
+		// little over BatchBytes and the window is bytes too.
+		{"default", 0, 100, 128},
+		{"set", 5, 5, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &consumertest.Holder{}
+			_, sock := agent(t, h, func(c *localreceiver.Config) { c.MaxInflightBytes = 4 << 20 })
+			c := newClient(t, client.Options{Addrs: []string{"unix:" + sock}, BatchBytes: 32 << 10, MaxInFlight: tc.set})
+			cl := newCalls()
+			val := bytes.Repeat([]byte("x"), 1000)
+			const n = 200 * 32 // 200 frames' worth, more than either bound
+			for i := 0; i < n; i++ {
+				c.Produce(context.Background(), &client.Record{Topic: "t", Value: val}, cl.cb)
+			}
+			// Held only grows; wait until it has stood still for a while.
+			last, still := -1, 0
+			for deadline := time.Now().Add(10 * time.Second); still < 10 && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+				if got := h.Held(); got == last {
+					still++
+				} else {
+					last, still = got, 0
+				}
+			}
+			if last < tc.min || last > tc.max {
+				t.Errorf("%d frames unanswered at once, want %d-%d", last, tc.min, tc.max)
+			}
+			// Records sent after a release are held again: release until
+			// every one is called back.
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				h.Release(nil)
+				cl.mu.Lock()
+				done := len(cl.seen) >= n
+				cl.mu.Unlock()
+				if done {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("records still unanswered after 30 s of releases")
+				}
+			}
+			cl.check(t, n)
+		})
+	}
+}

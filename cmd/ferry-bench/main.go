@@ -18,6 +18,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/ferryhq/ferry/tools/bench/fleet"
 	"github.com/ferryhq/ferry/tools/bench/load"
@@ -49,6 +50,20 @@ func main() {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
 	}
+	// FERRY_BENCH_CPUPROFILE=FILE writes the tool's own CPU profile: whether
+	// the load generator, not the agent, is the limit of a figure is a
+	// question every benchmark table has to answer.
+	if f := os.Getenv("FERRY_BENCH_CPUPROFILE"); f != "" {
+		out, err := os.Create(f)
+		if err == nil {
+			err = pprof.StartCPUProfile(out)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ferry-bench: FERRY_BENCH_CPUPROFILE:", err)
+			os.Exit(1)
+		}
+		defer func() { pprof.StopCPUProfile(); out.Close() }()
+	}
 	var err error
 	switch os.Args[1] {
 	case "produce":
@@ -74,6 +89,7 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ferry-bench:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
