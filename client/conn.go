@@ -64,7 +64,7 @@ type session struct {
 	err       error // why it broke (set before broken is closed)
 	// Scratch buffers of the sender goroutine: a frame is built, written
 	// to w (which copies it) and the buffers reused.
-	body, zbody, frame []byte
+	zbody, frame []byte
 }
 
 // sender connects, sends, and reconnects, until Close.
@@ -316,14 +316,12 @@ func (c *Client) encode(s *session, sd *send, maxFrame int) ([]byte, error) {
 	if c.closed {
 		return nil, ErrClosed
 	}
-	body := s.body[:0]
 	flags := byte(0)
 	if c.o.Receipts {
 		flags |= protocol.FlagReceipt
 	}
 	if sd.b.reqID != "" {
 		flags |= protocol.FlagRequestID
-		body = protocol.AppendRequestID(body, sd.b.reqID)
 	}
 	if s.idem {
 		if sd.seq == 0 {
@@ -331,25 +329,38 @@ func (c *Client) encode(s *session, sd *send, maxFrame int) ([]byte, error) {
 			sd.seq = c.seq
 		}
 		flags |= protocol.FlagSequence
-		body = protocol.AppendSequence(body, sd.seq)
 	}
+	// The frame is encoded in place behind its header: the batch's records
+	// are copied once, from the batch into the frame (a body built apart
+	// and then framed cost a second copy of every byte: a sixth of the
+	// client's CPU at 1000 B records).
+	id := s.nextID + 1
+	frame, at := protocol.BeginFrame(s.frame[:0], protocol.TypeProduce, flags, id)
+	start := len(frame)
+	if sd.b.reqID != "" {
+		frame = protocol.AppendRequestID(frame, sd.b.reqID)
+	}
+	if s.idem {
+		frame = protocol.AppendSequence(frame, sd.seq)
+	}
+	frame = protocol.AppendProduceCount(frame, sd.n)
 	if sd.idx == nil && sd.b.tries == 0 {
-		body = protocol.AppendProduceCount(body, sd.n)
-		body = append(body, sd.b.body...)
+		frame = append(frame, sd.b.body...)
 	} else {
-		body = protocol.AppendProduceCount(body, sd.n)
 		prev := ""
 		for k := 0; k < sd.n; k++ {
 			e := &sd.b.entries[sd.at(k)]
-			body = appendRecord(body, prev, e.rec)
+			frame = appendRecord(frame, prev, e.rec)
 			prev = e.rec.Topic
 		}
 	}
-	tooBig := len(body)+protocol.HeaderLen > maxFrame || sd.n > int(s.hello.MaxRecords)
+	s.frame = frame
+	bodyLen := len(frame) - start
+	tooBig := bodyLen+protocol.HeaderLen > maxFrame || sd.n > int(s.hello.MaxRecords)
 	if tooBig {
 		if sd.n == 1 {
 			c.resolve(sd.b, sd.at(0), &Error{Reason: "record_too_large",
-				Message: fmt.Sprintf("a record of %d bytes does not fit in the agent's frame limit (%d)", len(body), maxFrame)})
+				Message: fmt.Sprintf("a record of %d bytes does not fit in the agent's frame limit (%d)", bodyLen, maxFrame)})
 			return nil, errTooBig
 		}
 		half := sd.n / 2
@@ -365,17 +376,15 @@ func (c *Client) encode(s *session, sd *send, maxFrame int) ([]byte, error) {
 		c.retry = append([]send{first, second}, c.retry...)
 		return nil, errTooBig
 	}
-	s.body = body
+	protocol.EndFrame(frame, at)
 	if c.compress != protocol.CompressNone {
-		if z, err := protocol.Compress(s.zbody[:0], body, c.compress); err == nil {
-			s.zbody = z
-			body, flags = z, flags|c.compress
+		zf, zat := protocol.BeginFrame(s.zbody[:0], protocol.TypeProduce, flags|c.compress, id)
+		if z, err := protocol.Compress(zf, frame[start:], c.compress); err == nil {
+			protocol.EndFrame(z, zat)
+			s.zbody, frame = z, z
 		}
 	}
-	s.nextID++
-	id := s.nextID
-	frame := protocol.AppendFrame(s.frame[:0], protocol.TypeProduce, flags, id, body)
-	s.frame = frame
+	s.nextID = id
 	s.inflight[id] = sd
 	s.bytes += int64(len(frame))
 	sd.frameBytes = len(frame)
