@@ -27,14 +27,13 @@ package kafkaexporter
 // Kafka 4 (KIP-890 part 2) each commit bumps the producer epoch, after
 // which franz-go sends one batch per partition until the first answer.
 // So at every commit the broker path drains and refills: the flush's
-// tail, the EndTxn round trip and that first batch, about 15-30 ms at
-// 1 KB records against the 100-150 ms a 64 MiB transaction takes to
-// send. Nothing else may stall between two transactions: completing a
-// committed transaction's batches moves the spool's watermark, which must
-// not wait for the spool's append lock (it did, up to a second per
-// transaction while 32 clients appended), and producing yields after each
-// batch so the client's sender starts at once rather than after the whole
-// transaction is handed over.
+// tail, the EndTxn round trip, handing the next transaction's records to
+// the client and that first batch, 15-45 ms at 1 KB records against the
+// 100-150 ms a 64 MiB transaction takes to send. Nothing else may stall
+// between two transactions: completing a committed transaction's batches
+// moves the spool's watermark, which must not wait for the spool's append
+// lock (it did, up to a second per transaction while 32 clients
+// appended).
 //
 // A failed attempt is aborted and the same batches go again in the next
 // one. A record Kafka refuses for good (too large, unknown or refused
@@ -70,7 +69,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -449,13 +447,7 @@ func (eo *exactlyOnce) attempt(cur []*eoBatch) ([]*eoBatch, bool) {
 // produce hands tb's records (those not dead-lettered) to the
 // transactional client. Produce blocks when the client's buffer is full:
 // this is the committer's goroutine, not a promise.
-//
-// It yields after each batch: a batch that fills a Kafka batch starts the
-// client's drain goroutine on this P's run queue, where it waits for this
-// loop to end or be preempted (a transaction's 64 MiB take the loop 20-40
-// ms), while the broker, idle since the last commit, waits with it.
 func (eo *exactlyOnce) produce(ctx context.Context, tb *eoBatch) {
-	defer runtime.Gosched()
 	b := tb.b
 	for i := range b.Records {
 		tb.errs[i] = nil
