@@ -120,9 +120,13 @@
 // the watermark) and hands the rest to the finisher goroutine through a
 // queue that cannot fill (it holds at most a task per record in flight,
 // which the read-ahead budget bounds): writing dead letters (a write and
-// an fsync, or a produce to the dead-letter topic) and deleting segments
-// the watermark has passed. The finisher drains its queue before Close
-// writes the final checkpoint.
+// an fsync, or a produce to the dead-letter topic) and retiring segments
+// the watermark has passed. The promise path never takes the appender's
+// lock, which appends hold through their writes and a roll through its
+// fsync: an exactly-once exporter answers on the goroutine that begins its
+// next transaction, and an answer queued behind many clients' appends
+// stalled delivery. The finisher drains its queue before Close writes the
+// final checkpoint.
 //
 // # Parts
 //
@@ -143,8 +147,9 @@
 // sealed file), never the other way round. The ledger's and finisher's
 // locks are never held with another: a method that needs two parts takes
 // one part's lock, copies what it needs and releases it before the next
-// (advance: the ledger settles the watermark, then the appender forgets
-// the segments before it). recover.go rebuilds every part at Open.
+// (advance: the ledger settles the watermark; when it entered a later
+// segment, the finisher has the appender forget the segments before it).
+// recover.go rebuilds every part at Open.
 //
 // # Failures after the spool
 //

@@ -10,13 +10,16 @@ import (
 )
 
 // finTask is work handed from the Kafka client's promise path to the
-// finisher: store record i of chunk c's dead letter, or remove segments
-// the watermark passed.
+// finisher: store record i of chunk c's dead letter, or (c nil) retire
+// the segments gone, or when pass, those wholly before the watermark
+// passed.
 type finTask struct {
-	c    *chunk
-	i    int
-	err  error
-	gone []uint64
+	c      *chunk
+	i      int
+	err    error
+	gone   []uint64
+	pass   bool
+	passed pos
 }
 
 // hand queues t for the finisher. It never blocks: the promise goroutine
@@ -33,10 +36,12 @@ func (f *finisher) hand(t finTask) {
 // finisher does what must not run on the Kafka client's promise goroutine
 // (franz-go runs every promise of the client on one goroutine: a slow step
 // there would hold up every acknowledgement, including live traffic's):
-// writing dead letters (a write and an fsync, or a produce) and deleting
-// the segments the watermark passed. Giving a chunk back and moving the
-// watermark are a few atomic and in-memory steps and stay inline, so a
-// chunk's buffer is reused at once. It drains its queue before it stops.
+// writing dead letters (a write and an fsync, or a produce) and retiring
+// the segments the watermark passed (which takes the append lock, held
+// through appends' writes and a roll's fsync). Giving a chunk back and
+// moving the watermark are a few atomic and in-memory steps and stay
+// inline, so a chunk's buffer is reused at once. It drains its queue
+// before it stops.
 func (s *Spool) finishLoop() {
 	defer s.finWG.Done()
 	var work []finTask
@@ -46,6 +51,9 @@ func (s *Spool) finishLoop() {
 		s.finMu.Unlock()
 		for _, t := range work {
 			if t.c == nil {
+				if t.pass {
+					t.gone = s.appender.passed(t.passed)
+				}
 				s.removed(t.gone)
 				continue
 			}

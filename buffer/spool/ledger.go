@@ -106,9 +106,15 @@ func (l *ledger) push(m *mark) {
 }
 
 // advance moves the watermark over the chunks completed in read order,
-// and deletes segments it has passed.
+// and has the finisher retire the segments it has passed. It runs on the
+// completion path (the Kafka client's promise goroutine; an exactly-once
+// exporter's committer, whose next transaction waits for it), so it never
+// takes the append lock: appends hold that lock through their writes and
+// a segment roll's fsync, and with many clients appending, a completion
+// queued behind them stalled delivery (up to a second per exactly-once
+// transaction under load). Only the finisher touches the segment table.
 func (s *Spool) advance() {
-	wm, moved, replayed := s.ledger.settle(s.replayEnd)
+	wm, moved, replayed, crossed := s.ledger.settle(s.replayEnd)
 	if !moved {
 		return
 	}
@@ -117,17 +123,17 @@ func (s *Spool) advance() {
 		s.m.replaySeconds.Set(took.Seconds())
 		s.logger.Info("spool: the backlog found at start is delivered", "bytes", s.m.backlogAtOpenValue, "took", took.Round(time.Millisecond))
 	}
-	if gone := s.appender.passed(wm); len(gone) > 0 {
-		// Files are removed by the finisher: this may run on the Kafka
-		// client's promise goroutine.
-		s.hand(finTask{gone: gone})
+	if crossed {
+		s.hand(finTask{pass: true, passed: wm})
 	}
 }
 
 // settle moves the watermark over the completed chunks at the head of the
-// read order; it reports the watermark, whether it moved, and whether it
-// just passed replayEnd (the backlog found at Open is delivered).
-func (l *ledger) settle(replayEnd pos) (wm pos, moved, replayed bool) {
+// read order; it reports the watermark, whether it moved, whether it just
+// passed replayEnd (the backlog found at Open is delivered), and whether
+// it entered a later segment than the last report (earlier segments may
+// be retired).
+func (l *ledger) settle(replayEnd pos) (wm pos, moved, replayed, crossed bool) {
 	l.ackMu.Lock()
 	defer l.ackMu.Unlock()
 	i := 0
@@ -136,7 +142,7 @@ func (l *ledger) settle(replayEnd pos) (wm pos, moved, replayed bool) {
 		i++
 	}
 	if i == 0 {
-		return l.wm, false, false
+		return l.wm, false, false, false
 	}
 	clear(l.fifo[:i])
 	l.fifo = append(l.fifo[:0], l.fifo[i:]...)
@@ -144,5 +150,9 @@ func (l *ledger) settle(replayEnd pos) (wm pos, moved, replayed bool) {
 	if replayed {
 		l.replayDone = true
 	}
-	return l.wm, true, replayed
+	crossed = l.wm.seg > l.retiredBefore
+	if crossed {
+		l.retiredBefore = l.wm.seg
+	}
+	return l.wm, true, replayed, crossed
 }

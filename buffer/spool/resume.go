@@ -78,6 +78,7 @@ func (s *Spool) skipTo(p pos) {
 	s.rpos, s.need = p, 0
 	s.ackMu.Lock()
 	s.wm = p
+	s.retiredBefore = max(s.retiredBefore, p.seg)
 	s.ackMu.Unlock()
 	if gone := s.appender.passed(p); len(gone) > 0 {
 		s.hand(finTask{gone: gone})

@@ -207,6 +207,9 @@ type ledger struct {
 	ckptFile   *os.File
 	replayDone bool
 	startedAt  time.Time
+	// retiredBefore: the finisher was last asked to retire the segments
+	// before this one (settle asks again when wm enters a later one).
+	retiredBefore uint64
 
 	// ckptTick, when a test sets it before Start, replaces the
 	// checkpointer's one-second ticker: each value received is one pass.

@@ -22,6 +22,19 @@ package kafkaexporter
 // transaction is open at a time, so transactions commit in spool order and
 // the state can never pass a batch that is not committed.
 //
+// What that costs (BENCHMARKS.md section 6b): the client cannot produce
+// the next transaction's records before EndTransaction returns, and on
+// Kafka 4 (KIP-890 part 2) each commit bumps the producer epoch, after
+// which franz-go sends one batch per partition until the first answer.
+// So at every commit the broker path drains and refills: the flush's
+// tail, the EndTxn round trip, handing the next transaction's records to
+// the client and that first batch, 15-45 ms at 1 KB records against the
+// 100-150 ms a 64 MiB transaction takes to send. Nothing else may stall
+// between two transactions: completing a committed transaction's batches
+// moves the spool's watermark, which must not wait for the spool's append
+// lock (it did, up to a second per transaction while 32 clients
+// appended).
+//
 // A failed attempt is aborted and the same batches go again in the next
 // one. A record Kafka refuses for good (too large, unknown or refused
 // topic) is dead-lettered first, synchronously (record.Batch.DeadLetterNow),
