@@ -196,13 +196,18 @@ func (s *suite) producers() ([]prodRow, error) {
 			return nil, err
 		}
 		s.logf("%d B: ferry-bench produce --target kafka://", size)
-		t2, _ := s.topic(fmt.Sprintf("direct-%d", size), 3)
-		out, err = s.bench(append([]string{"produce", "--target", "kafka://" + s.brokers, "--topic", t2, "--num-records", n,
-			"--record-size", strconv.Itoa(size), "--producer-props"}, strings.Join(ppProps, " "))...)
-		if err != nil {
-			return nil, err
+		// direct is franz-go straight to the broker, ferry's reference.
+		direct := func(name string) (load.Result, error) {
+			t, _ := s.topic(fmt.Sprintf("%s-%d", name, size), 3)
+			defer s.deleteTopic(t)
+			out, err := s.bench(append([]string{"produce", "--target", "kafka://" + s.brokers, "--topic", t, "--num-records", n,
+				"--record-size", strconv.Itoa(size), "--producer-props"}, strings.Join(ppProps, " "))...)
+			if err != nil {
+				return load.Result{}, err
+			}
+			return parsePP(out)
 		}
-		if row.direct, err = parsePP(out); err != nil {
+		if row.direct, err = direct("direct"); err != nil {
 			return nil, err
 		}
 		s.logf("%d B: ferry-bench produce --target http:// (through ferry, %d records per request)", size, viaBatch(size))
@@ -236,13 +241,7 @@ func (s *suite) producers() ([]prodRow, error) {
 		// same direct run gave 384k then 193k rec/s 15 s later), so a
 		// direct run only before them made the ratios depend on the order.
 		s.logf("%d B: ferry-bench produce --target kafka:// again (direct is the mean of the runs before and after ferry's)", size)
-		t5, _ := s.topic(fmt.Sprintf("direct2-%d", size), 3)
-		out, err = s.bench(append([]string{"produce", "--target", "kafka://" + s.brokers, "--topic", t5, "--num-records", n,
-			"--record-size", strconv.Itoa(size), "--producer-props"}, strings.Join(ppProps, " "))...)
-		if err != nil {
-			return nil, err
-		}
-		after, err := parsePP(out)
+		after, err := direct("direct2")
 		if err != nil {
 			return nil, err
 		}
@@ -251,7 +250,7 @@ func (s *suite) producers() ([]prodRow, error) {
 		s.logf("%d B: %s rec/s Kafka's tool, %s direct, %s through ferry over HTTP (ferry %.0f%% CPU), %s over the local protocol (ferry %.0f%% CPU)", size, report.F0(row.pp.RecordsSec),
 			report.F0(row.direct.RecordsSec), report.F0(row.via.RecordsSec), row.use.cpu, report.F0(row.local.RecordsSec), row.localUse.cpu)
 		rows = append(rows, row)
-		for _, t := range []string{t2, t3, t4, t5} {
+		for _, t := range []string{t3, t4} {
 			s.deleteTopic(t)
 		}
 		if size != 100 {
