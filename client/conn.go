@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -228,9 +230,14 @@ func (c *Client) serve(s *session) {
 		c.mu.Lock()
 		// Unanswered: their fate is unknown, so they are sent again (the
 		// agent may have delivered them: at least once).
-		var again []send
-		for _, sd := range s.inflight {
-			again = append(again, *sd)
+		// In the order they were first sent (frame ids ascend per
+		// session), not the map's: up to 1,024 frames may be in flight,
+		// and a random resend order would reorder a key's records more
+		// than at least once requires.
+		ids := slices.Sorted(maps.Keys(s.inflight))
+		again := make([]send, 0, len(ids))
+		for _, id := range ids {
+			again = append(again, *s.inflight[id])
 		}
 		s.inflight = nil
 		c.retry = append(again, c.retry...)
