@@ -131,7 +131,7 @@ func (c *conv) emitNative(f *fam, hists func(s *series, fn func(h *nhist)) error
 			}
 			if f.nhcb {
 				_, d, ok := h.pos.dense(h.isFloat, len(h.custom)+1, buf)
-				if !ok || h.pos.spans != nil && h.pos.spans[0].offset < 0 {
+				if !ok || len(h.pos.spans) > 0 && h.pos.spans[0].offset < 0 {
 					c.st.Drop(door.BadNativeHistogram, 1) // buckets beyond its bounds
 					return
 				}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	writev2 "github.com/prometheus/client_golang/exp/api/remote/genproto/v2"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/ferryhq/ferry/otlp/door"
@@ -268,5 +269,41 @@ func TestV2KeysBySymbol(t *testing.T) {
 	body = encV2(syms, series...)
 	if n := allocated(func() { err = convert(body) }); n > 16<<20 {
 		t.Fatalf("points: a %d-byte body allocated %d MB (%v)", len(body), n>>20, err)
+	}
+}
+
+// TestCustomBucketsWithoutSpans: a custom-bucket histogram (schema -53)
+// with no positive spans, after a histogram that had some, converts (its
+// buckets all zero) instead of panicking. The histograms of a request share
+// one decoding struct, whose span slice stays allocated, empty, across
+// them; the bound check read its first element when it was non-nil (found
+// by CI's fuzz smoke, FuzzRemoteWrite).
+func TestCustomBucketsWithoutSpans(t *testing.T) {
+	st := writev2.NewSymbolTable()
+	h := func(ts int64, spans ...*writev2.BucketSpan) *writev2.Histogram {
+		var counts []float64
+		for _, s := range spans {
+			for range s.Length {
+				counts = append(counts, 1)
+			}
+		}
+		return &writev2.Histogram{Count: &writev2.Histogram_CountFloat{CountFloat: float64(len(counts))}, Schema: -53,
+			CustomValues: []float64{1, 2}, PositiveSpans: spans, PositiveCounts: counts, Timestamp: ts}
+	}
+	s := &writev2.TimeSeries{LabelsRefs: st.SymbolizeLabels([]string{"__name__", "c"}, nil),
+		Histograms: []*writev2.Histogram{h(1, &writev2.BucketSpan{Offset: 0, Length: 3}), h(2)}}
+	body, err := (&writev2.Request{Symbols: st.Symbols(), Timeseries: []*writev2.TimeSeries{s}}).MarshalVT()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := httptest.NewRequest(http.MethodPost, "/api/v1/write", nil)
+	q.Header.Set("Content-Type", "application/x-protobuf;proto=io.prometheus.write.v2.Request")
+	out, err := RemoteWrite(q, body, nil, door.Limits{MaxBytes: 1 << 20}, &door.Stats{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dps := byName(decode(t, out))["/c"].Histogram().DataPoints()
+	if dps.Len() != 2 || !eqU(dps.At(0).BucketCounts().AsRaw(), []uint64{1, 1, 1}) || !eqU(dps.At(1).BucketCounts().AsRaw(), []uint64{0, 0, 0}) {
+		t.Fatalf("%d points", dps.Len())
 	}
 }

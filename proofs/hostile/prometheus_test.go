@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/s2"
+	writev2 "github.com/prometheus/client_golang/exp/api/remote/genproto/v2"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/ferryhq/ferry/proofs/harness/agenttest"
@@ -93,6 +94,32 @@ func TestPrometheusDoorAttacks(t *testing.T) {
 		body := s2.EncodeSnappy(nil, b)
 		ans, ok := is(send(otlp+"/api/v1/write", rw, "snappy", body), 413, "series (at most 200000")
 		return ans, ok, fmt.Sprintf("%d KB on the wire, %d MB decoded; ~30 MB of decoding state if kept", len(body)>>10, len(b)>>20)
+	}, nil)
+
+	attack(t, a, "Remote write 2.0: custom-bucket histograms, the second without buckets, sent 50 times", func() (string, bool, string) {
+		// Before the fix each request panicked the conversion: net/http
+		// recovered the handler, but the request's ~35 KB of reservations
+		// stayed taken (resends drained the budget).
+		st := writev2.NewSymbolTable()
+		h := func(ts int64, spans ...*writev2.BucketSpan) *writev2.Histogram {
+			return &writev2.Histogram{Count: &writev2.Histogram_CountFloat{CountFloat: 1}, Schema: -53, CustomValues: []float64{1, 2},
+				PositiveSpans: spans, PositiveCounts: make([]float64, len(spans)), Timestamp: ts}
+		}
+		ser := &writev2.TimeSeries{LabelsRefs: st.SymbolizeLabels([]string{"__name__", "c"}, nil),
+			Histograms: []*writev2.Histogram{h(1, &writev2.BucketSpan{Length: 1}), h(2)}}
+		pb, err := (&writev2.Request{Symbols: st.Symbols(), Timeseries: []*writev2.TimeSeries{ser}}).MarshalVT()
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		var ans string
+		for range 50 {
+			r := send(otlp+"/api/v1/write", rw+";proto=io.prometheus.write.v2.Request", "snappy", s2.EncodeSnappy(nil, pb))
+			var ok bool
+			if ans, ok = is(r, 204, ""); !ok {
+				return ans, false, "each converted (the empty one's buckets all zero)"
+			}
+		}
+		return ans, true, "each converted (the empty one's buckets all zero); found by the fuzz smoke"
 	}, nil)
 
 	attack(t, a, "Push: 1 M one-letter samples", func() (string, bool, string) {

@@ -23,7 +23,9 @@ package otlpreceiver
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,6 +93,25 @@ func doorTooLarge(err error) bool {
 // ErrDoorTooLarge: the converted request would pass its reservation
 // (door.ErrTooLarge, which the doors' packages can name).
 var ErrDoorTooLarge = door.ErrTooLarge
+
+// errConvertPanic: a door's conversion panicked (guardConvert).
+var errConvertPanic = errors.New("ferry could not convert this request (a ferry bug, logged with its stack); resending it cannot help")
+
+// guardConvert runs a door's conversion, turning a panic (a bug reached by
+// a sender's bytes) into errConvertPanic, logged with its stack: the
+// request is refused and its reservations given back by the caller's
+// error path, instead of the panic leaking them from the memory budget on
+// every resend (net/http recovers a handler, but not what it reserved) or,
+// on a gRPC door, ending the agent.
+func guardConvert(log *slog.Logger, name string, convert func() ([]byte, error)) (pb []byte, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			pb, err = nil, errConvertPanic
+			log.Error("a door's conversion panicked; the request is refused", "door", name, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		}
+	}()
+	return convert()
+}
 
 // doorList holds every door ferry has; receivers.otlp.doors picks. A new
 // door is its package and one line here.
@@ -217,7 +238,9 @@ func (h *httpServer) door(w http.ResponseWriter, q *http.Request, d *Door, m *re
 		return
 	}
 	var st door.Stats
-	pb, err := d.Convert(q, body.B, out.B[:0], door.Limits{MaxBytes: limit, MaxItems: r.cfg.MaxItems}, &st)
+	pb, err := guardConvert(r.set.Logger, d.Name, func() ([]byte, error) {
+		return d.Convert(q, body.B, out.B[:0], door.Limits{MaxBytes: limit, MaxItems: r.cfg.MaxItems}, &st)
+	})
 	r.body.Put(body)
 	if err == nil && (len(pb) > limit || len(pb) > cap(out.B)) {
 		err = fmt.Errorf("%w (%d bytes converted, %d allowed)", ErrDoorTooLarge, len(pb), limit)
@@ -235,6 +258,17 @@ func (h *httpServer) door(w http.ResponseWriter, q *http.Request, d *Door, m *re
 		if doorTooLarge(err) {
 			fail(answer{httpStatus: http.StatusRequestEntityTooLarge, code: codes.ResourceExhausted, reason: "request_too_large",
 				msg: fmt.Sprintf("%s: %v (%d× the body, at most receivers.otlp.max_request_bytes)", d.Name, err, d.Amplify)})
+			return
+		}
+		if errors.Is(err, errConvertPanic) {
+			// 500, unless the door's senders resend every 5xx (d.Busy: the
+			// Prometheus senders): this request would fail the same way
+			// each time, and a resent one blocks its sender's queue.
+			code := http.StatusInternalServerError
+			if d.Busy != 0 {
+				code = http.StatusBadRequest
+			}
+			fail(answer{httpStatus: code, code: codes.Internal, reason: "internal_error", msg: d.Name + ": " + err.Error()})
 			return
 		}
 		fail(answer{httpStatus: http.StatusBadRequest, code: codes.InvalidArgument, reason: "invalid_payload", msg: d.Name + ": " + err.Error()})

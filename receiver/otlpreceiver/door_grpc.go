@@ -30,6 +30,7 @@ package otlpreceiver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -101,7 +102,7 @@ func (g *grpcServer) registerJaeger(gs *grpc.Server) {
 		Methods: []grpc.MethodDesc{{
 			MethodName: jaeger.ProtoMethod,
 			Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-				return g.postSpans(ctx, dec)
+				return g.guarded(g.r.jaeger.m, func() (any, error) { return g.postSpans(ctx, dec) })
 			},
 		}},
 	}, struct{}{})
@@ -161,7 +162,9 @@ func (g *grpcServer) postSpans(ctx context.Context, dec func(any) error) (any, e
 	}
 	endLease(ctx)
 	var st door.Stats
-	pb, err := jaeger.ConvertWalked(&c, out.B[:0], limit, &st, ErrDoorTooLarge)
+	pb, err := guardConvert(r.set.Logger, jaegerGRPCName, func() ([]byte, error) {
+		return jaeger.ConvertWalked(&c, out.B[:0], limit, &st, ErrDoorTooLarge)
+	})
 	r.body.Put(in)
 	r.body.Put(heap)
 	if err == nil && (len(pb) > limit || len(pb) > cap(out.B)) {
@@ -172,6 +175,9 @@ func (g *grpcServer) postSpans(ctx context.Context, dec func(any) error) (any, e
 		if doorTooLarge(err) {
 			return refuse(answer{code: codes.ResourceExhausted, reason: "request_too_large",
 				msg: fmt.Sprintf("%s: %v (%d× the message, at most receivers.otlp.max_request_bytes)", jaegerGRPCName, err, jaeger.ProtoAmplify)})
+		}
+		if errors.Is(err, errConvertPanic) {
+			return refuse(answer{code: codes.Internal, reason: "internal_error", msg: jaegerGRPCName + ": " + err.Error()})
 		}
 		return refuse(answer{code: codes.InvalidArgument, reason: "invalid_payload", msg: jaegerGRPCName + ": " + err.Error()})
 	}

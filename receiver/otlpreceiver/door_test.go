@@ -13,11 +13,14 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 
+	"github.com/ferryhq/ferry/buffer/budget"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/otlp/door"
 	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/record"
+	"github.com/ferryhq/ferry/telemetry"
 )
 
 // linesDoor is a door for the tests: each line of the body is a log record.
@@ -25,6 +28,10 @@ var linesDoor = Door{Name: "lines", Signal: encoding.Logs, Patterns: []string{"/
 	Convert: func(_ *http.Request, body, dst []byte, lim door.Limits, _ *door.Stats) ([]byte, error) {
 		if bytes.HasPrefix(body, []byte("bad")) {
 			return nil, errors.New("a line says bad")
+		}
+		if bytes.HasPrefix(body, []byte("panic")) {
+			var lines []int
+			_ = lines[len(body)] // a converter's bug, reached by a sender's bytes
 		}
 		ld := plog.NewLogs()
 		lr := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
@@ -102,6 +109,47 @@ func TestDoor(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("GET: %d", res.StatusCode)
+	}
+}
+
+// TestDoorConversionPanic: a door whose conversion panics on a request
+// answers it 500 internal_error (counted, logged), gives back every byte it
+// reserved, and serves the next request: before, net/http recovered the
+// handler but the body's and the converted buffer's reservations stayed
+// taken, so resending the request drained the memory budget until every
+// door answered 503.
+func TestDoorConversionPanic(t *testing.T) {
+	withLinesDoor(t)
+	cfg := testConfig()
+	cfg.Doors = []string{"lines"}
+	b := budget.New(4 << 20)
+	sink := &consumertest.Sink{}
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: sink, Bodies: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+	url := "http://" + r.HTTPAddr() + "/lines"
+	// 60 KB a request, reserving ~0.5 MB (Amplify 8): 20 of them would
+	// hold 10 MB of a 4 MB budget had they leaked.
+	bad := append([]byte("panic"), bytes.Repeat([]byte("x"), 60<<10)...)
+	for i := range 20 {
+		code, hdr, body := postOTLP(t, url, "text/plain", "", bad)
+		if code != http.StatusInternalServerError || hdr.Get("X-Ferry-Reason") != "internal_error" || !strings.Contains(string(body), "a ferry bug") {
+			t.Fatalf("request %d: %d %q %s", i, code, hdr.Get("X-Ferry-Reason"), body)
+		}
+	}
+	if u := b.Used(); u != 0 {
+		t.Fatalf("%d bytes still reserved after the panics", u)
+	}
+	if v := testutil.ToFloat64(r.doorSubs[0].m.Errors("internal_error")); v != 20 {
+		t.Fatalf("internal_error counted %v", v)
+	}
+	if code, _, body := postOTLP(t, url, "text/plain", "", []byte("one\ntwo\n")); code != http.StatusAccepted || len(sink.Records()) != 2 {
+		t.Fatalf("after the panics: %d %s, %d records", code, body, len(sink.Records()))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -195,7 +196,7 @@ func (g *grpcServer) build() *grpc.Server {
 			Methods: []grpc.MethodDesc{{
 				MethodName: "Export",
 				Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-					return g.export(ctx, sig, dec)
+					return g.guarded(g.r.grpcM, func() (any, error) { return g.export(ctx, sig, dec) })
 				},
 			}},
 		}, struct{}{})
@@ -358,6 +359,25 @@ func (g *grpcServer) read(ctx context.Context, m *receivermetrics.Metrics, dec f
 		return nil, nil, "", status.Error(codes.InvalidArgument, err.Error())
 	}
 	return in.buf, claims, headerTok, nil
+}
+
+// guarded runs a gRPC handler, ending a panic (a bug reached by a client's
+// bytes) as its request's INTERNAL status, counted (internal_error) and
+// logged with its stack. gRPC recovers no handler: unguarded, one request
+// would end the agent, and with it every client's requests in flight.
+// What the request had reserved may stay reserved; the door conversions,
+// where a sender's bytes drive the most code, give theirs back
+// (guardConvert).
+func (g *grpcServer) guarded(m *receivermetrics.Metrics, h func() (any, error)) (resp any, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			m.Error("internal_error")
+			m.RequestCode(codes.Internal.String())
+			g.r.set.Logger.Error("a gRPC request's handling panicked; the request is refused", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			resp, err = nil, status.Error(codes.Internal, "ferry could not handle this request (a ferry bug, logged with its stack)")
+		}
+	}()
+	return h()
 }
 
 func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(any) error) (any, error) {
