@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"github.com/ferryhq/ferry/receiver"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -422,5 +424,130 @@ func TestInFlightFillsTheAgentsWindow(t *testing.T) {
 			}
 			cl.check(t, n)
 		})
+	}
+}
+
+// holdThenPass holds every batch (never answered) until pass is set, then
+// hands them to sink.
+type holdThenPass struct {
+	pass atomic.Bool
+	held consumertest.Holder
+	sink consumertest.Sink
+}
+
+func (h *holdThenPass) Consume(ctx context.Context, b *record.Batch) error {
+	if h.pass.Load() {
+		return h.sink.Consume(ctx, b)
+	}
+	return h.held.Consume(ctx, b)
+}
+
+// cutter forwards unix connections to an agent's socket until cut, which
+// breaks every one of them at once (the agent does not answer what it
+// holds: their fate is unknown to the client).
+type cutter struct {
+	ln    net.Listener
+	mute  atomic.Bool // the agent's answers are dropped
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newCutter(t *testing.T, to string) (*cutter, string) {
+	path := filepath.Join(filepath.Dir(to), "cut.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cutter{ln: ln}
+	t.Cleanup(func() { ln.Close(); c.cut() })
+	go func() {
+		for {
+			a, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("unix", to)
+			if err != nil {
+				a.Close()
+				continue
+			}
+			c.mu.Lock()
+			c.conns = append(c.conns, a, b)
+			c.mu.Unlock()
+			go func() {
+				defer a.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := b.Read(buf)
+					if c.mute.Load() {
+						n = 0
+					}
+					if _, werr := a.Write(buf[:n]); err != nil || werr != nil {
+						return
+					}
+				}
+			}()
+			go func() { _, _ = io.Copy(b, a); b.Close() }()
+		}
+	}()
+	return c, path
+}
+
+func (c *cutter) cut() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, x := range c.conns {
+		x.Close()
+	}
+	c.conns = nil
+}
+
+// TestResendsInSendOrder: frames unanswered when a connection breaks are
+// sent again in the order they were first sent, so that a key's records
+// keep their order across a reconnect (at least once may repeat them, not
+// reorder them). Before, they were resent in a map's order: with 100+
+// frames in flight, nearly always reordered.
+func TestResendsInSendOrder(t *testing.T) {
+	h := &holdThenPass{}
+	_, sock := agent(t, h, nil)
+	cut, via := newCutter(t, sock)
+	c := newClient(t, client.Options{Addrs: []string{"unix:" + via}, BatchRecords: 1, MaxInFlight: 100, RetryBackoff: 5 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond})
+	cl := newCalls()
+	rs := recs(300, "t")
+	for _, rec := range rs {
+		c.Produce(context.Background(), rec, cl.cb)
+	}
+	for deadline := time.Now().Add(3 * time.Second); h.held.Held() < 100; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d frames in flight", h.held.Held())
+		}
+	}
+	// Their first copies fail in the agent, answers the client never sees
+	// (as when the agent restarts): a copy still in flight there would make
+	// it answer the resent one in_flight. Then the connection breaks.
+	cut.mute.Store(true)
+	h.pass.Store(true)
+	h.held.Release(consumer.ErrFull)
+	time.Sleep(100 * time.Millisecond)
+	cut.cut()
+	cut.mute.Store(false)
+	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl.check(t, len(rs))
+	got := h.sink.Records()
+	if len(got) != len(rs) {
+		t.Fatalf("%d records delivered after the cut, want %d (none was answered before it)", len(got), len(rs))
+	}
+	for i, r := range got {
+		if want := fmt.Sprintf("v%d", i); string(r.Value) != want {
+			var vs []string
+			for _, r := range got {
+				vs = append(vs, string(r.Value))
+			}
+			t.Fatalf("record %d is %s, want %s: resent out of send order: %v", i, r.Value, want, vs)
+		}
 	}
 }
