@@ -42,7 +42,7 @@ func Cmd(args []string) error {
 	fs.StringVar(&s.doc.Charts, "charts", "docs/bench", "directory for the SVG charts (linked from the report)")
 	fs.IntVar(&s.port, "port", 29392, "port of the local Kafka the suite starts (and the next one for its controller)")
 	fs.StringVar(&s.ferry, "ferry", "bin/ferry", "the ferry binary")
-	fs.StringVar(&s.only, "only", "", "run one section and rewrite it in place in --out: files (log files beside the Collector's filelog and rsyslog), doors (Zipkin, remote write, span metrics), exactly_once (its cost against at least once), curves (cost curves: topics, partitions, connections, tokens, keys, record size), collector_few (OTLP at 4 in flight beside the Collector, both on defaults; printed, not written)")
+	fs.StringVar(&s.only, "only", "", "run one section and rewrite it in place in --out: producers (section 1: every record size direct, over HTTP and the local protocol), files (log files beside the Collector's filelog and rsyslog), doors (Zipkin, remote write, span metrics), exactly_once (its cost against at least once), curves (cost curves: topics, partitions, connections, tokens, keys, record size), collector_few (OTLP at 4 in flight beside the Collector, both on defaults; printed, not written)")
 	fs.StringVar(&s.curvesOnly, "curves", "", "with --only curves: run these curves alone (comma-separated: topics, partitions, connections, tokens, keys, size), e.g. to profile one")
 	fs.StringVar(&s.profileDir, "profile", "", "with --only curves: after each curve's top point's window, a 5 s CPU profile and a heap profile of its agent into this directory (curve-NAME.cpu.pprof, .heap.pprof)")
 	fs.Var(&s.agentSets, "agent-set", "a setting added to every agent the suite starts (repeatable), e.g. telemetry.admin.pprof=true to profile a point")
@@ -74,6 +74,9 @@ func Cmd(args []string) error {
 	case "exactly_once":
 		s.total = 3
 		return s.runExactlyOnce()
+	case "producers":
+		s.total = 2
+		return s.runProducers()
 	case "collector_few":
 		s.total = 2
 		return s.runCollectorFew()
@@ -81,7 +84,7 @@ func Cmd(args []string) error {
 		s.total = 9
 		return s.runCurves()
 	}
-	return fmt.Errorf("--only %q: the sections that run alone are: files, doors, exactly_once, collector_few, curves", s.only)
+	return fmt.Errorf("--only %q: the sections that run alone are: producers, files, doors, exactly_once, collector_few, curves", s.only)
 }
 
 type suite struct {

@@ -132,8 +132,20 @@ func (s *suite) summarise(prod []prodRow, front []frontRow, pan []panResult, con
 	s.doc.Table([]string{"comparison", "seed", "ferry here", "ratio"}, rows)
 }
 
+// Section 1's markers: --only producers rewrites it alone.
+const (
+	prodBegin = "<!-- producers:begin -->"
+	prodEnd   = "<!-- producers:end -->"
+)
+
 func (s *suite) writeProducers(prod []prodRow) {
+	s.doc.P("%s", prodBegin)
+	defer s.doc.P("%s", prodEnd)
 	s.doc.H("1. Producers by record size: Kafka's ProducerPerformance, ferry-bench direct, through ferry")
+	if s.only == "producers" {
+		s.doc.P("Measured alone by `bin/ferry-bench suite --only producers` on %s (this section rewritten in place; the summary above keeps the full run's figures).", time.Now().UTC().Format("2006-01-02"))
+		s.doc.P("")
+	}
 	var cats []string
 	var pp, dir, via, loc []float64
 	for _, r := range prod {
