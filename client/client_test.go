@@ -319,6 +319,53 @@ func TestBufferFullWaitsThenFails(t *testing.T) {
 	_ = c.Flush(context.Background())
 }
 
+// TestBufferBoundsRecords: the buffer is bounded in records too: with
+// MaxBufferedRecords 50 and an agent that answers nothing, the 51st small
+// record fails with ErrBufferFull (its bytes are far below
+// MaxBufferedBytes), and once the agent answers there is room again.
+func TestBufferBoundsRecords(t *testing.T) {
+	h := &consumertest.Holder{}
+	_, sock := agent(t, h, nil)
+	c := newClient(t, client.Options{Addrs: []string{"unix:" + sock}, MaxBufferedRecords: 50, MaxBlock: -1})
+	cl := newCalls()
+	for i := 0; i < 60; i++ {
+		c.Produce(context.Background(), &client.Record{Topic: "t", Value: []byte("v" + strconv.Itoa(i))}, cl.cb)
+	}
+	cl.mu.Lock()
+	full := cl.errs[client.ErrBufferFull.Error()]
+	cl.mu.Unlock()
+	if full != 10 {
+		t.Fatalf("%d records failed with ErrBufferFull, want 10: %v", full, cl.errs)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		h.Release(nil)
+		cl.mu.Lock()
+		n := len(cl.seen)
+		cl.mu.Unlock()
+		if n == 60 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 60 called back", n)
+		}
+	}
+	done := make(chan error, 1)
+	c.Produce(context.Background(), &client.Record{Topic: "t", Value: []byte("v60")}, func(_ *client.Record, err error) { done <- err })
+	for deadline := time.After(5 * time.Second); ; {
+		h.Release(nil)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("after the agent answered: %v", err)
+			}
+			return
+		case <-deadline:
+			t.Fatal("the record after the agent answered was never called back")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // TestSyncAndTCP: ProduceSync over TCP returns after the records are
 // durable, with the agent's refusal as its error.
 func TestSyncAndTCP(t *testing.T) {
