@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ferryhq/ferry/tools/bench/load"
@@ -187,6 +188,19 @@ func (s *suite) records(size int) int64 {
 
 func viaBatch(size int) int { return min(1000, max(1, (512<<10)/size)) }
 
+// settle writes every dirty page to disk before a timed run: a run of
+// 1000 B records leaves ~1 GB dirty, which the kernel writes back 30 s
+// later (vm.dirty_expire_centisecs), in the middle of the next runs, so
+// each run's figure depended on the one before it (the same direct run at
+// 5000 B: 135,079 rec/s, then 53,263 four runs later).
+func (s *suite) settle() {
+	start := time.Now()
+	syscall.Sync()
+	if d := time.Since(start); d > time.Second {
+		s.logf("  (%s writing the previous runs' pages to disk first)", d.Round(100*time.Millisecond))
+	}
+}
+
 // producers: Kafka's ProducerPerformance, ferry-bench straight to Kafka,
 // and ferry-bench through ferry, at every record size, same records count.
 func (s *suite) producers() ([]prodRow, error) {
@@ -205,6 +219,7 @@ func (s *suite) producers() ([]prodRow, error) {
 		if err != nil {
 			return nil, err
 		}
+		s.settle()
 		out, err := s.java("org.apache.kafka.tools.ProducerPerformance", append([]string{"--topic", t1, "--num-records", n,
 			"--record-size", strconv.Itoa(size), "--throughput", "-1", "--producer-props", "bootstrap.servers=" + s.brokers}, ppProps...)...)
 		if err != nil {
@@ -218,6 +233,7 @@ func (s *suite) producers() ([]prodRow, error) {
 		direct := func(name string) (load.Result, error) {
 			t, _ := s.topic(fmt.Sprintf("%s-%d", name, size), 3)
 			defer s.deleteTopic(t)
+			s.settle()
 			out, err := s.bench(append([]string{"produce", "--target", "kafka://" + s.brokers, "--topic", t, "--num-records", n,
 				"--record-size", strconv.Itoa(size), "--producer-props"}, strings.Join(ppProps, " "))...)
 			if err != nil {
@@ -230,6 +246,7 @@ func (s *suite) producers() ([]prodRow, error) {
 		}
 		s.logf("%d B: ferry-bench produce --target http:// (through ferry, %d records per request)", size, viaBatch(size))
 		t3, _ := s.topic(fmt.Sprintf("via-%d", size), 3)
+		s.settle()
 		row.use, err = a.measure(func() error {
 			out, err = s.bench("produce", "--target", "http://"+a.http, "--topic", t3, "--num-records", n,
 				"--record-size", strconv.Itoa(size), "--batch", strconv.Itoa(viaBatch(size)), "--concurrency", "32")
@@ -243,6 +260,7 @@ func (s *suite) producers() ([]prodRow, error) {
 		}
 		s.logf("%d B: ferry-bench produce --target unix:%s (through ferry, the Go client over the local protocol, one goroutine)", size, a.socket)
 		t4, _ := s.topic(fmt.Sprintf("local-%d", size), 3)
+		s.settle()
 		row.localUse, err = a.measure(func() error {
 			out, err = s.bench("produce", "--target", "unix:"+a.socket, "--topic", t4, "--num-records", n,
 				"--record-size", strconv.Itoa(size), "--concurrency", "1")
