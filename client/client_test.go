@@ -540,6 +540,9 @@ func newCutter(t *testing.T, to string) (*cutter, string) {
 	return c, path
 }
 
+// cut closes every connection and unmutes, under the lock new connections
+// register with before they forward anything: the next connection's
+// answers all arrive.
 func (c *cutter) cut() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -547,6 +550,7 @@ func (c *cutter) cut() {
 		x.Close()
 	}
 	c.conns = nil
+	c.mute.Store(false)
 }
 
 // TestResendsInSendOrder: frames unanswered when a connection breaks are
@@ -577,7 +581,6 @@ func TestResendsInSendOrder(t *testing.T) {
 	h.held.Release(consumer.ErrFull)
 	time.Sleep(100 * time.Millisecond)
 	cut.cut()
-	cut.mute.Store(false)
 	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
 	defer stop()
 	if err := c.Flush(ctx); err != nil {

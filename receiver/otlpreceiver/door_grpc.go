@@ -131,9 +131,17 @@ func (g *grpcServer) postSpans(ctx context.Context, dec func(any) error) (any, e
 		m.RequestCode(a.code.String())
 		return nil, retryStatus(a)
 	}
-	c, werr := jaeger.WalkProto(in.B)
+	var c jaeger.ProtoCounts
+	_, werr := guardConvert(r.set.Logger, jaegerGRPCName, func() ([]byte, error) {
+		var err error
+		c, err = jaeger.WalkProto(in.B)
+		return nil, err
+	})
 	if werr != nil {
 		r.body.Put(in)
+		if errors.Is(werr, errConvertPanic) {
+			return refuse(answer{code: codes.Internal, reason: "internal_error", msg: jaegerGRPCName + ": " + werr.Error()})
+		}
 		err := jaeger.ProtoWalkError(werr, ErrDoorTooLarge)
 		if doorTooLarge(err) {
 			return refuse(answer{code: codes.ResourceExhausted, reason: "request_too_large", msg: jaegerGRPCName + ": " + werr.Error()})

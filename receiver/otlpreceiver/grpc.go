@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -380,7 +381,14 @@ func (g *grpcServer) guarded(m *receivermetrics.Metrics, h func() (any, error)) 
 	return h()
 }
 
+// onExport, set by a test, runs first in every OTLP gRPC export: a panic
+// from it reaches the handler's guard the way a bug's would.
+var onExport atomic.Pointer[func()]
+
 func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(any) error) (any, error) {
+	if f := onExport.Load(); f != nil {
+		(*f)()
+	}
 	m := g.r.grpcM
 	buf, claims, headerTok, err := g.read(ctx, m, dec, g.r.gate.WantsResource())
 	endLease(ctx)

@@ -371,25 +371,28 @@ func TestBrowserOriginsRefusedOTLP(t *testing.T) {
 // TestGRPCHandlerPanicIsItsRequests: a panic in a gRPC handler (a bug
 // reached by a client's bytes) ends that request INTERNAL, counted, and the
 // server goes on serving: gRPC recovers no handler, so unguarded it ended
-// the agent.
+// the agent (this test's process).
 func TestGRPCHandlerPanicIsItsRequests(t *testing.T) {
 	r := start(t, testConfig(), &consumertest.Sink{})
-	_, err := r.grpc.guarded(r.grpcM, func() (any, error) {
-		var b []byte
-		return b[len(r.HTTPAddr())], nil
-	})
-	if st := status.Convert(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "a ferry bug") {
-		t.Fatalf("%v", err)
-	}
-	if v := testutil.ToFloat64(r.grpcM.Errors("internal_error")); v != 1 {
-		t.Fatalf("internal_error counted %v", v)
-	}
 	conn, err := grpc.NewClient(r.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	req := ptraceotlp.NewExportRequestFromTraces(ptrace.NewTraces())
+	bug := func() {
+		var b []byte
+		_ = b[len(r.HTTPAddr())]
+	}
+	onExport.Store(&bug)
+	_, err = ptraceotlp.NewGRPCClient(conn).Export(context.Background(), req)
+	onExport.Store(nil)
+	if st := status.Convert(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "a ferry bug") {
+		t.Fatalf("%v", err)
+	}
+	if v := testutil.ToFloat64(r.grpcM.Errors("internal_error")); v != 1 {
+		t.Fatalf("internal_error counted %v", v)
+	}
 	if _, err := ptraceotlp.NewGRPCClient(conn).Export(context.Background(), req); err != nil {
 		t.Fatalf("after the panic: %v", err)
 	}

@@ -2,6 +2,8 @@ package otlpreceiver
 
 import (
 	"errors"
+	"fmt"
+	"runtime/debug"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
@@ -25,7 +27,17 @@ const ReasonConflicting = "conflicting"
 // "resource": the token from headers/metadata if any, else the one every
 // token-carrying resource agrees on. Whatever the token's source, the
 // attribute is removed before export, so it never reaches Kafka.
-func (r *Receiver) resourceAuth(headerTok string, sig encoding.Signal, body *httpbody.Buf) (*token.Claims, *httpbody.Buf, error) {
+//
+// A panic in the walk or in pdata (a bug a sender's bytes reached) refuses
+// the request (500 / INTERNAL, internal_error) and hands back the body the
+// caller still owns, so its reservation is given back as for any refusal.
+func (r *Receiver) resourceAuth(headerTok string, sig encoding.Signal, body *httpbody.Buf) (_ *token.Claims, held *httpbody.Buf, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.set.Logger.Error("a request's resource token check panicked; the request is refused", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			held, err = body, &consumer.PermanentError{Reason: "internal_error", Msg: errConvertPanic.Error(), Err: errConvertPanic}
+		}
+	}()
 	vals, present, err := wire.ResourceAttribute(body.B, tokenAttribute)
 	if err != nil {
 		return nil, body, &decodeError{err}
