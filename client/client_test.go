@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -598,6 +599,48 @@ func TestResendsInSendOrder(t *testing.T) {
 				vs = append(vs, string(r.Value))
 			}
 			t.Fatalf("record %d is %s, want %s: resent out of send order: %v", i, r.Value, want, vs)
+		}
+	}
+}
+
+// TestTimedOutResentInSendOrder: frames the agent answers ack_timeout are
+// answered in the order they arrived, so the client resends them in send
+// order (records produced later may pass them: a refusal's retry is not
+// ordered with what is sent meanwhile, the package's documented
+// exception). Before, the agent answered its late frames in a map's order.
+func TestTimedOutResentInSendOrder(t *testing.T) {
+	h := &holdThenPass{}
+	_, sock := agent(t, h, func(c *localreceiver.Config) { c.AckTimeout = 300 * time.Millisecond })
+	c := newClient(t, client.Options{Addrs: []string{"unix:" + sock}, BatchRecords: 1, MaxInFlight: 100, RetryBackoff: 5 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond})
+	cl := newCalls()
+	rs := recs(150, "t")
+	for _, rec := range rs {
+		c.Produce(context.Background(), rec, cl.cb)
+	}
+	for deadline := time.Now().Add(3 * time.Second); h.held.Held() < 100; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d frames in flight", h.held.Held())
+		}
+	}
+	h.pass.Store(true) // what comes now (the resent copies, the rest) is delivered
+	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl.check(t, len(rs))
+	var firstHundred []int
+	for _, r := range h.sink.Records() {
+		if n, _ := strconv.Atoi(strings.TrimPrefix(string(r.Value), "v")); n < 100 {
+			firstHundred = append(firstHundred, n)
+		}
+	}
+	if len(firstHundred) != 100 {
+		t.Fatalf("%d of the 100 timed-out records delivered", len(firstHundred))
+	}
+	for i, n := range firstHundred {
+		if n != i {
+			t.Fatalf("timed-out records resent out of send order: %v", firstHundred)
 		}
 	}
 }

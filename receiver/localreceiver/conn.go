@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -585,6 +586,10 @@ func (cn *conn) ackTimer() (stop func()) {
 					}
 				}
 				cn.fmu.Unlock()
+				// In the order the frames arrived (their deadlines), not the
+				// map's: a client resends what times out in the order it is
+				// answered, and a key's records must not be reordered by it.
+				slices.SortFunc(late, func(a, b *frame) int { return a.deadline.Compare(b.deadline) })
 				for _, fr := range late {
 					cn.r.m.Error("ack_timeout")
 					err := submit.AckTimeout(cn.r.cfg.AckTimeout, fr.n)
