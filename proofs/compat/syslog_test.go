@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +33,23 @@ func rsyslogd(t *testing.T) string {
 }
 
 func port(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
+
+// waitUDPBound waits until a socket is bound to addr (127.0.0.1:PORT) by
+// some process, per /proc/net/udp, up to 20 s.
+func waitUDPBound(t *testing.T, addr string) {
+	t.Helper()
+	p, err := strconv.Atoi(port(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("0100007F:%04X ", p)
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if b, err := os.ReadFile("/proc/net/udp"); err == nil && strings.Contains(string(b), want) {
+			return
+		}
+	}
+	t.Fatalf("nothing bound %s within 20 s", addr)
+}
 
 // logger (util-linux) → ferry over UDP and TCP, and logger → a real
 // rsyslogd → ferry over TCP (octet-counted) and TLS (gtls, octet-counted,
@@ -82,7 +100,12 @@ ruleset(name="viatls") {
 			t.Logf("rsyslogd:\n%s", rsLog.String())
 		}
 	})
-	time.Sleep(500 * time.Millisecond) // rsyslogd binds its inputs
+	// rsyslogd binds its UDP inputs some time after it starts, and a
+	// datagram sent before is lost: a fixed 500 ms wait lost all 100 on a
+	// loaded machine (make test's parallel packages).
+	for _, in := range []string{inTCP, inTLS} {
+		waitUDPBound(t, in)
+	}
 
 	const n = 50
 	send := func(via string, args ...string) {
