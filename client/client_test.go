@@ -490,6 +490,23 @@ func (h *holdThenPass) Consume(ctx context.Context, b *record.Batch) error {
 	return h.held.Consume(ctx, b)
 }
 
+// produceUntilHeld produces n records, one a frame, and waits until the
+// agent holds held of them unanswered.
+func produceUntilHeld(t *testing.T, c *client.Client, h *holdThenPass, n, held int) (*calls, []*client.Record) {
+	t.Helper()
+	cl := newCalls()
+	rs := recs(n, "t")
+	for _, rec := range rs {
+		c.Produce(context.Background(), rec, cl.cb)
+	}
+	for deadline := time.Now().Add(3 * time.Second); h.held.Held() < held; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d frames in flight", h.held.Held())
+		}
+	}
+	return cl, rs
+}
+
 // cutter forwards unix connections to an agent's socket until cut, which
 // breaks every one of them at once (the agent does not answer what it
 // holds: their fate is unknown to the client).
@@ -564,16 +581,7 @@ func TestResendsInSendOrder(t *testing.T) {
 	_, sock := agent(t, h, nil)
 	cut, via := newCutter(t, sock)
 	c := newClient(t, client.Options{Addrs: []string{"unix:" + via}, BatchRecords: 1, MaxInFlight: 100, RetryBackoff: 5 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond})
-	cl := newCalls()
-	rs := recs(300, "t")
-	for _, rec := range rs {
-		c.Produce(context.Background(), rec, cl.cb)
-	}
-	for deadline := time.Now().Add(3 * time.Second); h.held.Held() < 100; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d frames in flight", h.held.Held())
-		}
-	}
+	cl, rs := produceUntilHeld(t, c, h, 300, 100)
 	// Their first copies fail in the agent, answers the client never sees
 	// (as when the agent restarts): a copy still in flight there would make
 	// it answer the resent one in_flight. Then the connection breaks.
@@ -612,16 +620,7 @@ func TestTimedOutResentInSendOrder(t *testing.T) {
 	h := &holdThenPass{}
 	_, sock := agent(t, h, func(c *localreceiver.Config) { c.AckTimeout = 300 * time.Millisecond })
 	c := newClient(t, client.Options{Addrs: []string{"unix:" + sock}, BatchRecords: 1, MaxInFlight: 100, RetryBackoff: 5 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond})
-	cl := newCalls()
-	rs := recs(150, "t")
-	for _, rec := range rs {
-		c.Produce(context.Background(), rec, cl.cb)
-	}
-	for deadline := time.Now().Add(3 * time.Second); h.held.Held() < 100; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d frames in flight", h.held.Held())
-		}
-	}
+	cl, rs := produceUntilHeld(t, c, h, 150, 100)
 	h.pass.Store(true) // what comes now (the resent copies, the rest) is delivered
 	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
 	defer stop()
