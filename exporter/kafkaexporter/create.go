@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/ferryhq/ferry/record"
 )
 
 // CreateTopics is exporter.kafka.create_topics: the topics ferry's own
@@ -58,7 +62,9 @@ func (e *Exporter) creator() {
 			e.set.Logger.Warn("could not check the configured topics in Kafka; trying again",
 				"component", "exporter/kafka", "in", createRetry, "err", err)
 			retry = time.After(createRetry)
+			continue
 		}
+		e.openGate()
 	}
 }
 
@@ -132,4 +138,94 @@ func (e *Exporter) createMissing() error {
 		e.cl.ForceMetadataRefresh()
 	}
 	return nil
+}
+
+// gate holds the batches naming a configured topic from the start until
+// the creator's first round is over (the topics were found, created, or
+// refused by the broker). Without it a record for a topic still being
+// created fails: franz-go gives a record up after four metadata answers
+// of "unknown topic" (~1.5 s with ferry's retry backoff), and on a loaded
+// broker, or when Kafka is reached a while after the start, creation takes
+// longer, so an OTLP SDK's first export after the agent started was
+// answered 500 unknown_topic on a cluster ferry was about to create the
+// topic on. Held batches are bounded by the memory they already reserved
+// in the queue (queue.memory_limit), like records waiting in the Kafka
+// client; once open the gate costs one atomic load per batch.
+type gate struct {
+	open atomic.Bool
+	want map[string]struct{}
+	mu   sync.Mutex
+	held []*record.Batch
+}
+
+func newGate(want []string) *gate {
+	g := &gate{want: make(map[string]struct{}, len(want))}
+	for _, t := range want {
+		g.want[t] = struct{}{}
+	}
+	return g
+}
+
+// hold keeps b if the gate is closed and b names a configured topic.
+func (g *gate) hold(b *record.Batch) bool {
+	if g == nil || g.open.Load() {
+		return false
+	}
+	names := false
+	for i := range b.Records {
+		if i > 0 && b.Records[i].Topic == b.Records[i-1].Topic {
+			continue
+		}
+		if _, ok := g.want[b.Records[i].Topic]; ok {
+			names = true
+			break
+		}
+	}
+	if !names {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.open.Load() {
+		return false
+	}
+	g.held = append(g.held, b)
+	return true
+}
+
+// release opens the gate and returns what it held.
+func (g *gate) release() []*record.Batch {
+	if g == nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.open.Store(true)
+	held := g.held
+	g.held = nil
+	return held
+}
+
+// openGate hands the held batches to the Kafka client in the order they
+// came, then lets batches through. Holding the gate's lock while doing so
+// keeps a batch that arrives meanwhile behind them (TryProduce does not
+// block), so records of one key keep their order.
+func (e *Exporter) openGate() {
+	g := e.gate
+	if g == nil || g.open.Load() {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.open.Load() {
+		return
+	}
+	for _, b := range g.held {
+		if err := e.produce(b); err != nil {
+			b.Arm()
+			b.Fail(err)
+		}
+	}
+	g.held = nil
+	g.open.Store(true)
 }

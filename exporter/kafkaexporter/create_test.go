@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -225,5 +226,38 @@ func TestCreateTopicsValidation(t *testing.T) {
 		if err != nil && !strings.Contains(err.Error(), "create_topics.") {
 			t.Errorf("error does not name its key: %v", err)
 		}
+	}
+}
+
+// A record for a configured topic that arrives before the creator's first
+// round has concluded waits for it instead of failing as unknown. The CI
+// failure this guards against: on a loaded machine the topic's creation
+// took longer than franz-go's four unknown-topic metadata retries (~1.5 s
+// with ferry's backoff), so an OTLP SDK's first export right after start
+// got 500 unknown_topic on a cluster ferry was about to create the topic on.
+// Here the broker takes 4 s to answer CreateTopics.
+func TestRecordWaitsForTheTopicBeingCreated(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.ControlKey(kmsg.CreateTopics.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.SleepControl(func() { time.Sleep(4 * time.Second) })
+		return nil, nil, false
+	})
+	e, _ := creating(t, c.ListenAddrs(), CreateTopics{Enabled: true, Partitions: 2, ReplicationFactor: -1}, "otlp_spans")
+	start := time.Now()
+	err, failed := send(t, e, []record.Record{{Topic: "otlp_spans", Value: []byte("first export")}})
+	if err != nil || failed != 0 {
+		t.Fatalf("record for the topic being created: %v (%d failed after %v)", err, failed, time.Since(start).Round(time.Millisecond))
+	}
+	if got := partitionsOf(t, e, "otlp_spans"); got["otlp_spans"] != 2 {
+		t.Fatalf("partitions: %v", got)
+	}
+	// A topic the configuration does not name is not held: it still fails
+	// as unknown (no one will create it).
+	if err, _ := send(t, e, []record.Record{{Topic: "nobody-creates-this", Value: []byte("v")}}); consumer.KindOf(err) != consumer.KindUnknownTopic {
+		t.Fatalf("record for an unnamed topic: %v", err)
 	}
 }

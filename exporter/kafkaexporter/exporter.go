@@ -98,9 +98,12 @@ type Exporter struct {
 	drained     chan struct{}
 	drainedOnce sync.Once
 	// want are the topics the configuration names in full, created when
-	// missing (create_topics); reached tells the creator Kafka was reached.
+	// missing (create_topics); reached tells the creator Kafka was reached;
+	// gate holds their records until the creator's first round is over
+	// (nil without create_topics).
 	want    []string
 	reached chan struct{}
+	gate    *gate
 	// opts built the client; exactly once builds its transactional
 	// client and its state reader from them.
 	opts []kgo.Opt
@@ -269,6 +272,7 @@ func (e *Exporter) Start(context.Context) error {
 	go e.probe()
 	go e.purger()
 	if e.cfg.CreateTopics.Enabled && len(e.want) > 0 {
+		e.gate = newGate(e.want)
 		e.wg.Add(1)
 		go e.creator()
 	}
@@ -383,6 +387,15 @@ func (e *Exporter) Consume(_ context.Context, b *record.Batch) error {
 	if e.eo != nil && b.Spooled {
 		return e.eo.enqueue(b)
 	}
+	if e.gate.hold(b) {
+		return nil
+	}
+	return e.produce(b)
+}
+
+// produce hands b's records to the Kafka client (Consume's work once b
+// may go).
+func (e *Exporter) produce(b *record.Batch) error {
 	n := len(b.Records)
 	if n == 0 {
 		b.Arm()
@@ -568,6 +581,13 @@ func (e *Exporter) Shutdown(ctx context.Context) error {
 
 func (e *Exporter) shutdown(ctx context.Context) error {
 	e.closing.Store(true)
+	// Records still waiting for their topic's creation were never handed
+	// to Kafka: they fail as a shutdown (a spooled batch stays in the
+	// spool for the next start).
+	for _, b := range e.gate.release() {
+		b.Arm()
+		b.Fail(consumer.ErrShuttingDown)
+	}
 	if e.eo != nil {
 		// The open transaction commits within ctx, or its batches stay
 		// in the spool for the next start.

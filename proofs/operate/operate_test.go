@@ -37,8 +37,11 @@ const (
 )
 
 // agent starts ferry with tokens required on HTTP, a rate-limit class of
-// 1 record/s for app shop, and a 4 KiB request bound; it returns the agent
-// and a token per app.
+// 0.1 record/s for app shop, and a 4 KiB request bound; it returns the
+// agent and a token per app. The slow refill keeps shop in debt (25
+// records over its burst: 250 s) for as long as the views are checked:
+// at 1 record/s a loaded CI machine reached ferry top after the 25 s of
+// debt were paid back, and its debt column read "-".
 func agent(t *testing.T, brokers string, sets ...string) (*agenttest.Agent, map[string]string) {
 	t.Helper()
 	key, err := exec.Command(ferryBin, "token", "keygen").Output()
@@ -50,7 +53,7 @@ exporter: {kafka: {brokers: [%q]}}
 auth:
   keys: [{id: 1, secret: %q, issue: true}]
 rate_limits:
-  classes: {small: {records_per_sec: 1, burst_records: 5}}
+  classes: {small: {records_per_sec: 0.1, burst_records: 5}}
 receivers:
   http: {max_request_bytes: 4KiB, auth: {mode: required}}
 `, brokers, strings.TrimSpace(string(key)))
