@@ -40,7 +40,7 @@ const usage = `ferry-bench — load and verification tool for ferry
   ferry-bench table --via F --direct F --consumed F [--agent-cpu P] [--agent-rss-kb K]
   ferry-bench suite [--quick] [--out BENCHMARKS.md] [--charts docs/bench]   (make bench, make bench-quick)
   ferry-bench fleet [--agents 1,4,16] [--lingers 5ms,50ms] [--rate R] [--record-size B] [--batch N]
-                    [--duration D] [--brokers H:P,... | --port P --nodes 3] [--out docs/scaling.md]
+                    [--duration D] [--cluster-warmup 90s] [--brokers H:P,... | --port P --nodes 3] [--out docs/scaling.md]
 
 Run a command with -h for every flag.
 `

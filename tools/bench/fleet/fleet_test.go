@@ -32,10 +32,11 @@ ferry_exporter_kafka_connections{exporter="kafka"} 7
 
 func TestMarkdownSaysHowToReproduce(t *testing.T) {
 	c := Config{Agents: []int{1, 4}, Lingers: []Linger{{Cap: 5 * time.Millisecond}, {Adaptive: true}}, Rate: 1000, Size: 200, Batch: 10,
-		Duration: time.Second, Warmup: time.Second, Partitions: 12, Nodes: 3}
+		Duration: time.Second, Warmup: time.Second, ClusterWarmup: 90 * time.Second, Partitions: 12, Nodes: 3}
 	md := Markdown(c, Report{Machine: "2 cores", IdleBrokerCPU: 12,
 		Rows: []Row{{Agents: 1, Linger: "5ms", Delivered: 999, ProducePerSec: 50}, {Agents: 4, Linger: "5ms", ProducePerSec: 200}}})
-	for _, want := range []string{"| 1 | 5ms | 999 |", "takes 12% of a core", "| 4 | 5ms |", "--agents 1,4 --lingers 5ms,adaptive --rate 1000"} {
+	for _, want := range []string{"| 1 | 5ms | 999 |", "takes 12% of a core", "| 4 | 5ms |", "--agents 1,4 --lingers 5ms,adaptive --rate 1000", "--cluster-warmup 1m30s`",
+		"warmed up under the same load for 1m30s, not measured"} {
 		if !strings.Contains(md, want) {
 			t.Fatalf("table lacks %q:\n%s", want, md)
 		}

@@ -17,6 +17,9 @@ func Markdown(c Config, rep Report) string {
 	if rep.IdleBrokerCPU > 0 {
 		fmt.Fprintf(&b, "The idle cluster alone takes %.0f%% of a core (three JVMs, KRaft heartbeats); the brokers' CPU below includes it.\n", rep.IdleBrokerCPU)
 	}
+	if c.ClusterWarmup > 0 {
+		fmt.Fprintf(&b, "Before the first row the cluster was warmed up under the same load for %s, not measured (its JVMs compile their hot paths meanwhile).\n", c.ClusterWarmup)
+	}
 	fmt.Fprintf(&b, "Every row offers the same total: %.0f records/s of %d B, in HTTP requests of %d records answered after Kafka's ack, split evenly over the agents, measured for %s after %s of warm-up (delivered: acknowledged by Kafka in that window; p99: the whole load); topics of %d partitions; compression lz4, acks all, idempotent (the defaults). A linger given as a duration is `linger_mode: fixed`: every batch waits it; *adaptive* is the default (`linger_mode: adaptive`, `linger` 2 ms): a batch leaves at once while no produce request is in flight to its broker, and waits for the answer (at most the cap, *adaptive:50ms*) otherwise.\n\n",
 		c.Rate, c.Size, c.Batch, c.Duration, c.Warmup, c.Partitions)
 	head := []string{"agents", "linger", "delivered rec/s", "failed", "p99 ms", "Produce req/s (all agents)", "Produce req/s per agent",
@@ -32,8 +35,8 @@ func Markdown(c Config, rep Report) string {
 	var d report.Doc
 	d.Table(head, cells)
 	b.WriteString(d.String())
-	fmt.Fprintf(&b, "\nReproduce: `make build && bin/ferry-bench fleet --agents %s --lingers %s --rate %.0f --record-size %d --batch %d --duration %s --partitions %d`\n",
-		joinInts(c.Agents), joinLingers(c.Lingers), c.Rate, c.Size, c.Batch, c.Duration, c.Partitions)
+	fmt.Fprintf(&b, "\nReproduce: `make build && bin/ferry-bench fleet --agents %s --lingers %s --rate %.0f --record-size %d --batch %d --duration %s --partitions %d --cluster-warmup %s`\n",
+		joinInts(c.Agents), joinLingers(c.Lingers), c.Rate, c.Size, c.Batch, c.Duration, c.Partitions, c.ClusterWarmup)
 	return b.String()
 }
 
