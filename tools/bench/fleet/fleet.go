@@ -34,13 +34,13 @@ import (
 // Config is one fleet run: every (agents, linger) pair is measured with the
 // same total load.
 type Config struct {
-	Agents      []int
-	Lingers     []Linger
-	Rate        float64 // records/s offered by the whole fleet
-	Size        int     // bytes per record value
-	Batch       int     // records per HTTP request
-	Duration    time.Duration
-	Warmup      time.Duration // load before the measured window: start-up metadata and connections are not the steady state
+	Agents   []int
+	Lingers  []Linger
+	Rate     float64 // records/s offered by the whole fleet
+	Size     int     // bytes per record value
+	Batch    int     // records per HTTP request
+	Duration time.Duration
+	Warmup   time.Duration // load before the measured window: start-up metadata and connections are not the steady state
 	// ClusterWarmup is an unmeasured row (the first linger, the largest
 	// fleet) before the first measured one. The brokers' JVMs compile their
 	// hot paths during their first minutes under load, and that cost was
@@ -48,13 +48,13 @@ type Config struct {
 	// (16 agents, fixed 50 ms) measured its brokers at 156 %, 137 %, 119 %
 	// and 94 % of a core in the first four rows after the cluster started.
 	ClusterWarmup time.Duration
-	Concurrency int           // requests in flight per agent; 0 = enough for the rate at 200 ms a request
-	Partitions  int
-	Brokers     string // an existing cluster; empty = start one
-	Port        int    // first port of the cluster started
-	Nodes       int
-	Ferry       string
-	Out         string // file with <!-- fleet:begin/end --> to rewrite; empty = stdout only
+	Concurrency   int // requests in flight per agent; 0 = enough for the rate at 200 ms a request
+	Partitions    int
+	Brokers       string // an existing cluster; empty = start one
+	Port          int    // first port of the cluster started
+	Nodes         int
+	Ferry         string
+	Out           string // file with <!-- fleet:begin/end --> to rewrite; empty = stdout only
 }
 
 // Report is a whole fleet run.
