@@ -39,6 +39,21 @@ package kafkaexporter
 // their brokers by the number of produce requests set linger_mode: fixed with
 // a long linger (docs/scaling.md). Delivery mode spool always uses the
 // fixed delivery.spool.linger: nobody waits for Kafka there.
+//
+// Not yet fleet-aware (issue 37). One agent cannot tell a lone host whose
+// application sends 300 requests a second from one of many hosts sending 60
+// each; only the brokers' load tells them apart. Tried on 2026-11-28 and not
+// kept: a 50 ms cap with early sends spaced by 8 × (smoothed produce round
+// trip − its windowed minimum), requests of 16 KiB or more exempt (TCP
+// Vegas's signal). Against 16 agents on 3 local brokers it cut the p99 (118–199
+// ms against 219–614 at a fixed 50 ms) at 1.3–1.4× the requests, but the
+// brokers' CPU moved more between identical rows (79–161 %, JIT warm-up and
+// 2 shared cores) than between the modes; and on an unloaded 3-broker
+// cluster (acks all) the round trip varies by itself, so a lone synchronous
+// client was paced: 556–622 records/s against 3,356, one idle request 9–10
+// ms against 2. A dead band (queueing counted only past 2 × the minimum and
+// +5 ms) left the fleet result inside the noise. The signal needs brokers
+// that do not share the agents' cores to be judged.
 
 import (
 	"context"
