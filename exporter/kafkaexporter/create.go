@@ -58,13 +58,18 @@ func (e *Exporter) creator() {
 		case <-retry:
 		}
 		retry = nil
-		if err := e.createMissing(); err != nil {
+		err := e.createMissing()
+		// Whatever the round's outcome, records stop waiting for it: a
+		// cluster that cannot create (a proxy without the API, no right)
+		// must not hold back records for the configured topics that do
+		// exist; those for a missing one fail as unknown, as they would
+		// without create_topics.
+		e.openGate()
+		if err != nil {
 			e.set.Logger.Warn("could not check the configured topics in Kafka; trying again",
 				"component", "exporter/kafka", "in", createRetry, "err", err)
 			retry = time.After(createRetry)
-			continue
 		}
-		e.openGate()
 	}
 }
 
@@ -141,21 +146,24 @@ func (e *Exporter) createMissing() error {
 }
 
 // gate holds the batches naming a configured topic from the start until
-// the creator's first round is over (the topics were found, created, or
-// refused by the broker). Without it a record for a topic still being
-// created fails: franz-go gives a record up after four metadata answers
-// of "unknown topic" (~1.5 s with ferry's retry backoff), and on a loaded
-// broker, or when Kafka is reached a while after the start, creation takes
-// longer, so an OTLP SDK's first export after the agent started was
-// answered 500 unknown_topic on a cluster ferry was about to create the
-// topic on. Held batches are bounded by the memory they already reserved
-// in the queue (queue.memory_limit), like records waiting in the Kafka
-// client; once open the gate costs one atomic load per batch.
+// the creator's first round is over (Kafka was reached and the topics were
+// found, created, refused, or could not be asked about). Without it a
+// record for a topic still being created fails: franz-go gives a record up
+// after four metadata answers of "unknown topic" (~1.5 s with ferry's retry
+// backoff), and on a loaded broker creation takes longer, so an OTLP SDK's
+// first export after the agent started was answered 500 unknown_topic on a
+// cluster ferry was about to create the topic on (and in exactly-once mode
+// such records went to the dead-letter topic). Held batches are bounded by
+// the memory they reserved in the queue (queue.memory_limit), like records
+// waiting in the Kafka client while Kafka is unreachable; once open the
+// gate costs one atomic load per batch.
 type gate struct {
 	open atomic.Bool
 	want map[string]struct{}
 	mu   sync.Mutex
 	held []*record.Batch
+	// n is the records held (the probe's records_waiting).
+	n atomic.Int64
 }
 
 func newGate(want []string) *gate {
@@ -190,7 +198,16 @@ func (g *gate) hold(b *record.Batch) bool {
 		return false
 	}
 	g.held = append(g.held, b)
+	g.n.Add(int64(len(b.Records)))
 	return true
+}
+
+// records is how many records the gate holds.
+func (g *gate) records() int64 {
+	if g == nil {
+		return 0
+	}
+	return g.n.Load()
 }
 
 // release opens the gate and returns what it held.
@@ -203,29 +220,38 @@ func (g *gate) release() []*record.Batch {
 	g.open.Store(true)
 	held := g.held
 	g.held = nil
+	g.n.Store(0)
 	return held
 }
 
-// openGate hands the held batches to the Kafka client in the order they
-// came, then lets batches through. Holding the gate's lock while doing so
-// keeps a batch that arrives meanwhile behind them (TryProduce does not
-// block), so records of one key keep their order.
+// openGate hands the held batches on in the order they came, then lets
+// batches through. Holding the gate's lock while doing so keeps a batch
+// that arrives meanwhile behind them (handing on does not block: TryProduce,
+// or the exactly-once queue), so records of one key keep their order; the
+// batches that could not be handed on are failed after the lock is let go.
 func (e *Exporter) openGate() {
 	g := e.gate
 	if g == nil || g.open.Load() {
 		return
 	}
+	type failed struct {
+		b   *record.Batch
+		err error
+	}
+	var fails []failed
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.open.Load() {
-		return
-	}
-	for _, b := range g.held {
-		if err := e.produce(b); err != nil {
-			b.Arm()
-			b.Fail(err)
+	if !g.open.Load() {
+		for _, b := range g.held {
+			if err := e.dispatch(b); err != nil {
+				fails = append(fails, failed{b, err})
+			}
 		}
+		g.held = nil
+		g.n.Store(0)
+		g.open.Store(true)
 	}
-	g.held = nil
-	g.open.Store(true)
+	g.mu.Unlock()
+	for _, f := range fails {
+		e.failBatch(f.b, f.err)
+	}
 }

@@ -3,6 +3,7 @@ package kafkaexporter
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"sync"
@@ -235,7 +236,9 @@ func TestCreateTopicsValidation(t *testing.T) {
 // took longer than franz-go's four unknown-topic metadata retries (~1.5 s
 // with ferry's backoff), so an OTLP SDK's first export right after start
 // got 500 unknown_topic on a cluster ferry was about to create the topic on.
-// Here the broker takes 4 s to answer CreateTopics.
+// Here the broker takes 4 s to answer CreateTopics. A topic the
+// configuration does not name is not held meanwhile: it fails as unknown
+// (no one will create it) while the other still waits.
 func TestRecordWaitsForTheTopicBeingCreated(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -248,16 +251,109 @@ func TestRecordWaitsForTheTopicBeingCreated(t *testing.T) {
 	})
 	e, _ := creating(t, c.ListenAddrs(), CreateTopics{Enabled: true, Partitions: 2, ReplicationFactor: -1}, "otlp_spans")
 	start := time.Now()
-	err, failed := send(t, e, []record.Record{{Topic: "otlp_spans", Value: []byte("first export")}})
-	if err != nil || failed != 0 {
-		t.Fatalf("record for the topic being created: %v (%d failed after %v)", err, failed, time.Since(start).Round(time.Millisecond))
+	created := make(chan error, 1)
+	go func() {
+		err, _ := send(t, e, []record.Record{{Topic: "otlp_spans", Value: []byte("first export")}})
+		created <- err
+	}()
+	if err, _ := send(t, e, []record.Record{{Topic: "nobody-creates-this", Value: []byte("v")}}); consumer.KindOf(err) != consumer.KindUnknownTopic {
+		t.Fatalf("record for an unnamed topic: %v", err)
+	}
+	select {
+	case err := <-created:
+		t.Fatalf("the configured topic's record completed (%v) before its topic was created", err)
+	default:
+	}
+	if err := <-created; err != nil {
+		t.Fatalf("record for the topic being created: %v (after %v)", err, time.Since(start).Round(time.Millisecond))
 	}
 	if got := partitionsOf(t, e, "otlp_spans"); got["otlp_spans"] != 2 {
 		t.Fatalf("partitions: %v", got)
 	}
-	// A topic the configuration does not name is not held: it still fails
-	// as unknown (no one will create it).
-	if err, _ := send(t, e, []record.Record{{Topic: "nobody-creates-this", Value: []byte("v")}}); consumer.KindOf(err) != consumer.KindUnknownTopic {
-		t.Fatalf("record for an unnamed topic: %v", err)
+}
+
+// A cluster that cannot be asked to create (the request fails: a proxy
+// without the API) does not hold back records for the configured topics
+// that exist: the gate opens after the first round whatever its outcome.
+func TestFailedCreationRoundOpensTheGate(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "exists"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.ControlKey(kmsg.CreateTopics.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		return nil, errors.New("no CreateTopics here"), true
+	})
+	e, _ := creating(t, c.ListenAddrs(), CreateTopics{Enabled: true, Partitions: 1, ReplicationFactor: -1}, "exists", "missing")
+	done := make(chan error, 1)
+	go func() {
+		err, _ := send(t, e, []record.Record{{Topic: "exists", Value: []byte("v")}})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("record for the existing configured topic: %v", err)
+		}
+	case <-time.After(createRetry / 2):
+		t.Fatal("a record for an existing configured topic is held while creation keeps failing")
+	}
+}
+
+// Records held for a topic's creation when the agent stops: a spooled
+// batch's records are failed one by one (OnFailure), so the spool keeps
+// them for the next start; another batch's are failed and counted as
+// dropped. Kafka is never reached here, so the gate never opens.
+func TestHeldRecordsAtShutdown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	logs := &logBuf{}
+	set := telemetry.NewSettings(telemetry.Config{Log: telemetry.LogConfig{Level: "info", Format: "text"}}, logs)
+	cfg := testCfg([]string{addr})
+	cfg.CreateTopics = CreateTopics{Enabled: true, Partitions: 1, ReplicationFactor: -1}
+	e, err := New(cfg, set, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.want = []string{"otlp_logs"}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var failedAt []int
+	spooled := &record.Batch{Spooled: true, Records: []record.Record{{Topic: "otlp_logs", Value: []byte("a")}, {Topic: "otlp_logs", Value: []byte("b")}}}
+	spooled.OnFailure = func(i int, err error) {
+		if consumer.KindOf(err) != consumer.KindOf(consumer.ErrShuttingDown) {
+			t.Errorf("record %d failed with %v", i, err)
+		}
+		failedAt = append(failedAt, i)
+	}
+	var spooledDone, plainDone error
+	spooled.OnDone(func(err error) { spooledDone = err })
+	plain := &record.Batch{Records: []record.Record{{Topic: "otlp_logs", Value: []byte("c")}}}
+	plain.OnDone(func(err error) { plainDone = err })
+	for _, b := range []*record.Batch{spooled, plain} {
+		if err := e.Consume(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.gate.records(); n != 3 {
+		t.Fatalf("held %d records, want 3", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = e.Shutdown(ctx)
+	if len(failedAt) != 2 || failedAt[0] != 0 || failedAt[1] != 1 || spooledDone == nil || plainDone == nil {
+		t.Fatalf("spooled batch: OnFailure for %v, done %v; plain batch done %v", failedAt, spooledDone, plainDone)
+	}
+	if v := testutil.ToFloat64(e.m.dropped.WithLabelValues("otlp_logs", consumer.Reason(consumer.ErrShuttingDown))); v != 1 {
+		t.Fatalf("dropped counter %v, want 1 (the spooled records stay in the spool)", v)
+	}
+	if !strings.Contains(logs.String(), "records=3") {
+		t.Fatalf("no shutdown warning counting the held records:\n%s", logs.String())
 	}
 }

@@ -268,11 +268,13 @@ func compressionCodec(name string, level int) (kgo.CompressionCodec, error) {
 // creating the configured topics each time Kafka is reached. It does not
 // wait for Kafka.
 func (e *Exporter) Start(context.Context) error {
+	if e.cfg.CreateTopics.Enabled && len(e.want) > 0 {
+		e.gate = newGate(e.want) // before the goroutines that read it
+	}
 	e.wg.Add(2)
 	go e.probe()
 	go e.purger()
 	if e.cfg.CreateTopics.Enabled && len(e.want) > 0 {
-		e.gate = newGate(e.want)
 		e.wg.Add(1)
 		go e.creator()
 	}
@@ -342,7 +344,7 @@ func (e *Exporter) probe() {
 			s := e.sec.describe(err)
 			e.downErr.Store(&s)
 			e.log.Log(slog.LevelWarn, "down", "kafka unreachable; records are held and retried",
-				"brokers", e.cfg.Brokers, "since", downSince.Format(time.RFC3339), "records_waiting", e.inflight.Load(), "err", s)
+				"brokers", e.cfg.Brokers, "since", downSince.Format(time.RFC3339), "records_waiting", e.inflight.Load()+e.gate.records(), "err", s)
 		}
 		select {
 		case <-e.stop:
@@ -384,13 +386,34 @@ func (e *Exporter) Consume(_ context.Context, b *record.Batch) error {
 	if e.closing.Load() {
 		return consumer.ErrShuttingDown
 	}
-	if e.eo != nil && b.Spooled {
-		return e.eo.enqueue(b)
-	}
 	if e.gate.hold(b) {
 		return nil
 	}
+	return e.dispatch(b)
+}
+
+// dispatch sends b the way its delivery asks: in a transaction (exactly
+// once, the spool's batches) or straight to the Kafka client.
+func (e *Exporter) dispatch(b *record.Batch) error {
+	if e.eo != nil && b.Spooled {
+		return e.eo.enqueue(b)
+	}
 	return e.produce(b)
+}
+
+// failBatch completes every record of a batch that never reached the
+// Kafka client with err, as the promise would: per record, so that a
+// receiver or the spool that tracks records (OnFailure) keeps them to
+// retry, and counted as dropped unless the spool keeps them.
+func (e *Exporter) failBatch(b *record.Batch, err error) {
+	b.Arm()
+	reason := consumer.Reason(err)
+	for i := range b.Records {
+		if !b.Spooled {
+			e.m.dropped.WithLabelValues(e.topics.Get(b.Records[i].Topic), reason).Inc()
+		}
+		b.AckAt(i, err)
+	}
 }
 
 // produce hands b's records to the Kafka client (Consume's work once b
@@ -583,10 +606,15 @@ func (e *Exporter) shutdown(ctx context.Context) error {
 	e.closing.Store(true)
 	// Records still waiting for their topic's creation were never handed
 	// to Kafka: they fail as a shutdown (a spooled batch stays in the
-	// spool for the next start).
-	for _, b := range e.gate.release() {
-		b.Arm()
-		b.Fail(consumer.ErrShuttingDown)
+	// spool for the next start; the others are counted as dropped).
+	if held := e.gate.release(); len(held) > 0 {
+		n := 0
+		for _, b := range held {
+			n += len(b.Records)
+			e.failBatch(b, consumer.ErrShuttingDown)
+		}
+		e.set.Logger.Warn("shutdown: records waiting for their configured topic's creation were not sent (reason shutting_down; spooled ones stay in the spool)",
+			"component", "exporter/kafka", "records", n)
 	}
 	if e.eo != nil {
 		// The open transaction commits within ctx, or its batches stay
