@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/record"
 )
 
@@ -160,34 +161,37 @@ func (e *Exporter) createMissing() error {
 type gate struct {
 	open atomic.Bool
 	want map[string]struct{}
-	mu   sync.Mutex
-	held []*record.Batch
+	// spooled: every spooled batch is held while the gate is closed
+	// (exactly once): a transaction commits the spool position of its last
+	// batch, so a later batch for another topic must not commit past a
+	// held one.
+	spooled bool
+	mu      sync.Mutex
+	held    []*record.Batch
 	// n is the records held (the probe's records_waiting).
 	n atomic.Int64
 }
 
-func newGate(want []string) *gate {
-	g := &gate{want: make(map[string]struct{}, len(want))}
+func newGate(want []string, spooled bool) *gate {
+	g := &gate{want: make(map[string]struct{}, len(want)), spooled: spooled}
 	for _, t := range want {
 		g.want[t] = struct{}{}
 	}
 	return g
 }
 
-// hold keeps b if the gate is closed and b names a configured topic.
+// hold keeps b if the gate is closed and b names a configured topic (or,
+// exactly once, is spooled).
 func (g *gate) hold(b *record.Batch) bool {
 	if g == nil || g.open.Load() {
 		return false
 	}
-	names := false
-	for i := range b.Records {
+	names := g.spooled && b.Spooled
+	for i := 0; i < len(b.Records) && !names; i++ {
 		if i > 0 && b.Records[i].Topic == b.Records[i-1].Topic {
 			continue
 		}
-		if _, ok := g.want[b.Records[i].Topic]; ok {
-			names = true
-			break
-		}
+		_, names = g.want[b.Records[i].Topic]
 	}
 	if !names {
 		return false
@@ -243,6 +247,13 @@ func (e *Exporter) openGate() {
 	if !g.open.Load() {
 		for _, b := range g.held {
 			if err := e.dispatch(b); err != nil {
+				if b.Spooled {
+					// A refusal here (exactly once fenced, the client's
+					// buffer full) is no verdict on the records: the spool
+					// retries them, as it retries a batch Consume refused,
+					// rather than dead-lettering them.
+					err = &consumer.RetryableError{Reason: consumer.Reason(err), Msg: err.Error()}
+				}
 				fails = append(fails, failed{b, err})
 			}
 		}

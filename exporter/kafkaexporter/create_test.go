@@ -245,27 +245,34 @@ func TestRecordWaitsForTheTopicBeingCreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	var answered atomic.Int64 // when the broker went on to create the topic
 	c.ControlKey(kmsg.CreateTopics.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
 		c.SleepControl(func() { time.Sleep(4 * time.Second) })
+		answered.Store(time.Now().UnixNano())
 		return nil, nil, false
 	})
 	e, _ := creating(t, c.ListenAddrs(), CreateTopics{Enabled: true, Partitions: 2, ReplicationFactor: -1}, "otlp_spans")
 	start := time.Now()
-	created := make(chan error, 1)
-	go func() {
-		err, _ := send(t, e, []record.Record{{Topic: "otlp_spans", Value: []byte("first export")}})
-		created <- err
-	}()
+	held := &record.Batch{Records: []record.Record{{Topic: "otlp_spans", Value: []byte("first export")}}}
+	done := make(chan error, 1)
+	var doneAt atomic.Int64
+	held.OnDone(func(err error) { doneAt.Store(time.Now().UnixNano()); done <- err })
+	if err := e.Consume(context.Background(), held); err != nil {
+		t.Fatal(err)
+	}
 	if err, _ := send(t, e, []record.Record{{Topic: "nobody-creates-this", Value: []byte("v")}}); consumer.KindOf(err) != consumer.KindUnknownTopic {
 		t.Fatalf("record for an unnamed topic: %v", err)
 	}
 	select {
-	case err := <-created:
-		t.Fatalf("the configured topic's record completed (%v) before its topic was created", err)
-	default:
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("record for the topic being created: %v (after %v)", err, time.Since(start).Round(time.Millisecond))
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the held record never completed")
 	}
-	if err := <-created; err != nil {
-		t.Fatalf("record for the topic being created: %v (after %v)", err, time.Since(start).Round(time.Millisecond))
+	if a := answered.Load(); a == 0 || doneAt.Load() < a {
+		t.Fatal("the configured topic's record completed before its topic was created")
 	}
 	if got := partitionsOf(t, e, "otlp_spans"); got["otlp_spans"] != 2 {
 		t.Fatalf("partitions: %v", got)
@@ -287,10 +294,11 @@ func TestFailedCreationRoundOpensTheGate(t *testing.T) {
 	})
 	e, _ := creating(t, c.ListenAddrs(), CreateTopics{Enabled: true, Partitions: 1, ReplicationFactor: -1}, "exists", "missing")
 	done := make(chan error, 1)
-	go func() {
-		err, _ := send(t, e, []record.Record{{Topic: "exists", Value: []byte("v")}})
-		done <- err
-	}()
+	b := &record.Batch{Records: []record.Record{{Topic: "exists", Value: []byte("v")}}}
+	b.OnDone(func(err error) { done <- err })
+	if err := e.Consume(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case err := <-done:
 		if err != nil {
@@ -327,7 +335,7 @@ func TestHeldRecordsAtShutdown(t *testing.T) {
 	var failedAt []int
 	spooled := &record.Batch{Spooled: true, Records: []record.Record{{Topic: "otlp_logs", Value: []byte("a")}, {Topic: "otlp_logs", Value: []byte("b")}}}
 	spooled.OnFailure = func(i int, err error) {
-		if consumer.KindOf(err) != consumer.KindOf(consumer.ErrShuttingDown) {
+		if !errors.Is(err, consumer.ErrShuttingDown) {
 			t.Errorf("record %d failed with %v", i, err)
 		}
 		failedAt = append(failedAt, i)
@@ -355,5 +363,86 @@ func TestHeldRecordsAtShutdown(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "records=3") {
 		t.Fatalf("no shutdown warning counting the held records:\n%s", logs.String())
+	}
+}
+
+// Exactly once: while the gate is closed every spooled batch is held, not
+// only those naming a configured topic — a transaction commits the spool
+// position of its last batch, so a later batch for another topic must not
+// commit past a held one. Batches that are not spooled are held only for
+// a configured topic.
+func TestGateHoldsEverySpooledBatchInExactlyOnce(t *testing.T) {
+	for _, tc := range []struct {
+		eo, spooled bool
+		topic       string
+		held        bool
+	}{{true, true, "client-topic", true}, {true, false, "client-topic", false}, {true, false, "otlp_logs", true},
+		{false, true, "client-topic", false}, {false, true, "otlp_logs", true}} {
+		g := newGate([]string{"otlp_logs"}, tc.eo)
+		b := &record.Batch{Spooled: tc.spooled, Records: []record.Record{{Topic: tc.topic}}}
+		if got := g.hold(b); got != tc.held {
+			t.Errorf("exactly once %v, spooled %v, topic %s: held %v, want %v", tc.eo, tc.spooled, tc.topic, got, tc.held)
+		}
+		g.release()
+		if g.hold(b) {
+			t.Errorf("held by an open gate")
+		}
+	}
+}
+
+// A held spooled batch the exporter cannot hand on when the gate opens is
+// failed as retryable, so the spool retries it as it retries a batch
+// Consume refused. Here the exactly-once instance was fenced meanwhile:
+// its refusal is permanent, and passed on as such the spool would have
+// dead-lettered records nothing was wrong with.
+func TestHeldSpooledBatchRefusedAtOpeningIsRetried(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cfg := testCfg(c.ListenAddrs())
+	cfg.CreateTopics = CreateTopics{Enabled: true, Partitions: 1, ReplicationFactor: -1}
+	set := telemetry.TestSettings()
+	e, err := New(cfg, set, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.enableExactlyOnce(eoCfg(t.TempDir())); err != nil {
+		t.Fatal(err)
+	}
+	e.want = []string{"otlp_logs"}
+	var creating atomic.Bool
+	c.ControlKey(kmsg.CreateTopics.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, tp := range req.(*kmsg.CreateTopicsRequest).Topics {
+			if tp.Topic == "otlp_logs" && creating.CompareAndSwap(false, true) {
+				c.SleepControl(func() { time.Sleep(time.Second) })
+			}
+		}
+		return nil, nil, false
+	})
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown(context.Background())
+	b, done := spooled("otlp_logs", record.SpoolPos{Seg: 1, Off: 10}, "a", "b")
+	errs := make(chan error, 2)
+	b.OnFailure = func(_ int, err error) { errs <- err }
+	if err := e.Consume(context.Background(), b); err != nil {
+		t.Fatalf("Consume refused instead of holding: %v", err)
+	}
+	if e.gate.records() != 2 {
+		t.Fatal("the spooled batch is not held")
+	}
+	why := "fenced by another agent (test)"
+	e.eo.stopped.Store(&why)
+	wait(t, done)
+	for i := 0; i < 2; i++ {
+		err := <-errs
+		var re *consumer.RetryableError
+		if !errors.As(err, &re) {
+			t.Fatalf("record failed with %T %v, want a retryable error", err, err)
+		}
 	}
 }

@@ -269,7 +269,7 @@ func compressionCodec(name string, level int) (kgo.CompressionCodec, error) {
 // wait for Kafka.
 func (e *Exporter) Start(context.Context) error {
 	if e.cfg.CreateTopics.Enabled && len(e.want) > 0 {
-		e.gate = newGate(e.want) // before the goroutines that read it
+		e.gate = newGate(e.want, e.eo != nil) // before the goroutines that read it
 	}
 	e.wg.Add(2)
 	go e.probe()
