@@ -134,7 +134,10 @@ type exactlyOnce struct {
 
 	mu    sync.Mutex
 	queue []*eoBatch
-	kick  chan struct{}
+	// closed: shutdown has taken the queue; a batch enqueued later would
+	// never be completed, so it is refused (under mu).
+	closed bool
+	kick   chan struct{}
 	pool  sync.Pool
 
 	pending atomic.Int64
@@ -241,6 +244,11 @@ func (eo *exactlyOnce) enqueue(b *record.Batch) error {
 		b.Fail(nil)
 		return nil
 	}
+	eo.mu.Lock()
+	if eo.closed {
+		eo.mu.Unlock()
+		return consumer.ErrShuttingDown
+	}
 	tb := eo.pool.Get().(*eoBatch)
 	tb.b = b
 	tb.recs = resize(tb.recs, n)
@@ -250,7 +258,6 @@ func (eo *exactlyOnce) enqueue(b *record.Batch) error {
 	eo.e.inflight.Add(int64(n))
 	eo.e.m.inflight.Add(float64(n))
 	eo.e.spooled.Add(int64(n))
-	eo.mu.Lock()
 	eo.queue = append(eo.queue, tb)
 	eo.mu.Unlock()
 	select {
@@ -977,6 +984,7 @@ func (eo *exactlyOnce) shutdown(ctx context.Context) {
 	eo.mu.Lock()
 	left := append(eo.left, eo.queue...)
 	eo.queue = nil
+	eo.closed = true
 	eo.mu.Unlock()
 	eo.fail(left)
 }

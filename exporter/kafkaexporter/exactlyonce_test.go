@@ -344,3 +344,22 @@ func TestExactlyOnceTransactionsTakeTheirShare(t *testing.T) {
 		t.Fatalf("committed %v %v %v", p, ok, err)
 	}
 }
+
+// A spool batch that reaches the transactional queue after Shutdown took it
+// (a Consume that passed the closing check just before) is refused, not
+// queued where no one would ever complete it.
+func TestExactlyOnceRefusesBatchesAfterShutdown(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	e, _ := newEO(t, c.ListenAddrs(), testCfg(c.ListenAddrs()), eoCfg(t.TempDir()))
+	if err := e.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := spooled("t", record.SpoolPos{Seg: 1, Off: 1}, "late")
+	if err := e.eo.enqueue(b); !errors.Is(err, consumer.ErrShuttingDown) {
+		t.Fatalf("enqueue after shutdown: %v, want ErrShuttingDown", err)
+	}
+}
