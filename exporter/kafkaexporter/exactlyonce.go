@@ -138,7 +138,7 @@ type exactlyOnce struct {
 	// never be completed, so it is refused (under mu).
 	closed bool
 	kick   chan struct{}
-	pool  sync.Pool
+	pool   sync.Pool
 
 	pending atomic.Int64
 	flushed chan struct{}
