@@ -408,6 +408,9 @@ func (e *Exporter) dispatch(b *record.Batch) error {
 func (e *Exporter) failBatch(b *record.Batch, err error) {
 	b.Arm()
 	reason := consumer.Reason(err)
+	if !b.Spooled && len(b.Records) > 0 {
+		e.log.Log(slog.LevelError, reason, "records not delivered to kafka", "topic", b.Records[0].Topic, "records", len(b.Records), "reason", reason, "err", err)
+	}
 	for i := range b.Records {
 		if !b.Spooled {
 			e.m.dropped.WithLabelValues(e.topics.Get(b.Records[i].Topic), reason).Inc()
