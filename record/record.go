@@ -221,6 +221,15 @@ func (b *Batch) Ack(err error) {
 	}
 }
 
+// AckN reports n records at once as durably accepted: an exporter that
+// counts its records' answers itself pays one atomic update per batch.
+// The n records are part of the Ack-once-per-record rule.
+func (b *Batch) AckN(n int64) {
+	if n > 0 && b.pending.Add(-n) == 0 {
+		b.complete()
+	}
+}
+
 // AckAt is Ack for the record at index i, reporting i to OnFailure when the
 // record failed.
 func (b *Batch) AckAt(i int, err error) {

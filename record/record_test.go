@@ -37,6 +37,37 @@ func TestCompletionRunsOnceAfterLastAck(t *testing.T) {
 	}
 }
 
+// AckN answers many records at once; the batch completes only when every
+// record is answered, whichever comes last.
+func TestAckNCountsWithSingleAcks(t *testing.T) {
+	for _, failureLast := range []bool{false, true} {
+		var b Batch
+		b.Records = make([]Record, 5)
+		calls := 0
+		var gotErr error
+		b.OnDone(func(err error) { calls++; gotErr = err })
+		b.Arm()
+		boom := errors.New("boom")
+		if failureLast {
+			b.AckN(4)
+			if calls != 0 {
+				t.Fatal("completed with a record unanswered")
+			}
+			b.Ack(boom)
+		} else {
+			b.Ack(boom)
+			b.AckN(0) // no-op
+			if calls != 0 {
+				t.Fatal("completed early")
+			}
+			b.AckN(4)
+		}
+		if calls != 1 || !errors.Is(gotErr, boom) || b.Failed() != 1 {
+			t.Fatalf("failure last %v: calls=%d err=%v failed=%d", failureLast, calls, gotErr, b.Failed())
+		}
+	}
+}
+
 func TestPopDoneAndManyCompletions(t *testing.T) {
 	var b Batch
 	b.Records = make([]Record, 1)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,6 +102,88 @@ func TestDeliversKeysHeadersInOrder(t *testing.T) {
 	}
 	if got != 300 {
 		t.Fatalf("consumed %d", got)
+	}
+}
+
+// The promise answers a batch's failures one by one and its deliveries
+// together, with its counters, when the last record is answered: a batch
+// mixing topics, with failures on both, must still report every failure
+// by index, count exactly what was sent, and leave nothing in flight.
+func TestMixedBatchAnswersEveryRecordOnce(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "t", "u"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cfg := testCfg(c.ListenAddrs())
+	cfg.MaxBatchBytes = 4096
+	e := newExporter(t, cfg, 64<<20)
+	defer e.Shutdown(context.Background())
+
+	var recs []record.Record
+	wantFail := map[int]bool{}
+	for i := 0; i < 200; i++ {
+		r := record.Record{Topic: "t", Key: []byte{byte(i)}, Value: []byte("value")}
+		if i%3 == 0 {
+			r.Topic = "u"
+		}
+		if i%17 == 0 { // too large for a batch: Kafka's client refuses it
+			r.Value = make([]byte, 10_000)
+			wantFail[i] = true
+		}
+		recs = append(recs, r)
+	}
+	var sentT, bytesT, sentU int
+	for i, r := range recs {
+		if wantFail[i] {
+			continue
+		}
+		if r.Topic == "t" {
+			sentT++
+			bytesT += len(r.Key) + len(r.Value)
+		} else {
+			sentU++
+		}
+	}
+	var mu sync.Mutex
+	failedAt := map[int]int{}
+	b := &record.Batch{Records: recs}
+	b.OnFailure = func(i int, _ error) { mu.Lock(); failedAt[i]++; mu.Unlock() }
+	done := make(chan error, 1)
+	b.OnDone(func(err error) { done <- err })
+	if err := e.Consume(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		var pe *consumer.PermanentError
+		if !errors.As(err, &pe) || pe.Reason != "record_too_large" {
+			t.Fatalf("completion error %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("batch never completed")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if b.Failed() != len(wantFail) || len(failedAt) != len(wantFail) {
+		t.Fatalf("failed %d, OnFailure for %d indexes, want %d", b.Failed(), len(failedAt), len(wantFail))
+	}
+	for i, n := range failedAt {
+		if !wantFail[i] || n != 1 {
+			t.Fatalf("OnFailure for record %d %d times", i, n)
+		}
+	}
+	if v := testutil.ToFloat64(e.m.sent.WithLabelValues("t")); v != float64(sentT) {
+		t.Fatalf("sent t %v, want %d", v, sentT)
+	}
+	if v := testutil.ToFloat64(e.m.sentBytes.WithLabelValues("t")); v != float64(bytesT) {
+		t.Fatalf("sent bytes t %v, want %d", v, bytesT)
+	}
+	if v := testutil.ToFloat64(e.m.sent.WithLabelValues("u")); v != float64(sentU) {
+		t.Fatalf("sent u %v, want %d", v, sentU)
+	}
+	if v := testutil.ToFloat64(e.m.inflight); v != 0 || e.Inflight() != 0 || atomic.LoadInt64(&e.buffered) != 0 {
+		t.Fatalf("left in flight: gauge %v, records %d, buffered bytes %d", v, e.Inflight(), atomic.LoadInt64(&e.buffered))
 	}
 }
 

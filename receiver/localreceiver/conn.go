@@ -322,11 +322,13 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 	var topic string
 	var headerBytes int // summed over the records: the Kafka client copies each record's
 	payload := 0
+	var rej error // the verdict on topic: records of one topic come in runs
 	for i := 0; rs.Next(&pr); i++ {
-		if string(pr.Topic) != topic {
+		if string(pr.Topic) != topic || i == 0 {
 			topic = string(pr.Topic)
+			rej = cn.check(topic)
 		}
-		if rej := cn.check(topic); rej != nil {
+		if rej != nil {
 			r.m.Error(consumer.Reason(rej))
 			fr.reject(i, rej)
 			continue
