@@ -106,3 +106,21 @@ func TestWriteCurves(t *testing.T) {
 		t.Fatal("a section kept from no file")
 	}
 }
+
+// The producers table's ratios: the median round, its range, and direct as
+// the plain mean of every direct run.
+func TestProducerRoundsArithmetic(t *testing.T) {
+	if got := roundsRatio([]float64{0.93, 0.81, 0.88}); got != "0.88× (0.81–0.93)" {
+		t.Fatalf("roundsRatio %q", got)
+	}
+	if got := roundsRatio([]float64{0.9}); got != "0.90×" {
+		t.Fatalf("one round %q", got)
+	}
+	if i := medianIndex([]float64{3, 1, 2, 4}); i != 2 {
+		t.Fatalf("median index %d (lower median of 4)", i)
+	}
+	m := meanResults([]load.Result{{RecordsSec: 100, Records: 1, P99MS: 3, MaxMS: 9}, {RecordsSec: 200, Records: 1, P99MS: 6, MaxMS: 5}, {RecordsSec: 600, Records: 1, P99MS: 9, MaxMS: 7}})
+	if m.RecordsSec != 300 || m.Records != 3 || m.P99MS != 6 || m.MaxMS != 9 {
+		t.Fatalf("mean %+v", m)
+	}
+}

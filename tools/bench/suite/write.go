@@ -74,7 +74,7 @@ func (s *suite) summarise(prod []prodRow, front []frontRow, pan []panResult, con
 		if r.size == 100 && r.local.RecordsSec > 0 {
 			rows = append(rows, []string{"local protocol, 100 B, one goroutine of one process (goal ≥ 0.8× franz-go direct)", "–",
 				report.F0(r.local.RecordsSec) + " rec/s via ferry vs " + report.F0(r.direct.RecordsSec) + " franz-go direct (" +
-					report.F0(r.local.RecordsSec/max(r.localUse.cpu/100, 0.01)) + " per ferry core)", report.Ratio(r.local.RecordsSec, r.direct.RecordsSec)})
+					report.F0(r.local.RecordsSec/max(r.localUse.cpu/100, 0.01)) + " per ferry core)", roundsRatio(r.localRatios)})
 		}
 		if r.size == 16 {
 			rows = append(rows, []string{"Kafka's ProducerPerformance (003), 16 B", report.Commas(2700950) + " rec/s (their machine)",
@@ -171,20 +171,37 @@ func (s *suite) writeProducers(prod []prodRow) {
 		rows = append(rows, []string{fmt.Sprintf("%d B", r.size), report.Commas(r.n),
 			report.F0(r.pp.RecordsSec), report.F1(r.pp.MBSec), report.F0(r.direct.RecordsSec), report.F1(r.direct.MBSec), report.F0(r.via.RecordsSec), report.F1(r.via.MBSec),
 			fmt.Sprintf("%.0f / %.0f / %.0f", r.pp.P99MS, r.direct.P99MS, r.via.P99MS),
-			report.Ratio(r.via.RecordsSec, r.direct.RecordsSec), report.Ratio(r.via.RecordsSec, r.pp.RecordsSec), seedCell, report.Ratio(r.via.RecordsSec, seed),
+			roundsRatio(r.viaRatios), report.Ratio(r.via.RecordsSec, r.pp.RecordsSec), seedCell, report.Ratio(r.via.RecordsSec, seed),
 			report.F0(r.use.cpu) + "%", report.F0(r.via.RecordsSec / max(r.use.cpu/100, 0.01)), report.F0(r.use.rssMiB) + " MiB",
-			report.F0(r.local.RecordsSec), report.Ratio(r.local.RecordsSec, r.direct.RecordsSec), report.F0(r.localUse.cpu) + "%",
+			report.F0(r.local.RecordsSec), roundsRatio(r.localRatios), report.F0(r.localUse.cpu) + "%",
 			report.F0(r.local.RecordsSec / max(r.localUse.cpu/100, 0.01))})
 	}
 	s.doc.Table([]string{"record", "records", "Kafka tool rec/s", "MB/s", "direct rec/s", "MB/s", "via ferry rec/s", "MB/s", "p99 ms (tool/direct/via)",
 		"via/direct", "via/Kafka tool", "seed rec/s", "via/seed", "ferry CPU", "rec/s per ferry core", "ferry peak RSS",
 		"local protocol rec/s", "local/direct", "ferry CPU (local)", "local rec/s per ferry core"}, rows)
 	s.doc.P("- *Kafka tool*: `java -cp $(scripts/kafka-local classpath) org.apache.kafka.tools.ProducerPerformance --topic T --num-records N --record-size B --throughput -1 --producer-props bootstrap.servers=… %s`.", strings.Join(ppProps, " "))
-	s.doc.P("- *direct*: `ferry-bench produce --target kafka://127.0.0.1:9092 --topic T --num-records N --record-size B --producer-props \"%s\"` (franz-go, the same client ferry uses), run before and again after the two runs through ferry: the figures are the mean of the two, since one broker on this machine slows as a run's bytes reach its disk and the order alone moved the ratios. Every run of this table starts after a `sync`, so that none pays for the write-back of the one before it.", strings.Join(ppProps, " "))
+	s.doc.P("- *direct*: `ferry-bench produce --target kafka://127.0.0.1:9092 --topic T --num-records N --record-size B --producer-props \"%s\"` (franz-go, the same client ferry uses). Each size runs direct, then %d round(s) of (through ferry over HTTP, over the local protocol, direct again); *via/direct* and *local/direct* are the median of the rounds' ratios (their range in brackets), each round against the mean of the direct runs just before and after it, since one broker on this machine slows as a run's bytes reach its disk and the order alone moved a single run's ratio by up to ±0.15. The direct columns are the mean of every direct run, the via and local columns the median round's. Every run of this table starts after a `sync`, so that none pays for the write-back of the one before it.", strings.Join(ppProps, " "), s.producerRounds())
 	s.doc.P("- *via ferry*: `ferry-bench produce --target http://127.0.0.1:8088 --topic T --num-records N --record-size B --batch K --concurrency 32`: NDJSON requests of K records (K = min(1000, 512 KiB ÷ B)), each answered after Kafka acknowledged all of them.")
 	s.doc.P("- *local protocol*: `ferry-bench produce --target unix:ferry-data/ferry.sock --topic T --num-records N --record-size B --concurrency 1`: one goroutine calling the Go client's asynchronous `Produce` per record; each record's callback runs after Kafka acknowledged it.")
 	s.doc.P("- Seeds: pan (000) forwarded 19,000 / 18,300 / 17,200 / 15,300 msg/s of 10 / 100 / 1000 / 5000 B on 4 cores; Kafka's own table (003) is ProducerPerformance on the author's machine with one partition.")
 	s.doc.P("")
+}
+
+// roundsRatio is the median of a row's per-round ratios, with their range
+// when there were several rounds.
+func roundsRatio(rs []float64) string {
+	if len(rs) == 0 {
+		return "–"
+	}
+	m := fmt.Sprintf("%.2f×", median(rs))
+	if len(rs) == 1 {
+		return m
+	}
+	lo, hi := rs[0], rs[0]
+	for _, r := range rs {
+		lo, hi = min(lo, r), max(hi, r)
+	}
+	return fmt.Sprintf("%s (%.2f–%.2f)", m, lo, hi)
 }
 
 func (s *suite) writePan(pan []panResult) {
