@@ -85,9 +85,10 @@ type Exporter struct {
 	promiseFn func(*kgo.Record, error)
 	// buffered mirrors the Kafka client's buffered-bytes count (key, value
 	// and headers per record), taken for a whole batch before any record is
-	// produced and given back in the promise, after the client's own: so a
-	// batch that would overflow the client's buffer is refused whole and
-	// TryProduce never fails part of one.
+	// produced and given back by the batch's last promise (so for a while
+	// it counts more than the client does, never less): a batch that would
+	// overflow the client's buffer is refused whole and TryProduce never
+	// fails part of one.
 	buffered, maxBuffered int64
 	tp                    *topics
 	sec                   *security
@@ -431,12 +432,31 @@ func (e *Exporter) failBatch(b *record.Batch, err error) {
 // produce hands b's records to the Kafka client (Consume's work once b
 // may go).
 func (e *Exporter) produce(b *record.Batch) error {
-	n := len(b.Records)
-	if n == 0 {
+	if len(b.Records) == 0 {
 		b.Arm()
 		b.Fail(nil)
 		return nil
 	}
+	eb, err := e.begin(b)
+	if err != nil {
+		return err
+	}
+	// After the last record's promise eb may be back in the pool: the loop
+	// has read its slice already and touches nothing of it after that.
+	recs := eb.recs
+	for i := range recs {
+		e.cl.TryProduce(context.Background(), &recs[i], e.promiseFn)
+	}
+	if e.ad != nil {
+		e.ad.submitted()
+	}
+	return nil
+}
+
+// begin takes b's room in the client's buffer, admits its topics, counts
+// it in flight and prepares its Kafka records, which point into b.
+func (e *Exporter) begin(b *record.Batch) (*exportBatch, error) {
+	n := len(b.Records)
 	// One pass: the bytes the client's buffer will count, and the records
 	// and bytes of the batch's (first) topic, which the last promise adds
 	// to the sent metrics at once.
@@ -452,14 +472,14 @@ func (e *Exporter) produce(b *record.Batch) error {
 	}
 	if atomic.AddInt64(&e.buffered, size) > e.maxBuffered {
 		atomic.AddInt64(&e.buffered, -size)
-		return consumer.ErrFull
+		return nil, consumer.ErrFull
 	}
 	eb := e.pool.Get().(*exportBatch)
 	eb.unconfirmed = eb.unconfirmed[:0]
 	if err := e.tp.admit(b, &eb.unconfirmed); err != nil {
 		atomic.AddInt64(&e.buffered, -size)
 		e.pool.Put(eb)
-		return err
+		return nil, err
 	}
 	eb.b = b
 	eb.topic = topic
@@ -493,12 +513,8 @@ func (e *Exporter) produce(b *record.Batch) error {
 		if len(r.Headers) > 0 {
 			kr.Headers = *(*[]kgo.RecordHeader)(unsafe.Pointer(&r.Headers))
 		}
-		e.cl.TryProduce(context.Background(), kr, e.promiseFn)
 	}
-	if e.ad != nil {
-		e.ad.submitted()
-	}
-	return nil
+	return eb, nil
 }
 
 // userSize is what the Kafka client counts of a record against its buffer.
@@ -510,11 +526,12 @@ func userSize(r *record.Record) int64 {
 	return int64(n)
 }
 
-// promise runs once per record, in the Kafka client's goroutines (records
-// of one batch may be answered by several at once, one per partition). A
-// failed record is answered at once, alone; the successes are answered
-// together by the batch's last record, with the batch's counters, so a
-// delivered record costs one atomic update here instead of eight.
+// promise runs once per record, in the Kafka client's promise goroutine
+// (franz-go runs them one at a time; nothing here relies on it). A failed
+// record is acknowledged at once, alone; the delivered ones together, by
+// the batch's last record, which also settles the batch's metrics and
+// buffer bytes: a delivered record costs two atomic updates here (its
+// batch's count and the exporter's in-flight count) instead of eight.
 func (e *Exporter) promise(kr *kgo.Record, err error) {
 	eb := kr.Context.(*exportBatch)
 	b := eb.b
@@ -561,10 +578,11 @@ func (e *Exporter) promise(kr *kgo.Record, err error) {
 		}
 	}
 	spooled := eb.spooled
-	var ok int64 // delivered records this call answers (the last one: all of them)
+	var ok, n int64 // the last record: the delivered records it acknowledges, of n
 	if eb.pending.Add(-1) == 0 {
 		// Every failure was counted before its decrement: totals are final.
-		ok = eb.n - eb.failed.Load()
+		n = eb.n
+		ok = n - eb.failed.Load()
 		if s := eb.nTopic - eb.failedTopic.Load(); s > 0 {
 			t := e.topics.Get(eb.topic)
 			e.m.sent.WithLabelValues(t).Add(float64(s))
@@ -578,12 +596,10 @@ func (e *Exporter) promise(kr *kgo.Record, err error) {
 		eb.failedB.Store(0)
 		e.pool.Put(eb)
 	}
-	// Nothing of eb or kr is touched past this point (another goroutine's
-	// last record may have given eb back), and after the batch's last
-	// acknowledgement its owner may reuse it.
-	answered := ok
+	// Nothing of eb or kr is touched past this point (the last record may
+	// have given eb back), and after the batch's last acknowledgement its
+	// owner may reuse it.
 	if err != nil {
-		answered++
 		if b.OnFailure != nil {
 			b.AckAt(idx, err)
 		} else {
@@ -593,16 +609,19 @@ func (e *Exporter) promise(kr *kgo.Record, err error) {
 	if ok > 0 {
 		b.AckN(ok)
 	}
-	if answered == 0 {
-		return
+	if n > 0 {
+		// The gauge follows batches: it may lag a batch's first answers by
+		// the time its last one takes.
+		e.m.inflight.Sub(float64(n))
 	}
-	// Records count as answered only now, their completion run, so a
-	// Shutdown that sees nothing in flight has every batch completed.
+	// This record is answered: Shutdown's count of what Kafka never
+	// answered stays exact. A batch's last record counts only after its
+	// acknowledgement, so a Shutdown that sees nothing in flight has every
+	// batch completed.
 	if spooled {
-		e.spooled.Add(-answered)
+		e.spooled.Add(-1)
 	}
-	e.m.inflight.Sub(float64(answered))
-	if e.inflight.Add(-answered) == 0 && e.closing.Load() {
+	if e.inflight.Add(-1) == 0 && e.closing.Load() {
 		e.drainedOnce.Do(func() { close(e.drained) })
 	}
 }
@@ -737,7 +756,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exporter_dropped_records_total",
 			Help: "Records that left ferry without reaching Kafka, by reason.", ConstLabels: lbl}, []string{"topic", "reason"}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_exporter_inflight_records",
-			Help: "Records handed to the Kafka client and not yet answered.", ConstLabels: lbl}),
+			Help: "Records handed to the Kafka client and not yet answered (settled per batch, when its last record is answered).", ConstLabels: lbl}),
 		up: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_exporter_kafka_up",
 			Help: "1 if the last probe reached a broker.", ConstLabels: lbl}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_exporter_kafka_produce_latency_seconds",

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -124,7 +125,7 @@ func TestMixedBatchAnswersEveryRecordOnce(t *testing.T) {
 	wantFail := map[int]bool{}
 	for i := 0; i < 200; i++ {
 		r := record.Record{Topic: "t", Key: []byte{byte(i)}, Value: []byte("value")}
-		if i%3 == 0 {
+		if i%3 == 2 { // the batch's first topic is t: its sent metrics are settled by the last record
 			r.Topic = "u"
 		}
 		if i%17 == 0 { // too large for a batch: Kafka's client refuses it
@@ -133,7 +134,7 @@ func TestMixedBatchAnswersEveryRecordOnce(t *testing.T) {
 		}
 		recs = append(recs, r)
 	}
-	var sentT, bytesT, sentU int
+	var sentT, bytesT, sentU, bytesU int
 	for i, r := range recs {
 		if wantFail[i] {
 			continue
@@ -143,6 +144,7 @@ func TestMixedBatchAnswersEveryRecordOnce(t *testing.T) {
 			bytesT += len(r.Key) + len(r.Value)
 		} else {
 			sentU++
+			bytesU += len(r.Key) + len(r.Value)
 		}
 	}
 	var mu sync.Mutex
@@ -182,8 +184,129 @@ func TestMixedBatchAnswersEveryRecordOnce(t *testing.T) {
 	if v := testutil.ToFloat64(e.m.sent.WithLabelValues("u")); v != float64(sentU) {
 		t.Fatalf("sent u %v, want %d", v, sentU)
 	}
-	if v := testutil.ToFloat64(e.m.inflight); v != 0 || e.Inflight() != 0 || atomic.LoadInt64(&e.buffered) != 0 {
-		t.Fatalf("left in flight: gauge %v, records %d, buffered bytes %d", v, e.Inflight(), atomic.LoadInt64(&e.buffered))
+	if v := testutil.ToFloat64(e.m.sentBytes.WithLabelValues("u")); v != float64(bytesU) {
+		t.Fatalf("sent bytes u %v, want %d", v, bytesU)
+	}
+	// The in-flight counts fall just after the completion ran.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		v := testutil.ToFloat64(e.m.inflight)
+		if v == 0 && e.Inflight() == 0 && atomic.LoadInt64(&e.buffered) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left in flight: gauge %v, records %d, buffered bytes %d", v, e.Inflight(), atomic.LoadInt64(&e.buffered))
+		}
+	}
+}
+
+// The promise in every order franz-go could answer a batch's records,
+// from one goroutine or several: failures first, last, only; spooled or
+// not. Every record is acknowledged once, the completion runs once, the
+// counters return to zero, and nothing is counted sent that failed.
+func TestPromiseInEveryOrder(t *testing.T) {
+	e, err := New(testCfg([]string{"127.0.0.1:1"}), telemetry.TestSettings(), 1<<20) // never started: promises are called by hand
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown(context.Background())
+	e.tp.known.Store("t", struct{}{})
+	e.tp.known.Store("u", struct{}{})
+	tooLarge := kerr.MessageTooLarge
+	cases := []struct {
+		name      string
+		fail      []int // records Kafka refuses
+		order     []int // the order promises run in; nil: all at once, concurrently
+		spooled   bool
+		onFailure bool
+	}{
+		{name: "all delivered", order: []int{0, 1, 2, 3, 4, 5}},
+		{name: "failure first", fail: []int{0}, order: []int{0, 1, 2, 3, 4, 5}, onFailure: true},
+		{name: "failure last", fail: []int{5}, order: []int{0, 1, 2, 3, 4, 5}, onFailure: true},
+		{name: "failure answered last, reversed", fail: []int{1}, order: []int{5, 4, 3, 2, 0, 1}},
+		{name: "all failed", fail: []int{0, 1, 2, 3, 4, 5}, order: []int{3, 1, 0, 2, 5, 4}, spooled: true, onFailure: true},
+		{name: "spooled, concurrent", fail: []int{2, 4}, spooled: true, onFailure: true},
+		{name: "concurrent", fail: []int{3}},
+	}
+	var wantSentT, wantBytesT, wantSentU float64
+	for _, c := range cases {
+		for round := 0; round < 50; round++ {
+			recs := make([]record.Record, 6)
+			for i := range recs {
+				recs[i] = record.Record{Topic: "t", Value: []byte("0123456789")}
+				if i%2 == 1 {
+					recs[i].Topic = "u"
+				}
+			}
+			fails := map[int]bool{}
+			for _, i := range c.fail {
+				fails[i] = true
+			}
+			for i, r := range recs {
+				if fails[i] {
+					continue
+				}
+				if r.Topic == "t" {
+					wantSentT++
+					wantBytesT += float64(len(r.Value))
+				} else {
+					wantSentU++
+				}
+			}
+			b := &record.Batch{Records: recs, Spooled: c.spooled}
+			var mu sync.Mutex
+			failedAt := map[int]int{}
+			if c.onFailure {
+				b.OnFailure = func(i int, _ error) { mu.Lock(); failedAt[i]++; mu.Unlock() }
+			}
+			var completions atomic.Int32
+			var doneErr error
+			b.OnDone(func(err error) { completions.Add(1); doneErr = err })
+			eb, err := e.begin(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recsK := eb.recs
+			answer := func(i int) {
+				var err error
+				if fails[i] {
+					err = tooLarge
+				}
+				e.promise(&recsK[i], err)
+			}
+			if c.order != nil {
+				for _, i := range c.order {
+					answer(i)
+				}
+			} else {
+				var wg sync.WaitGroup
+				for i := range recsK {
+					wg.Add(1)
+					go func() { defer wg.Done(); answer(i) }()
+				}
+				wg.Wait()
+			}
+			if n := completions.Load(); n != 1 {
+				t.Fatalf("%s: completion ran %d times", c.name, n)
+			}
+			if (len(c.fail) > 0) != (doneErr != nil) || b.Failed() != len(c.fail) {
+				t.Fatalf("%s: completion error %v, %d failed, want %d", c.name, doneErr, b.Failed(), len(c.fail))
+			}
+			if c.onFailure && len(failedAt) != len(c.fail) {
+				t.Fatalf("%s: OnFailure for %v, want %v", c.name, failedAt, c.fail)
+			}
+			if e.Inflight() != 0 || e.spooled.Load() != 0 || atomic.LoadInt64(&e.buffered) != 0 || testutil.ToFloat64(e.m.inflight) != 0 {
+				t.Fatalf("%s: left in flight %d, spooled %d, buffered %d, gauge %v", c.name, e.Inflight(), e.spooled.Load(), atomic.LoadInt64(&e.buffered), testutil.ToFloat64(e.m.inflight))
+			}
+		}
+	}
+	if v := testutil.ToFloat64(e.m.sent.WithLabelValues("t")); v != wantSentT {
+		t.Fatalf("sent t %v, want %v", v, wantSentT)
+	}
+	if v := testutil.ToFloat64(e.m.sentBytes.WithLabelValues("t")); v != wantBytesT {
+		t.Fatalf("sent bytes t %v, want %v", v, wantBytesT)
+	}
+	if v := testutil.ToFloat64(e.m.sent.WithLabelValues("u")); v != wantSentU {
+		t.Fatalf("sent u %v, want %v", v, wantSentU)
 	}
 }
 
