@@ -111,15 +111,7 @@ func TestDeliversKeysHeadersInOrder(t *testing.T) {
 // mixing topics, with failures on both, must still report every failure
 // by index, count exactly what was sent, and leave nothing in flight.
 func TestMixedBatchAnswersEveryRecordOnce(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "t", "u"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cfg := testCfg(c.ListenAddrs())
-	cfg.MaxBatchBytes = 4096
-	e := newExporter(t, cfg, 64<<20)
-	defer e.Shutdown(context.Background())
+	e := smallBatchExporter(t, 3, "t", "u")
 
 	var recs []record.Record
 	wantFail := map[int]bool{}
@@ -310,16 +302,25 @@ func TestPromiseInEveryOrder(t *testing.T) {
 	}
 }
 
-func TestPermanentErrorsAreClassified(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+// smallBatchExporter: a started exporter on a fake cluster seeding topics
+// with partitions each, whose batches hold 4 KiB, so that a 10 KB record
+// is refused by the Kafka client; both end with the test.
+func smallBatchExporter(t *testing.T, partitions int32, topics ...string) *Exporter {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topics...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(c.Close)
 	cfg := testCfg(c.ListenAddrs())
 	cfg.MaxBatchBytes = 4096
 	e := newExporter(t, cfg, 64<<20)
-	defer e.Shutdown(context.Background())
+	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	return e
+}
+
+func TestPermanentErrorsAreClassified(t *testing.T) {
+	e := smallBatchExporter(t, 1, "t")
 
 	var pe *consumer.PermanentError
 	err, failed := send(t, e, []record.Record{{Topic: "t", Value: make([]byte, 10_000)}, {Topic: "t", Value: []byte("ok")}})
