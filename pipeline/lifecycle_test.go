@@ -143,3 +143,33 @@ func TestExporterFailingInNew(t *testing.T) {
 		t.Fatalf("New: %v, %v; want an error naming exporter.kafka", p, err)
 	}
 }
+
+// TestReadyOnlyWhileRunning: /readyz says "starting" until every
+// component, the receivers last, has started (the admin listener answers
+// from the first step), and "stopping" from the first step of a stop, so
+// nothing is sent to a door that is not listening or is draining.
+func TestReadyOnlyWhileRunning(t *testing.T) {
+	set := telemetry.TestSettings()
+	p, err := New(lifeConfig(t), set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := func() string { _, why := set.Health.Ready(); return why["pipeline"] }
+	if s := state(); !strings.HasPrefix(s, "starting") {
+		t.Fatalf("before Start: pipeline %q, want starting", s)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s := state(); s != "" {
+		t.Fatalf("after Start: pipeline %q, want ready", s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := state(); s != "stopping" {
+		t.Fatalf("after Shutdown: pipeline %q, want stopping", s)
+	}
+}

@@ -14,11 +14,13 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,6 +49,8 @@ import (
 
 // Pipeline is a running agent.
 type Pipeline struct {
+	// state is starting, running or stopping (/readyz says which).
+	state atomic.Int32
 	cfg   *config.Config
 	Set   telemetry.Settings
 	Admin *admin.Admin
@@ -240,7 +244,29 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 	info.Set(1)
 	set.Registry.MustRegister(info)
 	p.life = p.components()
+	// Not ready until every door is open: the admin listener starts first
+	// and answers /readyz from then on, and a load balancer or a restart
+	// script must not send to a door that is not listening yet; not ready
+	// again once a stop begins, so traffic moves away while it drains.
+	set.Health.Register("pipeline", p.lifeState)
 	return p, nil
+}
+
+// Pipeline states for /readyz.
+const (
+	stateStarting int32 = iota
+	stateRunning
+	stateStopping
+)
+
+func (p *Pipeline) lifeState() error {
+	switch p.state.Load() {
+	case stateStarting:
+		return errors.New("starting: the receivers open once every component has started")
+	case stateStopping:
+		return errors.New("stopping")
+	}
+	return nil
 }
 
 // Version is set at build time (-ldflags "-X .../pipeline.Version=...").
@@ -307,6 +333,7 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	for _, r := range p.Receivers {
 		attrs = append(attrs, r.Listening()...)
 	}
+	p.state.CompareAndSwap(stateStarting, stateRunning)
 	p.Set.Logger.Info("ferry started", attrs...)
 	return nil
 }
@@ -316,6 +343,7 @@ func (p *Pipeline) Start(ctx context.Context) error {
 // reading, the exporter flushes, the spool records how far Kafka got. It may
 // be called after a failed Start (it stops nothing twice).
 func (p *Pipeline) Shutdown(ctx context.Context) error {
+	p.state.Store(stateStopping)
 	err := p.life.shutdown(ctx)
 	p.logTotals("ferry stopped")
 	return err
