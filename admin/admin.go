@@ -45,7 +45,7 @@ func New(cfg Config, set telemetry.Settings) *Admin {
 	// probe of its own, and a Prometheus that scrapes the agent sees what
 	// the kubelet's readiness probe sees.
 	telemetry.Shared(set.Registry, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_ready",
-		Help: "1 while /readyz says ready (Kafka reachable, queue and spool below their ready fraction), else 0."},
+		Help: "1 while /readyz says ready (every receiver listening and not stopping, Kafka reachable, queue and spool below their ready fraction), else 0."},
 		func() float64 {
 			if ok, _ := set.Health.Ready(); ok {
 				return 1

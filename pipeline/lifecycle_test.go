@@ -2,7 +2,9 @@ package pipeline
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -158,18 +160,37 @@ func TestReadyOnlyWhileRunning(t *testing.T) {
 	if s := state(); !strings.HasPrefix(s, "starting") {
 		t.Fatalf("before Start: pipeline %q, want starting", s)
 	}
+	// A last component, after the receivers: what /readyz says while the
+	// last one starts, and while the first one stops.
+	var atLastStart, atFirstStop string
+	p.life.add("probe", step{
+		start: func(context.Context) error { atLastStart = state(); return nil },
+		stop:  func(context.Context) error { atFirstStop = state(); return nil }})
 	if err := p.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	if !strings.HasPrefix(atLastStart, "starting") {
+		t.Fatalf("while the last component started: pipeline %q, want starting", atLastStart)
+	}
 	if s := state(); s != "" {
 		t.Fatalf("after Start: pipeline %q, want ready", s)
+	}
+	// Over the network, as a probe sees it.
+	res, err := http.Get("http://" + p.Admin.Addr() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if strings.Contains(string(body), "pipeline") {
+		t.Fatalf("/readyz after Start names the pipeline: %s", body)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := p.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if s := state(); s != "stopping" {
-		t.Fatalf("after Shutdown: pipeline %q, want stopping", s)
+	if atFirstStop != "stopping" {
+		t.Fatalf("while the first component stopped: pipeline %q, want stopping", atFirstStop)
 	}
 }

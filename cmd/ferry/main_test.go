@@ -277,16 +277,10 @@ auth: {keys: [{id: %d, secret: "%s", issue: true}]}
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if res, err := http.Get("http://" + adminAddr + "/healthz"); err == nil {
-			res.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not up:\n%s", logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+	// Ready (the blackhole exporter needs no Kafka): every receiver
+	// listens; /healthz answers before they do.
+	if !proc.WaitReady(adminAddr, 15*time.Second) {
+		t.Fatalf("not ready:\n%s", logs.String())
 	}
 	if c := status(tok1); c != 200 {
 		t.Fatalf("key 1: %d", c)
@@ -296,7 +290,7 @@ auth: {keys: [{id: %d, secret: "%s", issue: true}]}
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for status(tok2) != 200 {
 		if time.Now().After(deadline) {
 			t.Fatalf("SIGHUP did not load key 2:\n%s", logs.String())

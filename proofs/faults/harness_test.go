@@ -56,7 +56,8 @@ type agent struct {
 }
 
 // startAgent runs ferry against brokers with the given --set overrides and
-// waits until it serves (not until it is ready: Kafka may be down on purpose).
+// waits until its receivers listen (not until it is ready: Kafka may be
+// down on purpose).
 func startAgent(t *testing.T, brokers string, sets ...string) *agent {
 	t.Helper()
 	a := &agent{Agent: agenttest.Start(t, ferryBin, "", append([]string{"exporter.kafka.brokers=[" + brokers + "]",

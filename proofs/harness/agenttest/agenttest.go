@@ -122,8 +122,9 @@ var freeAddr = func(t *testing.T) string {
 }
 
 // Start runs the ferry binary bin with config file yaml (may be "") and
-// --set overrides, on free ports, and waits until it serves (not until it
-// is ready: Kafka may be down on purpose).
+// --set overrides, on free ports, and waits until every receiver listens
+// (/readyz no longer names the pipeline "starting"; not until it is ready:
+// Kafka may be down on purpose).
 //
 // A port found free can be taken before the agent binds it: test packages
 // run in parallel and every outgoing connection (to Kafka, to the agent)
@@ -224,25 +225,21 @@ func start(t *testing.T, bin, yaml string, piped bool, sets []string) (*Agent, e
 			scheme = "https://"
 		}
 	}
-	// A test that raised the log level above info does not get the
-	// started line: /healthz alone then.
-	quietLog := false
-	for _, s := range sets {
-		if strings.HasPrefix(s, "telemetry.log.level=") && !strings.HasSuffix(s, "=info") && !strings.HasSuffix(s, "=debug") {
-			quietLog = true
-		}
-	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		res, err := probe.Get(scheme + a.Admin + "/healthz")
-		if err == nil {
+		// The admin listener starts first, so it answers while the
+		// exporter, the spool reader and the receivers are still starting
+		// (a restarted agent's Kafka front was dialled before it listened:
+		// connection refused). /readyz names the pipeline "starting" until
+		// every door listens; ready or not for other reasons (Kafka down
+		// in some tests), the doors are open once that check is gone.
+		if res, err := probe.Get(scheme + a.Admin + "/readyz"); err == nil {
+			var body struct {
+				NotReady map[string]string `json:"not_ready"`
+			}
+			derr := json.NewDecoder(res.Body).Decode(&body)
 			res.Body.Close()
-			// The admin listener starts first, so /healthz answers while
-			// the exporter, the spool reader and the receivers are still
-			// starting: the doors listen only once the agent logged that
-			// it started (a restart's recovery made a test dial the Kafka
-			// front before it listened: connection refused).
-			if res.StatusCode == 200 && (quietLog || strings.Contains(a.Logs.String(), "ferry started")) {
+			if _, starting := body.NotReady["pipeline"]; derr == nil && !starting {
 				return a, nil
 			}
 		}
@@ -253,7 +250,7 @@ func start(t *testing.T, bin, yaml string, piped bool, sets []string) (*Agent, e
 		}
 		if time.Now().After(deadline) {
 			_ = a.Cmd.Process.Kill()
-			return a, fmt.Errorf("agent not serving after 30 s")
+			return a, fmt.Errorf("agent not started after 30 s (its /readyz never said the pipeline was running)")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -127,9 +127,14 @@ class AgentTest {
         long deadline = System.currentTimeMillis() + 20_000;
         while (System.currentTimeMillis() < deadline) {
             try {
-                HttpURLConnection c = (HttpURLConnection) new URL("http://127.0.0.1:" + admin + "/healthz").openConnection();
+                // The admin port answers before the receivers listen: /readyz
+                // names the pipeline ("starting") until every one does.
+                HttpURLConnection c = (HttpURLConnection) new URL("http://127.0.0.1:" + admin + "/readyz").openConnection();
                 c.setConnectTimeout(200);
-                if (c.getResponseCode() == 200) {
+                int code = c.getResponseCode();
+                java.io.InputStream in = code == 200 ? c.getInputStream() : c.getErrorStream();
+                String body = in == null ? "" : new String(in.readAllBytes(), StandardCharsets.UTF_8);
+                if ((code == 200 || code == 503) && body.contains("not_ready") && !body.contains("\"pipeline\"")) {
                     return p;
                 }
             } catch (IOException e) {
