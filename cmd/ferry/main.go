@@ -190,6 +190,14 @@ func serve(cfg *config.Config, restartErr error, load func() (*config.Config, er
 		return "", err
 	}
 	p.Admin.Handle("POST /-/reload", reloadHandler(reload))
+	// Caught from before the receivers open, handled once they are: a
+	// SIGHUP sent as soon as the agent says it started (or /readyz says
+	// ready) reloads rather than kills it, and a SIGTERM during start-up
+	// stops it gracefully once started.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	if err := p.Start(context.Background()); err != nil {
 		set.Logger.Error("cannot start", "err", err)
 		return 1
@@ -197,15 +205,11 @@ func serve(cfg *config.Config, restartErr error, load func() (*config.Config, er
 	procs := scheduler.New(scheduler.Config{Adaptive: cfg.Runtime.AdaptiveProcs}, set.Logger, set.Registry)
 	_ = procs.Start(context.Background()) // it cannot fail: off, kept or sampling
 	defer procs.Shutdown(context.Background())
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
 		for range hup {
 			_, _ = reload()
 		}
 	}()
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	s := <-sig
 	set.Logger.Info("stopping: no new requests; flushing to Kafka", "signal", s.String(), "timeout", cfg.ShutdownTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)

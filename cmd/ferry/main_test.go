@@ -28,16 +28,41 @@ import (
 	"github.com/ferryhq/ferry/tools/bench/proc"
 )
 
-func TestMain(m *testing.M) { kafkatest.Main(leaktest.Wrap(m)) }
+func TestMain(m *testing.M) { kafkatest.Main(removeBuilt{leaktest.Wrap(m)}) }
+
+// built is the binary the tests run, built once for all of them (a link
+// of the whole agent each time cost the package seconds per test).
+var built struct {
+	once      sync.Once
+	dir, path string
+	out       []byte
+	err       error
+}
 
 func buildFerry(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "ferry")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "ferry-cmd-test"); built.err != nil {
+			return
+		}
+		built.path = filepath.Join(built.dir, "ferry")
+		built.out, built.err = exec.Command("go", "build", "-o", built.path, ".").CombinedOutput()
+	})
+	if built.err != nil {
+		t.Fatalf("go build: %v\n%s", built.err, built.out)
 	}
-	return bin
+	return built.path
+}
+
+// removeBuilt deletes the shared binary after the package's tests.
+type removeBuilt struct{ m interface{ Run() int } }
+
+func (r removeBuilt) Run() int {
+	code := r.m.Run()
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
+	return code
 }
 
 func freeAddr(t *testing.T) string {
@@ -227,6 +252,68 @@ func TestCommands(t *testing.T) {
 	bad.Env = env
 	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), "invalid token") {
 		t.Fatalf("truncated token: %v %s", err, out)
+	}
+}
+
+// TestSignalsFromTheFirstAnswer: from the moment the admin port answers
+// (the first component to start), a SIGHUP reloads and a SIGTERM stops
+// gracefully; neither kills the agent with Go's default action, which
+// they did while the receivers were still starting.
+func TestSignalsFromTheFirstAnswer(t *testing.T) {
+	bin := buildFerry(t)
+	for _, c := range []struct {
+		name string
+		sig  syscall.Signal
+	}{{"SIGHUP", syscall.SIGHUP}, {"SIGTERM", syscall.SIGTERM}} {
+		t.Run(c.name, func(t *testing.T) {
+			adminAddr := freeAddr(t)
+			file := filepath.Join(t.TempDir(), "ferry.yaml")
+			cfg := fmt.Sprintf("exporter: {type: blackhole}\nreceivers:\n  http: {listen: %q}\n  otlp: {enabled: false}\n  local: {enabled: false}\ntelemetry: {admin: {listen: %q}}\n",
+				freeAddr(t), adminAddr)
+			if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var logs bytes.Buffer
+			cmd := exec.Command(bin, "run", "-c", file)
+			cmd.Stderr = &logs
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Process.Kill()
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(time.Millisecond) {
+				if res, err := http.Get("http://" + adminAddr + "/healthz"); err == nil {
+					res.Body.Close()
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("admin port never answered")
+				}
+			}
+			if err := cmd.Process.Signal(c.sig); err != nil {
+				t.Fatal(err)
+			}
+			if c.sig == syscall.SIGHUP {
+				if !proc.WaitReady(adminAddr, 15*time.Second) {
+					t.Fatalf("not ready after an early SIGHUP (exited: %v)", len(exited) > 0)
+				}
+				select {
+				case err := <-exited:
+					t.Fatalf("an early SIGHUP ended the agent: %v", err)
+				default:
+				}
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+			}
+			select {
+			case err := <-exited:
+				if err != nil {
+					t.Fatalf("exit after an early %s: %v (want a graceful stop, status 0)", c.name, err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("never stopped")
+			}
+		})
 	}
 }
 
