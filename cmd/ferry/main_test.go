@@ -255,6 +255,20 @@ func TestCommands(t *testing.T) {
 	}
 }
 
+// runFile starts `ferry run -c file`, its log in the returned buffer; the
+// process is killed when the test ends (a graceful stop is the test's).
+func runFile(t *testing.T, bin, file string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	logs := &bytes.Buffer{}
+	cmd := exec.Command(bin, "run", "-c", file)
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return cmd, logs
+}
+
 // TestSignalsFromTheFirstAnswer: from the moment the admin port answers
 // (the first component to start), a SIGHUP reloads and a SIGTERM stops
 // gracefully; neither kills the agent with Go's default action, which
@@ -273,13 +287,7 @@ func TestSignalsFromTheFirstAnswer(t *testing.T) {
 			if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			var logs bytes.Buffer
-			cmd := exec.Command(bin, "run", "-c", file)
-			cmd.Stderr = &logs
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer cmd.Process.Kill()
+			cmd, _ := runFile(t, bin, file)
 			exited := make(chan error, 1)
 			go func() { exited <- cmd.Wait() }()
 			for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(time.Millisecond) {
@@ -357,13 +365,7 @@ auth: {keys: [{id: %d, secret: "%s", issue: true}]}
 	}
 	write(1, strings.Repeat("ab", 32))
 	tok1 := issue()
-	var logs bytes.Buffer
-	cmd := exec.Command(bin, "run", "-c", file)
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	cmd, logs := runFile(t, bin, file)
 	// Ready (the blackhole exporter needs no Kafka): every receiver
 	// listens; /healthz answers before they do.
 	if !proc.WaitReady(adminAddr, 15*time.Second) {
