@@ -332,17 +332,17 @@ func (s *suite) producers() ([]prodRow, error) {
 // meanResults is meanResult over several runs.
 func meanResults(rs []load.Result) load.Result {
 	m := rs[0]
-	for i, r := range rs[1:] {
-		// weights keep it the plain mean: m holds i+1 runs' mean
-		w := float64(i+1) / float64(i+2)
-		mix := func(a, b float64) float64 { return a*w + b*(1-w) }
+	for _, r := range rs[1:] {
 		m.Records += r.Records
 		m.Failed += r.Failed
 		m.Seconds += r.Seconds
-		m.RecordsSec, m.MBSec, m.AvgMS = mix(m.RecordsSec, r.RecordsSec), mix(m.MBSec, r.MBSec), mix(m.AvgMS, r.AvgMS)
+		m.RecordsSec, m.MBSec, m.AvgMS = m.RecordsSec+r.RecordsSec, m.MBSec+r.MBSec, m.AvgMS+r.AvgMS
 		m.MaxMS = max(m.MaxMS, r.MaxMS)
-		m.P50MS, m.P95MS, m.P99MS, m.P999MS = mix(m.P50MS, r.P50MS), mix(m.P95MS, r.P95MS), mix(m.P99MS, r.P99MS), mix(m.P999MS, r.P999MS)
+		m.P50MS, m.P95MS, m.P99MS, m.P999MS = m.P50MS+r.P50MS, m.P95MS+r.P95MS, m.P99MS+r.P99MS, m.P999MS+r.P999MS
 	}
+	k := float64(len(rs)) // rates and latencies: the mean; counts: the sum
+	m.RecordsSec, m.MBSec, m.AvgMS = m.RecordsSec/k, m.MBSec/k, m.AvgMS/k
+	m.P50MS, m.P95MS, m.P99MS, m.P999MS = m.P50MS/k, m.P95MS/k, m.P99MS/k, m.P999MS/k
 	return m
 }
 
