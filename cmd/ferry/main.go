@@ -199,6 +199,8 @@ func serve(cfg *config.Config, restartErr error, load func() (*config.Config, er
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	if err := p.Start(context.Background()); err != nil {
+		signal.Stop(hup)
+		signal.Stop(sig)
 		set.Logger.Error("cannot start", "err", err)
 		return 1
 	}

@@ -329,7 +329,8 @@ func (s *suite) producers() ([]prodRow, error) {
 	return rows, nil
 }
 
-// meanResults is meanResult over several runs.
+// meanResults is the mean of several runs of the same records: rates and
+// latencies averaged, counts summed.
 func meanResults(rs []load.Result) load.Result {
 	m := rs[0]
 	for _, r := range rs[1:] {
