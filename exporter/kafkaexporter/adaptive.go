@@ -34,29 +34,48 @@ package kafkaexporter
 // that the submits arriving meanwhile join the next request instead of
 // racing the first in one each.
 //
-// The price: an agent sends up to one request per round trip per broker,
-// not one per linger, when its applications send often; fleets that size
-// their brokers by the number of produce requests set linger_mode: fixed with
-// a long linger (docs/scaling.md). Delivery mode spool always uses the
-// fixed delivery.spool.linger: nobody waits for Kafka there.
-//
-// Not yet fleet-aware (issue 37). One agent cannot tell a lone host whose
+// Pacing: batching that also follows the brokers' queueing, so that a fleet
+// is paced by its cluster. One agent cannot tell a lone host whose
 // application sends 300 requests a second from one of many hosts sending 60
-// each; only the brokers' load tells them apart. Tried on 2026-11-28 and not
-// kept: a 50 ms cap with early sends spaced by 8 × (smoothed produce round
-// trip − its windowed minimum), requests of 16 KiB or more exempt (TCP
-// Vegas's signal). Against 16 agents on 3 local brokers it cut the p99 (118–199
-// ms against 219–614 at a fixed 50 ms) at 1.3–1.4× the requests, but the
-// brokers' CPU moved more between identical rows (79–161 %, JIT warm-up and
-// 2 shared cores) than between the modes; and on an unloaded 3-broker
-// cluster (acks all) the round trip varies by itself, so a lone synchronous
-// client was paced: 556–622 records/s against 3,356, one idle request 9–10
-// ms against 2. A dead band (queueing counted only past 2 × the minimum and
-// +5 ms) left the fleet result inside the noise. The signal needs brokers
-// that do not share the agents' cores to be judged.
+// each; only the brokers' load tells them apart, and their answers carry
+// it: a queueing broker answers later than the least round trip seen
+// lately. The Kafka client's end-to-end hook gives every produce round trip
+// to sample (never blocking: a lock, and a sort of 16 values every 8th
+// answer). Every 8 answers the median of the last 16 is compared with the
+// least single round trip of the last one to two baseWindows (the base: a
+// queueing broker still answers some requests at once); beyond
+// max(2 × base, base + 2 ms) the brokers queue, and the gap between a
+// batch's first record and its early send rises by a quarter of the cap;
+// otherwise it falls by a third, to 0 under 1 ms. Quick to rise and slow to
+// fall from the cap, so that a fleet holding its brokers at the edge of
+// queueing stays paced through the moments a median dips (a gap
+// proportional to the queueing, as TCP Vegas would have it, oscillated
+// there and sent 1.2–1.4× the requests of the fixed linger). A gap at the
+// cap leaves every batch to the client's linger, exactly the fixed mode; a
+// request of pacingMinBytes or more is sent early whatever the gap (a
+// closed loop of clients with large requests keeps its round trips: the
+// many small requests of quiet hosts are what cost a cluster).
+//
+// With the default cap (2 ms) pacing moves a batch by at most 2 ms; a fleet
+// sets exporter.kafka.linger to 50 ms or more and keeps this mode: idle,
+// its hosts answer after one round trip; once their brokers queue, they
+// batch as the fixed mode would. Measured with ferry-bench fleet
+// (docs/scaling.md): 16 agents, 10,000 records/s in requests of 10, 3
+// brokers: the adaptive mode with a 50 ms cap sent 736 produce requests a
+// second against 661 at a fixed 50 ms (1,681–1,773 without pacing), p99
+// 186 ms against 190; on an unloaded 3-broker cluster a lone client was not
+// paced (one request at a time: 925 against 925 records/s; 100 requests a
+// second: p50 1–2 ms). Not reached (issue 37): the same on the default cap,
+// which needs the default linger raised and every benchmark table measured
+// again; and a p99 clearly lower than the fixed linger's on these shared
+// cores (earlier runs of the pair: 348–463 ms against 137–446).
+//
+// Delivery mode spool always uses the fixed delivery.spool.linger: nobody
+// waits for Kafka there.
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,8 +97,28 @@ const adaptiveBudget = 1
 // this much.
 const flushWriteWait = 500 * time.Microsecond
 
+// Pacing constants (see the package text above).
+const (
+	// pacingBand: round trips up to twice the base, or the base and this
+	// much, are not queueing: an idle cluster with acks=all answers in one
+	// or two replica fetches, so its round trip varies by itself.
+	pacingBand = 2 * time.Millisecond
+	// pacingMinBytes: a request carrying this much is sent early whatever
+	// the gap (a closed loop of clients with large requests keeps its
+	// round trips; the small requests of many quiet hosts are what pacing
+	// spaces out).
+	pacingMinBytes = 16 << 10
+	// rttRing: the median is taken over this many round trips.
+	rttRing = 16
+	// baseWindow: how long a least round trip stays the base; the base
+	// follows a cluster that got slower for good after one to two windows.
+	baseWindow = 10 * time.Second
+)
+
 type adaptive struct {
 	budget int32
+	// cap is the linger: the longest gap pacing leaves.
+	cap time.Duration
 	// flush stops every partition's linger and starts the sends; it does
 	// not wait for them.
 	flush func()
@@ -97,12 +136,85 @@ type adaptive struct {
 	wrote   chan struct{}
 	// writeWait is flushWriteWait (a test lengthens it).
 	writeWait time.Duration
+
+	// Pacing, under mu: the last rttRing round trips, how many were
+	// taken, the least round trip of the current and the previous
+	// baseWindow, and when the current window began.
+	ring             [rttRing]time.Duration
+	nrtt             int
+	curBase, prvBase time.Duration
+	winStart         time.Time
+	// gap is the pacing gap in ns (read by the flusher); since is when
+	// the first batch since the last produce request was handed over
+	// (UnixNano, 0: none yet).
+	gap   atomic.Int64
+	since atomic.Int64
+	// now is time.Now (a test steps it).
+	now func() time.Time
+	// unsent is the bytes handed to the client and not yet answered (all
+	// of them unsent while no request is in flight).
+	unsent func() int64
 }
 
-func newAdaptive(budget int32, flush, flushed func()) *adaptive {
-	return &adaptive{budget: budget, flush: flush, flushed: flushed, perBroker: make(map[int32]int32),
-		kick: make(chan struct{}, 1), wrote: make(chan struct{}, 1), writeWait: flushWriteWait}
+func newAdaptive(budget int32, linger time.Duration, flush, flushed func()) *adaptive {
+	return &adaptive{budget: budget, cap: linger, flush: flush, flushed: flushed, perBroker: make(map[int32]int32),
+		kick: make(chan struct{}, 1), wrote: make(chan struct{}, 1), writeWait: flushWriteWait,
+		now: time.Now, unsent: func() int64 { return 0 }}
 }
+
+// sample takes one produce round trip (a request's write to its answer)
+// into the pacing gap. Called from the Kafka client's hook: never blocks,
+// and sorts rttRing values once every rttRing/2 samples.
+func (a *adaptive) sample(rtt time.Duration) {
+	if rtt <= 0 {
+		return
+	}
+	now := a.now()
+	a.mu.Lock()
+	// The base is the least single round trip: even a queueing broker
+	// answers some requests at once, so it stays an idle broker's figure
+	// under a load that never lets up (a least median would rise with it).
+	if a.winStart.IsZero() || now.Sub(a.winStart) >= baseWindow {
+		a.prvBase, a.curBase, a.winStart = a.curBase, rtt, now
+	} else if rtt < a.curBase {
+		a.curBase = rtt
+	}
+	a.ring[a.nrtt%rttRing] = rtt
+	a.nrtt++
+	if a.nrtt < rttRing || a.nrtt%(rttRing/2) != 0 {
+		a.mu.Unlock()
+		return
+	}
+	s := a.ring
+	base := a.curBase
+	if a.prvBase > 0 && a.prvBase < base {
+		base = a.prvBase
+	}
+	a.mu.Unlock()
+	slices.Sort(s[:])
+	med := s[rttRing/2]
+	a.gap.Store(int64(nextGap(time.Duration(a.gap.Load()), med, base, a.cap)))
+}
+
+// nextGap moves the spacing of early sends after a median produce round
+// trip med, against the least round trip seen lately (base): up by a
+// quarter of the cap while the brokers queue (the median beyond the dead
+// band), down by a third of itself while they do not. Quick to rise and
+// slow to fall from the cap, so that a fleet which keeps its brokers at
+// the edge of queueing stays paced through the moments a median dips.
+func nextGap(gap, med, base, limit time.Duration) time.Duration {
+	if med > max(2*base, base+pacingBand) {
+		return min(gap+limit/4, limit)
+	}
+	if gap -= gap / 3; gap < time.Millisecond {
+		return 0
+	}
+	return gap
+}
+
+// Gap is the current spacing of early sends
+// (ferry_exporter_kafka_linger_pacing_seconds).
+func (a *adaptive) Gap() time.Duration { return time.Duration(a.gap.Load()) }
 
 // clientFlush is cl.Flush with a context already done: franz-go stops every
 // partition's linger and wakes each broker's sender before it looks at the
@@ -123,6 +235,9 @@ func signal(c chan struct{}) {
 // submitted: a batch was handed to the Kafka client (Consume, after its
 // last record). Never blocks.
 func (a *adaptive) submitted() {
+	if a.since.Load() == 0 {
+		a.since.CompareAndSwap(0, a.now().UnixNano())
+	}
 	a.pending.Store(true)
 	if a.busy.Load() == 0 {
 		signal(a.kick)
@@ -132,6 +247,10 @@ func (a *adaptive) submitted() {
 // written: a produce request was written to broker node (its write hook;
 // every write, failed or not, is followed by one answered).
 func (a *adaptive) written(node int32) {
+	// Records buffered before this write may have left with it: the
+	// pacing gap of what is still buffered counts from the next submit
+	// (the client's linger still sends it by the cap).
+	a.since.Store(0)
 	a.mu.Lock()
 	n := a.perBroker[node] + 1
 	a.perBroker[node] = n
@@ -178,8 +297,50 @@ func (a *adaptive) run(stop <-chan struct{}) {
 			return
 		case <-a.kick:
 		}
-		if a.busy.Load() != 0 || !a.pending.Swap(false) {
+		if a.busy.Load() != 0 || !a.pending.Load() {
 			// Busy: the broker's answer wakes us again (pending stays).
+			continue
+		}
+		// Pacing: the brokers are queueing, so this send waits until gap
+		// after the first record that waits; the records arriving
+		// meanwhile join it, and the client's own linger (the cap) may
+		// send it first. A request that carries pacingMinBytes is worth
+		// its cost to a broker whatever the queueing and goes now.
+		gap := a.Gap()
+		if gap >= a.cap && a.unsent() < pacingMinBytes {
+			// Paced to the cap: the client's own linger sends each
+			// partition's batch at the cap from its first record, as in
+			// the fixed mode; a flush now would also cut short the
+			// batches that have only just begun.
+			continue
+		}
+		since := a.since.Load()
+		if since == 0 { // submitted before the last write, which may have left them behind
+			since = a.now().UnixNano()
+			a.since.CompareAndSwap(0, since)
+		}
+		if wait := time.Unix(0, since).Add(gap).Sub(a.now()); wait > 0 && a.unsent() < pacingMinBytes {
+			t.Reset(wait)
+		paced:
+			for {
+				select {
+				case <-t.C:
+					break paced
+				case <-a.kick:
+					if a.unsent() >= pacingMinBytes {
+						t.Stop()
+						break paced
+					}
+				case <-stop:
+					return
+				}
+			}
+			if a.busy.Load() != 0 {
+				continue
+			}
+		}
+		a.since.Store(0)
+		if !a.pending.Swap(false) {
 			continue
 		}
 		select { // a write from before this flush says nothing about it

@@ -22,7 +22,7 @@ import (
 func flushes(t *testing.T, budget int32) (*adaptive, *atomic.Int64) {
 	t.Helper()
 	var n atomic.Int64
-	a := newAdaptive(budget, func() { n.Add(1) }, func() {})
+	a := newAdaptive(budget, time.Second, func() { n.Add(1) }, func() {})
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() { a.run(stop); close(done) }()
@@ -99,7 +99,7 @@ func TestAdaptiveBudgetCountsRequests(t *testing.T) {
 func TestAdaptiveCoalescesSubmitsDuringAFlush(t *testing.T) {
 	var n atomic.Int64
 	var a *adaptive
-	a = newAdaptive(1, func() {
+	a = newAdaptive(1, time.Second, func() {
 		n.Add(1)
 		go func() { time.Sleep(50 * time.Millisecond); a.written(1) }() // the client writes the request a little later
 	}, func() {})
@@ -128,7 +128,7 @@ func TestAdaptiveCoalescesSubmitsDuringAFlush(t *testing.T) {
 // followed by another for 50 ms, however idle Kafka is.
 func TestAdaptiveBoundsTheCostOfFlushing(t *testing.T) {
 	var n atomic.Int64
-	a := newAdaptive(1, func() { n.Add(1); time.Sleep(5 * time.Millisecond) }, func() {})
+	a := newAdaptive(1, time.Second, func() { n.Add(1); time.Sleep(5 * time.Millisecond) }, func() {})
 	stop := make(chan struct{})
 	defer close(stop)
 	go a.run(stop)
@@ -221,6 +221,17 @@ func TestAdaptiveIdleBatchSkipsTheLinger(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(e.m.lingerSkipped) - skipped; got < 3 {
 		t.Fatalf("ferry_exporter_kafka_linger_skipped_total grew by %v for 3 idle batches", got)
+	}
+	// The produce round trips reach the pacing from the client's
+	// end-to-end hook, and an idle broker leaves no gap.
+	e.ad.mu.Lock()
+	sampled := e.ad.nrtt
+	e.ad.mu.Unlock()
+	if sampled < 3 || e.ad.Gap() != 0 {
+		t.Fatalf("pacing after 3 idle round trips: %d sampled, gap %v", sampled, e.ad.Gap())
+	}
+	if g, err := testutil.GatherAndCount(e.set.Registry, "ferry_exporter_kafka_linger_pacing_seconds"); err != nil || g != 1 {
+		t.Fatalf("ferry_exporter_kafka_linger_pacing_seconds: %d series (%v)", g, err)
 	}
 
 	cfg.LingerMode = "fixed"
@@ -340,5 +351,138 @@ func BenchmarkEarlyFlush(b *testing.B) {
 				flush()
 			}
 		})
+	}
+}
+
+// The pacing gap rises by a quarter of the cap while the median round trip
+// is beyond the dead band, up to the cap, and falls by a third of itself
+// otherwise, to 0 under a millisecond.
+func TestPacingGapRisesAndFalls(t *testing.T) {
+	const limit = 40 * time.Millisecond
+	base := time.Millisecond
+	gap := time.Duration(0)
+	for i, want := range []time.Duration{10, 20, 30, 40, 40} {
+		if gap = nextGap(gap, 20*time.Millisecond, base, limit); gap != want*time.Millisecond {
+			t.Fatalf("queueing, step %d: gap %v, want %v ms", i, gap, want)
+		}
+	}
+	// Within the band (max(2 × base, base + 2 ms) = 3 ms): not queueing.
+	if g := nextGap(0, 3*time.Millisecond, base, limit); g != 0 {
+		t.Fatalf("a median at the band: gap %v, want 0", g)
+	}
+	if g := nextGap(0, 3*time.Millisecond+time.Microsecond, base, limit); g != 10*time.Millisecond {
+		t.Fatalf("a median just past the band: gap %v, want 10 ms", g)
+	}
+	// A slow cluster's base widens the band to twice it.
+	if g := nextGap(0, 19*time.Millisecond, 10*time.Millisecond, limit); g != 0 {
+		t.Fatalf("base 10 ms, median 19 ms: gap %v, want 0", g)
+	}
+	steps := 0
+	for gap > 0 {
+		next := nextGap(gap, base, base, limit)
+		if next != 0 && next != gap-gap/3 {
+			t.Fatalf("idle: gap %v fell to %v, want a third less", gap, next)
+		}
+		gap = next
+		steps++
+	}
+	if steps != 10 { // 40 ms × (2/3)^9 ≈ 1.04 ms, then under 1 ms: 0
+		t.Fatalf("the gap fell from the cap to 0 in %d steps, want 10", steps)
+	}
+}
+
+// sample feeds the gap: the median of the last 16 round trips against the
+// least single one of the last one or two windows. An idle cluster whose
+// round trip varies by itself (replica fetches: 1 or 3 ms) is not paced; a
+// queueing one is, up to the cap; the base forgets a least round trip older
+// than two windows.
+func TestPacingSampleFollowsTheMedian(t *testing.T) {
+	now := time.Unix(1000, 0)
+	a := newAdaptive(1, 40*time.Millisecond, func() {}, func() {})
+	a.now = func() time.Time { return now }
+	for i := 0; i < 64; i++ {
+		a.sample(time.Duration(1+2*(i%2)) * time.Millisecond)
+	}
+	if g := a.Gap(); g != 0 {
+		t.Fatalf("idle cluster with a bimodal round trip: gap %v, want 0", g)
+	}
+	for i := 0; i < 7; i++ { // the median moves only once half the ring is slow
+		a.sample(30 * time.Millisecond)
+	}
+	if g := a.Gap(); g != 0 {
+		t.Fatalf("7 slow answers of 16: gap %v, want 0", g)
+	}
+	for i := 0; i < 33; i++ {
+		a.sample(30 * time.Millisecond)
+	}
+	if g := a.Gap(); g != 40*time.Millisecond {
+		t.Fatalf("queueing brokers: gap %v, want the 40 ms cap", g)
+	}
+	for i := 0; i < 160; i++ {
+		a.sample(time.Millisecond)
+	}
+	if g := a.Gap(); g != 0 {
+		t.Fatalf("idle again: gap %v, want 0", g)
+	}
+	// The cluster gets slower for good (a round trip of 10 ms, 19 at
+	// times): after two windows 10 ms is the base and 19 ms is no
+	// queueing.
+	for w := 0; w < 3; w++ {
+		now = now.Add(baseWindow)
+		for i := 0; i < 64; i++ {
+			a.sample(time.Duration(10+9*(i%2)) * time.Millisecond)
+		}
+	}
+	if g := a.Gap(); g != 0 {
+		t.Fatalf("a slower cluster, windows later: gap %v, want 0", g)
+	}
+}
+
+// The flusher holds an early send for the gap from the first record that
+// waits; a gap at the cap leaves the batch to the client's linger (no
+// flush); a batch of pacingMinBytes goes at once whatever the gap.
+func TestPacingHoldsEarlySends(t *testing.T) {
+	var n atomic.Int64
+	var unsent atomic.Int64
+	var a *adaptive
+	a = newAdaptive(1, time.Second, func() { n.Add(1); a.written(1) }, func() {})
+	a.unsent = unsent.Load
+	stop := make(chan struct{})
+	defer close(stop)
+	go a.run(stop)
+	send := func(within time.Duration) (time.Duration, bool) {
+		t0 := time.Now()
+		want := n.Load() + 1
+		a.submitted()
+		for time.Since(t0) < within {
+			if n.Load() >= want {
+				d := time.Since(t0)
+				a.answered(1)
+				return d, true
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		return 0, false
+	}
+	if d, ok := send(time.Second); !ok || d > 50*time.Millisecond {
+		t.Fatalf("no pacing: the early send left after %v (sent: %v)", d, ok)
+	}
+	a.gap.Store(int64(150 * time.Millisecond))
+	if d, ok := send(2 * time.Second); !ok || d < 140*time.Millisecond || d > 600*time.Millisecond {
+		t.Fatalf("a 150 ms gap: the early send left after %v (sent: %v)", d, ok)
+	}
+	unsent.Store(pacingMinBytes)
+	if d, ok := send(time.Second); !ok || d > 100*time.Millisecond {
+		t.Fatalf("a batch of pacingMinBytes was held: %v (sent: %v)", d, ok)
+	}
+	unsent.Store(100)
+	go func() { time.Sleep(40 * time.Millisecond); unsent.Store(pacingMinBytes); a.submitted() }()
+	if d, ok := send(2 * time.Second); !ok || d < 30*time.Millisecond || d > 120*time.Millisecond {
+		t.Fatalf("held until the batch reached pacingMinBytes (40 ms): sent after %v (%v)", d, ok)
+	}
+	unsent.Store(100)
+	a.gap.Store(int64(time.Second)) // the cap
+	if _, ok := send(300 * time.Millisecond); ok {
+		t.Fatal("paced to the cap: the flusher sent early instead of leaving it to the client's linger")
 	}
 }

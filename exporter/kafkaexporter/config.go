@@ -26,7 +26,8 @@ type Config struct {
 	Linger time.Duration `yaml:"linger"`
 	// LingerMode: adaptive (default; "" too) sends at once while no
 	// broker has a produce request in flight and lingers up to Linger
-	// only while one has (adaptive.go); fixed always lingers.
+	// only while one has or the brokers queue (adaptive.go); fixed always
+	// lingers.
 	LingerMode string `yaml:"linger_mode"`
 	// MaxBatchBytes is the largest record batch sent to a partition, and so
 	// the largest record accepted. Keep it ≤ the broker's message.max.bytes.

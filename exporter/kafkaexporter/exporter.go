@@ -21,7 +21,8 @@
 //   - Batching follows the load (linger_mode adaptive, the default; see
 //     adaptive.go): a batch is sent at once while no broker has a produce
 //     request of ours in flight, and otherwise waits for that request's
-//     answer, at most linger. linger_mode fixed always waits linger.
+//     answer, at most linger; once the brokers queue, it waits longer, up
+//     to linger (pacing). linger_mode fixed always waits linger.
 //
 // Lifecycle: New builds the client without connecting. Start begins the
 // health probe. Consume may be called between Start and Shutdown. Shutdown
@@ -134,7 +135,11 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 		// Before the client exists: its hooks read e.ad. The flusher
 		// runs from Start on, after e.cl is set.
 		flush := clientFlush(func(ctx context.Context) error { return e.cl.Flush(ctx) })
-		e.ad = newAdaptive(adaptiveBudget, flush, e.m.lingerSkipped.Inc)
+		e.ad = newAdaptive(adaptiveBudget, cfg.Linger, flush, e.m.lingerSkipped.Inc)
+		e.ad.unsent = func() int64 { return atomic.LoadInt64(&e.buffered) }
+		set.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_exporter_kafka_linger_pacing_seconds",
+			Help:        "How long the adaptive linger lets a batch gather before its early send because the brokers queue (their median produce round trip beyond twice the least one seen lately); 0 on an idle cluster, at most exporter.kafka.linger, where every batch waits the linger as in the fixed mode.",
+			ConstLabels: prometheus.Labels{"exporter": "kafka"}}, func() float64 { return e.ad.Gap().Seconds() }))
 	}
 
 	buffered := int64(cfg.MaxBufferedBytes)
@@ -824,6 +829,9 @@ func (h hooks) OnBrokerE2E(meta kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E
 		return
 	}
 	if h.e.ad != nil {
+		if e2e.Err() == nil {
+			h.e.ad.sample(e2e.DurationE2E())
+		}
 		h.e.ad.answered(meta.NodeID)
 	}
 	if e2e.Err() != nil {
