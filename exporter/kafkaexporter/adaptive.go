@@ -40,21 +40,25 @@ package kafkaexporter
 // each; only the brokers' load tells them apart, and their answers carry
 // it: a queueing broker answers later than the least round trip seen
 // lately. The Kafka client's end-to-end hook gives every produce round trip
-// to sample (never blocking: a lock, and a sort of 16 values every 8th
-// answer). Every 8 answers the median of the last 16 is compared with the
-// least single round trip of the last one to two baseWindows (the base: a
-// queueing broker still answers some requests at once); beyond
-// max(2 × base, base + 2 ms) the brokers queue, and the gap between a
-// batch's first record and its early send rises by a quarter of the cap;
-// otherwise it falls by a third, to 0 under 1 ms. Quick to rise and slow to
-// fall from the cap, so that a fleet holding its brokers at the edge of
-// queueing stays paced through the moments a median dips (a gap
-// proportional to the queueing, as TCP Vegas would have it, oscillated
-// there and sent 1.2–1.4× the requests of the fixed linger). A gap at the
-// cap leaves every batch to the client's linger, exactly the fixed mode; a
-// request of pacingMinBytes or more is sent early whatever the gap (a
-// closed loop of clients with large requests keeps its round trips: the
-// many small requests of quiet hosts are what cost a cluster).
+// to answered (never blocking: a lock, and a sort of 16 values every 8th
+// sample). Each broker is judged on its own: a far broker is not a queueing
+// one. A request written while another of ours was in flight to the same
+// broker is not sampled (it waited for ours there), nor is a failed one.
+// Every 8 samples of a broker (from its 16th on) the median of its last 16
+// is compared with its least single round trip of the last one to two
+// baseWindows (a queueing broker still answers some requests at once; two
+// windows without a sample forget it). Beyond max(2 × least, least + 2 ms)
+// the broker queues, and the gap between a batch's first record and its
+// early send rises by a quarter of the cap; otherwise it falls by a third,
+// to 0 under 1 ms. Quick to rise and slow to fall from the cap, so that a
+// fleet holding its brokers at the edge of queueing stays paced through the
+// moments a median dips (a gap proportional to the queueing, as TCP Vegas
+// would have it, oscillated there and sent 1.2–1.4× the requests of the
+// fixed linger). A gap at the cap leaves every batch to the client's
+// linger, as in the fixed mode; 16 KiB handed over since the last produce
+// request (pacingMinBytes) are sent early whatever the gap (a closed loop
+// of clients with large requests keeps its round trips: the many small
+// requests of quiet hosts are what cost a cluster).
 //
 // With the default cap (2 ms) pacing moves a batch by at most 2 ms; a fleet
 // sets exporter.kafka.linger to 50 ms or more and keeps this mode: idle,
@@ -137,63 +141,73 @@ type adaptive struct {
 	// writeWait is flushWriteWait (a test lengthens it).
 	writeWait time.Duration
 
-	// Pacing, under mu: the last rttRing round trips, how many were
-	// taken, the least round trip of the current and the previous
-	// baseWindow, and when the current window began.
-	ring             [rttRing]time.Duration
-	nrtt             int
-	curBase, prvBase time.Duration
-	winStart         time.Time
-	// gap is the pacing gap in ns (read by the flusher); since is when
-	// the first batch since the last produce request was handed over
-	// (UnixNano, 0: none yet).
+	// rtt is each broker's round trips for pacing (under mu).
+	rtt map[int32]*brokerRTT
+	// gap is the pacing gap in ns (written under mu, read by the
+	// flusher); since is when the first batch since the last produce
+	// request was handed over (UnixNano, 0: none yet); fresh is the
+	// bytes handed over since then.
 	gap   atomic.Int64
 	since atomic.Int64
+	fresh atomic.Int64
 	// now is time.Now (a test steps it).
 	now func() time.Time
-	// unsent is the bytes handed to the client and not yet answered (all
-	// of them unsent while no request is in flight).
-	unsent func() int64
+}
+
+// brokerRTT is one broker's round trips: the last rttRing of them, how
+// many were taken, the least of the current and the previous baseWindow
+// and when the current window began, and for each request of ours in
+// flight (oldest first; a broker answers a connection's requests in
+// order) whether it was written behind another of ours, whose round trip
+// its own would include: those are not sampled, or an agent would read
+// its own second request as the broker queueing.
+type brokerRTT struct {
+	ring             [rttRing]time.Duration
+	n                int
+	curBase, prvBase time.Duration
+	winStart         time.Time
+	behind           []bool
 }
 
 func newAdaptive(budget int32, linger time.Duration, flush, flushed func()) *adaptive {
 	return &adaptive{budget: budget, cap: linger, flush: flush, flushed: flushed, perBroker: make(map[int32]int32),
 		kick: make(chan struct{}, 1), wrote: make(chan struct{}, 1), writeWait: flushWriteWait,
-		now: time.Now, unsent: func() int64 { return 0 }}
+		rtt: make(map[int32]*brokerRTT), now: time.Now}
 }
 
-// sample takes one produce round trip (a request's write to its answer)
-// into the pacing gap. Called from the Kafka client's hook: never blocks,
-// and sorts rttRing values once every rttRing/2 samples.
-func (a *adaptive) sample(rtt time.Duration) {
+// sample takes one produce round trip of broker b into the pacing gap;
+// under mu, never blocking (a sort of rttRing values every rttRing/2
+// samples).
+func (a *adaptive) sample(b *brokerRTT, rtt time.Duration) {
 	if rtt <= 0 {
 		return
 	}
 	now := a.now()
-	a.mu.Lock()
 	// The base is the least single round trip: even a queueing broker
 	// answers some requests at once, so it stays an idle broker's figure
 	// under a load that never lets up (a least median would rise with it).
-	if a.winStart.IsZero() || now.Sub(a.winStart) >= baseWindow {
-		a.prvBase, a.curBase, a.winStart = a.curBase, rtt, now
-	} else if rtt < a.curBase {
-		a.curBase = rtt
+	// After two idle windows the old least is forgotten: the broker may
+	// have moved meanwhile.
+	switch d := now.Sub(b.winStart); {
+	case b.winStart.IsZero() || d >= 2*baseWindow:
+		b.prvBase, b.curBase, b.winStart = 0, rtt, now
+	case d >= baseWindow:
+		b.prvBase, b.curBase, b.winStart = b.curBase, rtt, now
+	case rtt < b.curBase:
+		b.curBase = rtt
 	}
-	a.ring[a.nrtt%rttRing] = rtt
-	a.nrtt++
-	if a.nrtt < rttRing || a.nrtt%(rttRing/2) != 0 {
-		a.mu.Unlock()
+	b.ring[b.n%rttRing] = rtt
+	b.n++
+	if b.n < rttRing || b.n%(rttRing/2) != 0 {
 		return
 	}
-	s := a.ring
-	base := a.curBase
-	if a.prvBase > 0 && a.prvBase < base {
-		base = a.prvBase
+	base := b.curBase
+	if b.prvBase > 0 && b.prvBase < base {
+		base = b.prvBase
 	}
-	a.mu.Unlock()
-	slices.Sort(s[:])
-	med := s[rttRing/2]
-	a.gap.Store(int64(nextGap(time.Duration(a.gap.Load()), med, base, a.cap)))
+	r := b.ring
+	slices.Sort(r[:])
+	a.gap.Store(int64(nextGap(time.Duration(a.gap.Load()), r[rttRing/2], base, a.cap)))
 }
 
 // nextGap moves the spacing of early sends after a median produce round
@@ -234,10 +248,11 @@ func signal(c chan struct{}) {
 
 // submitted: a batch was handed to the Kafka client (Consume, after its
 // last record). Never blocks.
-func (a *adaptive) submitted() {
+func (a *adaptive) submitted(bytes int64) {
 	if a.since.Load() == 0 {
 		a.since.CompareAndSwap(0, a.now().UnixNano())
 	}
+	a.fresh.Add(bytes)
 	a.pending.Store(true)
 	if a.busy.Load() == 0 {
 		signal(a.kick)
@@ -251,9 +266,19 @@ func (a *adaptive) written(node int32) {
 	// pacing gap of what is still buffered counts from the next submit
 	// (the client's linger still sends it by the cap).
 	a.since.Store(0)
+	a.fresh.Store(0)
 	a.mu.Lock()
 	n := a.perBroker[node] + 1
 	a.perBroker[node] = n
+	b := a.rtt[node]
+	if b == nil {
+		b = &brokerRTT{}
+		a.rtt[node] = b
+	}
+	if len(b.behind) >= 64 { // answers lost to a reconnect: start over
+		b.behind = b.behind[:0]
+	}
+	b.behind = append(b.behind, n > 1)
 	if n == a.budget {
 		a.busy.Add(1)
 	}
@@ -261,15 +286,23 @@ func (a *adaptive) written(node int32) {
 	signal(a.wrote)
 }
 
-// answered: the broker answered a produce request, or it failed (its
-// end-to-end hook). Records waiting since are sent now if no broker is at
-// its budget.
-func (a *adaptive) answered(node int32) {
+// answered: the broker answered a produce request after rtt (ok), or it
+// failed (its end-to-end hook). A request written while none of ours was
+// in flight to that broker feeds the pacing. Records waiting since are
+// sent now if no broker is at its budget.
+func (a *adaptive) answered(node int32, rtt time.Duration, ok bool) {
 	a.mu.Lock()
 	n := a.perBroker[node]
 	if n == 0 { // not one we saw written: nothing to give back
 		a.mu.Unlock()
 		return
+	}
+	if b := a.rtt[node]; b != nil && len(b.behind) > 0 {
+		behind := b.behind[0]
+		b.behind = append(b.behind[:0], b.behind[1:]...)
+		if ok && !behind {
+			a.sample(b, rtt)
+		}
 	}
 	n--
 	if n == 0 {
@@ -291,11 +324,17 @@ func (a *adaptive) answered(node int32) {
 func (a *adaptive) run(stop <-chan struct{}) {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
+	// hold ends a paced wait: the decision below is taken again when it
+	// fires, as after any wake-up (a write and its answer may have come
+	// meanwhile, and the gap moved).
+	hold := time.NewTimer(time.Hour)
+	hold.Stop()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-a.kick:
+		case <-hold.C:
 		}
 		if a.busy.Load() != 0 || !a.pending.Load() {
 			// Busy: the broker's answer wakes us again (pending stays).
@@ -303,42 +342,29 @@ func (a *adaptive) run(stop <-chan struct{}) {
 		}
 		// Pacing: the brokers are queueing, so this send waits until gap
 		// after the first record that waits; the records arriving
-		// meanwhile join it, and the client's own linger (the cap) may
-		// send it first. A request that carries pacingMinBytes is worth
-		// its cost to a broker whatever the queueing and goes now.
-		gap := a.Gap()
-		if gap >= a.cap && a.unsent() < pacingMinBytes {
-			// Paced to the cap: the client's own linger sends each
-			// partition's batch at the cap from its first record, as in
-			// the fixed mode; a flush now would also cut short the
-			// batches that have only just begun.
-			continue
-		}
-		since := a.since.Load()
-		if since == 0 { // submitted before the last write, which may have left them behind
-			since = a.now().UnixNano()
-			a.since.CompareAndSwap(0, since)
-		}
-		if wait := time.Unix(0, since).Add(gap).Sub(a.now()); wait > 0 && a.unsent() < pacingMinBytes {
-			t.Reset(wait)
-		paced:
-			for {
-				select {
-				case <-t.C:
-					break paced
-				case <-a.kick:
-					if a.unsent() >= pacingMinBytes {
-						t.Stop()
-						break paced
-					}
-				case <-stop:
-					return
-				}
+		// meanwhile join it. 16 KiB of them (pacingMinBytes) are worth a
+		// request to a broker whatever the queueing and go now.
+		if gap := a.Gap(); gap > 0 && a.fresh.Load() < pacingMinBytes {
+			if gap >= a.cap {
+				// Paced to the cap: the client's own linger sends each
+				// partition's batch at the cap from its first record, as
+				// in the fixed mode; a flush now would also cut short the
+				// batches that have only just begun. The next submit
+				// decides again.
+				a.pending.Store(false)
+				continue
 			}
-			if a.busy.Load() != 0 {
+			since := a.since.Load()
+			if since == 0 { // submitted before the last write, which may have left them behind
+				since = a.now().UnixNano()
+				a.since.CompareAndSwap(0, since)
+			}
+			if wait := time.Unix(0, since).Add(gap).Sub(a.now()); wait > 0 {
+				hold.Reset(wait)
 				continue
 			}
 		}
+		hold.Stop()
 		a.since.Store(0)
 		if !a.pending.Swap(false) {
 			continue

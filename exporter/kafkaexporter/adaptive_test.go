@@ -49,30 +49,30 @@ func flushedTimes(t *testing.T, n *atomic.Int64, want int64, why string) {
 func TestAdaptiveFlushesOnlyWhileKafkaIsIdle(t *testing.T) {
 	a, n := flushes(t, 1)
 
-	a.submitted()
+	a.submitted(0)
 	flushedTimes(t, n, 1, "idle: a submit is flushed at once")
 
 	a.written(1)
-	a.submitted()
-	a.submitted()
+	a.submitted(0)
+	a.submitted(0)
 	flushedTimes(t, n, 1, "broker 1 has its budget in flight: the submits wait")
-	a.answered(1)
+	a.answered(1, 0, true)
 	flushedTimes(t, n, 2, "its answer sends what waited, in one flush")
 
-	a.answered(1) // no request of ours in flight: ignored, nothing goes negative
+	a.answered(1, 0, true) // no request of ours in flight: ignored, nothing goes negative
 	if a.busy.Load() != 0 {
 		t.Fatalf("busy %d after an unmatched answer", a.busy.Load())
 	}
-	a.answered(1)
+	a.answered(1, 0, true)
 	flushedTimes(t, n, 2, "an answer with nothing submitted flushes nothing")
 
 	// Two brokers: records wait while either is at its budget.
 	a.written(1)
 	a.written(2)
-	a.submitted()
-	a.answered(1)
+	a.submitted(0)
+	a.answered(1, 0, true)
 	flushedTimes(t, n, 2, "broker 2 still busy")
-	a.answered(2)
+	a.answered(2, 0, true)
 	flushedTimes(t, n, 3, "both answered")
 	if len(a.perBroker) != 0 {
 		t.Fatalf("brokers with nothing in flight kept: %v", a.perBroker)
@@ -82,14 +82,14 @@ func TestAdaptiveFlushesOnlyWhileKafkaIsIdle(t *testing.T) {
 func TestAdaptiveBudgetCountsRequests(t *testing.T) {
 	a, n := flushes(t, 2)
 	a.written(7)
-	a.submitted()
+	a.submitted(0)
 	flushedTimes(t, n, 1, "one of two requests in flight: still below the budget")
 	a.written(7)
 	a.written(7)
-	a.submitted()
-	a.answered(7)
+	a.submitted(0)
+	a.answered(7, 0, true)
 	flushedTimes(t, n, 1, "two of two in flight after one answer")
-	a.answered(7)
+	a.answered(7, 0, true)
 	flushedTimes(t, n, 2, "back below the budget")
 }
 
@@ -107,19 +107,19 @@ func TestAdaptiveCoalescesSubmitsDuringAFlush(t *testing.T) {
 	stop := make(chan struct{})
 	defer close(stop)
 	go a.run(stop)
-	a.submitted()
+	a.submitted(0)
 	for end := time.Now().Add(5 * time.Second); n.Load() < 1; time.Sleep(time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatal("never flushed")
 		}
 	}
 	for i := 0; i < 100; i++ {
-		a.submitted()
+		a.submitted(0)
 	}
 	flushedTimes(t, &n, 1, "a burst between a flush and its write")
 	time.Sleep(100 * time.Millisecond) // written by now: the broker is busy
 	flushedTimes(t, &n, 1, "the burst waits for the answer")
-	a.answered(1)
+	a.answered(1, 0, true)
 	flushedTimes(t, &n, 2, "the answer sends the burst in one flush")
 }
 
@@ -132,14 +132,14 @@ func TestAdaptiveBoundsTheCostOfFlushing(t *testing.T) {
 	stop := make(chan struct{})
 	defer close(stop)
 	go a.run(stop)
-	a.submitted()
+	a.submitted(0)
 	for end := time.Now().Add(5 * time.Second); n.Load() < 1; time.Sleep(time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatal("never flushed")
 		}
 	}
 	t0 := time.Now()
-	a.submitted()
+	a.submitted(0)
 	for end := time.Now().Add(5 * time.Second); n.Load() < 2; time.Sleep(time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatal("the second submit was never flushed")
@@ -225,10 +225,13 @@ func TestAdaptiveIdleBatchSkipsTheLinger(t *testing.T) {
 	// The produce round trips reach the pacing from the client's
 	// end-to-end hook, and an idle broker leaves no gap.
 	e.ad.mu.Lock()
-	sampled := e.ad.nrtt
+	sampled := 0
+	for _, b := range e.ad.rtt {
+		sampled += b.n
+	}
 	e.ad.mu.Unlock()
-	if sampled < 3 || e.ad.Gap() != 0 {
-		t.Fatalf("pacing after 3 idle round trips: %d sampled, gap %v", sampled, e.ad.Gap())
+	if sampled < 3 {
+		t.Fatalf("pacing after 3 idle round trips: %d sampled", sampled)
 	}
 	if g, err := testutil.GatherAndCount(e.set.Registry, "ferry_exporter_kafka_linger_pacing_seconds"); err != nil || g != 1 {
 		t.Fatalf("ferry_exporter_kafka_linger_pacing_seconds: %d series (%v)", g, err)
@@ -391,98 +394,142 @@ func TestPacingGapRisesAndFalls(t *testing.T) {
 	}
 }
 
-// sample feeds the gap: the median of the last 16 round trips against the
-// least single one of the last one or two windows. An idle cluster whose
-// round trip varies by itself (replica fetches: 1 or 3 ms) is not paced; a
-// queueing one is, up to the cap; the base forgets a least round trip older
-// than two windows.
+// The pacing gap follows a broker's median round trip against its least
+// single one of the last one or two windows. An idle cluster whose round
+// trip varies by itself (replica fetches: 1 or 3 ms) is not paced; a
+// queueing one is, up to the cap; a request written behind another of ours
+// is not sampled; the base forgets a least round trip older than two
+// windows.
 func TestPacingSampleFollowsTheMedian(t *testing.T) {
 	now := time.Unix(1000, 0)
 	a := newAdaptive(1, 40*time.Millisecond, func() {}, func() {})
 	a.now = func() time.Time { return now }
+	answer := func(rtt time.Duration) { a.written(1); a.answered(1, rtt, true) }
+	ms := time.Millisecond
 	for i := 0; i < 64; i++ {
-		a.sample(time.Duration(1+2*(i%2)) * time.Millisecond)
+		answer(time.Duration(1+2*(i%2)) * ms)
 	}
 	if g := a.Gap(); g != 0 {
 		t.Fatalf("idle cluster with a bimodal round trip: gap %v, want 0", g)
 	}
-	for i := 0; i < 7; i++ { // the median moves only once half the ring is slow
-		a.sample(30 * time.Millisecond)
+	// 7 slow answers and a fast one: the 72nd answer is judged on 16 whose
+	// median is still 3 ms (a mean, 14 ms, or the slowest would pace).
+	for i := 0; i < 7; i++ {
+		answer(30 * ms)
 	}
+	answer(ms)
 	if g := a.Gap(); g != 0 {
 		t.Fatalf("7 slow answers of 16: gap %v, want 0", g)
 	}
-	for i := 0; i < 33; i++ {
-		a.sample(30 * time.Millisecond)
+	// Requests written behind one of ours in flight wait for it at the
+	// broker: their round trips are not the broker's queueing.
+	for i := 0; i < 64; i++ {
+		a.written(1)
+		a.written(1)
+		a.answered(1, ms, true)
+		a.answered(1, 60*ms, true)
 	}
-	if g := a.Gap(); g != 40*time.Millisecond {
+	if g := a.Gap(); g != 0 {
+		t.Fatalf("only the requests written behind our own were slow: gap %v, want 0", g)
+	}
+	for i, want := range []time.Duration{10, 20, 30, 40, 40} {
+		for j := 0; j < rttRing/2; j++ {
+			answer(30 * ms)
+		}
+		if g := a.Gap(); g != want*ms && !(i == 0 && g == 0) {
+			t.Fatalf("queueing, evaluation %d: gap %v, want %v ms", i, g, want)
+		}
+	}
+	if g := a.Gap(); g != 40*ms {
 		t.Fatalf("queueing brokers: gap %v, want the 40 ms cap", g)
 	}
 	for i := 0; i < 160; i++ {
-		a.sample(time.Millisecond)
+		answer(ms)
 	}
 	if g := a.Gap(); g != 0 {
 		t.Fatalf("idle again: gap %v, want 0", g)
 	}
-	// The cluster gets slower for good (a round trip of 10 ms, 19 at
-	// times): after two windows 10 ms is the base and 19 ms is no
-	// queueing.
-	for w := 0; w < 3; w++ {
-		now = now.Add(baseWindow)
-		for i := 0; i < 64; i++ {
-			a.sample(time.Duration(10+9*(i%2)) * time.Millisecond)
-		}
+	// The broker gets slower for good (10 ms, 19 at times): a window
+	// later 10 ms is its base and 19 ms no queueing.
+	now = now.Add(2 * baseWindow) // idle for two windows: the old least is forgotten
+	for i := 0; i < 64; i++ {
+		answer(time.Duration(10+9*(i%2)) * ms)
 	}
 	if g := a.Gap(); g != 0 {
-		t.Fatalf("a slower cluster, windows later: gap %v, want 0", g)
+		t.Fatalf("a slower broker after an idle spell: gap %v, want 0", g)
+	}
+	// A second broker has its own base: a far one (20 ms) is not queueing.
+	for i := 0; i < 64; i++ {
+		a.written(2)
+		a.answered(2, 20*ms, true)
+	}
+	if g := a.Gap(); g != 0 {
+		t.Fatalf("a far broker: gap %v, want 0", g)
+	}
+	// Failed requests are not sampled.
+	for i := 0; i < 64; i++ {
+		a.written(1)
+		a.answered(1, 500*ms, false)
+	}
+	if g := a.Gap(); g != 0 {
+		t.Fatalf("failed requests: gap %v, want 0", g)
 	}
 }
 
 // The flusher holds an early send for the gap from the first record that
-// waits; a gap at the cap leaves the batch to the client's linger (no
-// flush); a batch of pacingMinBytes goes at once whatever the gap.
+// waits (a later submit does not postpone it); 16 KiB handed over go at
+// once whatever the gap; a gap at the cap leaves the batch to the client's
+// linger (no flush).
 func TestPacingHoldsEarlySends(t *testing.T) {
-	var n atomic.Int64
-	var unsent atomic.Int64
-	var a *adaptive
-	a = newAdaptive(1, time.Second, func() { n.Add(1); a.written(1) }, func() {})
-	a.unsent = unsent.Load
-	stop := make(chan struct{})
-	defer close(stop)
-	go a.run(stop)
-	send := func(within time.Duration) (time.Duration, bool) {
+	run := func(limit time.Duration) (*adaptive, *atomic.Int64) {
+		var n atomic.Int64
+		var a *adaptive
+		a = newAdaptive(1, limit, func() { n.Add(1); a.written(1) }, func() {})
+		stop := make(chan struct{})
+		t.Cleanup(func() { close(stop) })
+		go a.run(stop)
+		return a, &n
+	}
+	// send hands over bytes (and more after 100 ms when more > 0) and
+	// returns how long the flush took to come, if it came within d.
+	send := func(a *adaptive, n *atomic.Int64, bytes, more int64, d time.Duration) (time.Duration, bool) {
 		t0 := time.Now()
 		want := n.Load() + 1
-		a.submitted()
-		for time.Since(t0) < within {
+		a.submitted(bytes)
+		if more > 0 {
+			go func() { time.Sleep(100 * time.Millisecond); a.submitted(more) }()
+		}
+		for time.Since(t0) < d {
 			if n.Load() >= want {
-				d := time.Since(t0)
-				a.answered(1)
-				return d, true
+				took := time.Since(t0)
+				a.answered(1, 0, true)
+				return took, true
 			}
-			time.Sleep(100 * time.Microsecond)
+			time.Sleep(200 * time.Microsecond)
 		}
 		return 0, false
 	}
-	if d, ok := send(time.Second); !ok || d > 50*time.Millisecond {
+	a, n := run(10 * time.Second)
+	if d, ok := send(a, n, 100, 0, 5*time.Second); !ok || d > 200*time.Millisecond {
 		t.Fatalf("no pacing: the early send left after %v (sent: %v)", d, ok)
 	}
-	a.gap.Store(int64(150 * time.Millisecond))
-	if d, ok := send(2 * time.Second); !ok || d < 140*time.Millisecond || d > 600*time.Millisecond {
-		t.Fatalf("a 150 ms gap: the early send left after %v (sent: %v)", d, ok)
+	a.gap.Store(int64(400 * time.Millisecond))
+	if d, ok := send(a, n, 100, 100, 5*time.Second); !ok || d < 380*time.Millisecond || d > 1500*time.Millisecond {
+		t.Fatalf("a 400 ms gap with a second submit after 100 ms: the send left after %v (sent: %v), want ≈ 400 ms", d, ok)
 	}
-	unsent.Store(pacingMinBytes)
-	if d, ok := send(time.Second); !ok || d > 100*time.Millisecond {
-		t.Fatalf("a batch of pacingMinBytes was held: %v (sent: %v)", d, ok)
+	if d, ok := send(a, n, pacingMinBytes, 0, 5*time.Second); !ok || d > 300*time.Millisecond {
+		t.Fatalf("16 KiB handed over were held: %v (sent: %v)", d, ok)
 	}
-	unsent.Store(100)
-	go func() { time.Sleep(40 * time.Millisecond); unsent.Store(pacingMinBytes); a.submitted() }()
-	if d, ok := send(2 * time.Second); !ok || d < 30*time.Millisecond || d > 120*time.Millisecond {
-		t.Fatalf("held until the batch reached pacingMinBytes (40 ms): sent after %v (%v)", d, ok)
+	if d, ok := send(a, n, 100, pacingMinBytes, 5*time.Second); !ok || d < 90*time.Millisecond || d > 350*time.Millisecond {
+		t.Fatalf("held until 16 KiB were handed over (after 100 ms): sent after %v (sent: %v)", d, ok)
 	}
-	unsent.Store(100)
-	a.gap.Store(int64(time.Second)) // the cap
-	if _, ok := send(300 * time.Millisecond); ok {
+
+	c, cn := run(200 * time.Millisecond)
+	c.gap.Store(int64(200 * time.Millisecond)) // the cap
+	if _, ok := send(c, cn, 100, 0, 600*time.Millisecond); ok {
 		t.Fatal("paced to the cap: the flusher sent early instead of leaving it to the client's linger")
+	}
+	if c.pending.Load() {
+		t.Fatal("paced to the cap: the batch left to the client is still pending for the flusher")
 	}
 }

@@ -136,9 +136,8 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 		// runs from Start on, after e.cl is set.
 		flush := clientFlush(func(ctx context.Context) error { return e.cl.Flush(ctx) })
 		e.ad = newAdaptive(adaptiveBudget, cfg.Linger, flush, e.m.lingerSkipped.Inc)
-		e.ad.unsent = func() int64 { return atomic.LoadInt64(&e.buffered) }
 		set.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_exporter_kafka_linger_pacing_seconds",
-			Help:        "How long the adaptive linger lets a batch gather before its early send because the brokers queue (their median produce round trip beyond twice the least one seen lately); 0 on an idle cluster, at most exporter.kafka.linger, where every batch waits the linger as in the fixed mode.",
+			Help:        "How long the adaptive linger lets a batch gather before its early send because the brokers queue (a broker's median produce round trip beyond max(2 × its least lately, least + 2 ms)); 0 on an idle cluster; at exporter.kafka.linger every batch waits the linger as in the fixed mode, unless 16 KiB gather first.",
 			ConstLabels: prometheus.Labels{"exporter": "kafka"}}, func() float64 { return e.ad.Gap().Seconds() }))
 	}
 
@@ -448,12 +447,12 @@ func (e *Exporter) produce(b *record.Batch) error {
 	}
 	// After the last record's promise eb may be back in the pool: the loop
 	// has read its slice already and touches nothing of it after that.
-	recs := eb.recs
+	recs, size := eb.recs, eb.size
 	for i := range recs {
 		e.cl.TryProduce(context.Background(), &recs[i], e.promiseFn)
 	}
 	if e.ad != nil {
-		e.ad.submitted()
+		e.ad.submitted(size)
 	}
 	return nil
 }
@@ -776,7 +775,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		brokerErr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exporter_errors_total",
 			Help: "Broker connection and request errors (retried), by kind.", ConstLabels: lbl}, []string{"reason"}),
 		lingerSkipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_exporter_kafka_linger_skipped_total",
-			Help: "Times the adaptive linger sent the buffered batches at once because no broker had a produce request in flight (exporter.kafka.linger_mode adaptive).", ConstLabels: lbl}),
+			Help: "Times the adaptive linger sent the buffered batches before the linger: no broker had a produce request in flight, and the brokers did not queue or the pacing gap had passed (exporter.kafka.linger_mode adaptive).", ConstLabels: lbl}),
 		purged: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_exporter_kafka_purged_topics_total",
 			Help: "Topics that turned out not to exist, removed from the Kafka client's metadata.", ConstLabels: lbl}),
 		created: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_exporter_kafka_created_topics_total",
@@ -829,10 +828,7 @@ func (h hooks) OnBrokerE2E(meta kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E
 		return
 	}
 	if h.e.ad != nil {
-		if e2e.Err() == nil {
-			h.e.ad.sample(e2e.DurationE2E())
-		}
-		h.e.ad.answered(meta.NodeID)
+		h.e.ad.answered(meta.NodeID, e2e.DurationE2E(), e2e.Err() == nil)
 	}
 	if e2e.Err() != nil {
 		h.e.m.brokerErr.WithLabelValues("produce_request").Inc()
