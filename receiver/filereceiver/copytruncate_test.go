@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -231,5 +232,84 @@ func TestRotatedTwiceWhileDown(t *testing.T) {
 		if g.path != path {
 			t.Fatalf("a record of path %q", g.path)
 		}
+	}
+}
+
+// TestCopyTruncateTwiceBeforeRead: app.log is copied and truncated, and
+// copied and truncated again before ferry read anything of its new
+// content (busy with other files, or its consumer slow). The first
+// truncation emptied the fingerprint, and it was refilled only by a read:
+// at the second, ferry knew nothing to find the copy by, and the second
+// copy's lines were lost. The fingerprint is refilled at every poll, also
+// for a file closed in between (max_open_files).
+func TestCopyTruncateTwiceBeforeRead(t *testing.T) {
+	for _, closed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("closed=%v", closed), func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "app.log")
+			cfg := testConfig(t, dir)
+			cfg.Include = []string{path}
+			p := &pipe{}
+			r := manual(t, cfg, p)
+			now := time.Now()
+			write(t, path, lines("line", 0, 3))
+			drive(t, r, &now)
+			write(t, path, lines("line", 3, 5))
+			r.scan(now)
+			copyTruncate(t, path, path+".1")
+			write(t, path, lines("line", 5, 7))
+			if closed {
+				for _, f := range r.list {
+					if f.cur == path {
+						r.closeFile(f)
+					}
+				}
+			}
+			r.scan(now) // the first truncation: no read follows
+			write(t, path, lines("line", 7, 9))
+			r.scan(now)
+			copyTruncate(t, path, path+".2")
+			write(t, path, lines("line", 9, 10))
+			r.scan(now) // the second
+			drive(t, r, &now)
+			checkExactlyOnce(t, p.values(), 10)
+			if n := testutil.ToFloat64(r.fm.copies); n != 2 {
+				t.Fatalf("copies counted %v", n)
+			}
+		})
+	}
+}
+
+// TestTruncationRegrownPastLastSize: the poll stalls (checkpoint fsyncs on
+// a slow disk) while app.log is copied, truncated and written past the
+// size ferry last saw. Its size never shrank between two polls, so only
+// its first bytes tell: they are not the fingerprint any more. Without
+// that look, ferry read on from its old offset in the new content and the
+// copy was never found.
+func TestTruncationRegrownPastLastSize(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app.log")
+	cfg := testConfig(t, dir)
+	cfg.Include = []string{path}
+	p := &pipe{}
+	r := manual(t, cfg, p)
+	now := time.Now()
+	long := strings.Repeat("x", 60) + "-line" // the fingerprint fills its 1000 bytes
+	write(t, path, lines(long, 0, 100))
+	drive(t, r, &now)
+	write(t, path, lines(long, 100, 105))
+	r.scan(now)
+	copyTruncate(t, path, path+".1")
+	write(t, path, lines(long, 105, 220))
+	drive(t, r, &now)
+	checkExactlyOnce(t, p.values(), 220)
+	if got := p.values(); got[104] != long+"-104" || got[105] != long+"-105" {
+		t.Fatalf("order: %q %q", got[104], got[105])
+	}
+	if n := testutil.ToFloat64(r.fm.copies); n != 1 {
+		t.Fatalf("copies counted %v", n)
+	}
+	if n := testutil.ToFloat64(r.fm.truncations.WithLabelValues(path)); n != 1 {
+		t.Fatalf("truncations counted %v", n)
 	}
 }

@@ -124,6 +124,9 @@ type Receiver struct {
 	log *telemetry.Limited
 	m   *receivermetrics.Metrics
 	fm  *fileMetrics
+	// fpBuf: the poll's scratch for comparing an open file's first bytes
+	// with its fingerprint (replaced), owned by the poll loop.
+	fpBuf []byte
 	// groupLines and groupBytes: fm.lines and fm.bytes by include glob.
 	groupLines, groupBytes []prometheus.Counter
 	next                   consumer.Consumer

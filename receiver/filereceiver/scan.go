@@ -256,7 +256,7 @@ func (r *Receiver) observe(f *file, size int64, now time.Time) {
 	if f.gz {
 		size = r.gzSize(f, nil, size)
 	}
-	if size < f.size || size < f.examined || size < f.readOff {
+	if size < f.size || size < f.examined || size < f.readOff || r.replaced(f, size) {
 		r.recoverCopy(f, now)
 		r.truncated(f)
 	}
@@ -264,6 +264,55 @@ func (r *Receiver) observe(f *file, size int64, now time.Time) {
 		f.still = now
 	}
 	f.size = size
+	// Refilled at every poll, not only by a read: a file truncated again
+	// before ferry read its new content (busy elsewhere, or held back by
+	// its in-flight limits) must still have first bytes to find its copy by.
+	if f.f == nil && len(f.fp) == 0 {
+		r.fillClosedFP(f)
+	} else {
+		r.fillFP(f)
+	}
+}
+
+// fillClosedFP gives a closed file (max_open_files) whose fingerprint is
+// empty — truncated since it was last read — its first bytes, opening it
+// only for that: without them a second truncation before it is read again
+// would find no copy. A closed file with a fingerprint is compared when it
+// is opened again (ensureOpen).
+func (r *Receiver) fillClosedFP(f *file) {
+	if f.cur == "" || f.gz || f.size == 0 {
+		return
+	}
+	fd, err := os.Open(f.cur)
+	if err != nil {
+		return
+	}
+	defer fd.Close()
+	if fi, err := fd.Stat(); err != nil || !sameID(fi, f.id) {
+		return
+	}
+	f.setFP(readPrefix(fd, r.cfg.FingerprintBytes, f.size))
+}
+
+// replaced: an open file that did not get shorter between two polls no
+// longer starts with its fingerprint — truncated and written past its old
+// size while a poll stalled (checkpoint fsyncs on a slow disk). One read
+// of at most fingerprint_bytes per open file per poll; a closed file is
+// checked when it is opened again (ensureOpen).
+func (r *Receiver) replaced(f *file, size int64) bool {
+	if f.f == nil || f.gz || len(f.fp) == 0 || size < int64(len(f.fp)) {
+		return false
+	}
+	if cap(r.fpBuf) < len(f.fp) {
+		r.fpBuf = make([]byte, r.cfg.FingerprintBytes)
+	}
+	b := r.fpBuf[:len(f.fp)]
+	if n, _ := f.f.ReadAt(b, 0); n < len(b) {
+		// Unreadable now (an I/O error) or shorter than Stat said: not
+		// evidence of new content; the next poll looks again.
+		return false
+	}
+	return !bytes.Equal(b, f.fp)
 }
 
 // truncated restarts f at byte 0 with a new fingerprint; spans in flight
