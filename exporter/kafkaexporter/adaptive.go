@@ -43,7 +43,8 @@ package kafkaexporter
 // to answered (never blocking: a lock, and a sort of 16 values every 8th
 // sample). Each broker is judged on its own: a far broker is not a queueing
 // one. A request written while another of ours was in flight to the same
-// broker is not sampled (it waited for ours there), nor is a failed one.
+// broker is not sampled (it waited for ours there), nor is a failed one,
+// nor one over 16 KiB on the wire (its round trip is its own processing).
 // Every 8 samples of a broker (from its 16th on) the median of its last 16
 // is compared with its least single round trip of the last one to two
 // baseWindows (a queueing broker still answers some requests at once; two
@@ -112,6 +113,15 @@ const (
 	// round trips; the small requests of many quiet hosts are what pacing
 	// spaces out).
 	pacingMinBytes = 16 << 10
+	// pacingSampleMaxBytes: larger produce requests (bytes on the wire)
+	// are not sampled. Their round trip is mostly their own time at the
+	// broker (appending and replicating them), not queueing: one agent
+	// alone at full load sends requests of a megabyte that take tens of
+	// milliseconds, and sampled, they paced the small requests of the
+	// seconds after a burst (measured: 128 one-record clients at half
+	// their rate for about a second with a 50 ms cap). Requests this
+	// large are never paced anyway (pacingMinBytes).
+	pacingSampleMaxBytes = pacingMinBytes
 	// rttRing: the median is taken over this many round trips.
 	rttRing = 16
 	// baseWindow: how long a least round trip stays the base; the base
@@ -286,11 +296,12 @@ func (a *adaptive) written(node int32) {
 	signal(a.wrote)
 }
 
-// answered: the broker answered a produce request after rtt (ok), or it
-// failed (its end-to-end hook). A request written while none of ours was
-// in flight to that broker feeds the pacing. Records waiting since are
-// sent now if no broker is at its budget.
-func (a *adaptive) answered(node int32, rtt time.Duration, ok bool) {
+// answered: the broker answered a produce request of wire bytes after rtt
+// (ok), or it failed (its end-to-end hook). A request of at most
+// pacingSampleMaxBytes written while none of ours was in flight to that
+// broker feeds the pacing. Records waiting since are sent now if no broker
+// is at its budget.
+func (a *adaptive) answered(node int32, rtt time.Duration, wire int, ok bool) {
 	a.mu.Lock()
 	n := a.perBroker[node]
 	if n == 0 { // not one we saw written: nothing to give back
@@ -300,7 +311,7 @@ func (a *adaptive) answered(node int32, rtt time.Duration, ok bool) {
 	if b := a.rtt[node]; b != nil && len(b.behind) > 0 {
 		behind := b.behind[0]
 		b.behind = append(b.behind[:0], b.behind[1:]...)
-		if ok && !behind {
+		if ok && !behind && wire <= pacingSampleMaxBytes {
 			a.sample(b, rtt)
 		}
 	}

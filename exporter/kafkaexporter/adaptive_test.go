@@ -56,23 +56,23 @@ func TestAdaptiveFlushesOnlyWhileKafkaIsIdle(t *testing.T) {
 	a.submitted(0)
 	a.submitted(0)
 	flushedTimes(t, n, 1, "broker 1 has its budget in flight: the submits wait")
-	a.answered(1, 0, true)
+	a.answered(1, 0, 0, true)
 	flushedTimes(t, n, 2, "its answer sends what waited, in one flush")
 
-	a.answered(1, 0, true) // no request of ours in flight: ignored, nothing goes negative
+	a.answered(1, 0, 0, true) // no request of ours in flight: ignored, nothing goes negative
 	if a.busy.Load() != 0 {
 		t.Fatalf("busy %d after an unmatched answer", a.busy.Load())
 	}
-	a.answered(1, 0, true)
+	a.answered(1, 0, 0, true)
 	flushedTimes(t, n, 2, "an answer with nothing submitted flushes nothing")
 
 	// Two brokers: records wait while either is at its budget.
 	a.written(1)
 	a.written(2)
 	a.submitted(0)
-	a.answered(1, 0, true)
+	a.answered(1, 0, 0, true)
 	flushedTimes(t, n, 2, "broker 2 still busy")
-	a.answered(2, 0, true)
+	a.answered(2, 0, 0, true)
 	flushedTimes(t, n, 3, "both answered")
 	if len(a.perBroker) != 0 {
 		t.Fatalf("brokers with nothing in flight kept: %v", a.perBroker)
@@ -87,9 +87,9 @@ func TestAdaptiveBudgetCountsRequests(t *testing.T) {
 	a.written(7)
 	a.written(7)
 	a.submitted(0)
-	a.answered(7, 0, true)
+	a.answered(7, 0, 0, true)
 	flushedTimes(t, n, 1, "two of two in flight after one answer")
-	a.answered(7, 0, true)
+	a.answered(7, 0, 0, true)
 	flushedTimes(t, n, 2, "back below the budget")
 }
 
@@ -119,7 +119,7 @@ func TestAdaptiveCoalescesSubmitsDuringAFlush(t *testing.T) {
 	flushedTimes(t, &n, 1, "a burst between a flush and its write")
 	time.Sleep(100 * time.Millisecond) // written by now: the broker is busy
 	flushedTimes(t, &n, 1, "the burst waits for the answer")
-	a.answered(1, 0, true)
+	a.answered(1, 0, 0, true)
 	flushedTimes(t, &n, 2, "the answer sends the burst in one flush")
 }
 
@@ -404,7 +404,7 @@ func TestPacingSampleFollowsTheMedian(t *testing.T) {
 	now := time.Unix(1000, 0)
 	a := newAdaptive(1, 40*time.Millisecond, func() {}, func() {})
 	a.now = func() time.Time { return now }
-	answer := func(rtt time.Duration) { a.written(1); a.answered(1, rtt, true) }
+	answer := func(rtt time.Duration) { a.written(1); a.answered(1, rtt, 0, true) }
 	ms := time.Millisecond
 	for i := 0; i < 64; i++ {
 		answer(time.Duration(1+2*(i%2)) * ms)
@@ -426,8 +426,8 @@ func TestPacingSampleFollowsTheMedian(t *testing.T) {
 	for i := 0; i < 64; i++ {
 		a.written(1)
 		a.written(1)
-		a.answered(1, ms, true)
-		a.answered(1, 60*ms, true)
+		a.answered(1, ms, 0, true)
+		a.answered(1, 60*ms, 0, true)
 	}
 	if g := a.Gap(); g != 0 {
 		t.Fatalf("only the requests written behind our own were slow: gap %v, want 0", g)
@@ -461,7 +461,7 @@ func TestPacingSampleFollowsTheMedian(t *testing.T) {
 	// A second broker has its own base: a far one (20 ms) is not queueing.
 	for i := 0; i < 64; i++ {
 		a.written(2)
-		a.answered(2, 20*ms, true)
+		a.answered(2, 20*ms, 0, true)
 	}
 	if g := a.Gap(); g != 0 {
 		t.Fatalf("a far broker: gap %v, want 0", g)
@@ -469,10 +469,29 @@ func TestPacingSampleFollowsTheMedian(t *testing.T) {
 	// Failed requests are not sampled.
 	for i := 0; i < 64; i++ {
 		a.written(1)
-		a.answered(1, 500*ms, false)
+		a.answered(1, 500*ms, 0, false)
 	}
 	if g := a.Gap(); g != 0 {
 		t.Fatalf("failed requests: gap %v, want 0", g)
+	}
+	// Nor are large ones: a request of a megabyte takes its own time at
+	// the broker (the agent alone at full load), which is not the
+	// brokers' queueing, and it is never paced anyway. Sampled, it paced
+	// the small requests of the next seconds (pan's shape after a burst
+	// ran at half its rate).
+	for i := 0; i < 64; i++ {
+		a.written(1)
+		a.answered(1, 200*ms, 1<<20, true)
+	}
+	if g := a.Gap(); g != 0 {
+		t.Fatalf("large requests: gap %v, want 0", g)
+	}
+	for i := 0; i < 64; i++ {
+		a.written(1)
+		a.answered(1, 200*ms, pacingSampleMaxBytes, true)
+	}
+	if g := a.Gap(); g == 0 {
+		t.Fatal("small slow requests: no gap")
 	}
 }
 
@@ -502,7 +521,7 @@ func TestPacingHoldsEarlySends(t *testing.T) {
 		for time.Since(t0) < d {
 			if n.Load() >= want {
 				took := time.Since(t0)
-				a.answered(1, 0, true)
+				a.answered(1, 0, 0, true)
 				return took, true
 			}
 			time.Sleep(200 * time.Microsecond)

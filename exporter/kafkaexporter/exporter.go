@@ -828,7 +828,7 @@ func (h hooks) OnBrokerE2E(meta kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E
 		return
 	}
 	if h.e.ad != nil {
-		h.e.ad.answered(meta.NodeID, e2e.DurationE2E(), e2e.Err() == nil)
+		h.e.ad.answered(meta.NodeID, e2e.DurationE2E(), e2e.BytesWritten, e2e.Err() == nil)
 	}
 	if e2e.Err() != nil {
 		h.e.m.brokerErr.WithLabelValues("produce_request").Inc()
