@@ -66,14 +66,16 @@ package kafkaexporter
 // its hosts answer after one round trip; once their brokers queue, they
 // batch as the fixed mode would. Measured with ferry-bench fleet
 // (docs/scaling.md): 16 agents, 10,000 records/s in requests of 10, 3
-// brokers: the adaptive mode with a 50 ms cap sent 668 produce requests a
-// second against 654 at a fixed 50 ms (1,270–1,772 without pacing), p99
-// 215 ms against 182; on an unloaded 3-broker cluster a lone client was not
-// paced (one request at a time: 925 against 925 records/s; 100 requests a
-// second: p50 1–2 ms). Not reached (issue 37): the same on the default cap,
-// which needs the default linger raised and every benchmark table measured
-// again; and a p99 lower than the fixed linger's on these shared
-// cores (earlier runs of the pair: 348–463 ms against 137–446).
+// brokers: the adaptive mode with a 50 ms cap sent 673–1,040 produce
+// requests a second over six runs against 652–658 at a fixed 50 ms
+// (2,160 without pacing), its p99 below the fixed linger's in every pair;
+// on an unloaded 3-broker cluster a lone client was not paced (one
+// request at a time: 925 against 925 records/s; 100 requests a second:
+// p50 1–2 ms). Not reached (issue 37): a fleet paced steadily (the gap
+// falls as soon as the median is back in the band, so a fleet its own
+// pacing relieves drifts back to early sends), and then the same on the
+// default cap, which needs the default linger raised and every benchmark
+// table measured again.
 //
 // Delivery mode spool always uses the fixed delivery.spool.linger: nobody
 // waits for Kafka there.

@@ -137,7 +137,7 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 		flush := clientFlush(func(ctx context.Context) error { return e.cl.Flush(ctx) })
 		e.ad = newAdaptive(adaptiveBudget, cfg.Linger, flush, e.m.lingerSkipped.Inc)
 		set.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_exporter_kafka_linger_pacing_seconds",
-			Help:        "How long the adaptive linger lets a batch gather before its early send because the brokers queue (a broker's median produce round trip beyond max(2 × its least lately, least + 2 ms)); 0 on an idle cluster; at exporter.kafka.linger every batch waits the linger as in the fixed mode, unless 16 KiB gather first.",
+			Help:        "How long the adaptive linger lets a batch gather before its early send because the brokers queue (a broker's median round trip of produce requests up to 16 KiB beyond max(2 × its least lately, least + 2 ms)); 0 on an idle cluster; at exporter.kafka.linger every batch waits the linger as in the fixed mode, unless 16 KiB gather first.",
 			ConstLabels: prometheus.Labels{"exporter": "kafka"}}, func() float64 { return e.ad.Gap().Seconds() }))
 	}
 
