@@ -358,7 +358,7 @@ func BenchmarkEarlyFlush(b *testing.B) {
 }
 
 // The pacing gap rises by a quarter of the cap while the median round trip
-// is beyond the dead band, up to the cap, and falls by a third of itself
+// is beyond the dead band, up to the cap, and falls by an eighth of itself
 // otherwise, to 0 under a millisecond.
 func TestPacingGapRisesAndFalls(t *testing.T) {
 	const limit = 40 * time.Millisecond
@@ -383,14 +383,14 @@ func TestPacingGapRisesAndFalls(t *testing.T) {
 	steps := 0
 	for gap > 0 {
 		next := nextGap(gap, base, base, limit)
-		if next != 0 && next != gap-gap/3 {
-			t.Fatalf("idle: gap %v fell to %v, want a third less", gap, next)
+		if next != 0 && next != gap-gap/8 {
+			t.Fatalf("idle: gap %v fell to %v, want an eighth less", gap, next)
 		}
 		gap = next
 		steps++
 	}
-	if steps != 10 { // 40 ms × (2/3)^9 ≈ 1.04 ms, then under 1 ms: 0
-		t.Fatalf("the gap fell from the cap to 0 in %d steps, want 10", steps)
+	if steps != 28 { // 40 ms × (7/8)^27 ≈ 1.09 ms, then under 1 ms: 0
+		t.Fatalf("the gap fell from the cap to 0 in %d steps, want 28", steps)
 	}
 }
 
@@ -443,7 +443,7 @@ func TestPacingSampleFollowsTheMedian(t *testing.T) {
 	if g := a.Gap(); g != 40*ms {
 		t.Fatalf("queueing brokers: gap %v, want the 40 ms cap", g)
 	}
-	for i := 0; i < 160; i++ {
+	for i := 0; i < 240; i++ {
 		answer(ms)
 	}
 	if g := a.Gap(); g != 0 {
