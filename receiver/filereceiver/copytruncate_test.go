@@ -47,6 +47,17 @@ func manual(t *testing.T, cfg Config, p *pipe) *Receiver {
 	return r
 }
 
+// oneLog: a receiver driven by hand (drive) on one file, dir/app.log,
+// its include the path and suffix ("" or "*": its copies too).
+func oneLog(t *testing.T, suffix string, p *pipe) (string, *Receiver) {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app.log")
+	cfg := testConfig(t, dir)
+	cfg.Include = []string{path + suffix}
+	return path, manual(t, cfg, p)
+}
+
 func copyTruncate(t *testing.T, path, copy string) {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -114,12 +125,8 @@ func TestCopyTruncateReadsTheCopy(t *testing.T) {
 // TestCopyTruncateInFlight: lines handed on and not acknowledged when the
 // file is truncated, then failed, come again from the copy.
 func TestCopyTruncateInFlight(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "app.log")
-	cfg := testConfig(t, dir)
-	cfg.Include = []string{path}
 	p := &pipe{hold: true}
-	r := manual(t, cfg, p)
+	path, r := oneLog(t, "", p)
 	now := time.Now()
 	write(t, path, lines("line", 0, 3))
 	drive(t, r, &now)
@@ -144,12 +151,8 @@ func TestCopyTruncateInFlight(t *testing.T) {
 // the truncated file waited behind it forever. A copy does not grow; once
 // quiet for rotate_wait its rest is sent, and the file's new lines follow.
 func TestCopyTruncateCopyEndsMidLine(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "app.log")
-	cfg := testConfig(t, dir)
-	cfg.Include = []string{path + "*"}
 	p := &pipe{}
-	r := manual(t, cfg, p)
+	path, r := oneLog(t, "*", p)
 	now := time.Now()
 	write(t, path, lines("line", 0, 2))
 	drive(t, r, &now)
@@ -170,12 +173,8 @@ func TestCopyTruncateCopyEndsMidLine(t *testing.T) {
 // (the file is shorter than it was), the rest read from the copy, the new
 // content from its first byte.
 func TestTruncationBehindTheReader(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "app.log")
-	cfg := testConfig(t, dir)
-	cfg.Include = []string{path}
 	p := &pipe{}
-	r := manual(t, cfg, p)
+	path, r := oneLog(t, "", p)
 	now := time.Now()
 	write(t, path, lines("line", 0, 2))
 	drive(t, r, &now)
@@ -245,12 +244,8 @@ func TestRotatedTwiceWhileDown(t *testing.T) {
 func TestCopyTruncateTwiceBeforeRead(t *testing.T) {
 	for _, closed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("closed=%v", closed), func(t *testing.T) {
-			dir := t.TempDir()
-			path := filepath.Join(dir, "app.log")
-			cfg := testConfig(t, dir)
-			cfg.Include = []string{path}
 			p := &pipe{}
-			r := manual(t, cfg, p)
+			path, r := oneLog(t, "", p)
 			now := time.Now()
 			write(t, path, lines("line", 0, 3))
 			drive(t, r, &now)
@@ -287,12 +282,8 @@ func TestCopyTruncateTwiceBeforeRead(t *testing.T) {
 // that look, ferry read on from its old offset in the new content and the
 // copy was never found.
 func TestTruncationRegrownPastLastSize(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "app.log")
-	cfg := testConfig(t, dir)
-	cfg.Include = []string{path}
 	p := &pipe{}
-	r := manual(t, cfg, p)
+	path, r := oneLog(t, "", p)
 	now := time.Now()
 	long := strings.Repeat("x", 60) + "-line" // the fingerprint fills its 1000 bytes
 	write(t, path, lines(long, 0, 100))
