@@ -123,8 +123,12 @@ const (
 	// alone at full load sends requests of a megabyte that take tens of
 	// milliseconds, and sampled, they paced the small requests of the
 	// seconds after a burst (measured: 128 one-record clients at half
-	// their rate for about a second with a 50 ms cap). Requests this
-	// large are never paced anyway (pacingMinBytes).
+	// their rate for about a second with a 50 ms cap). Most requests
+	// this large were not paced anyway: pacingMinBytes sends 16 KiB of
+	// records at once (counted before compression, since the last
+	// request to any broker). A gap raised before a run of such requests
+	// stays until small ones come back: that load batches as the fixed
+	// mode would.
 	pacingSampleMaxBytes = pacingMinBytes
 	// pacingFall: out of queueing, the gap loses 1/pacingFall of itself
 	// per evaluation (see nextGap).

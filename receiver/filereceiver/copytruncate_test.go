@@ -304,3 +304,35 @@ func TestTruncationRegrownPastLastSize(t *testing.T) {
 		t.Fatalf("truncations counted %v", n)
 	}
 }
+
+// TestCopyTruncateWriterKeepsItsOffset: a writer that did not open its
+// file with O_APPEND (`app > app.log`) keeps its offset when logrotate
+// truncates the file: the file becomes a hole of the old size, read back
+// as zero bytes, and the new lines follow it. Its first bytes are zeros
+// then, not new content: taken for a truncation, the hole went to Kafka as
+// NUL records and the first new line was glued to them.
+func TestCopyTruncateWriterKeepsItsOffset(t *testing.T) {
+	p := &pipe{}
+	path, r := oneLog(t, "", p)
+	now := time.Now()
+	w, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.WriteString(lines("line", 0, 300)); err != nil {
+		t.Fatal(err)
+	}
+	drive(t, r, &now)
+	copyTruncate(t, path, path+".1")
+	if _, err := w.WriteString(lines("line", 300, 310)); err != nil { // at its old offset
+		t.Fatal(err)
+	}
+	drive(t, r, &now)
+	for _, v := range p.values() {
+		if strings.ContainsRune(v, 0) {
+			t.Fatalf("a record with NUL bytes (%d bytes)", len(v))
+		}
+	}
+	checkExactlyOnce(t, p.values(), 310)
+}

@@ -312,7 +312,27 @@ func (r *Receiver) replaced(f *file, size int64) bool {
 		// evidence of new content; the next poll looks again.
 		return false
 	}
-	return !bytes.Equal(b, f.fp)
+	return !bytes.Equal(b, f.fp) && !keptOffset(b, f.fp)
+}
+
+// keptOffset: a file's first bytes p, no longer its fingerprint fp, are
+// zeros where fp's were not. A writer that did not open the file with
+// O_APPEND (`app > app.log`) kept its offset across a copytruncate: the
+// file is a hole up to that offset, its new lines after it. Read from byte
+// 0 it would go to Kafka as NUL records; ferry reads on from its position,
+// as before content was compared (docs/files.md).
+func keptOffset(p, fp []byte) bool {
+	n := min(len(p), len(fp))
+	return n > 0 && allZero(p[:n]) && !allZero(fp[:n])
+}
+
+func allZero(p []byte) bool {
+	for _, c := range p {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // truncated restarts f at byte 0 with a new fingerprint; spans in flight
@@ -477,6 +497,9 @@ func (r *Receiver) fillFP(f *file) {
 		return
 	}
 	p := readPrefix(f.f, r.cfg.FingerprintBytes, f.size)
+	if keptOffset(p, f.fp) {
+		return // the fingerprint stays what the writer wrote
+	}
 	if !bytes.HasPrefix(p, f.fp) {
 		// Its first bytes changed under the same inode without it getting
 		// shorter than what was read: new content.
@@ -510,7 +533,7 @@ func (r *Receiver) ensureOpen(f *file, now time.Time) bool {
 		f.retryAt = now.Add(r.cfg.PollInterval)
 		return false
 	}
-	if len(f.fp) > 0 && !bytes.Equal(readPrefix(fd, len(f.fp), int64(len(f.fp))), f.fp) {
+	if p := readPrefix(fd, len(f.fp), int64(len(f.fp))); len(f.fp) > 0 && !bytes.Equal(p, f.fp) && !keptOffset(p, f.fp) {
 		r.recoverCopy(f, now)
 		r.truncated(f)
 	}
