@@ -280,28 +280,38 @@ func TestCopyTruncateTwiceBeforeRead(t *testing.T) {
 // size ferry last saw. Its size never shrank between two polls, so only
 // its first bytes tell: they are not the fingerprint any more. Without
 // that look, ferry read on from its old offset in the new content and the
-// copy was never found.
+// copy was never found. The same when ferry reads the file before its next
+// poll (the read looks at the first bytes too): else it read new content
+// at the old offsets up to the size the poll saw.
 func TestTruncationRegrownPastLastSize(t *testing.T) {
-	p := &pipe{}
-	path, r := oneLog(t, "", p)
-	now := time.Now()
-	long := strings.Repeat("x", 60) + "-line" // the fingerprint fills its 1000 bytes
-	write(t, path, lines(long, 0, 100))
-	drive(t, r, &now)
-	write(t, path, lines(long, 100, 105))
-	r.scan(now)
-	copyTruncate(t, path, path+".1")
-	write(t, path, lines(long, 105, 220))
-	drive(t, r, &now)
-	checkExactlyOnce(t, p.values(), 220)
-	if got := p.values(); got[104] != long+"-104" || got[105] != long+"-105" {
-		t.Fatalf("order: %q %q", got[104], got[105])
-	}
-	if n := testutil.ToFloat64(r.fm.copies); n != 1 {
-		t.Fatalf("copies counted %v", n)
-	}
-	if n := testutil.ToFloat64(r.fm.truncations.WithLabelValues(path)); n != 1 {
-		t.Fatalf("truncations counted %v", n)
+	for _, readFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("read before the poll=%v", readFirst), func(t *testing.T) {
+			p := &pipe{}
+			path, r := oneLog(t, "", p)
+			now := time.Now()
+			long := strings.Repeat("x", 60) + "-line" // the fingerprint fills its 1000 bytes
+			write(t, path, lines(long, 0, 100))
+			drive(t, r, &now)
+			write(t, path, lines(long, 100, 105))
+			r.scan(now)
+			copyTruncate(t, path, path+".1")
+			write(t, path, lines(long, 105, 220))
+			if readFirst {
+				for r.round(now) {
+				}
+			}
+			drive(t, r, &now)
+			checkExactlyOnce(t, p.values(), 220)
+			if got := p.values(); got[104] != long+"-104" || got[105] != long+"-105" {
+				t.Fatalf("order: %q %q", got[104], got[105])
+			}
+			if n := testutil.ToFloat64(r.fm.copies); n != 1 {
+				t.Fatalf("copies counted %v", n)
+			}
+			if n := testutil.ToFloat64(r.fm.truncations.WithLabelValues(path)); n != 1 {
+				t.Fatalf("truncations counted %v", n)
+			}
+		})
 	}
 }
 

@@ -481,6 +481,16 @@ func (r *Receiver) step(f *file, now time.Time) bool {
 	if !r.ensureOpen(f, now) {
 		return false
 	}
+	if r.replaced(f, f.size) {
+		// Truncated and written past ferry's position since the last poll
+		// (copytruncate): what lies at readOff is new content, not the rest
+		// of what was read. Its copy first, then the file from byte 0 (the
+		// copy, older, goes first: olderUnread at the next step).
+		r.recoverCopy(f, now)
+		r.truncated(f)
+		r.fillFP(f)
+		return true
+	}
 	if !f.decided && !r.decide(f) {
 		return false
 	}
