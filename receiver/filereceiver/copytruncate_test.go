@@ -346,3 +346,39 @@ func TestCopyTruncateWriterKeepsItsOffset(t *testing.T) {
 	}
 	checkExactlyOnce(t, p.values(), 310)
 }
+
+// TestTruncationSeenByTheReadShorterThanBefore: the read finds the file
+// copied and truncated, its new content longer than one read but shorter
+// than the old size the poll saw. The size is taken again then: kept, the
+// next poll took the new content for a second truncation and sent what
+// was read of it twice (found by review: 292 lines).
+func TestTruncationSeenByTheReadShorterThanBefore(t *testing.T) {
+	p := &pipe{}
+	path, r := oneLog(t, "", p)
+	now := time.Now()
+	long := strings.Repeat("x", 900) + "-line"
+	write(t, path, lines(long, 0, 700))
+	drive(t, r, &now)
+	write(t, path, lines(long, 700, 1000))
+	r.scan(now)
+	copyTruncate(t, path, path+".1")
+	write(t, path, lines(long, 1000, 1400))
+	f := r.list[0]
+	for r.round(now) {
+	}
+	if err := r.checkpoint(true); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100 && f.readOff == 0; i++ {
+		r.round(now)
+	}
+	if f.readOff == 0 {
+		t.Fatal("nothing of the new content read before the poll")
+	}
+	r.scan(now)
+	drive(t, r, &now)
+	checkExactlyOnce(t, p.values(), 1400)
+	if n := testutil.ToFloat64(r.fm.truncations.WithLabelValues(path)); n != 1 {
+		t.Fatalf("truncations counted %v", n)
+	}
+}

@@ -488,6 +488,12 @@ func (r *Receiver) step(f *file, now time.Time) bool {
 		// copy, older, goes first: olderUnread at the next step).
 		r.recoverCopy(f, now)
 		r.truncated(f)
+		// The size the poll saw was the old content's: kept, the next poll
+		// would take the new content, shorter, for another truncation and
+		// send what was read of it again.
+		if fi, err := f.f.Stat(); err == nil {
+			f.size = fi.Size()
+		}
 		r.fillFP(f)
 		return true
 	}
