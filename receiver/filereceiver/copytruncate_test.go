@@ -58,6 +58,19 @@ func oneLog(t *testing.T, suffix string, p *pipe) (string, *Receiver) {
 	return path, manual(t, cfg, p)
 }
 
+// rotatedBehind: lines [0, read) of prefix are written and read; lines
+// [read, unread) are written and seen by a poll, not read; then app.log is
+// copied to app.log.1 and truncated, and lines [unread, after) written.
+func rotatedBehind(t *testing.T, r *Receiver, path, prefix string, read, unread, after int, now *time.Time) {
+	t.Helper()
+	write(t, path, lines(prefix, 0, read))
+	drive(t, r, now)
+	write(t, path, lines(prefix, read, unread))
+	r.scan(*now)
+	copyTruncate(t, path, path+".1")
+	write(t, path, lines(prefix, unread, after))
+}
+
 func copyTruncate(t *testing.T, path, copy string) {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -247,12 +260,7 @@ func TestCopyTruncateTwiceBeforeRead(t *testing.T) {
 			p := &pipe{}
 			path, r := oneLog(t, "", p)
 			now := time.Now()
-			write(t, path, lines("line", 0, 3))
-			drive(t, r, &now)
-			write(t, path, lines("line", 3, 5))
-			r.scan(now)
-			copyTruncate(t, path, path+".1")
-			write(t, path, lines("line", 5, 7))
+			rotatedBehind(t, r, path, "line", 3, 5, 7, &now)
 			if closed {
 				for _, f := range r.list {
 					if f.cur == path {
@@ -290,12 +298,7 @@ func TestTruncationRegrownPastLastSize(t *testing.T) {
 			path, r := oneLog(t, "", p)
 			now := time.Now()
 			long := strings.Repeat("x", 60) + "-line" // the fingerprint fills its 1000 bytes
-			write(t, path, lines(long, 0, 100))
-			drive(t, r, &now)
-			write(t, path, lines(long, 100, 105))
-			r.scan(now)
-			copyTruncate(t, path, path+".1")
-			write(t, path, lines(long, 105, 220))
+			rotatedBehind(t, r, path, long, 100, 105, 220, &now)
 			if readFirst {
 				for r.round(now) {
 				}
@@ -357,12 +360,7 @@ func TestTruncationSeenByTheReadShorterThanBefore(t *testing.T) {
 	path, r := oneLog(t, "", p)
 	now := time.Now()
 	long := strings.Repeat("x", 900) + "-line"
-	write(t, path, lines(long, 0, 700))
-	drive(t, r, &now)
-	write(t, path, lines(long, 700, 1000))
-	r.scan(now)
-	copyTruncate(t, path, path+".1")
-	write(t, path, lines(long, 1000, 1400))
+	rotatedBehind(t, r, path, long, 700, 1000, 1400, &now)
 	f := r.list[0]
 	for r.round(now) {
 	}
