@@ -26,7 +26,7 @@ func TestDefaultsMatchTheConventions(t *testing.T) {
 		t.Fatalf("default listeners/brokers changed: %+v", c)
 	}
 	if c.Queue.MemoryLimit != 256<<20 || http.MaxRequestBytes != 8<<20 ||
-		kafkaCfg(c).Compression != "lz4" || kafkaCfg(c).Linger != 2*time.Millisecond ||
+		kafkaCfg(c).Compression != "lz4" || kafkaCfg(c).Linger != 50*time.Millisecond ||
 		kafkaCfg(c).Acks != "all" || !kafkaCfg(c).Idempotent || kafkaCfg(c).Partitioner != "murmur2" {
 		t.Fatalf("documented defaults changed: %+v", c)
 	}

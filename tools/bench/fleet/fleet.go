@@ -133,7 +133,7 @@ func Cmd(args []string) error {
 	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
 	c := Config{}
 	agents := fs.String("agents", "1,4,16", "comma-separated numbers of agents to run side by side")
-	lingers := fs.String("lingers", "5ms,50ms,adaptive,adaptive:50ms", "comma-separated ways to batch to try at each size: a duration is a fixed exporter.kafka.linger every batch waits; adaptive is the default (linger_mode adaptive, its default cap); adaptive:50ms the adaptive mode with a 50 ms cap")
+	lingers := fs.String("lingers", "5ms,50ms,adaptive:2ms,adaptive", "comma-separated ways to batch to try at each size: a duration is a fixed exporter.kafka.linger every batch waits; adaptive is the default (linger_mode adaptive, its default cap, 50 ms); adaptive:2ms the adaptive mode with a 2 ms cap (the default until 2026-11-29)")
 	fs.Float64Var(&c.Rate, "rate", 10000, "records/s offered by the whole fleet (split evenly over the agents)")
 	fs.IntVar(&c.Size, "record-size", 200, "bytes per record")
 	fs.IntVar(&c.Batch, "batch", 10, "records per HTTP request (one application's small request)")

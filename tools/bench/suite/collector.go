@@ -334,8 +334,9 @@ func (s *suite) otlpVsCollector() ([]colRow, error) {
 		{"ferry (answered after Kafka's ack)", []string{}, nil},
 		{"ferry spool, fsync interval (answered from disk)", []string{"delivery.mode=spool", "delivery.spool.fsync=interval"}, nil},
 		// At a fixed rate only: the price of the default adaptive linger
-		// (2 ms cap), which keeps clients that wait for Kafka's ack fast,
-		// in CPU per item, against a long fixed one.
+		// (sent at once while nothing is in flight), which keeps clients
+		// that wait for Kafka's ack fast, in CPU per item, against a long
+		// fixed one.
 		{colLinger20, []string{"exporter.kafka.linger=20ms", "exporter.kafka.linger_mode=fixed"}, nil},
 	}
 	// The rate both agents sustain here (items/s), for CPU per item away

@@ -111,7 +111,7 @@ func (s *suite) curveSpecs() []curveSpec {
 
 // xsFor is the curve's points on door: HTTP connections from 10, since
 // one HTTP/1.1 connection carries a request at a time, each waiting for
-// Kafka's acknowledgement (linger 2 ms, then the broker's answer): about
+// Kafka's acknowledgement (a produce round trip, more while one is in flight): about
 // 300 requests/s, a third of the offered rate, whatever ferry's cost.
 func (c curveSpec) xsFor(door string) []int {
 	if c.name != "connections" || door != "HTTP" {
@@ -597,7 +597,7 @@ func curveText(name string, pts []curvePoint) string {
 	cpuRatio := top.usPerRec() / first.usPerRec()
 	switch name {
 	case "topics":
-		return fmt.Sprintf("**Why it grows.** Up to about 20 topics (the records one 2 ms linger gathers at this rate) records share "+
+		return fmt.Sprintf("**Why it grows.** Up to about 20 topics (the records gathered at this rate while a produce request is in flight, about 2 ms: the adaptive linger) records share "+
 			"Kafka batches; beyond, every record is a batch of its own (its header, its lz4 frame, its entry in the produce request): "+
 			"the partitions curve below shows that part alone. What grows on past it is the Kafka client's: %s builds each "+
 			"produce request by visiting every partition of the broker in turn (`sink.createReq` locks each partition's buffer to see "+
@@ -612,7 +612,7 @@ func curveText(name string, pts []curvePoint) string {
 	case "partitions":
 		return fmt.Sprintf("**Why it grows.** The records are spread over every partition (`exporter.kafka.partitioner: round_robin`; "+
 			"keyless records are sticky by default, one partition a batch, and the partition count then costs nothing). At %s records/s "+
-			"and a 2 ms linger, 20 records are gathered per linger: from 20 partitions on each record is a Kafka batch of its own, and "+
+			"and a produce round trip of about 2 ms (the adaptive linger sends a batch when the request in flight is answered), 20 records are gathered per request: from 20 partitions on each record is a Kafka batch of its own, and "+
 			"the per-batch work (header, lz4 frame, CRC, the partition's entry in the request, its linger timer) is paid per record — "+
 			"%.1f× at %s partitions. Past that point the growth is the client's scan of every partition per produce request (see topics). "+
 			"Memory: %.2f KiB per partition.", report.Commas(curveRate), cpuRatio, report.Count(float64(top.x)), perX(first, top))

@@ -431,7 +431,7 @@ func (s *suite) writeFiles(rows []filesRow) {
 	s.doc.H("10. Log files into Kafka: ferry beside the Collector's filelog and rsyslog's imfile (issue 33)")
 	s.doc.P("The same files (`tools/bench/fileload`: lines of 100 B or 1 KB, each with a writer and a sequence id, padded with")
 	s.doc.P("log-like text) read by each agent in turn into a fresh 3-partition topic of the same broker. **ferry**: `receivers.files` at its")
-	s.doc.P("defaults (lz4, acks all, adaptive linger of at most 2 ms, a checkpoint a second). **The Collector** (v0.155.0, `scripts/otelcol-local`): filelog →")
+	s.doc.P("defaults (lz4, acks all, adaptive linger of at most 50 ms, a checkpoint a second). **The Collector** (v0.155.0, `scripts/otelcol-local`): filelog →")
 	s.doc.P("kafka (`encoding: raw`, a message per line); at its *defaults* the exporter's own producer settings (no compression, acks from")
 	s.doc.P("the leader) and no checkpoint storage; *tuned* alike to ferry: `file_storage` checkpoints, the batch processor (8,192), lz4,")
 	s.doc.P("acks all. **rsyslog** (Debian's 8.2302 with `rsyslog-kafka`, `scripts/rsyslog-local`; `rsyslogd -n` with its own config and")

@@ -199,7 +199,7 @@ func (s *suite) writeFront(rows []frontRow) {
 		}
 	}
 	s.doc.Table([]string{"record", "rec/s (--throughput)", "path", "runs", "p50 ms", "p99 ms (range)", "p99.9 ms"}, out)
-	s.doc.P("Through the front a request also waits for ferry's own batch (the adaptive `exporter.kafka.linger`: none while Kafka is idle, at most 2 ms) and a second hop.")
+	s.doc.P("Through the front a request also waits for ferry's own batch (the adaptive `exporter.kafka.linger`: none while Kafka is idle, at most 50 ms, reached only while Kafka queues) and a second hop.")
 	s.doc.P("")
 	s.doc.P("- `java -cp $(scripts/kafka-local classpath) org.apache.kafka.tools.ProducerPerformance --topic T --num-records N --record-size B --throughput -1 --producer-props bootstrap.servers=<broker | 127.0.0.1:9192> %s`, with `receivers.kafka.enabled: true`.", strings.Join(ppProps, " "))
 	s.doc.P("")
