@@ -51,7 +51,9 @@ package kafkaexporter
 // windows without a sample forget it). Beyond max(2 × least, least + 2 ms)
 // the broker queues, and the gap between a batch's first record and its
 // early send rises by a quarter of the cap; otherwise it falls by an
-// eighth, to 0 under 1 ms (28 evaluations from a 40 ms cap). Quick to rise
+// eighth, to 0 under 1 ms (30 evaluations from the 50 ms default cap), and
+// by an eighth per second without an evaluation (pacingQuietFall), so that
+// a host gone quiet after its brokers queued answers at once again. Quick to rise
 // and slow to fall from the cap, so that a fleet holding its brokers at the
 // edge of queueing stays paced through the moments a median dips (a gap
 // proportional to the queueing, as TCP Vegas would have it, oscillated
@@ -72,7 +74,10 @@ package kafkaexporter
 // ferry-bench fleet (docs/scaling.md): 16 agents, 10,000 records/s in
 // requests of 10, 3 brokers: the adaptive mode with a 50 ms cap sent
 // 658–732 produce requests a second over seven runs against 652–659 at a
-// fixed 50 ms (1,929 with a 2 ms cap); on an unloaded 3-broker cluster a
+// fixed 50 ms (1,929 with a 2 ms cap) on 2026-11-28, but 796–1,135 over
+// five runs against 654–662 on 2026-11-29 (2,391 with a 2 ms cap), whose
+// brokers queued less by the test above: a sharper test of queueing is
+// issue 37's open part; on an unloaded 3-broker cluster a
 // lone client was not paced (one request at a time: 925 against 925
 // records/s; 100 requests a second: p50 1–2 ms). Fleets of thousands of
 // hosts still raise the cap (docs/scaling.md).
@@ -131,6 +136,15 @@ const (
 	// pacingFall: out of queueing, the gap loses 1/pacingFall of itself
 	// per evaluation (see nextGap).
 	pacingFall = 8
+	// pacingQuietFall: without an evaluation for this long, the gap also
+	// loses 1/pacingFall of itself per period, as if the brokers had been
+	// seen not queueing. An evaluation takes rttRing/2 sampled answers: a
+	// loaded agent makes several a second, but a host gone quiet after
+	// its brokers queued (a burst, a broker restarting) would otherwise
+	// keep the gap for its next 240 requests, each waiting up to the cap
+	// (a minute of +50 ms answers for a host sending 4 requests a
+	// second); from the cap to none in about 30 quiet seconds.
+	pacingQuietFall = time.Second
 	// rttRing: the median is taken over this many round trips.
 	rttRing = 16
 	// baseWindow: how long a least round trip stays the base; the base
@@ -166,9 +180,12 @@ type adaptive struct {
 	// flusher); since is when the first batch since the last produce
 	// request was handed over (UnixNano, 0: none yet); fresh is the
 	// bytes handed over since then.
-	gap   atomic.Int64
-	since atomic.Int64
-	fresh atomic.Int64
+	gap atomic.Int64
+	// evalAt is when the gap was last evaluated (UnixNano; 0: never):
+	// Gap falls from there by pacingQuietFall.
+	evalAt atomic.Int64
+	since  atomic.Int64
+	fresh  atomic.Int64
 	// now is time.Now (a test steps it).
 	now func() time.Time
 }
@@ -226,7 +243,8 @@ func (a *adaptive) sample(b *brokerRTT, rtt time.Duration) {
 	}
 	r := b.ring
 	slices.Sort(r[:])
-	a.gap.Store(int64(nextGap(time.Duration(a.gap.Load()), r[rttRing/2], base, a.cap)))
+	a.gap.Store(int64(nextGap(a.gapAt(now), r[rttRing/2], base, a.cap)))
+	a.evalAt.Store(now.UnixNano())
 }
 
 // nextGap moves the spacing of early sends after a median produce round
@@ -247,7 +265,22 @@ func nextGap(gap, med, base, limit time.Duration) time.Duration {
 
 // Gap is the current spacing of early sends
 // (ferry_exporter_kafka_linger_pacing_seconds).
-func (a *adaptive) Gap() time.Duration { return time.Duration(a.gap.Load()) }
+func (a *adaptive) Gap() time.Duration { return a.gapAt(a.now()) }
+
+// gapAt is the gap at now: the last evaluation's, less an eighth of itself
+// per pacingQuietFall since (a host gone quiet is not kept paced).
+func (a *adaptive) gapAt(now time.Time) time.Duration {
+	gap, at := time.Duration(a.gap.Load()), a.evalAt.Load()
+	if gap == 0 || at == 0 {
+		return gap
+	}
+	for n := now.Sub(time.Unix(0, at)) / pacingQuietFall; n > 0 && gap > 0; n-- {
+		if gap -= gap / pacingFall; gap < time.Millisecond {
+			gap = 0
+		}
+	}
+	return gap
+}
 
 // clientFlush is cl.Flush with a context already done: franz-go stops every
 // partition's linger and wakes each broker's sender before it looks at the

@@ -552,3 +552,50 @@ func TestPacingHoldsEarlySends(t *testing.T) {
 		t.Fatal("paced to the cap: the batch left to the client is still pending for the flusher")
 	}
 }
+
+// A host whose brokers queued and which then went quiet is not kept
+// paced: without the sampled answers an evaluation needs, the gap falls by
+// an eighth a second, from the cap to none in about half a minute, and the
+// next evaluation starts from what is left. On the old code the gap stayed
+// at the cap however long the host was quiet.
+func TestPacingFallsWhileQuiet(t *testing.T) {
+	now := time.Unix(1000, 0)
+	limit := 50 * time.Millisecond
+	a := newAdaptive(1, limit, func() {}, func() {})
+	a.now = func() time.Time { return now }
+	answer := func(rtt time.Duration) { a.written(1); a.answered(1, rtt, 0, true) }
+	ms := time.Millisecond
+	for i := 0; i < 16; i++ {
+		answer(ms)
+	}
+	for a.Gap() < limit {
+		answer(30 * ms)
+	}
+	now = now.Add(999 * ms)
+	if g := a.Gap(); g != limit {
+		t.Fatalf("under a second quiet: gap %v, want the cap", g)
+	}
+	now = now.Add(ms) // one second since the evaluation
+	if g, want := a.Gap(), limit-limit/pacingFall; g != want {
+		t.Fatalf("a second quiet: gap %v, want %v", g, want)
+	}
+	now = now.Add(9 * time.Second)
+	want := limit
+	for i := 0; i < 10; i++ {
+		want -= want / pacingFall
+	}
+	if g := a.Gap(); g != want {
+		t.Fatalf("ten seconds quiet: gap %v, want %v", g, want)
+	}
+	// The next evaluation (queueing again) rises from what is left.
+	for i := 0; i < rttRing/2; i++ {
+		answer(30 * ms)
+	}
+	if g := a.Gap(); g != want+limit/4 {
+		t.Fatalf("queueing after ten quiet seconds: gap %v, want %v", g, want+limit/4)
+	}
+	now = now.Add(time.Minute)
+	if g := a.Gap(); g != 0 {
+		t.Fatalf("a minute quiet: gap %v, want 0", g)
+	}
+}

@@ -124,3 +124,25 @@ func TestProducerRoundsArithmetic(t *testing.T) {
 		t.Fatalf("mean %+v", m)
 	}
 }
+
+// A whole run keeps the hand-measured sections (4b, where the time goes at
+// small records) where they stand, markers included, and writes nothing
+// for a section the report does not have.
+func TestKeepHandMeasuredSection(t *testing.T) {
+	dir := t.TempDir()
+	s := &suite{}
+	s.doc.Out = filepath.Join(dir, "B.md")
+	old := "# x\n\n<!-- adaptive:begin -->\n\n## 4b. measured by hand: 0.51×\n\n<!-- adaptive:end -->\n\n## 5. y\n"
+	if err := os.WriteFile(s.doc.Out, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.keep("adaptive")
+	s.keep("small-records")
+	got := s.doc.String()
+	if !strings.Contains(got, "<!-- adaptive:begin -->\n\n## 4b. measured by hand: 0.51×\n\n<!-- adaptive:end -->") {
+		t.Fatalf("section 4b not kept:\n%s", got)
+	}
+	if strings.Contains(got, "small-records") || strings.Contains(got, "## 5.") {
+		t.Fatalf("more than the kept section:\n%s", got)
+	}
+}

@@ -36,16 +36,12 @@ func (s *suite) write(prod []prodRow, front []frontRow, pan []panResult, cons *c
 
 	s.summarise(prod, front, pan, cons, otlp, col, modes, micro, java, files, doors)
 	s.writeProducers(prod)
+	s.keep("small-records")
 	s.writePan(pan)
 	s.writeConsumers(cons)
 	s.writeOTLP(otlp)
 	s.writeLingers(lingers)
-	// Section 4b (the adaptive linger against the fixed one, builds
-	// alternating round by round: not something one run of one build
-	// measures) is kept as written.
-	if kept := keptSection(s.doc.Out, adaptiveBegin, adaptiveEnd); kept != "" {
-		s.doc.P("%s", kept)
-	}
+	s.keep("adaptive")
 	s.writeCollector(col)
 	s.writeModes(modes)
 	s.writeExactlyOnce(eo)
@@ -288,7 +284,7 @@ func (s *suite) writeLingers(rows []lingerRow) {
 	s.doc.P("")
 	s.doc.P("Below 5 ms the agent's CPU per request stays the same while the linger wait goes; at 1 ms and below the two cores are full")
 	s.doc.P("(ferry, the broker and the load generator), so the rest is CPU. The cost of a shorter linger, or of the adaptive mode, is more")
-	s.doc.P("produce requests per agent, which matters only across a fleet: thousands of hosts want a long fixed linger (docs/scaling.md).")
+	s.doc.P("produce requests per agent, which matters only across a fleet: thousands of hosts want a long linger, in either mode (docs/scaling.md).")
 }
 
 func (s *suite) writeModes(rows []modeRow) {
@@ -419,7 +415,7 @@ func (s *suite) writeCollector(rows []colRow) {
 	s.doc.P("match search written straight as standard LZ4 frames; `lz4frame`). **Bytes in Kafka per item** is the")
 	s.doc.P("topic's size on the broker over the items in it, so what the agents' encodings and compressors write is compared too.")
 	s.doc.P("ferry's default answers after Kafka's ack, its batches sent at once while no produce request is in flight (the adaptive linger, capped at 50 ms); at the fixed rates a fourth row shows the same")
-	s.doc.P("with 20 ms, fewer and larger produce requests: the CPU it saves and the latency it adds are the trade the default makes for")
+	s.doc.P("with a fixed 20 ms linger (`linger_mode: fixed`), fewer and larger produce requests: the CPU it saves and the latency it adds are the trade the default makes for")
 	s.doc.P("clients that wait for the ack. The spool row's batches linger `delivery.spool.linger` (50 ms), as nobody waits for them.")
 	s.doc.P("On this shared 2-core machine one run's CPU per item moves by up to a fifth, so in every row each agent runs three times,")
 	s.doc.P("the agents taking turns; a row is the agent's median run by CPU per item (its other columns are that run's), with the lowest")
@@ -629,11 +625,16 @@ func (s *suite) measureWakeups() {
 	}
 }
 
-// Section 4b's markers: a whole run keeps it.
-const (
-	adaptiveBegin = "<!-- adaptive:begin -->"
-	adaptiveEnd   = "<!-- adaptive:end -->"
-)
+// keep writes the report's section between <!-- name:begin --> and
+// <!-- name:end --> as it stands, if it has one: what a whole run does not
+// measure, because it was measured otherwise (section 4b: two builds
+// alternating round by round; where the time goes at small records: each
+// process's CPU read by hand), is kept rather than lost.
+func (s *suite) keep(name string) {
+	if kept := keptSection(s.doc.Out, "<!-- "+name+":begin -->", "<!-- "+name+":end -->"); kept != "" {
+		s.doc.P("%s", kept)
+	}
+}
 
 // keptSection is the part of the report at path from begin to end, markers
 // included, or "" when it has none: a section a whole run does not measure
