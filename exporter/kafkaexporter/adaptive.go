@@ -24,8 +24,8 @@ package kafkaexporter
 //     by round trip ("natural batching"), which Kafka favours: a broker reads
 //     one request per connection at a time, so more requests in flight only
 //     queue there while costing an append each (BENCHMARKS.md section 4: at
-//     a fixed linger of 0 the client sent 6× the requests for fewer
-//     answers; 8 HTTP clients of 100 records: 3× the requests of the
+//     a fixed linger of 0 the client sent 3.4–3.6× the requests of the
+//     adaptive mode for slightly fewer answers; 8 HTTP clients of 100 records: 3× the requests of the
 //     adaptive mode at the same records/s).
 //
 // Neither Consume nor the Kafka client's hooks wait: they set a flag and
@@ -130,8 +130,7 @@ const (
 	// this large were not paced anyway: pacingMinBytes sends 16 KiB of
 	// records at once (counted before compression, since the last
 	// request to any broker). A gap raised before a run of such requests
-	// stays until small ones come back: that load batches as the fixed
-	// mode would.
+	// falls only by pacingQuietFall until small ones come back.
 	pacingSampleMaxBytes = pacingMinBytes
 	// pacingFall: out of queueing, the gap loses 1/pacingFall of itself
 	// per evaluation (see nextGap).
@@ -142,8 +141,8 @@ const (
 	// loaded agent makes several a second, but a host gone quiet after
 	// its brokers queued (a burst, a broker restarting) would otherwise
 	// keep the gap for its next 240 requests, each waiting up to the cap
-	// (a minute of +50 ms answers for a host sending 4 requests a
-	// second); from the cap to none in about 30 quiet seconds.
+	// (a minute of answers up to 50 ms late for a host sending 4
+	// requests a second); from the cap to none in about 30 quiet seconds.
 	pacingQuietFall = time.Second
 	// rttRing: the median is taken over this many round trips.
 	rttRing = 16
@@ -181,9 +180,10 @@ type adaptive struct {
 	// request was handed over (UnixNano, 0: none yet); fresh is the
 	// bytes handed over since then.
 	gap atomic.Int64
-	// evalAt is when the gap was last evaluated (UnixNano; 0: never):
-	// Gap falls from there by pacingQuietFall.
-	evalAt atomic.Int64
+	// evalAt is when the gap was last evaluated (under mu; zero: never),
+	// a monotonic reading, so that a wall clock stepped back does not
+	// hold a quiet host's gap: Gap falls from there by quietFall.
+	evalAt time.Time
 	since  atomic.Int64
 	fresh  atomic.Int64
 	// now is time.Now (a test steps it).
@@ -244,7 +244,7 @@ func (a *adaptive) sample(b *brokerRTT, rtt time.Duration) {
 	r := b.ring
 	slices.Sort(r[:])
 	a.gap.Store(int64(nextGap(a.gapAt(now), r[rttRing/2], base, a.cap)))
-	a.evalAt.Store(now.UnixNano())
+	a.evalAt = now
 }
 
 // nextGap moves the spacing of early sends after a median produce round
@@ -265,16 +265,24 @@ func nextGap(gap, med, base, limit time.Duration) time.Duration {
 
 // Gap is the current spacing of early sends
 // (ferry_exporter_kafka_linger_pacing_seconds).
-func (a *adaptive) Gap() time.Duration { return a.gapAt(a.now()) }
+func (a *adaptive) Gap() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.gapAt(a.now())
+}
 
-// gapAt is the gap at now: the last evaluation's, less an eighth of itself
-// per pacingQuietFall since (a host gone quiet is not kept paced).
+// gapAt is the gap at now (under mu): the last evaluation's, less an
+// eighth of itself per quiet period since (a host gone quiet is not kept
+// paced). The period is pacingQuietFall, or 8 caps for a long cap: a
+// fleet held at a cap of a second evaluates less than once a second, and
+// must not fall out of its pacing between evaluations.
 func (a *adaptive) gapAt(now time.Time) time.Duration {
-	gap, at := time.Duration(a.gap.Load()), a.evalAt.Load()
-	if gap == 0 || at == 0 {
+	gap := time.Duration(a.gap.Load())
+	if gap == 0 || a.evalAt.IsZero() {
 		return gap
 	}
-	for n := now.Sub(time.Unix(0, at)) / pacingQuietFall; n > 0 && gap > 0; n-- {
+	quiet := max(pacingQuietFall, 8*a.cap)
+	for n := now.Sub(a.evalAt) / quiet; n > 0 && gap > 0; n-- {
 		if gap -= gap / pacingFall; gap < time.Millisecond {
 			gap = 0
 		}

@@ -568,7 +568,10 @@ func TestPacingFallsWhileQuiet(t *testing.T) {
 	for i := 0; i < 16; i++ {
 		answer(ms)
 	}
-	for a.Gap() < limit {
+	for i := 0; a.Gap() < limit; i++ {
+		if i > 100 {
+			t.Fatalf("queueing answers: gap %v, never the cap", a.Gap())
+		}
 		answer(30 * ms)
 	}
 	now = now.Add(999 * ms)
