@@ -602,3 +602,31 @@ func TestPacingFallsWhileQuiet(t *testing.T) {
 		t.Fatalf("a minute quiet: gap %v, want 0", g)
 	}
 }
+
+// With a long cap (fleets of thousands: 500 ms–1 s) the quiet period is
+// 8 caps: an agent held at a 1 s cap evaluates less than once a second and
+// must not fall out of its pacing between evaluations.
+func TestPacingQuietPeriodFollowsALongCap(t *testing.T) {
+	now := time.Unix(1000, 0)
+	limit := time.Second
+	a := newAdaptive(1, limit, func() {}, func() {})
+	a.now = func() time.Time { return now }
+	answer := func(rtt time.Duration) { a.written(1); a.answered(1, rtt, 0, true) }
+	for i := 0; i < 16; i++ {
+		answer(time.Millisecond)
+	}
+	for i := 0; a.Gap() < limit; i++ {
+		if i > 100 {
+			t.Fatalf("queueing answers: gap %v, never the cap", a.Gap())
+		}
+		answer(30 * time.Millisecond)
+	}
+	now = now.Add(8*limit - time.Millisecond)
+	if g := a.Gap(); g != limit {
+		t.Fatalf("under 8 caps quiet: gap %v, want the cap", g)
+	}
+	now = now.Add(time.Millisecond)
+	if g, want := a.Gap(), limit-limit/pacingFall; g != want {
+		t.Fatalf("8 caps quiet: gap %v, want %v", g, want)
+	}
+}
