@@ -283,9 +283,7 @@ func (a *adaptive) gapAt(now time.Time) time.Duration {
 	}
 	quiet := max(pacingQuietFall, 8*a.cap)
 	for n := now.Sub(a.evalAt) / quiet; n > 0 && gap > 0; n-- {
-		if gap -= gap / pacingFall; gap < time.Millisecond {
-			gap = 0
-		}
+		gap = nextGap(gap, 0, 0, a.cap) // a quiet period falls as an evaluation without queueing
 	}
 	return gap
 }
