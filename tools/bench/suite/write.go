@@ -54,7 +54,7 @@ func (s *suite) write(prod []prodRow, front []frontRow, pan []panResult, cons *c
 	s.writeDoors(doors)
 	// Section 12 (cost curves, about 10 minutes) is measured by
 	// --only curves alone; a whole run keeps the last one.
-	s.doc.P("%s", keptSection(s.doc.Out, curvesBegin, curvesEnd))
+	s.keep("curves")
 	s.doc.H("Reproduce")
 	s.doc.P("```sh")
 	s.doc.P("make bench            # this whole file, about 80 minutes on 2 cores")
