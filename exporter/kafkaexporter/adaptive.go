@@ -52,7 +52,8 @@ package kafkaexporter
 // the broker queues, and the gap between a batch's first record and its
 // early send rises by a quarter of the cap; otherwise it falls by an
 // eighth, to 0 under 1 ms (30 evaluations from the 50 ms default cap), and
-// by an eighth per second without an evaluation (pacingQuietFall), so that
+// by an eighth per second (or per 8 caps, if longer) without an evaluation
+// (pacingQuietFall), so that
 // a host gone quiet after its brokers queued answers at once again. Quick to rise
 // and slow to fall from the cap, so that a fleet holding its brokers at the
 // edge of queueing stays paced through the moments a median dips (a gap
@@ -182,7 +183,7 @@ type adaptive struct {
 	gap atomic.Int64
 	// evalAt is when the gap was last evaluated (under mu; zero: never),
 	// a monotonic reading, so that a wall clock stepped back does not
-	// hold a quiet host's gap: Gap falls from there by quietFall.
+	// hold a quiet host's gap: Gap falls from there (gapAt).
 	evalAt time.Time
 	since  atomic.Int64
 	fresh  atomic.Int64

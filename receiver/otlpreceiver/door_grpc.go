@@ -74,7 +74,7 @@ func newJaegerGRPC(r *Receiver) *jaegerGRPC {
 	j := &jaegerGRPC{m: receivermetrics.New(r.set.Registry, jaegerGRPCName), dropped: droppedItems(r.set.Registry)}
 	r.doorSubs = append(r.doorSubs, doorSub{j.m, &submit.Submitter{Next: r.next, Bodies: r.body, AckTimeout: r.cfg.AckTimeout, M: j.m, Recycle: r.recycle}})
 	if r.cfg.jaegerGRPCOwn() {
-		g := &grpcServer{r: r, jaegerOnly: true}
+		g := &grpcServer{r: r, jaegerOnly: true, readWait: grpcReadWait}
 		g.srv = server.NewGRPC(jaegerGRPCName, r.cfg.JaegerGRPCEndpoint, r.cfg.GRPC.MaxConnections, r.cfg.GRPC.TLS, g.build, r.set.Logger, r.set.Registry)
 		j.own = g
 	}

@@ -40,6 +40,9 @@ type grpcServer struct {
 	// jaegerOnly: the Jaeger door's own listener (door_grpc.go), which
 	// serves its service alone.
 	jaegerOnly bool
+	// readWait is grpcReadWait (a test whose claim is room, not speed,
+	// lengthens it on its own server).
+	readWait time.Duration
 }
 
 // rawMsg carries a request's bytes in (copied once out of gRPC's buffers into
@@ -137,7 +140,7 @@ func (p *framePool) Put(b *[]byte) {
 const grpcStreamWorkers = 32
 
 func newGRPCServer(r *Receiver) *grpcServer {
-	g := &grpcServer{r: r}
+	g := &grpcServer{r: r, readWait: grpcReadWait}
 	g.srv = server.NewGRPC("otlp_grpc", r.cfg.GRPC.Listen, r.cfg.GRPC.MaxConnections, r.cfg.GRPC.TLS, g.build, r.set.Logger, r.set.Registry)
 	return g
 }
@@ -224,14 +227,14 @@ func (g *grpcServer) build() *grpc.Server {
 // burst of small requests past memory_limit / max_request_bytes arriving
 // at once (32 with the defaults), though its bytes fitted many times over:
 // 23% of requests retried under a closed loop of 64 in flight.
-const grpcStreamWindow = 1 << 20
-
-// grpcReadWait is how long a request waits for room to read its message:
-// enough for the reads ahead of it to finish (each holds its readBytes
-// only while its message arrives), short enough that a budget taken by
-// data waiting for Kafka answers quickly. A variable only so that a test
-// whose claim is "room for all of them", not how fast, can lengthen it.
-var grpcReadWait = 100 * time.Millisecond
+const (
+	grpcStreamWindow = 1 << 20
+	// grpcReadWait is how long a request waits for room to read its
+	// message: enough for the reads ahead of it to finish (each holds its
+	// readBytes only while its message arrives), short enough
+	// that a budget taken by data waiting for Kafka answers quickly.
+	grpcReadWait = 100 * time.Millisecond
+)
 
 // readBytes is what reading one message may hold at its peak: gRPC's own
 // buffers of it (the compressed bytes and what they decompress to, each
@@ -337,7 +340,7 @@ func (g *grpcServer) read(ctx context.Context, m *receivermetrics.Metrics, dec f
 	in.lease, _ = ctx.Value(leaseKey{}).(*lease)
 	if l := in.lease; l != nil {
 		rest := g.readBytes() - l.buf.Reserved()
-		if rest > 0 && !g.r.body.ReserveWait(ctx, l.buf, rest, time.Now().Add(grpcReadWait)) {
+		if rest > 0 && !g.r.body.ReserveWait(ctx, l.buf, rest, time.Now().Add(g.readWait)) {
 			in.noRoom = true
 		}
 	}

@@ -151,12 +151,15 @@ func TestDeepNestingResourceToken(t *testing.T) {
 
 // budgetedGRPC starts a receiver of cfg whose requests reserve from a
 // budget of limit bytes, and returns a gRPC client of it and the budget.
-func budgetedGRPC(t *testing.T, cfg Config, limit int64) (ptraceotlp.GRPCClient, *budget.Budget) {
+func budgetedGRPC(t *testing.T, cfg Config, limit int64, readWait ...time.Duration) (ptraceotlp.GRPCClient, *budget.Budget) {
 	t.Helper()
 	b := budget.New(limit)
 	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: &consumertest.Sink{}, Bodies: b})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, d := range readWait {
+		r.grpc.readWait = d
 	}
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -238,7 +241,7 @@ func TestGRPCBurstOfSmallRequests(t *testing.T) {
 	// arrive at once, and the stream windows they hold (48 MiB) leave room
 	// for three reads at a time (arrivals stay below the limit less one
 	// read, 81 MiB).
-	client, budget := budgetedGRPC(t, cfg, 96<<20)
+	client, budget := budgetedGRPC(t, cfg, 96<<20, 5*time.Second)
 	small := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(1).Traces(5))
 	if _, err := client.Export(context.Background(), small); err != nil {
 		t.Fatal(err)
@@ -248,8 +251,6 @@ func TestGRPCBurstOfSmallRequests(t *testing.T) {
 	// last request of a burst was refused (1 of 48, once): this test's
 	// claim is that all of them have room, so the wait is lengthened;
 	// refusals at arrival (the bug it guards) do not wait.
-	defer func(d time.Duration) { grpcReadWait = d }(grpcReadWait)
-	grpcReadWait = 5 * time.Second
 	// drained waits until every reservation is given back: a request's
 	// answer reaches the client just before its handler returns the
 	// budget, so a round started at once could find the last one's held.
