@@ -27,3 +27,11 @@ func benchSDKTracesOf(b *testing.B, partition string, perTrace int) {
 func BenchmarkEncodeTraces100_TraceID(b *testing.B)            { benchSDKTraces(b, "trace_id") }
 func BenchmarkEncodeTraces100_None(b *testing.B)               { benchSDKTraces(b, "none") }
 func BenchmarkEncodeTraces100_TraceID_10PerTrace(b *testing.B) { benchSDKTracesOf(b, "trace_id", 10) }
+
+func BenchmarkEncodeTraces100_TracePartition(b *testing.B) {
+	raw, err := (&ptrace.ProtoMarshaler{}).MarshalTraces(otlpgen.New(1).TracesOf(100, 1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchEncode(b, &Encoder{MaxRecordBytes: 1 << 20, Partitions: 3}, Traces, &Config{Topic: "t", Encoding: "otlp_proto", Partition: "trace_partition"}, raw, 100)
+}

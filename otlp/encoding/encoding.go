@@ -11,6 +11,11 @@
 //   - flat_json: one JSON object per span, log record or data point.
 //
 // Partitioning decides both how a request is split and the key:
+//   - trace_partition (traces, the default): every span of a trace on the
+//     partition a record keyed by its hex trace id would go to (Kafka's
+//     murmur2 partitioner, Encoder.Partitions), one record per partition a
+//     request reaches, without a key (flat_json, or the topic's partitions
+//     unknown: as trace_id);
 //   - trace_id (traces): one record per trace (flat_json: per span) keyed by
 //     the hex trace id, so a trace stays on one partition;
 //   - resource: one record per resource (flat_json: per item) keyed by a
@@ -50,7 +55,7 @@ const (
 type Config struct {
 	Topic     string `yaml:"topic"`
 	Encoding  string `yaml:"encoding"`  // otlp_proto, otlp_json, flat_json
-	Partition string `yaml:"partition"` // trace_id (traces only), resource, none
+	Partition string `yaml:"partition"` // trace_partition, trace_id (traces only), resource, none
 	// Key, when set, is a template (routing placeholders) that replaces the
 	// key the partition would give.
 	Key string `yaml:"key"`
@@ -68,12 +73,12 @@ func (c *Config) Validate(s Signal) error {
 	}
 	switch c.Partition {
 	case "resource", "none":
-	case "trace_id":
+	case "trace_partition", "trace_id":
 		if s != Traces {
-			return fmt.Errorf("partition: trace_id applies to traces only (use resource or none)")
+			return fmt.Errorf("partition: %s applies to traces only (use resource or none)", c.Partition)
 		}
 	default:
-		return fmt.Errorf("partition: %q is not one of trace_id, resource, none", c.Partition)
+		return fmt.Errorf("partition: %q is not one of trace_partition, trace_id, resource, none", c.Partition)
 	}
 	return nil
 }
@@ -88,6 +93,11 @@ type Part struct {
 	Items            int
 	Whole            bool   // value is the whole input, unchanged (the key, if any, in the buffer)
 	ResRaw           []byte // the (first) resource of the record's items, for routing
+	// Partition is the record's partition, chosen by the encoder
+	// (trace_partition), when Chosen; otherwise the exporter's partitioner
+	// places it by its key.
+	Partition int32
+	Chosen    bool
 }
 
 // Encoder turns requests into parts; reuse one per goroutine.
@@ -103,6 +113,12 @@ type Encoder struct {
 	MaxItems   int
 	MaxBytes   int
 	RecordCost int
+	// Partitions is the partition count of the topic the request's records
+	// go to, for partition trace_partition; 0 (unknown, or the topic is
+	// decided per record) writes a record per trace keyed by its id, as
+	// trace_id does: the exporter's murmur2 partitioner then puts each
+	// trace on the same partition the grouping would have chosen.
+	Partitions int
 	// FlatExtra is appended to every flat_json object (tenant, data id).
 	FlatExtra []byte
 	// Sample drops spans and log records by trace id (zero: keep all);
@@ -220,7 +236,7 @@ func (e *Encoder) flat(sig Signal, c *Config, raw []byte, out []byte) ([]Part, [
 			start := len(out)
 			out = e.fj.Span(out, it.Resource(), it.Scope(), it.Span())
 			var key []byte
-			if c.Partition == "trace_id" && len(it.Span().TraceID) > 0 {
+			if (c.Partition == "trace_id" || c.Partition == "trace_partition") && len(it.Span().TraceID) > 0 {
 				key = it.Span().TraceID
 			}
 			if err := add(it.Resource(), key, start); err != nil {

@@ -17,6 +17,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/ferryhq/ferry/sampling"
 	"github.com/ferryhq/ferry/tools/otlpgen"
 )
@@ -419,6 +421,135 @@ func TestSplitAllocatesNothing(t *testing.T) {
 		_, o, n, err := e.Encode(Traces, c, raw, out[:0])
 		if err != nil || n != 100 {
 			t.Fatal(n, err)
+		}
+		out = o
+	}
+	encode()
+	if a := testing.AllocsPerRun(100, encode); a != 0 {
+		t.Fatalf("%.1f allocations per request of 100 spans", a)
+	}
+}
+
+// TestSplitByTracePartition: partition trace_partition puts every span on
+// the partition Kafka's murmur2 partitioner gives a record keyed by its
+// hex trace id (kgo.StickyKeyPartitioner, the exporter's default, is the
+// reference), one record per partition a request reaches, no key; without
+// a partition count it writes what trace_id writes.
+func TestSplitByTracePartition(t *testing.T) {
+	td := otlpgen.New(7).TracesOf(300, 3) // 100 traces of 3 spans, one resource
+	raw, _ := ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()
+	want := func(tid pcommon.TraceID, n int) int32 {
+		key := []byte(hex.EncodeToString(tid[:]))
+		return int32(kgo.StickyKeyPartitioner(nil).ForTopic("t").Partition(&kgo.Record{Key: key}, n))
+	}
+	for _, n := range []int{1, 3, 7, 64} {
+		for _, enc := range []string{"otlp_proto", "otlp_json"} {
+			c := Config{Topic: "t", Encoding: enc, Partition: "trace_partition"}
+			if err := c.Validate(Traces); err != nil {
+				t.Fatal(err)
+			}
+			e := Encoder{Partitions: n}
+			ps, out, items, err := e.Encode(Traces, &c, raw, nil)
+			if err != nil || items != 300 {
+				t.Fatal(err, items)
+			}
+			seen, partsSeen := 0, map[int32]bool{}
+			for _, p := range ps {
+				if !p.Chosen || p.KeyEnd != p.KeyStart || p.Partition < 0 || int(p.Partition) >= n {
+					t.Fatalf("n %d %s: part %+v: want a chosen partition below n and no key", n, enc, p)
+				}
+				if partsSeen[p.Partition] {
+					t.Fatalf("n %d %s: two records for partition %d", n, enc, p.Partition)
+				}
+				partsSeen[p.Partition] = true
+				var got ptrace.Traces
+				if enc == "otlp_proto" {
+					got, err = (&ptrace.ProtoUnmarshaler{}).UnmarshalTraces(value(p, raw, out))
+				} else {
+					got, err = (&ptrace.JSONUnmarshaler{}).UnmarshalTraces(value(p, raw, out))
+				}
+				if err != nil || got.SpanCount() != p.Items {
+					t.Fatalf("n %d %s: %v, %d spans, part says %d", n, enc, err, got.SpanCount(), p.Items)
+				}
+				rs := got.ResourceSpans().At(0)
+				if v, _ := rs.Resource().Attributes().Get("service.name"); v.Str() == "" {
+					t.Fatalf("n %d %s: resource lost", n, enc)
+				}
+				for i := 0; i < rs.ScopeSpans().Len(); i++ {
+					for j, sps := 0, rs.ScopeSpans().At(i).Spans(); j < sps.Len(); j++ {
+						if w := want(sps.At(j).TraceID(), n); w != p.Partition {
+							t.Fatalf("n %d %s: span of trace %s in partition %d's record, its key goes to %d", n, enc, sps.At(j).TraceID(), p.Partition, w)
+						}
+						seen++
+					}
+				}
+			}
+			if seen != 300 || (n > 1 && len(ps) < 2) || len(ps) > n {
+				t.Fatalf("n %d %s: %d spans in %d records", n, enc, seen, len(ps))
+			}
+		}
+	}
+	// Unknown partition count: a record per trace keyed by its id.
+	c := Config{Topic: "t", Encoding: "otlp_proto", Partition: "trace_partition"}
+	ps, out, _ := parts(t, Traces, c, raw)
+	if len(ps) != 100 || ps[0].Chosen || ps[0].KeyEnd-ps[0].KeyStart != 32 {
+		t.Fatalf("without partitions: %d parts, first %+v (key %q)", len(ps), ps[0], out[ps[0].KeyStart:ps[0].KeyEnd])
+	}
+	// flat_json: an object per span, keyed by its trace id, whatever the count.
+	e := Encoder{Partitions: 3}
+	ps, _, _, err := e.Encode(Traces, &Config{Topic: "t", Encoding: "flat_json", Partition: "trace_partition"}, raw, nil)
+	if err != nil || len(ps) != 300 || ps[0].Chosen || ps[0].KeyEnd-ps[0].KeyStart != 32 {
+		t.Fatalf("flat_json: %v, %d parts", err, len(ps))
+	}
+	// Logs and metrics have no trace to follow.
+	if err := (&Config{Topic: "l", Encoding: "otlp_proto", Partition: "trace_partition"}).Validate(Logs); err == nil {
+		t.Fatal("trace_partition accepted for logs")
+	}
+}
+
+// TestTracePartitionIsWholeWhenOnePartition: a request whose traces all
+// map to one partition is forwarded as it came, on that partition.
+func TestTracePartitionIsWholeWhenOnePartition(t *testing.T) {
+	raw, _ := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(1).Traces(100)).MarshalProto()
+	e := Encoder{Partitions: 1}
+	ps, out, n, err := e.Encode(Traces, &Config{Topic: "t", Encoding: "otlp_proto", Partition: "trace_partition"}, raw, nil)
+	if err != nil || n != 100 || len(ps) != 1 || !ps[0].Whole || !ps[0].Chosen || ps[0].Partition != 0 || len(out) != 0 {
+		t.Fatalf("%v: %d items, parts %+v, %d bytes built", err, n, ps, len(out))
+	}
+}
+
+// TestTracePartitionSplitsUnderTheRecordLimit: a partition's group over
+// the record limit is cut into several records, all on its partition.
+func TestTracePartitionSplitsUnderTheRecordLimit(t *testing.T) {
+	raw, _ := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(1).Traces(2000)).MarshalProto()
+	e := Encoder{Partitions: 2, MaxRecordBytes: 64 << 10}
+	ps, out, n, err := e.Encode(Traces, &Config{Topic: "t", Encoding: "otlp_proto", Partition: "trace_partition"}, raw, nil)
+	if err != nil || n != 2000 {
+		t.Fatal(err, n)
+	}
+	per := map[int32]int{}
+	for _, p := range ps {
+		if v := value(p, raw, out); len(v) > 64<<10 || !p.Chosen {
+			t.Fatalf("part %+v of %d bytes", p, len(v))
+		}
+		per[p.Partition] += p.Items
+	}
+	if len(per) != 2 || per[0]+per[1] != 2000 || len(ps) < 4 {
+		t.Fatalf("%d parts, items per partition %v", len(ps), per)
+	}
+}
+
+// TestTracePartitionAllocatesNothing: as TestSplitAllocatesNothing, for
+// the default split.
+func TestTracePartitionAllocatesNothing(t *testing.T) {
+	raw, _ := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(1).Traces(100)).MarshalProto()
+	c := &Config{Topic: "t", Encoding: "otlp_proto", Partition: "trace_partition"}
+	e := Encoder{MaxRecordBytes: 1 << 20, Partitions: 12}
+	var out []byte
+	encode := func() {
+		ps, o, n, err := e.Encode(Traces, c, raw, out[:0])
+		if err != nil || n != 100 || len(ps) != 12 {
+			t.Fatal(n, err, len(ps))
 		}
 		out = o
 	}

@@ -24,6 +24,11 @@ type grouper struct {
 	entries []entry
 	groups  []groupInfo
 	byTrace map[[16]byte]int
+	// byPart: for trace_partition, the group of each partition as
+	// gen<<32 | group index; an entry of an older generation is empty, so
+	// a request does not clear a slot per partition of the topic.
+	byPart []uint64
+	gen    uint32
 	// order, start: each group's entries (see index); fill is scratch.
 	order, start, fill []int32
 	// chunk's scratch, kept so a request's split allocates nothing.
@@ -35,6 +40,9 @@ type groupInfo struct {
 	res     wire.Resource
 	resRaw  []byte
 	items   int
+	// partition is the group's partition when chosen (trace_partition).
+	partition int32
+	chosen    bool
 }
 
 func (g *grouper) reset() {
@@ -45,9 +53,13 @@ func (g *grouper) reset() {
 
 func sameSlice(a, b []byte) bool { return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0]) }
 
-func (g *grouper) add(res *wire.Resource, sc *wire.Scope, item []byte, traceID []byte) int {
-	e := entry{res: res.Raw, resSchema: res.SchemaURL, sc: sc.Raw, scSchema: sc.SchemaURL,
+func newEntry(res *wire.Resource, sc *wire.Scope, item []byte) entry {
+	return entry{res: res.Raw, resSchema: res.SchemaURL, sc: sc.Raw, scSchema: sc.SchemaURL,
 		hasRes: res.Raw != nil, hasSc: sc.Raw != nil, item: item, items: 1}
+}
+
+func (g *grouper) add(res *wire.Resource, sc *wire.Scope, item []byte, traceID []byte) int {
+	e := newEntry(res, sc, item)
 	if traceID != nil {
 		if g.byTrace == nil {
 			g.byTrace = map[[16]byte]int{}
@@ -73,6 +85,85 @@ func (g *grouper) add(res *wire.Resource, sc *wire.Scope, item []byte, traceID [
 	g.groups[e.group].items++
 	g.entries = append(g.entries, e)
 	return e.group
+}
+
+// maxGroupedPartitions: topics with more partitions are written a record
+// per trace (trace_id's way, to the same partitions), so that an encoder's
+// slot per partition stays small.
+const maxGroupedPartitions = 1 << 16
+
+// partitions readies grouping by partition for a topic of n partitions.
+func (g *grouper) partitions(n int) {
+	if len(g.byPart) < n {
+		g.byPart = make([]uint64, n)
+		g.gen = 0
+	}
+	g.gen++
+	if g.gen == 0 { // wrapped: entries of generation 0 would look current
+		clear(g.byPart)
+		g.gen = 1
+	}
+}
+
+// addTo adds an item to partition p's group (trace_partition): one record
+// per partition a request reaches, whatever traces are in it.
+func (g *grouper) addTo(res *wire.Resource, sc *wire.Scope, item []byte, p int32) {
+	e := newEntry(res, sc, item)
+	slot := g.byPart[p]
+	if uint32(slot>>32) == g.gen {
+		e.group = int(uint32(slot))
+	} else {
+		e.group = len(g.groups)
+		g.byPart[p] = uint64(g.gen)<<32 | uint64(e.group)
+		g.groups = append(g.groups, groupInfo{resRaw: res.Raw, partition: p, chosen: true})
+	}
+	g.groups[e.group].items++
+	g.entries = append(g.entries, e)
+}
+
+// tracePartition is the partition Kafka's murmur2 partitioner (the Java
+// client's, and the exporter's default, kgo.StickyKeyPartitioner) gives a
+// record keyed by the hex trace id tid, among n: a trace lands where a
+// record per trace would have, and where other producers keyed by trace id
+// (the Collector's partition_traces_by_id) put its other spans.
+func tracePartition(tid []byte, n int) int32 {
+	var key [32]byte
+	hex.Encode(key[:], tid[:min(len(tid), 16)])
+	return int32(int(murmur2(key[:2*min(len(tid), 16)])&0x7fffffff) % n)
+}
+
+// murmur2 is Kafka's (org.apache.kafka.common.utils.Utils.murmur2).
+func murmur2(b []byte) uint32 {
+	const (
+		seed uint32 = 0x9747b28c
+		m    uint32 = 0x5bd1e995
+		r           = 24
+	)
+	h := seed ^ uint32(len(b))
+	for len(b) >= 4 {
+		k := uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+		b = b[4:]
+		k *= m
+		k ^= k >> r
+		k *= m
+		h *= m
+		h ^= k
+	}
+	switch len(b) {
+	case 3:
+		h ^= uint32(b[2]) << 16
+		fallthrough
+	case 2:
+		h ^= uint32(b[1]) << 8
+		fallthrough
+	case 1:
+		h ^= uint32(b[0])
+		h *= m
+	}
+	h ^= h >> 13
+	h *= m
+	h ^= h >> 15
+	return h
 }
 
 func tagged(b []byte) int { return 1 + protowire.SizeVarint(uint64(len(b))) + len(b) }
@@ -252,12 +343,17 @@ func (g *grouper) chunk(max int) {
 	}
 }
 
-// split writes one record per trace (or per resource).
+// split writes one record per trace, per partition (trace_partition) or
+// per resource.
 func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, []byte, int, error) {
 	g := &e.group
 	g.reset()
 	n := 0
-	byTrace := c.Partition == "trace_id"
+	byPart := c.Partition == "trace_partition" && e.Partitions > 0 && e.Partitions <= maxGroupedPartitions
+	byTrace := c.Partition == "trace_id" || (c.Partition == "trace_partition" && !byPart)
+	if byPart {
+		g.partitions(e.Partitions)
+	}
 	single := c.Partition == "none" // one record for the whole (sampled) request
 	switch sig {
 	case Traces:
@@ -269,13 +365,17 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 				continue
 			}
 			var tid []byte
-			if byTrace {
+			if byTrace || byPart {
 				tid = it.Span().TraceID
 				if tid == nil {
 					tid = make([]byte, 16) // spans without a trace id share one record
 				}
 			}
-			g.add(it.Resource(), it.Scope(), it.Span().Raw, tid)
+			if byPart {
+				g.addTo(it.Resource(), it.Scope(), it.Span().Raw, tracePartition(tid, e.Partitions))
+			} else {
+				g.add(it.Resource(), it.Scope(), it.Span().Raw, tid)
+			}
 			if n++; e.MaxItems > 0 && n > e.MaxItems {
 				return nil, out, 0, &LimitError{Items: true, Limit: e.MaxItems}
 			}
@@ -393,12 +493,16 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 }
 
 // appendKey appends group gr's key to out and records where it is in p:
-// the hex trace id, or the resource's hash; none for partition none.
+// the hex trace id, or the resource's hash; none for partition none, nor
+// for a group whose partition is chosen (p records it instead).
 func (e *Encoder) appendKey(out []byte, c *Config, gr *groupInfo, p *Part) []byte {
-	switch c.Partition {
-	case "none":
+	switch {
+	case gr.chosen:
+		p.Partition, p.Chosen = gr.partition, true
 		return out
-	case "trace_id":
+	case c.Partition == "none":
+		return out
+	case c.Partition == "trace_id" || c.Partition == "trace_partition":
 		p.KeyStart = len(out)
 		out = hex.AppendEncode(out, gr.traceID)
 	default:

@@ -85,6 +85,9 @@ type Receiver struct {
 	// jaeger: Jaeger's gRPC collector service (door_grpc.go); nil unless
 	// the jaeger door is open.
 	jaeger *jaegerGRPC
+	// parts: the partition counts trace_partition groups by (nil: traces
+	// are not written that way, or no cluster to ask).
+	parts *partitionCounts
 }
 
 // signalOut is a signal's fixed output: its encoding config and the Kafka
@@ -149,11 +152,17 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 		r.grpc = newGRPCServer(r)
 	}
 	r.jaeger = newJaegerGRPC(r)
+	if t := &r.cfg.Traces; t.Partition == "trace_partition" && t.Encoding != "flat_json" && env.Topics != nil {
+		r.parts = newPartitionCounts(env.Topics)
+	}
 	return r, nil
 }
 
 // Start binds the listeners and serves in the background.
 func (r *Receiver) Start(ctx context.Context) error {
+	if r.parts != nil {
+		r.parts.start()
+	}
 	if r.http != nil {
 		if err := r.http.srv.Start(ctx); err != nil {
 			return err
@@ -192,6 +201,9 @@ func (r *Receiver) Shutdown(ctx context.Context) error {
 	}
 	if r.http != nil {
 		errs = append(errs, r.http.srv.Shutdown(ctx))
+	}
+	if r.parts != nil {
+		r.parts.close()
 	}
 	return errors.Join(errs...)
 }
@@ -292,6 +304,12 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	enc.FlatExtra = rt.extra
 	enc.Sample = r.sampler.Decide(sig, rt.vars.Tenant)
 	enc.RecordSpans = r.spans != nil
+	enc.Partitions = 0
+	if sig == encoding.Traces && r.parts != nil && !rt.perResource && so.keyTmpl == nil {
+		// A key template decides the partition by its key; a topic per
+		// record is not one topic's count.
+		enc.Partitions = r.parts.get(rt.topic)
+	}
 	parts, buf, items, err := enc.Encode(sig, so.cfg, raw.B, out.B)
 	out.B = buf
 	if err != nil {
@@ -442,6 +460,9 @@ func (r *Receiver) fill(m *receivermetrics.Metrics, so *signalOut, rt *route, cl
 		}
 		if p.KeyEnd > p.KeyStart {
 			rec.Key = out.B[p.KeyStart:p.KeyEnd:p.KeyEnd]
+		}
+		if p.Chosen {
+			rec.SetPartition(p.Partition)
 		}
 		if rt.perResource || so.keyTmpl != nil {
 			res := p.ResRaw

@@ -490,7 +490,7 @@ func (s *suite) writeCollectorFew(rows []colRow) {
 	s.doc.P("in flight. The Collector here is configured as its READMEs show a new user (otlp → batch → kafka, only brokers and topic set:")
 	s.doc.P("one Kafka message per batch without a key, no compression, the leader's ack), but for batches capped at 700 items: at its default")
 	s.doc.P("(8,192 items, no cap) its uncompressed messages exceed the broker's 1 MB limit and it dropped nearly every item it answered OK; ferry as")
-	s.doc.P("shipped (a record per trace keyed by its id, a record per resource for logs and metrics, lz4, acks all, answered after")
+	s.doc.P("shipped (spans grouped by the partition their trace id maps to, a record per resource for logs and metrics, lz4, acks all, answered after")
 	s.doc.P("Kafka's ack, adaptive linger). Metrics items are data points (a request of 100 gauge, 100 counter and 100 histogram points).")
 	s.doc.P("")
 	s.doc.Table([]string{"signal", "agent", "items/s into Kafka", "agent CPU", "CPU µs per item (median; range)", "vs Collector",

@@ -1,0 +1,200 @@
+package otlpreceiver
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+
+	"github.com/ferryhq/ferry/consumer/consumertest"
+	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/receiver"
+	"github.com/ferryhq/ferry/telemetry"
+	"github.com/ferryhq/ferry/tools/otlpgen"
+)
+
+// cluster is a receiver.Topics answering n partitions for every topic (or
+// err), counting the asks.
+type cluster struct {
+	mu    sync.Mutex
+	n     int32
+	err   error
+	asks  atomic.Int64
+	names atomic.Int64
+}
+
+func (c *cluster) topics(_ context.Context, names []string) ([]receiver.TopicInfo, error) {
+	c.asks.Add(1)
+	c.names.Add(int64(len(names)))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return nil, c.err
+	}
+	out := make([]receiver.TopicInfo, len(names))
+	for i, n := range names {
+		out[i] = receiver.TopicInfo{Topic: n, Partitions: c.n}
+	}
+	return out, nil
+}
+
+func (c *cluster) set(n int32, err error) {
+	c.mu.Lock()
+	c.n, c.err = n, err
+	c.mu.Unlock()
+}
+
+// eventually polls get until it returns want.
+func eventually(t *testing.T, p *partitionCounts, topic string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for p.get(topic) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d partitions, want %d", topic, p.get(topic), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestPartitionCountsNeverWait: a count is answered from what is known (0
+// at first) while one goroutine asks the cluster; a failed ask keeps the
+// last count, and an answer is reused until it is out of date.
+func TestPartitionCountsNeverWait(t *testing.T) {
+	c := &cluster{n: 6}
+	p := newPartitionCounts(c.topics)
+	if n := p.get("spans"); n != 0 {
+		t.Fatalf("before start: %d", n)
+	}
+	p.start()
+	defer p.close()
+	eventually(t, p, "spans", 6)
+	asks := c.asks.Load()
+	for range 1000 {
+		p.get("spans")
+	}
+	if c.asks.Load() != asks {
+		t.Fatalf("%d asks for a count still fresh", c.asks.Load()-asks)
+	}
+	// Out of date, and the cluster unreachable: the last count stays.
+	c.set(0, errors.New("unreachable"))
+	p.mu.Lock()
+	k := p.known["spans"]
+	k.at = k.at.Add(-partitionsMaxAge)
+	p.known["spans"] = k
+	p.mu.Unlock()
+	p.get("spans")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p.mu.Lock()
+		failed := p.known["spans"].failed
+		p.mu.Unlock()
+		if failed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the failed ask was not recorded")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := p.get("spans"); n != 6 {
+		t.Fatalf("after a failed ask: %d, want the last count 6", n)
+	}
+	// A topic the cluster does not have: 0, asked again later.
+	c.set(-1, nil)
+	if n := p.get("missing"); n != 0 {
+		t.Fatal(n)
+	}
+}
+
+// TestPartitionCountsBounded: topic names may come from templates; the
+// cache and the names waiting to be asked stay bounded.
+func TestPartitionCountsBounded(t *testing.T) {
+	c := &cluster{n: 3}
+	p := newPartitionCounts(c.topics) // not started: nothing is asked
+	for i := range 3 * partitionsMaxTopics {
+		p.get("t" + string(rune('a'+i%26)) + time.Duration(i).String())
+	}
+	if len(p.pending) > partitionsMaxTopics {
+		t.Fatalf("%d names pending", len(p.pending))
+	}
+	names := make([]string, 0, len(p.pending))
+	for n := range p.pending {
+		names = append(names, n)
+	}
+	infos, _ := c.topics(context.Background(), names)
+	p.store(names, infos, nil, time.Now())
+	p.store(names[:10], infos[:10], nil, time.Now())
+	if len(p.known) > partitionsMaxTopics || len(p.pending) != 0 {
+		t.Fatalf("%d known, %d pending", len(p.known), len(p.pending))
+	}
+}
+
+// TestTracesGroupedByPartition: with trace_partition and the cluster's
+// counts (the exporter's, in the agent), a request's spans reach the
+// exporter as a record per partition, each on the partition a record keyed
+// by its trace id would go to, without a key; the first request, before the
+// count is known, as a record per trace keyed by its id.
+func TestTracesGroupedByPartition(t *testing.T) {
+	c := &cluster{n: 4}
+	cfg := testConfig()
+	cfg.Traces = encoding.Config{Topic: "spans", Encoding: "otlp_proto", Partition: "trace_partition"}
+	sink := &consumertest.Sink{}
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: sink, Topics: c.topics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r.Shutdown(context.Background()) }()
+	raw, _ := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(3).Traces(50)).MarshalProto()
+	base := "http://" + r.HTTPAddr() + "/v1/traces"
+	if code, _, body := postOTLP(t, base, "application/x-protobuf", "", raw); code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	recs := sink.Records()
+	if len(recs) != 50 || len(recs[0].Key) != 32 {
+		t.Fatalf("before the count is known: %d records, key %q", len(recs), recs[0].Key)
+	}
+	eventually(t, r.parts, "spans", 4)
+	sink.Reset()
+	if code, _, body := postOTLP(t, base, "application/x-protobuf", "", raw); code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	recs = sink.Records()
+	if len(recs) < 2 || len(recs) > 4 {
+		t.Fatalf("%d records for 50 traces over 4 partitions", len(recs))
+	}
+	spans := 0
+	for _, rec := range recs {
+		p, chosen := rec.Partition()
+		if !chosen || rec.Key != nil {
+			t.Fatalf("record on partition %d (chosen %v), key %q", p, chosen, rec.Key)
+		}
+		td, err := (&ptrace.ProtoUnmarshaler{}).UnmarshalTraces(rec.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rs := range td.ResourceSpans().All() {
+			for _, ss := range rs.ScopeSpans().All() {
+				for _, sp := range ss.Spans().All() {
+					tid := sp.TraceID()
+					want := kgo.StickyKeyPartitioner(nil).ForTopic("spans").Partition(&kgo.Record{Key: []byte(tid.String())}, 4)
+					if int32(want) != p {
+						t.Fatalf("span of trace %s on partition %d, its key goes to %d", tid, p, want)
+					}
+					spans++
+				}
+			}
+		}
+	}
+	if spans != 50 {
+		t.Fatalf("%d spans", spans)
+	}
+}
