@@ -160,9 +160,6 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 
 // Start binds the listeners and serves in the background.
 func (r *Receiver) Start(ctx context.Context) error {
-	if r.parts != nil {
-		r.parts.start()
-	}
 	if r.http != nil {
 		if err := r.http.srv.Start(ctx); err != nil {
 			return err
@@ -186,6 +183,10 @@ func (r *Receiver) Start(ctx context.Context) error {
 			}
 			return err
 		}
+	}
+	// Last: a listener that failed to bind leaves no goroutine behind.
+	if r.parts != nil {
+		r.parts.start()
 	}
 	return nil
 }
