@@ -20,8 +20,8 @@ import (
 // partition count from the cluster and then writes a request's spans as a
 // record per partition without a key; every span, before and after, is on
 // the partition a record keyed by its hex trace id goes to (Kafka's
-// murmur2, as the Java client and the Collector's partition_traces_by_id
-// would put it), so consumers of one partition see whole traces.
+// murmur2, as the Java client would put it), so consumers of one
+// partition see whole traces.
 func TestTracesLandOnTheirTracePartition(t *testing.T) {
 	brokers := kafkatest.Shared(t)
 	topic := "tp-spans-" + t.Name()
@@ -52,7 +52,7 @@ func TestTracesLandOnTheirTracePartition(t *testing.T) {
 		}
 		post(seed)
 		time.Sleep(20 * time.Millisecond)
-		recs = kafkatest.ConsumeAll(t, brokers, topic, time.Second)
+		recs = kafkatest.ConsumeUntil(t, brokers, topic, func(rs []*kgo.Record) bool { return spanCount(t, rs) >= sent }, 30*time.Second)
 		grouped = 0
 		for _, r := range recs {
 			if r.Key == nil {
@@ -61,7 +61,7 @@ func TestTracesLandOnTheirTracePartition(t *testing.T) {
 		}
 	}
 	post(1000) // one more, surely grouped
-	recs = kafkatest.ConsumeAll(t, brokers, topic, 2*time.Second)
+	recs = kafkatest.ConsumeUntil(t, brokers, topic, func(rs []*kgo.Record) bool { return spanCount(t, rs) >= sent }, 30*time.Second)
 	spans, perPartition := 0, map[int32]int{}
 	for _, r := range recs {
 		td, err := (&ptrace.ProtoUnmarshaler{}).UnmarshalTraces(r.Value)
@@ -92,4 +92,18 @@ func TestTracesLandOnTheirTracePartition(t *testing.T) {
 	if len(perPartition) != partitions {
 		t.Fatalf("grouped records on partitions %v, want all %d", perPartition, partitions)
 	}
+}
+
+// spanCount is the spans in rs (TracesData values).
+func spanCount(t *testing.T, rs []*kgo.Record) int {
+	t.Helper()
+	n := 0
+	for _, r := range rs {
+		td, err := (&ptrace.ProtoUnmarshaler{}).UnmarshalTraces(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += td.SpanCount()
+	}
+	return n
 }

@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,9 @@ type Exporter struct {
 	cl        *kgo.Client
 	m         *metrics
 	topics    *telemetry.Labels
+	// seen: the partition counts the client's producer partitions with
+	// (Partitions answers no more).
+	seen *producerCounts
 
 	up      atomic.Bool
 	downErr atomic.Pointer[string]
@@ -214,7 +218,8 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 	case "uniform_bytes":
 		part = kgo.UniformBytesPartitioner(64<<10, true, true, nil)
 	}
-	opts = append(opts, kgo.RecordPartitioner(chosenFirst(part)))
+	e.seen = new(producerCounts)
+	opts = append(opts, kgo.RecordPartitioner(chosenFirst(part, e.seen)))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		sec.close()
@@ -642,6 +647,12 @@ const errPurgedText = "topic purged while buffered"
 
 // classify turns a franz-go failure into the consumer error kinds receivers
 // understand.
+// isStalePartitionChoice is franz-go's refusal of a chosen partition its
+// producer does not know (it has no exported error for it).
+func isStalePartitionChoice(err error) bool {
+	return strings.Contains(err.Error(), "invalid record partitioning choice")
+}
+
 func (e *Exporter) classify(kr *kgo.Record, err error) error {
 	switch {
 	case errors.Is(err, kgo.ErrMaxBuffered):
@@ -652,6 +663,12 @@ func (e *Exporter) classify(kr *kgo.Record, err error) error {
 		return consumer.TooLarge("record", int64(len(kr.Key)+len(kr.Value)), int64(e.cfg.MaxBatchBytes), err)
 	case isUnknownTopic(err):
 		return consumer.UnknownTopic(kr.Topic, err)
+	case isStalePartitionChoice(err):
+		// A partition chosen from a count the producer has not caught up
+		// with (Partitions caps it, so only a topic recreated with fewer
+		// partitions gets here): the same record fits once both agree.
+		e.cl.ForceMetadataRefresh()
+		return &consumer.RetryableError{Reason: "partition_unknown", Msg: "Kafka's partition count changed; retry later: " + err.Error(), After: time.Second}
 	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.InvalidTopicException):
 		return &consumer.PermanentError{Reason: "topic_rejected", Msg: fmt.Sprintf("Kafka refused topic %q: %v", kr.Topic, err), Err: err, Kind: consumer.KindForbidden}
 	}

@@ -12,7 +12,11 @@ import (
 // Partitions asks the cluster for topics' partition counts (nil: every
 // topic), through the exporter's own connections, so that a Kafka-protocol
 // client of the agent sees the partitions its records will be written to.
-// It never creates a topic.
+// It never creates a topic. A count is at most the one the Kafka client's
+// producer partitions with (producerCounts): partitions added since it
+// last refreshed its metadata (every 5 min) are not offered until it has,
+// which this asks it to do at once, so a record sent to a partition
+// Partitions offered is never refused by the client as unknown.
 func (e *Exporter) Partitions(ctx context.Context, topics []string) ([]exporter.TopicInfo, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	if topics != nil {
@@ -26,11 +30,19 @@ func (e *Exporter) Partitions(ctx context.Context, topics []string) ([]exporter.
 		return nil, err
 	}
 	out := make([]exporter.TopicInfo, 0, len(resp.Topics))
+	behind := false
 	for _, t := range resp.Topics {
 		if t.Topic == nil || t.IsInternal {
 			continue
 		}
-		out = append(out, exporter.TopicInfo{Topic: *t.Topic, ID: t.TopicID, Partitions: int32(len(t.Partitions)), Err: kerr.ErrorForCode(t.ErrorCode)})
+		n := int32(len(t.Partitions))
+		if p := e.seen.get(*t.Topic); p > 0 && p < n {
+			n, behind = p, true
+		}
+		out = append(out, exporter.TopicInfo{Topic: *t.Topic, ID: t.TopicID, Partitions: n, Err: kerr.ErrorForCode(t.ErrorCode)})
+	}
+	if behind {
+		e.cl.ForceMetadataRefresh()
 	}
 	return out, nil
 }

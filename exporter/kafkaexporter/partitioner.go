@@ -1,6 +1,11 @@
 package kafkaexporter
 
-import "github.com/twmb/franz-go/pkg/kgo"
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
 
 // chosenFirst wraps the configured partitioner so that a record whose
 // partition the client chose (a Kafka-protocol client, which partitioned
@@ -13,9 +18,39 @@ import "github.com/twmb/franz-go/pkg/kgo"
 // while that partition's leader is down (it waits and is retried), never
 // on a writable neighbour. A choice beyond the topic's partitions fails the
 // record in franz-go ("invalid record partitioning choice").
-func chosenFirst(p kgo.Partitioner) kgo.Partitioner { return chosenPartitioner{p} }
+func chosenFirst(p kgo.Partitioner, seen *producerCounts) kgo.Partitioner {
+	return chosenPartitioner{p, seen}
+}
 
-type chosenPartitioner struct{ inner kgo.Partitioner }
+type chosenPartitioner struct {
+	inner kgo.Partitioner
+	seen  *producerCounts
+}
+
+// producerCounts keeps, per topic, the partition count the Kafka client's
+// producer partitions with: its own metadata, refreshed every
+// metadata max age (5 min) or after an error, not when another request
+// (Partitions) learns of new partitions. A choice must be below it, or the
+// client fails the record ("invalid record partitioning choice"), so
+// Partitions answers no more than this.
+type producerCounts struct{ m sync.Map } // topic → *atomic.Int32
+
+func (p *producerCounts) slot(topic string) *atomic.Int32 {
+	if v, ok := p.m.Load(topic); ok {
+		return v.(*atomic.Int32)
+	}
+	v, _ := p.m.LoadOrStore(topic, new(atomic.Int32))
+	return v.(*atomic.Int32)
+}
+
+// get is topic's count as the producer last partitioned a record of it
+// (0: none yet).
+func (p *producerCounts) get(topic string) int32 {
+	if v, ok := p.m.Load(topic); ok {
+		return v.(*atomic.Int32).Load()
+	}
+	return 0
+}
 
 // ForTopic keeps the optional interfaces of the inner partitioner: franz-go
 // takes a lock around buffering only for partitioners with OnNewBatch, and
@@ -23,7 +58,7 @@ type chosenPartitioner struct{ inner kgo.Partitioner }
 // the inner one's.
 func (c chosenPartitioner) ForTopic(t string) kgo.TopicPartitioner {
 	in := c.inner.ForTopic(t)
-	base := chosenTopic{in}
+	base := chosenTopic{in, c.seen.slot(t)}
 	nb, hasNB := in.(kgo.TopicPartitionerOnNewBatch)
 	bp, hasBP := in.(kgo.TopicBackupPartitioner)
 	switch {
@@ -37,13 +72,19 @@ func (c chosenPartitioner) ForTopic(t string) kgo.TopicPartitioner {
 	return &base
 }
 
-type chosenTopic struct{ inner kgo.TopicPartitioner }
+type chosenTopic struct {
+	inner kgo.TopicPartitioner
+	n     *atomic.Int32 // the producer's count (producerCounts)
+}
 
 func (c *chosenTopic) RequiresConsistency(r *kgo.Record) bool {
 	return r.Partition >= 0 || c.inner.RequiresConsistency(r)
 }
 
 func (c *chosenTopic) Partition(r *kgo.Record, n int) int {
+	if c.n.Load() != int32(n) { // a load per record; a store only when it changed
+		c.n.Store(int32(n))
+	}
 	if r.Partition >= 0 {
 		return int(r.Partition)
 	}
@@ -63,6 +104,9 @@ type chosenTopicBackup struct {
 }
 
 func (c *chosenTopicBackup) PartitionByBackup(r *kgo.Record, n int, it kgo.TopicBackupIter) int {
+	if c.n.Load() != int32(n) {
+		c.n.Store(int32(n))
+	}
 	if r.Partition >= 0 {
 		return int(r.Partition)
 	}

@@ -558,3 +558,71 @@ func TestTracePartitionAllocatesNothing(t *testing.T) {
 		t.Fatalf("%.1f allocations per request of 100 spans", a)
 	}
 }
+
+// TestMissingTraceIDsShareTheZeroID: spans with no trace id or an empty
+// one go, in both trace splits, where the zero id goes: one record keyed by
+// 32 zeros (trace_id), or that key's partition (trace_partition).
+func TestMissingTraceIDsShareTheZeroID(t *testing.T) {
+	td := ptrace.NewTraces()
+	ss := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty()
+	for i := 0; i < 4; i++ {
+		sp := ss.Spans().AppendEmpty()
+		sp.SetSpanID(pcommon.SpanID{byte(i + 1)})
+		sp.SetName("no trace")
+	}
+	raw, _ := ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()
+	// pdata leaves an empty trace id out: withEmptyTraceID writes one span's
+	// as present and empty.
+	zero := strings.Repeat("0", 32)
+	for _, empty := range []bool{false, true} {
+		in := raw
+		if empty {
+			in = withEmptyTraceID(t, raw)
+		}
+		ps, out, n := parts(t, Traces, Config{Topic: "t", Encoding: "otlp_proto", Partition: "trace_id"}, in)
+		if n != 4 || len(ps) != 1 || string(out[ps[0].KeyStart:ps[0].KeyEnd]) != zero {
+			t.Fatalf("empty %v, trace_id: %d items in %d parts, key %q", empty, n, len(ps), out[ps[0].KeyStart:ps[0].KeyEnd])
+		}
+		want := int32(kgo.StickyKeyPartitioner(nil).ForTopic("t").Partition(&kgo.Record{Key: []byte(zero)}, 7))
+		e := Encoder{Partitions: 7}
+		ps, _, n, err := e.Encode(Traces, &Config{Topic: "t", Encoding: "otlp_proto", Partition: "trace_partition"}, in, nil)
+		if err != nil || n != 4 || len(ps) != 1 || !ps[0].Chosen || ps[0].Partition != want {
+			t.Fatalf("empty %v, trace_partition: %v, %d items, parts %+v, want partition %d", empty, err, n, ps, want)
+		}
+	}
+}
+
+// withEmptyTraceID adds an empty trace_id field (1) to the first span of a
+// traces request of one resource and one scope.
+func withEmptyTraceID(t *testing.T, raw []byte) []byte {
+	t.Helper()
+	// ExportTraceServiceRequest{1: ResourceSpans{2: ScopeSpans{2: Span}}}:
+	// rebuild it with the span's bytes prefixed by an empty field 1.
+	rs, _ := field(t, raw, 1)
+	ss, rsRest := field(t, rs, 2)
+	sp, ssRest := field(t, ss, 2)
+	sp = append(protowire.AppendTag(nil, 1, protowire.BytesType), append([]byte{0}, sp...)...)
+	ss = append(protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), sp), ssRest...)
+	rs = append(protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), ss), rsRest...)
+	return protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), rs)
+}
+
+// field returns the first length-delimited field num of msg and every other
+// field of msg, re-encoded after it.
+func field(t *testing.T, msg []byte, num protowire.Number) (val, rest []byte) {
+	t.Helper()
+	for len(msg) > 0 {
+		n, typ, l := protowire.ConsumeTag(msg)
+		m := protowire.ConsumeFieldValue(n, typ, msg[l:])
+		if l < 0 || m < 0 {
+			t.Fatal("bad protobuf")
+		}
+		if n == num && typ == protowire.BytesType && val == nil {
+			val, _ = protowire.ConsumeBytes(msg[l:])
+		} else {
+			rest = append(rest, msg[:l+m]...)
+		}
+		msg = msg[l+m:]
+	}
+	return val, rest
+}

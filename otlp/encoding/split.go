@@ -87,6 +87,9 @@ func (g *grouper) add(res *wire.Resource, sc *wire.Scope, item []byte, traceID [
 	return e.group
 }
 
+// zeroTraceID stands for a missing trace id (read-only).
+var zeroTraceID [16]byte
+
 // maxGroupedPartitions: topics with more partitions are written a record
 // per trace (trace_id's way, to the same partitions), so that an encoder's
 // slot per partition stays small.
@@ -124,8 +127,10 @@ func (g *grouper) addTo(res *wire.Resource, sc *wire.Scope, item []byte, p int32
 // tracePartition is the partition Kafka's murmur2 partitioner (the Java
 // client's, and the exporter's default, kgo.StickyKeyPartitioner) gives a
 // record keyed by the hex trace id tid, among n: a trace lands where a
-// record per trace would have, and where other producers keyed by trace id
-// (the Collector's partition_traces_by_id) put its other spans.
+// record per trace would have, and where other producers keyed by the hex
+// trace id with Kafka's default partitioner (the Java client's) put its
+// other spans. (The Collector's partition_traces_by_id hashes its keys
+// with FNV-1a, Sarama's way: not the same partitions.)
 func tracePartition(tid []byte, n int) int32 {
 	var key [32]byte
 	hex.Encode(key[:], tid[:min(len(tid), 16)])
@@ -367,8 +372,10 @@ func (e *Encoder) split(sig Signal, c *Config, raw []byte, out []byte) ([]Part, 
 			var tid []byte
 			if byTrace || byPart {
 				tid = it.Span().TraceID
-				if tid == nil {
-					tid = make([]byte, 16) // spans without a trace id share one record
+				if len(tid) == 0 {
+					// Spans without a trace id (absent or empty) share
+					// one record, keyed (or placed) as the zero id.
+					tid = zeroTraceID[:]
 				}
 			}
 			if byPart {

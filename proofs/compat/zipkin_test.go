@@ -12,6 +12,7 @@ import (
 	"github.com/openzipkin/zipkin-go/proto/zipkin_proto3"
 	"github.com/openzipkin/zipkin-go/reporter"
 	zipkinhttp "github.com/openzipkin/zipkin-go/reporter/http"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/ferryhq/ferry/auth/authtest"
@@ -68,17 +69,27 @@ auth:
 	// once (the default split: a record per partition a request reaches,
 	// or per trace until the agent knows the topic's partitions), and none
 	// of the refused request's.
-	recs := kafkatest.ConsumeAll(t, broker, topic, 2*time.Second)
+	count := func(recs []*kgo.Record) int {
+		n := 0
+		for _, r := range recs {
+			td, err := (&ptrace.ProtoUnmarshaler{}).UnmarshalTraces(r.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += td.SpanCount()
+		}
+		return n
+	}
+	recs := kafkatest.ConsumeUntil(t, broker, topic, func(rs []*kgo.Record) bool { return count(rs) >= len(want) }, 30*time.Second)
+	// The refused request's spans would be there by now too.
+	if all := kafkatest.ConsumeAll(t, broker, topic, 2*time.Second); len(all) > len(recs) {
+		recs = all
+	}
 	var values [][]byte
-	spans := 0
 	for _, r := range recs {
 		values = append(values, r.Value)
-		td, err := (&ptrace.ProtoUnmarshaler{}).UnmarshalTraces(r.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		spans += td.SpanCount()
 	}
+	spans := count(recs)
 	if spans != len(want) {
 		t.Fatalf("%d spans in %d records in the topic, %d sent with the token (the refused request's spans?)", spans, len(recs), len(want))
 	}

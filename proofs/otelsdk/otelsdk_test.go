@@ -165,7 +165,15 @@ func TestOpenTelemetrySDKExporters(t *testing.T) {
 	// partition a request reaches, without a key; a record per trace keyed
 	// by its id until the agent knows the topic's partitions). Every
 	// request was answered after Kafka's ack, so all of them are there.
-	recs := kafkatest.ConsumeAll(t, brokers, spans, 3*time.Second)
+	recs := kafkatest.ConsumeUntil(t, brokers, spans, func(rs []*kgo.Record) bool {
+		n := 0
+		for _, r := range rs {
+			if td, err := (&ptrace.ProtoUnmarshaler{}).UnmarshalTraces(r.Value); err == nil {
+				n += td.SpanCount()
+			}
+		}
+		return n >= 2*nSpans
+	}, 30*time.Second)
 	seen := map[string]bool{}
 	perService := map[string]int{}
 	for _, r := range recs {

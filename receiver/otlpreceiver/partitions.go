@@ -144,8 +144,24 @@ func (p *partitionCounts) store(names []string, infos []receiver.TopicInfo, err 
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.known)+len(names) > partitionsMaxTopics {
-		clear(p.known)
+	added := 0
+	for _, n := range names {
+		if _, ok := p.known[n]; !ok {
+			added++
+		}
+	}
+	if len(p.known)+added > partitionsMaxTopics {
+		// Failed and out-of-date entries go first; only if that is not
+		// enough does the cache start over.
+		now := time.Now()
+		for n, k := range p.known {
+			if k.failed || now.Sub(k.at) >= partitionsMaxAge {
+				delete(p.known, n)
+			}
+		}
+		if len(p.known)+added > partitionsMaxTopics {
+			clear(p.known)
+		}
 	}
 	for _, n := range names {
 		delete(p.pending, n)

@@ -105,10 +105,24 @@ func TestPartitionCountsNeverWait(t *testing.T) {
 	if n := p.get("spans"); n != 6 {
 		t.Fatalf("after a failed ask: %d, want the last count 6", n)
 	}
-	// A topic the cluster does not have: 0, asked again later.
+	// A topic the cluster does not have (no partitions): 0, and marked
+	// to be asked again after partitionsRetry, not partitionsMaxAge.
 	c.set(-1, nil)
-	if n := p.get("missing"); n != 0 {
-		t.Fatal(n)
+	p.get("missing")
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		p.mu.Lock()
+		k, ok := p.known["missing"]
+		p.mu.Unlock()
+		if ok {
+			if !k.failed || k.n != 0 || p.get("missing") != 0 {
+				t.Fatalf("a topic without partitions recorded as %+v", k)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the missing topic was never asked for")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -57,7 +57,7 @@ func Values(recs []record.Record) [][]byte {
 	return out
 }
 
-// CheckSpans holds OTLP records (otlp_proto, a record per trace) to the
+// CheckSpans holds OTLP records (otlp_proto: a record per trace, or per partition) to the
 // Zipkin spans sent, field by field, per docs/zipkin.md.
 func CheckSpans(t testing.TB, want []zipkinmodel.SpanModel, values [][]byte) {
 	t.Helper()

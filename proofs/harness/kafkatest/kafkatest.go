@@ -443,6 +443,28 @@ func Consume(t testing.TB, brokers, topic string, want int, timeout time.Duratio
 	return out
 }
 
+// ConsumeUntil reads topic from the start until enough(records so far)
+// says so or timeout passed, then polls once more briefly (anything beyond,
+// such as duplicates, is seen too), and returns what it read. For tests
+// that know how many items, not records, to expect.
+func ConsumeUntil(t testing.TB, brokers, topic string, enough func([]*kgo.Record) bool, timeout time.Duration) []*kgo.Record {
+	t.Helper()
+	cl := fromStart(t, brokers, topic)
+	defer cl.Close()
+	var out []*kgo.Record
+	deadline := time.Now().Add(timeout)
+	for !enough(out) && time.Now().Before(deadline) {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	cancel()
+	return out
+}
+
 // TelemetrygenVersion is the OpenTelemetry load generator the tests use.
 const TelemetrygenVersion = "v0.161.0"
 

@@ -147,10 +147,12 @@ func (r colRow) what() string {
 // with its sending queue), with ferry's producer settings (lz4, acks all).
 // The batch processor's size is capped so each Kafka message stays under
 // the broker's message.max.bytes (1 MiB by default) and max_message_bytes
-// is set to that limit. It writes the records ferry writes by default: a
-// message per trace keyed by its id, a message per resource keyed by its
-// attributes (partition_traces_by_id, partition_logs_by_resource_attributes),
-// so both do the same job for the consumers. The oversize case leaves the
+// is set to that limit. It keeps together what ferry keeps together by
+// default, so both do the same job for the consumers: every span of a
+// trace on one partition (its only way: a message per trace keyed by its
+// id, partition_traces_by_id; ferry groups a request's traces by
+// partition) and a message per resource keyed by its attributes
+// (partition_logs_by_resource_attributes). The oversize case leaves the
 // batch processor at its default (8192 items, no cap) and raises
 // max_message_bytes, which is what a user does when the exporter refuses
 // large batches.
