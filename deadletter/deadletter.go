@@ -30,6 +30,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -130,6 +131,12 @@ func (w *Writer) toTopic(r *record.Record, reason string, cause error, done func
 	}
 	c.Headers = append(c.Headers, record.Header{Key: "ferry.dead_letter.reason", Value: []byte(reason)},
 		record.Header{Key: "ferry.dead_letter.topic", Value: []byte(r.Topic)})
+	if p, ok := r.Partition(); ok {
+		// The partition it was placed on (the Kafka front's client chose
+		// it; the OTLP receiver grouped its traces there): a record
+		// without a key says no more where it belongs.
+		c.Headers = append(c.Headers, record.Header{Key: "ferry.dead_letter.partition", Value: strconv.AppendInt(nil, int64(p), 10)})
+	}
 	b := &record.Batch{Records: []record.Record{c}, MemBytes: int64(c.Size())}
 	topic := r.Topic
 	b.OnDone(func(err error) {

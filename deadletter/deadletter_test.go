@@ -78,6 +78,19 @@ func TestTopicThenFileFallback(t *testing.T) {
 	if len(got) != 1 || got[0].Topic != "dlq" || len(got[0].Headers) != 2 {
 		t.Fatalf("topic got %+v", got)
 	}
+	// A record with a chosen partition (and no key to say where it
+	// belongs) carries it in a header.
+	sink.Reset()
+	r.SetPartition(3)
+	_ = write(w, &r, "topic_rejected", errors.New("denied"))
+	waitFor(t, func() bool { return testutil.ToFloat64(w.count.WithLabelValues("topic", "topic_rejected")) == 2 })
+	if got = sink.Records(); len(got) != 1 || len(got[0].Headers) != 3 || got[0].Headers[2].Key != "ferry.dead_letter.partition" || string(got[0].Headers[2].Value) != "3" {
+		t.Fatalf("topic got %+v", got)
+	}
+	if _, chosen := got[0].Partition(); chosen {
+		t.Fatal("the dead letter itself is placed by the dead-letter topic's partitioner")
+	}
+	r.SetPartition(-1)
 	// The dead-letter topic itself fails: the file takes the record.
 	sink.Err = consumer.UnknownTopic("dlq", nil)
 	_ = write(w, &r, "topic_rejected", errors.New("denied"))

@@ -30,6 +30,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -435,12 +437,18 @@ func (r *replayer) classify(line []byte) *item {
 
 // original restores a dead letter that was meant for the dead-letter
 // topic and fell back to the file: its own topic (the header
-// ferry.dead_letter.topic) and headers. It returns the topic.
+// ferry.dead_letter.topic), partition (ferry.dead_letter.partition, if it
+// had a chosen one) and headers. It returns the topic.
 func original(r *record.Record) string {
 	to := ""
 	for _, h := range r.Headers {
-		if h.Key == "ferry.dead_letter.topic" {
+		switch h.Key {
+		case "ferry.dead_letter.topic":
 			to = string(h.Value)
+		case "ferry.dead_letter.partition":
+			if p, err := strconv.ParseInt(string(h.Value), 10, 32); err == nil && p >= 0 {
+				r.SetPartition(int32(p))
+			}
 		}
 	}
 	if to == "" {
@@ -448,7 +456,7 @@ func original(r *record.Record) string {
 	}
 	hs := r.Headers[:0]
 	for _, h := range r.Headers {
-		if h.Key != "ferry.dead_letter.topic" && h.Key != "ferry.dead_letter.reason" {
+		if !strings.HasPrefix(h.Key, "ferry.dead_letter.") {
 			hs = append(hs, h)
 		}
 	}

@@ -251,6 +251,7 @@ func TestReplayDeadLetterTopicFallback(t *testing.T) {
 	failing := &kafka{fail: func(*record.Record) error { return consumer.UnknownTopic("dlq", nil) }}
 	w, _ := New(Config{File: file, MaxBytes: 1 << 20, Topic: "dlq"}, telemetry.TestSettings(), failing)
 	r := record.Record{Topic: "orders", Value: []byte("v"), Headers: []record.Header{{Key: "h", Value: []byte("1")}}}
+	r.SetPartition(2) // chosen (OTLP's trace_partition, or a Kafka-front client): the dead letter keeps it
 	if err := write(w, &r, "topic_rejected", errors.New("denied")); err != nil {
 		t.Fatal(err)
 	}
@@ -265,6 +266,9 @@ func TestReplayDeadLetterTopicFallback(t *testing.T) {
 	got := k.records()
 	if len(got) != 1 || got[0].Topic != "orders" || len(got[0].Headers) != 1 || got[0].Headers[0].Key != "h" {
 		t.Fatalf("sent %+v", got)
+	}
+	if p, ok := got[0].Partition(); !ok || p != 2 {
+		t.Fatalf("replayed to partition %d (chosen %v), want its own 2", p, ok)
 	}
 }
 
