@@ -24,9 +24,8 @@ import (
 // partition see whole traces.
 func TestTracesLandOnTheirTracePartition(t *testing.T) {
 	brokers := kafkatest.Shared(t)
-	topic := "tp-spans-" + t.Name()
 	const partitions = 5
-	kafkatest.CreateTopic(t, brokers, topic, partitions)
+	topic := kafkatest.NewTopic(t, brokers, "tp-spans", partitions)
 	p := startAgent(t, brokers, "receivers.otlp.traces.topic="+topic)
 	addr := p.Receiver("otlp").(*otlpreceiver.Receiver).HTTPAddr()
 	sent := 0
