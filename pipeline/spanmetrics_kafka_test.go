@@ -1,9 +1,7 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
-	"net/http"
 	"testing"
 	"time"
 
@@ -30,14 +28,7 @@ func TestSpanMetricsIntoKafka(t *testing.T) {
 	addr := p.Receiver("otlp").(*otlpreceiver.Receiver).HTTPAddr()
 	raw, _ := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(5).Traces(200)).MarshalProto()
 	for range 3 {
-		res, err := http.Post("http://"+addr+"/v1/traces", "application/x-protobuf", bytes.NewReader(raw))
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		if res.StatusCode != 200 {
-			t.Fatalf("status %d", res.StatusCode)
-		}
+		postTraces(t, addr, raw)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

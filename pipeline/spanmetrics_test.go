@@ -46,14 +46,7 @@ func TestSpanMetricsLastIntervalAtShutdown(t *testing.T) {
 	}
 	addr := p.Receiver("otlp").(*otlpreceiver.Receiver).HTTPAddr()
 	raw, _ := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(2).Traces(50)).MarshalProto()
-	res, err := http.Post("http://"+addr+"/v1/traces", "application/x-protobuf", bytes.NewReader(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != 200 {
-		t.Fatalf("status %d", res.StatusCode)
-	}
+	postTraces(t, addr, raw)
 	if p.SpanMetrics.Series() == 0 {
 		t.Fatal("no series")
 	}
@@ -85,5 +78,19 @@ func TestSpanMetricsLastIntervalAtShutdown(t *testing.T) {
 	}
 	if ok < 1 {
 		t.Fatalf("%v flushes delivered at shutdown", ok)
+	}
+}
+
+// postTraces sends raw (an OTLP traces request) to the agent's OTLP/HTTP
+// listener addr and wants it accepted.
+func postTraces(t *testing.T, addr string, raw []byte) {
+	t.Helper()
+	res, err := http.Post("http://"+addr+"/v1/traces", "application/x-protobuf", bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("status %d", res.StatusCode)
 	}
 }

@@ -1,8 +1,6 @@
 package pipeline
 
 import (
-	"bytes"
-	"net/http"
 	"testing"
 	"time"
 
@@ -31,14 +29,7 @@ func TestTracesLandOnTheirTracePartition(t *testing.T) {
 	sent := 0
 	post := func(seed uint64) {
 		raw, _ := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(seed).TracesOf(120, 4)).MarshalProto()
-		res, err := http.Post("http://"+addr+"/v1/traces", "application/x-protobuf", bytes.NewReader(raw))
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		if res.StatusCode != 200 {
-			t.Fatalf("status %d", res.StatusCode)
-		}
+		postTraces(t, addr, raw)
 		sent += 120
 	}
 	// Answered after Kafka's ack: a request's records are in the topic

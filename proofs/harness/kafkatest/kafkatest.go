@@ -426,21 +426,7 @@ func waitLeaders(t testing.TB, cl *kgo.Client, topic string) {
 // passed, and returns what it read.
 func Consume(t testing.TB, brokers, topic string, want int, timeout time.Duration) []*kgo.Record {
 	t.Helper()
-	cl := fromStart(t, brokers, topic)
-	defer cl.Close()
-	var out []*kgo.Record
-	deadline := time.Now().Add(timeout)
-	for len(out) < want && time.Now().Before(deadline) {
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
-	}
-	// Anything beyond want (duplicates) should be seen too: one short extra poll.
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
-	cancel()
-	return out
+	return ConsumeUntil(t, brokers, topic, func(rs []*kgo.Record) bool { return len(rs) >= want }, timeout)
 }
 
 // ConsumeUntil reads topic from the start until enough(records so far)
