@@ -15,7 +15,8 @@
 // ferry deadletter replay sends the lines again (replay.go).
 //
 // A dead-letter topic record keeps key, value and headers and adds the
-// headers ferry.dead_letter.reason and ferry.dead_letter.topic. The file is
+// headers ferry.dead_letter.reason and ferry.dead_letter.topic, and
+// ferry.dead_letter.partition when its partition was chosen (decimal). The file is
 // bounded by max_bytes; beyond it a dead letter is dropped, counted
 // (sink="dropped") and logged, because retrying a record that can never be
 // delivered would hold its spool segment forever.

@@ -31,7 +31,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -442,13 +441,8 @@ func (r *replayer) classify(line []byte) *item {
 func original(r *record.Record) string {
 	to := ""
 	for _, h := range r.Headers {
-		switch h.Key {
-		case "ferry.dead_letter.topic":
+		if h.Key == "ferry.dead_letter.topic" {
 			to = string(h.Value)
-		case "ferry.dead_letter.partition":
-			if p, err := strconv.ParseInt(string(h.Value), 10, 32); err == nil && p >= 0 {
-				r.SetPartition(int32(p))
-			}
 		}
 	}
 	if to == "" {
@@ -456,7 +450,13 @@ func original(r *record.Record) string {
 	}
 	hs := r.Headers[:0]
 	for _, h := range r.Headers {
-		if !strings.HasPrefix(h.Key, "ferry.dead_letter.") {
+		switch h.Key {
+		case "ferry.dead_letter.topic", "ferry.dead_letter.reason":
+		case "ferry.dead_letter.partition":
+			if p, err := strconv.ParseInt(string(h.Value), 10, 32); err == nil && p >= 0 {
+				r.SetPartition(int32(p))
+			}
+		default:
 			hs = append(hs, h)
 		}
 	}

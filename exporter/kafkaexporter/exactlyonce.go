@@ -142,6 +142,9 @@ type exactlyOnce struct {
 
 	pending atomic.Int64
 	flushed chan struct{}
+	// refresh: Partitions found the producer's partition counts behind
+	// the cluster's; the committer, cl's only user, refreshes it.
+	refresh atomic.Bool
 
 	stop    chan struct{}
 	done    chan struct{}
@@ -347,6 +350,9 @@ func (eo *exactlyOnce) run() {
 // and completes them if it commits; it returns the batches still to send.
 func (eo *exactlyOnce) attempt(cur []*eoBatch) ([]*eoBatch, bool) {
 	ctx := eo.ctx
+	if eo.refresh.Swap(false) {
+		eo.cl.ForceMetadataRefresh()
+	}
 	if err := eo.cl.BeginTransaction(); err != nil {
 		eo.failed("begin", err)
 		return cur, false

@@ -645,14 +645,25 @@ func isUnknownTopic(err error) bool {
 // topic purged while it was buffered.
 const errPurgedText = "topic purged while buffered"
 
-// classify turns a franz-go failure into the consumer error kinds receivers
-// understand.
 // isStalePartitionChoice is franz-go's refusal of a chosen partition its
-// producer does not know (it has no exported error for it).
+// producer does not know (it has no exported error for it;
+// TestChosenPartitionWins checks the text still matches).
 func isStalePartitionChoice(err error) bool {
 	return strings.Contains(err.Error(), "invalid record partitioning choice")
 }
 
+// refreshMetadata asks the clients that produce to reload the cluster's
+// metadata now rather than at their max age: the exactly-once client is
+// its committer's alone, so it is asked through a flag.
+func (e *Exporter) refreshMetadata() {
+	e.cl.ForceMetadataRefresh()
+	if e.eo != nil {
+		e.eo.refresh.Store(true)
+	}
+}
+
+// classify turns a franz-go failure into the consumer error kinds receivers
+// understand.
 func (e *Exporter) classify(kr *kgo.Record, err error) error {
 	switch {
 	case errors.Is(err, kgo.ErrMaxBuffered):
@@ -664,11 +675,16 @@ func (e *Exporter) classify(kr *kgo.Record, err error) error {
 	case isUnknownTopic(err):
 		return consumer.UnknownTopic(kr.Topic, err)
 	case isStalePartitionChoice(err):
-		// A partition chosen from a count the producer has not caught up
-		// with (Partitions caps it, so only a topic recreated with fewer
-		// partitions gets here): the same record fits once both agree.
-		e.cl.ForceMetadataRefresh()
-		return &consumer.RetryableError{Reason: "partition_unknown", Msg: "Kafka's partition count changed; retry later: " + err.Error(), After: time.Second}
+		// A partition chosen beyond the ones the producer knows. Partitions
+		// never offers more, so the topic has fewer partitions than when
+		// the record's partition was chosen (deleted and created again):
+		// that partition is gone, and retrying cannot bring it back (a
+		// spooled record would hold the spool forever). Refused for good,
+		// so the spool dead-letters it; the refresh lets the next choices
+		// see the new count.
+		e.refreshMetadata()
+		return &consumer.PermanentError{Reason: "partition_unknown", Kind: consumer.KindUnknownTopic,
+			Msg: fmt.Sprintf("partition %d of topic %q does not exist (the topic has fewer partitions than when the record was placed): %v", kr.Partition, kr.Topic, err), Err: err}
 	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.InvalidTopicException):
 		return &consumer.PermanentError{Reason: "topic_rejected", Msg: fmt.Sprintf("Kafka refused topic %q: %v", kr.Topic, err), Err: err, Kind: consumer.KindForbidden}
 	}

@@ -42,7 +42,7 @@ func (e *Exporter) Partitions(ctx context.Context, topics []string) ([]exporter.
 		out = append(out, exporter.TopicInfo{Topic: *t.Topic, ID: t.TopicID, Partitions: n, Err: kerr.ErrorForCode(t.ErrorCode)})
 	}
 	if behind {
-		e.cl.ForceMetadataRefresh()
+		e.refreshMetadata()
 	}
 	return out, nil
 }

@@ -77,14 +77,23 @@ type chosenTopic struct {
 	n     *atomic.Int32 // the producer's count (producerCounts)
 }
 
+// see records n as the producer's partition count of the topic when it is
+// the whole count: franz-go passes every partition only for a record that
+// requires consistency (a chosen or keyed one); for others, only the
+// writable ones, fewer while a leader is missing. A load per record, a
+// store only when the count changed.
+func (c *chosenTopic) see(r *kgo.Record, n int) {
+	if c.n.Load() != int32(n) && c.RequiresConsistency(r) {
+		c.n.Store(int32(n))
+	}
+}
+
 func (c *chosenTopic) RequiresConsistency(r *kgo.Record) bool {
 	return r.Partition >= 0 || c.inner.RequiresConsistency(r)
 }
 
 func (c *chosenTopic) Partition(r *kgo.Record, n int) int {
-	if c.n.Load() != int32(n) { // a load per record; a store only when it changed
-		c.n.Store(int32(n))
-	}
+	c.see(r, n)
 	if r.Partition >= 0 {
 		return int(r.Partition)
 	}
@@ -104,9 +113,7 @@ type chosenTopicBackup struct {
 }
 
 func (c *chosenTopicBackup) PartitionByBackup(r *kgo.Record, n int, it kgo.TopicBackupIter) int {
-	if c.n.Load() != int32(n) {
-		c.n.Store(int32(n))
-	}
+	c.see(r, n)
 	if r.Partition >= 0 {
 		return int(r.Partition)
 	}

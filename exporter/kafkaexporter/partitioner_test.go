@@ -2,6 +2,7 @@ package kafkaexporter
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/record"
 )
 
@@ -47,7 +49,8 @@ func TestChosenPartitionWins(t *testing.T) {
 			b.OnAcked = func(i int, off int64) { offsets[i] = off }
 			var mu sync.Mutex
 			failed := map[int]bool{}
-			b.OnFailure = func(i int, _ error) { mu.Lock(); failed[i] = true; mu.Unlock() }
+			var why error
+			b.OnFailure = func(i int, err error) { mu.Lock(); failed[i], why = true, err; mu.Unlock() }
 			done := make(chan error, 1)
 			b.OnDone(func(err error) { done <- err })
 			if err := e.Consume(context.Background(), b); err != nil {
@@ -60,6 +63,13 @@ func TestChosenPartitionWins(t *testing.T) {
 			}
 			if len(failed) != 1 || !failed[len(recs)-1] {
 				t.Fatalf("failed records %v, want only the one beyond the partitions", failed)
+			}
+			// Refused for good, by name (franz-go's text is matched: this
+			// fails if an upgrade changes it), so a spool dead-letters it
+			// rather than holding it forever.
+			var pe *consumer.PermanentError
+			if !errors.As(why, &pe) || consumer.Reason(why) != "partition_unknown" {
+				t.Fatalf("the record beyond the partitions failed with %v (%s), want a permanent partition_unknown", why, consumer.Reason(why))
 			}
 			cl, _ := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 			defer cl.Close()
@@ -106,5 +116,33 @@ func TestChosenPartitionWins(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestProducerCountOnlyFromWholeCounts: franz-go passes a partitioner every
+// partition only for records that require consistency (chosen or keyed);
+// for others, only the writable ones, fewer while a leader is missing.
+// Only the former may set the count Partitions caps at.
+func TestProducerCountOnlyFromWholeCounts(t *testing.T) {
+	// (uniform_bytes is partitioned through PartitionByBackup, which calls
+	// the same see.)
+	for _, part := range []kgo.Partitioner{kgo.StickyKeyPartitioner(nil), kgo.RoundRobinPartitioner()} {
+		seen := new(producerCounts)
+		tp := chosenFirst(part, seen).ForTopic("t")
+		chosen := &kgo.Record{Topic: "t", Partition: 1}
+		tp.Partition(chosen, 6)
+		if n := seen.get("t"); n != 6 {
+			t.Fatalf("%T: after a chosen record of 6 partitions: %d", part, n)
+		}
+		tp.Partition(&kgo.Record{Topic: "t", Partition: -1}, 4) // unkeyed, 2 partitions not writable
+		if n := seen.get("t"); n != 6 {
+			t.Fatalf("%T: an unkeyed record over the 4 writable partitions set the count to %d", part, n)
+		}
+		if tp.RequiresConsistency(&kgo.Record{Key: []byte("k"), Partition: -1}) {
+			tp.Partition(&kgo.Record{Topic: "t", Key: []byte("k"), Partition: -1}, 8)
+			if n := seen.get("t"); n != 8 {
+				t.Fatalf("%T: a keyed record of 8 partitions: %d", part, n)
+			}
+		}
 	}
 }

@@ -28,9 +28,22 @@ func TestPartitionsFollowTheProducer(t *testing.T) {
 		}
 		return infos[0].Partitions
 	}
+	send := func(p int32) {
+		t.Helper()
+		rec := record.Record{Topic: "t", Value: []byte("chosen")}
+		rec.SetPartition(p)
+		b := &record.Batch{Records: []record.Record{rec}}
+		done := make(chan error, 1)
+		b.OnDone(func(err error) { done <- err })
+		if err := e.Consume(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+		waitDone(t, done, 10*time.Second, "a record on the last partition offered")
+	}
 	if n := count(); n != 1 {
 		t.Fatalf("%d partitions, want 1", n)
 	}
+	send(0) // the producer has partitioned a record of t with what it knows
 	adm := kadm.NewClient(newAdminClient(t, c))
 	if _, err := adm.CreatePartitions(context.Background(), 3, "t"); err != nil {
 		t.Fatal(err)
@@ -43,15 +56,7 @@ func TestPartitionsFollowTheProducer(t *testing.T) {
 		if n < 1 || n > 4 {
 			t.Fatalf("%d partitions offered", n)
 		}
-		rec := record.Record{Topic: "t", Value: []byte("chosen")}
-		rec.SetPartition(n - 1)
-		b := &record.Batch{Records: []record.Record{rec}}
-		done := make(chan error, 1)
-		b.OnDone(func(err error) { done <- err })
-		if err := e.Consume(context.Background(), b); err != nil {
-			t.Fatal(err)
-		}
-		waitDone(t, done, 10*time.Second, "a record on the last partition offered")
+		send(n - 1)
 		if n == 4 {
 			return
 		}

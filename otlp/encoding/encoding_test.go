@@ -613,8 +613,11 @@ func field(t *testing.T, msg []byte, num protowire.Number) (val, rest []byte) {
 	t.Helper()
 	for len(msg) > 0 {
 		n, typ, l := protowire.ConsumeTag(msg)
+		if l < 0 {
+			t.Fatal("bad protobuf")
+		}
 		m := protowire.ConsumeFieldValue(n, typ, msg[l:])
-		if l < 0 || m < 0 {
+		if m < 0 {
 			t.Fatal("bad protobuf")
 		}
 		if n == num && typ == protowire.BytesType && val == nil {

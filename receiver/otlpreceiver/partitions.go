@@ -144,22 +144,24 @@ func (p *partitionCounts) store(names []string, infos []receiver.TopicInfo, err 
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	added := 0
-	for _, n := range names {
-		if _, ok := p.known[n]; !ok {
-			added++
+	added := func() int {
+		a := 0
+		for _, n := range names {
+			if _, ok := p.known[n]; !ok {
+				a++
+			}
 		}
+		return a
 	}
-	if len(p.known)+added > partitionsMaxTopics {
+	if len(p.known)+added() > partitionsMaxTopics {
 		// Failed and out-of-date entries go first; only if that is not
 		// enough does the cache start over.
-		now := time.Now()
 		for n, k := range p.known {
 			if k.failed || now.Sub(k.at) >= partitionsMaxAge {
 				delete(p.known, n)
 			}
 		}
-		if len(p.known)+added > partitionsMaxTopics {
+		if len(p.known)+added() > partitionsMaxTopics {
 			clear(p.known)
 		}
 	}
