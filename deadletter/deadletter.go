@@ -1,5 +1,6 @@
 // Package deadletter owns where records go that Kafka refused for a reason
-// retrying cannot fix (too large, unknown or refused topic) after their
+// retrying cannot fix (too large, unknown or refused topic, a chosen
+// partition the topic no longer has) after their
 // client was already answered (spool and spill delivery): an NDJSON file,
 // or a Kafka topic with the file as its fallback.
 //

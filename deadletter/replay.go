@@ -31,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -419,7 +420,7 @@ func (r *replayer) wait(ctx context.Context, d time.Duration) {
 // classify decodes one line: a record to send, or a line to keep.
 func (r *replayer) classify(line []byte) *item {
 	it := &item{line: line}
-	rec, _, _, err := Decode(bytes.TrimRight(line, "\r\n"))
+	rec, reason, _, err := Decode(bytes.TrimRight(line, "\r\n"))
 	switch {
 	case err != nil:
 		r.sum.Unreadable++
@@ -427,6 +428,12 @@ func (r *replayer) classify(line []byte) *item {
 		r.sum.Skipped++
 	default:
 		original(&rec)
+		if reason == "partition_unknown" {
+			// Its partition is gone (the topic was created again with
+			// fewer): sent again, it goes where its key or the
+			// partitioner puts it, or it would be refused for good again.
+			rec.SetPartition(-1)
+		}
 		it.rec, it.state = rec, itemToSend
 		return it
 	}
@@ -450,13 +457,12 @@ func original(r *record.Record) string {
 	}
 	hs := r.Headers[:0]
 	for _, h := range r.Headers {
-		switch h.Key {
-		case "ferry.dead_letter.topic", "ferry.dead_letter.reason":
-		case "ferry.dead_letter.partition":
+		switch {
+		case h.Key == "ferry.dead_letter.partition":
 			if p, err := strconv.ParseInt(string(h.Value), 10, 32); err == nil && p >= 0 {
 				r.SetPartition(int32(p))
 			}
-		default:
+		case !strings.HasPrefix(h.Key, "ferry.dead_letter."):
 			hs = append(hs, h)
 		}
 	}

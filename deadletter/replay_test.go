@@ -428,3 +428,43 @@ func TestReplayHugeLineInterrupted(t *testing.T) {
 		t.Fatal("an interrupted replay changed the file")
 	}
 }
+
+// TestReplayPartitionUnknownGoesUnplaced: a dead letter whose chosen
+// partition no longer exists (reason partition_unknown) is sent back
+// without it; any other keeps its partition.
+func TestReplayPartitionUnknownGoesUnplaced(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "dead.ndjson")
+	w, _ := New(Config{File: file, MaxBytes: 1 << 20}, telemetry.TestSettings(), nil)
+	gone := record.Record{Topic: "spans", Value: []byte("gone")}
+	gone.SetPartition(7)
+	kept := record.Record{Topic: "spans", Value: []byte("kept")}
+	kept.SetPartition(2)
+	if err := write(w, &gone, "partition_unknown", errors.New("partition 7 of topic spans does not exist")); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(w, &kept, "kafka_error", errors.New("refused")); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Close()
+	k := &kafka{}
+	if _, err := Replay(context.Background(), ReplayOptions{File: file, Rate: 10}, k); err != nil {
+		t.Fatal(err)
+	}
+	got := k.records()
+	if len(got) != 2 {
+		t.Fatalf("sent %d", len(got))
+	}
+	for _, r := range got {
+		p, chosen := r.Partition()
+		switch string(r.Value) {
+		case "gone":
+			if chosen {
+				t.Fatalf("the partition_unknown dead letter was sent to partition %d again", p)
+			}
+		case "kept":
+			if !chosen || p != 2 {
+				t.Fatalf("the other dead letter lost its partition: %d %v", p, chosen)
+			}
+		}
+	}
+}

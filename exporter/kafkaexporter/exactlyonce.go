@@ -606,7 +606,7 @@ func (eo *exactlyOnce) sortFailures(cur []*eoBatch, ferr, stateErr error) {
 			if eo.fatal(err) {
 				continue
 			}
-			cerr := eo.e.classify(&tb.recs[i], err)
+			cerr := eo.e.classify(&tb.recs[i], err, true) // always spooled
 			var pe *consumer.PermanentError
 			if !errors.As(cerr, &pe) || pe.Reason == "kafka_error" || tb.b.DeadLetterNow == nil {
 				continue

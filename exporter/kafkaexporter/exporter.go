@@ -550,7 +550,7 @@ func (e *Exporter) promise(kr *kgo.Record, err error) {
 		e.tp.settle(kr.Topic, err == nil, err != nil && isUnknownTopic(err))
 	}
 	if err != nil {
-		err = e.classify(kr, err)
+		err = e.classify(kr, err, b.Spooled)
 		reason := consumer.Reason(err)
 		if !b.Spooled {
 			e.m.dropped.WithLabelValues(e.topics.Get(kr.Topic), reason).Inc()
@@ -664,7 +664,7 @@ func (e *Exporter) refreshMetadata() {
 
 // classify turns a franz-go failure into the consumer error kinds receivers
 // understand.
-func (e *Exporter) classify(kr *kgo.Record, err error) error {
+func (e *Exporter) classify(kr *kgo.Record, err error, spooled bool) error {
 	switch {
 	case errors.Is(err, kgo.ErrMaxBuffered):
 		return consumer.ErrFull
@@ -676,15 +676,19 @@ func (e *Exporter) classify(kr *kgo.Record, err error) error {
 		return consumer.UnknownTopic(kr.Topic, err)
 	case isStalePartitionChoice(err):
 		// A partition chosen beyond the ones the producer knows. Partitions
-		// never offers more, so the topic has fewer partitions than when
-		// the record's partition was chosen (deleted and created again):
-		// that partition is gone, and retrying cannot bring it back (a
-		// spooled record would hold the spool forever). Refused for good,
-		// so the spool dead-letters it; the refresh lets the next choices
-		// see the new count.
+		// never offers more than the producer partitions with, so the topic
+		// has fewer partitions than when the record was placed (deleted and
+		// created again). A spooled record keeps its partition on disk:
+		// retrying cannot bring it back and would hold the spool forever,
+		// so it is refused for good and dead-lettered. Any other record's
+		// request is encoded again when its client retries, placed within
+		// the new count. The refresh lets the next choices see it.
 		e.refreshMetadata()
-		return &consumer.PermanentError{Reason: "partition_unknown", Kind: consumer.KindUnknownTopic,
-			Msg: fmt.Sprintf("partition %d of topic %q does not exist (the topic has fewer partitions than when the record was placed): %v", kr.Partition, kr.Topic, err), Err: err}
+		msg := fmt.Sprintf("partition %d of topic %q does not exist (the topic has fewer partitions than when the record was placed): %v", kr.Partition, kr.Topic, err)
+		if spooled {
+			return &consumer.PermanentError{Reason: "partition_unknown", Kind: consumer.KindUnknownTopic, Msg: msg, Err: err}
+		}
+		return &consumer.RetryableError{Reason: "partition_unknown", Msg: msg + "; retry", After: 5 * time.Second}
 	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.InvalidTopicException):
 		return &consumer.PermanentError{Reason: "topic_rejected", Msg: fmt.Sprintf("Kafka refused topic %q: %v", kr.Topic, err), Err: err, Kind: consumer.KindForbidden}
 	}

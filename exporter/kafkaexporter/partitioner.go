@@ -80,10 +80,11 @@ type chosenTopic struct {
 // see records n as the producer's partition count of the topic when it is
 // the whole count: franz-go passes every partition only for a record that
 // requires consistency (a chosen or keyed one); for others, only the
-// writable ones, fewer while a leader is missing. A load per record, a
-// store only when the count changed.
+// writable ones, fewer while a leader is missing. Those still set a count
+// not known yet: a lower bound is a safe cap until a whole count comes. A
+// load per record, a store only when the count changed.
 func (c *chosenTopic) see(r *kgo.Record, n int) {
-	if c.n.Load() != int32(n) && c.RequiresConsistency(r) {
+	if cur := c.n.Load(); cur != int32(n) && (cur == 0 || c.RequiresConsistency(r)) {
 		c.n.Store(int32(n))
 	}
 }

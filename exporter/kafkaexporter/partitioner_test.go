@@ -3,6 +3,7 @@ package kafkaexporter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -64,13 +65,28 @@ func TestChosenPartitionWins(t *testing.T) {
 			if len(failed) != 1 || !failed[len(recs)-1] {
 				t.Fatalf("failed records %v, want only the one beyond the partitions", failed)
 			}
-			// Refused for good, by name (franz-go's text is matched: this
-			// fails if an upgrade changes it), so a spool dead-letters it
-			// rather than holding it forever.
-			var pe *consumer.PermanentError
-			if !errors.As(why, &pe) || consumer.Reason(why) != "partition_unknown" {
-				t.Fatalf("the record beyond the partitions failed with %v (%s), want a permanent partition_unknown", why, consumer.Reason(why))
+			// Named (franz-go's text is matched: this fails if an upgrade
+			// changes it), and retryable: the client's retry is placed anew.
+			var re *consumer.RetryableError
+			if !errors.As(why, &re) || consumer.Reason(why) != "partition_unknown" {
+				t.Fatalf("the record beyond the partitions failed with %v (%s), want a retryable partition_unknown", why, consumer.Reason(why))
 			}
+			// Spooled, its placement is on disk: refused for good, so the
+			// spool dead-letters it rather than holding it forever.
+			sb := &record.Batch{Records: []record.Record{bad}, Spooled: true}
+			sb.OnFailure = func(_ int, err error) { mu.Lock(); why = err; mu.Unlock() }
+			sdone := make(chan error, 1)
+			sb.OnDone(func(err error) { sdone <- err })
+			if err := e.Consume(context.Background(), sb); err != nil {
+				t.Fatal(err)
+			}
+			<-sdone
+			var pe *consumer.PermanentError
+			mu.Lock()
+			if !errors.As(why, &pe) || consumer.Reason(why) != "partition_unknown" {
+				t.Fatalf("a spooled record beyond the partitions failed with %v, want a permanent partition_unknown", why)
+			}
+			mu.Unlock()
 			cl, _ := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 			defer cl.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -138,11 +154,26 @@ func TestProducerCountOnlyFromWholeCounts(t *testing.T) {
 		if n := seen.get("t"); n != 6 {
 			t.Fatalf("%T: an unkeyed record over the 4 writable partitions set the count to %d", part, n)
 		}
-		if tp.RequiresConsistency(&kgo.Record{Key: []byte("k"), Partition: -1}) {
-			tp.Partition(&kgo.Record{Topic: "t", Key: []byte("k"), Partition: -1}, 8)
-			if n := seen.get("t"); n != 8 {
-				t.Fatalf("%T: a keyed record of 8 partitions: %d", part, n)
-			}
+		// Keyed: the whole count under murmur2, not under round_robin
+		// (which ignores keys, so franz-go passes the writable ones).
+		tp.Partition(&kgo.Record{Topic: "t", Key: []byte("k"), Partition: -1}, 8)
+		want := int32(8)
+		if fmt.Sprintf("%T", part) == fmt.Sprintf("%T", kgo.RoundRobinPartitioner()) {
+			want = 6
+		}
+		if n := seen.get("t"); n != want {
+			t.Fatalf("%T: after a keyed record of 8 partitions: %d, want %d", part, n, want)
+		}
+		// A topic not seen yet takes the writable count as a lower bound
+		// (a cap below the truth is safe), until a whole count comes.
+		tu := chosenFirst(part, seen).ForTopic("u")
+		tu.Partition(&kgo.Record{Topic: "u", Partition: -1}, 3)
+		if n := seen.get("u"); n != 3 {
+			t.Fatalf("%T: a first unkeyed record over 3 writable partitions: %d", part, n)
+		}
+		tu.Partition(&kgo.Record{Topic: "u", Partition: 0}, 5)
+		if n := seen.get("u"); n != 5 {
+			t.Fatalf("%T: then a chosen record of 5: %d", part, n)
 		}
 	}
 }

@@ -43,7 +43,6 @@ func TestPartitionsFollowTheProducer(t *testing.T) {
 	if n := count(); n != 1 {
 		t.Fatalf("%d partitions, want 1", n)
 	}
-	send(0) // the producer has partitioned a record of t with what it knows
 	adm := kadm.NewClient(newAdminClient(t, c))
 	if _, err := adm.CreatePartitions(context.Background(), 3, "t"); err != nil {
 		t.Fatal(err)
