@@ -30,7 +30,9 @@ type partitionCounts struct {
 	known   map[string]knownCount
 	pending map[string]struct{} // to ask, or being asked
 	wake    chan struct{}
-	stop    chan struct{}
+	// ctx ends the asking goroutine (and an ask in progress) at close.
+	ctx     context.Context
+	stop    context.CancelFunc
 	done    chan struct{}
 	started bool
 }
@@ -56,8 +58,9 @@ const (
 )
 
 func newPartitionCounts(ask receiver.Topics) *partitionCounts {
+	ctx, stop := context.WithCancel(context.Background())
 	return &partitionCounts{ask: ask, known: map[string]knownCount{}, pending: map[string]struct{}{},
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		wake: make(chan struct{}, 1), ctx: ctx, stop: stop, done: make(chan struct{})}
 }
 
 // get returns topic's partition count, 0 if not known yet; a count missing
@@ -104,7 +107,7 @@ func (p *partitionCounts) close() {
 	if !started {
 		return
 	}
-	close(p.stop)
+	p.stop()
 	<-p.done
 }
 
@@ -112,7 +115,7 @@ func (p *partitionCounts) run() {
 	defer close(p.done)
 	for {
 		select {
-		case <-p.stop:
+		case <-p.ctx.Done():
 			return
 		case <-p.wake:
 		}
@@ -122,14 +125,7 @@ func (p *partitionCounts) run() {
 			names = append(names, n)
 		}
 		p.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), partitionsAskWait)
-		go func() {
-			select {
-			case <-p.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+		ctx, cancel := context.WithTimeout(p.ctx, partitionsAskWait)
 		infos, err := p.ask(ctx, names)
 		cancel()
 		p.store(names, infos, err, time.Now())
