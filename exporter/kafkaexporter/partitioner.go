@@ -27,8 +27,10 @@ type chosenPartitioner struct {
 	seen  *producerCounts
 }
 
-// producerCounts keeps, per topic, the partition count the Kafka client's
-// producer partitions with: its own metadata, refreshed every
+// producerCounts keeps, per topic, the partition count the exporter's Kafka
+// clients last partitioned a record with (the exactly-once client shares
+// it: it is built from the same options; data topics go through one of the
+// two): the producer's own metadata, refreshed every
 // metadata max age (5 min) or after an error, not when another request
 // (Partitions) learns of new partitions. A choice must be below it, or the
 // client fails the record ("invalid record partitioning choice"), so

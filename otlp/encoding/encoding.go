@@ -116,8 +116,8 @@ type Encoder struct {
 	// Partitions is the partition count of the topic the request's records
 	// go to, for partition trace_partition; 0 (unknown, or the topic is
 	// decided per record) writes a record per trace keyed by its id, as
-	// trace_id does: the exporter's murmur2 partitioner then puts each
-	// trace on the same partition the grouping would have chosen.
+	// trace_id does: the exporter's murmur2 partitioner (the default) then
+	// puts each trace on the same partition the grouping would have chosen.
 	Partitions int
 	// FlatExtra is appended to every flat_json object (tenant, data id).
 	FlatExtra []byte

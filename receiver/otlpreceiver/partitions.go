@@ -15,8 +15,9 @@ import (
 //
 // The request path never waits for the cluster. A topic not known yet is
 // answered 0, and the encoder then writes a record per trace keyed by its
-// id, which the exporter's murmur2 partitioner puts on the very partition
-// the grouping would have chosen: the first requests to a topic, or every
+// id, which the exporter's partitioner (murmur2, the default, or
+// uniform_bytes; round_robin ignores keys) puts on the very partition the
+// grouping would have chosen: the first requests to a topic, or every
 // request while the cluster cannot be asked, keep traces together at
 // trace_id's cost. One goroutine asks the cluster (through the exporter's
 // connections, receiver.Env.Topics) for every topic missing or older than
