@@ -18,11 +18,14 @@ import (
 	"github.com/ferryhq/ferry/telemetry"
 )
 
-// flushes runs an adaptive flusher whose flush only counts.
+// flushes runs an adaptive flusher whose flush only counts, with no
+// request beyond the budget (TestAdaptiveSecondRequestOnceArrivalsStop
+// tests that).
 func flushes(t *testing.T, budget int32) (*adaptive, *atomic.Int64) {
 	t.Helper()
 	var n atomic.Int64
 	a := newAdaptive(budget, time.Second, func() { n.Add(1) }, func() {})
+	a.noMore = true
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() { a.run(stop); close(done) }()
@@ -103,6 +106,7 @@ func TestAdaptiveCoalescesSubmitsDuringAFlush(t *testing.T) {
 		n.Add(1)
 		go func() { time.Sleep(50 * time.Millisecond); a.written(1) }() // the client writes the request a little later
 	}, func() {})
+	a.noMore = true
 	a.writeWait = time.Second
 	stop := make(chan struct{})
 	defer close(stop)
@@ -129,6 +133,7 @@ func TestAdaptiveCoalescesSubmitsDuringAFlush(t *testing.T) {
 func TestAdaptiveBoundsTheCostOfFlushing(t *testing.T) {
 	var n atomic.Int64
 	a := newAdaptive(1, time.Second, func() { n.Add(1); time.Sleep(5 * time.Millisecond) }, func() {})
+	a.noMore = true
 	stop := make(chan struct{})
 	defer close(stop)
 	go a.run(stop)
@@ -147,6 +152,98 @@ func TestAdaptiveBoundsTheCostOfFlushing(t *testing.T) {
 	}
 	if d := time.Since(t0); d < 40*time.Millisecond {
 		t.Fatalf("a second flush %s after one that took 5 ms; want ≥ 45 ms", d)
+	}
+}
+
+// A broker with one request of ours in flight takes a second once nothing
+// has been handed over for a quarter of the round trips lately: the few
+// clients that keep the agent busy are all waiting, and what they handed
+// over would go out unchanged when the answer comes. Not a third; not while
+// records keep arriving; not while the brokers queue. On the old code every
+// submit waited for the answer.
+func TestAdaptiveSecondRequestOnceArrivalsStop(t *testing.T) {
+	var n atomic.Int64
+	start := func() *adaptive {
+		a := newAdaptive(1, time.Second, func() { n.Add(1) }, func() {})
+		a.srtt.Store(int64(80 * time.Millisecond)) // a quiet of 20 ms
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() { a.run(stop); close(done) }()
+		t.Cleanup(func() { close(stop); <-done })
+		return a
+	}
+	a := start()
+	a.submitted(0)
+	flushedTimes(t, &n, 1, "idle: at once")
+	a.written(1)
+	t0 := time.Now()
+	a.submitted(0)
+	flushedTimes(t, &n, 2, "one request in flight and 20 ms without a submit: a second request")
+	if d := time.Since(t0); d < 19*time.Millisecond {
+		t.Fatalf("the second request left %v after the last submit, before the 20 ms quiet", d)
+	}
+	a.written(1)
+	a.submitted(0)
+	time.Sleep(60 * time.Millisecond)
+	flushedTimes(t, &n, 2, "two in flight: no third, however quiet")
+	a.answered(1, 0, 0, true)
+	flushedTimes(t, &n, 3, "one answered: a second request again once quiet")
+	a.answered(1, 0, 0, true)
+
+	// Records arriving every 2 ms wait for the answer (the flusher looks
+	// adaptiveQuietChecks times, then waits for it).
+	a.written(1)
+	stopSending := make(chan struct{})
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for {
+			select {
+			case <-stopSending:
+				return
+			case <-time.After(2 * time.Millisecond):
+				a.submitted(0)
+			}
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	close(stopSending)
+	<-sent
+	if got := n.Load(); got != 3 {
+		t.Fatalf("records arriving every 2 ms: %d flushes while one request was in flight, want none beyond the 3 before", got)
+	}
+	a.answered(1, 0, 0, true)
+	flushedTimes(t, &n, 4, "the answer sends them in one request")
+
+	// The brokers queue (pacing's gap above 0): no second request.
+	a.written(1)
+	a.gap.Store(int64(time.Millisecond))
+	a.submitted(0)
+	time.Sleep(100 * time.Millisecond)
+	flushedTimes(t, &n, 4, "brokers queueing: the submit waits for the answer")
+}
+
+// The quiet follows the round trips: a moving average of them, an eighth
+// of each new one, large requests too.
+func TestAdaptiveRoundTripAverage(t *testing.T) {
+	a := newAdaptive(1, time.Second, func() {}, func() {})
+	for i := 0; i < 3; i++ {
+		a.written(1)
+	}
+	a.answered(1, 8*time.Millisecond, 1<<20, true)
+	if got := time.Duration(a.srtt.Load()); got != 8*time.Millisecond {
+		t.Fatalf("first round trip: average %v, want 8ms", got)
+	}
+	a.answered(1, 16*time.Millisecond, 1<<20, true)
+	if got := time.Duration(a.srtt.Load()); got != 9*time.Millisecond {
+		t.Fatalf("after 16 ms: average %v, want 9ms", got)
+	}
+	a.answered(1, time.Second, 100, false)
+	if got := time.Duration(a.srtt.Load()); got != 9*time.Millisecond {
+		t.Fatalf("a failed request moved the average to %v", got)
+	}
+	if a.busy.Load() != 0 || a.busyMore.Load() != 0 {
+		t.Fatalf("busy %d, busyMore %d with nothing in flight", a.busy.Load(), a.busyMore.Load())
 	}
 }
 
@@ -247,9 +344,12 @@ func TestAdaptiveIdleBatchSkipsTheLinger(t *testing.T) {
 	}
 }
 
-// While a produce request is in flight, a new batch waits for its answer
-// (gathering more records) instead of going in a second request, and goes
-// as soon as the answer is back, long before the linger cap.
+// While a produce request is in flight, batches handed over together go
+// in one second request once nothing more arrives (their clients would
+// gain nothing by waiting for the answer), and a batch after them waits
+// for an answer (two in flight), going as soon as one is back, long
+// before the linger cap. Before 2026-11-29 every batch waited for the
+// first answer.
 func TestAdaptiveBusyBatchWaitsForTheAnswer(t *testing.T) {
 	const linger = 3 * time.Second
 	cfg := testCfg(nil)
@@ -267,17 +367,23 @@ func TestAdaptiveBusyBatchWaitsForTheAnswer(t *testing.T) {
 	second := consumeAsync(t, e, "second")
 	third := consumeAsync(t, e, strings.Repeat("third", 10))
 	time.Sleep(300 * time.Millisecond)
-	if got := writes() - w0; got != 1 {
-		t.Fatalf("%v produce requests written while the first was unanswered, want 1 (the others wait for its answer)", got)
+	if got := writes() - w0; got != 2 {
+		t.Fatalf("%v produce requests written while the first was unanswered, want 2 (the two batches that came together share a second)", got)
+	}
+	fourth := consumeAsync(t, e, "fourth")
+	time.Sleep(300 * time.Millisecond)
+	if got := writes() - w0; got != 2 {
+		t.Fatalf("%v produce requests written with two unanswered, want 2 (the fourth waits for an answer)", got)
 	}
 	close(release)
 	waitDone(t, first, 5*time.Second, "first")
-	if d := waitDone(t, second, linger/2, "second"); d > linger/3 {
+	if d := waitDone(t, fourth, linger/2, "fourth"); d > linger/3 {
 		t.Fatalf("the waiting batch took %s after the answer", d)
 	}
+	waitDone(t, second, time.Second, "second")
 	waitDone(t, third, time.Second, "third")
-	if got := writes() - w0; got != 2 {
-		t.Fatalf("%v produce requests for three batches, want 2 (the two that waited share one)", got)
+	if got := writes() - w0; got != 3 {
+		t.Fatalf("%v produce requests for four batches, want 3", got)
 	}
 }
 
