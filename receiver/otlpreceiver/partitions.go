@@ -87,6 +87,20 @@ func (p *partitionCounts) get(topic string) int {
 	return int(k.n)
 }
 
+// partitionUnknown is the exporter's reason for a record placed on a
+// partition its topic does not have (consumer.Reason).
+const partitionUnknown = "partition_unknown"
+
+// forget drops topic's count: Kafka refused a partition it chose. Until
+// the cluster has been asked again (the next get asks), the topic's
+// requests are written per trace, which is right under any count; without
+// this, retries were grouped by the old count for up to partitionsMaxAge.
+func (p *partitionCounts) forget(topic string) {
+	p.mu.Lock()
+	delete(p.known, topic)
+	p.mu.Unlock()
+}
+
 // start runs the asking goroutine until close.
 func (p *partitionCounts) start() {
 	p.mu.Lock()

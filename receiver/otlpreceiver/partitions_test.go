@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
+	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/receiver"
@@ -211,4 +212,50 @@ func TestTracesGroupedByPartition(t *testing.T) {
 	if spans != 50 {
 		t.Fatalf("%d spans", spans)
 	}
+}
+
+// A request Kafka refused because a span's chosen partition does not exist
+// (the topic deleted and created again with fewer partitions) drops the
+// topic's count: the client's retry is written per trace, keyed, which the
+// producer places by its own count, instead of being grouped by the old
+// count again until the count is out of date (30 s of refused retries on
+// the old code).
+func TestPartitionUnknownForgetsTheCount(t *testing.T) {
+	c := &cluster{n: 4}
+	cfg := testConfig()
+	cfg.Traces = encoding.Config{Topic: "spans", Encoding: "otlp_proto", Partition: "trace_partition"}
+	sink := &consumertest.Sink{}
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: sink, Topics: c.topics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r.Shutdown(context.Background()) }()
+	raw, _ := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(3).Traces(50)).MarshalProto()
+	base := "http://" + r.HTTPAddr() + "/v1/traces"
+	r.parts.get("spans")
+	eventually(t, r.parts, "spans", 4)
+
+	c.set(2, nil) // recreated with 2 partitions: the cluster knows, the cache does not yet
+	sink.Err = &consumer.RetryableError{Reason: "partition_unknown", Msg: "invalid record partitioning choice; retry"}
+	if code, _, body := postOTLP(t, base, "application/x-protobuf", "", raw); code == 200 {
+		t.Fatalf("refused records answered 200: %s", body)
+	}
+	sink.Err = nil
+	sink.Reset()
+	if code, _, body := postOTLP(t, base, "application/x-protobuf", "", raw); code != 200 {
+		t.Fatalf("the retry: %d %s", code, body)
+	}
+	recs := sink.Records()
+	if len(recs) != 50 {
+		t.Fatalf("the retry after partition_unknown: %d records for 50 traces, want one per trace (the count forgotten)", len(recs))
+	}
+	for _, rec := range recs {
+		if _, chosen := rec.Partition(); chosen || len(rec.Key) != 32 {
+			t.Fatalf("the retry's record: chosen %v, key %q; want keyed by trace id, unplaced", chosen, rec.Key)
+		}
+	}
+	eventually(t, r.parts, "spans", 2)
 }

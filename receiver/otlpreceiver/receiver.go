@@ -311,6 +311,7 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		// record is not one topic's count.
 		enc.Partitions = r.parts.get(rt.topic)
 	}
+	grouped := enc.Partitions > 0
 	parts, buf, items, err := enc.Encode(sig, so.cfg, raw.B, out.B)
 	out.B = buf
 	if err != nil {
@@ -381,7 +382,15 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		m.NoWait(len(parts))
 		return outcome{items: items}
 	}
-	return r.answer(ctx, m, tk, items, len(parts), so.cfg.Encoding == "flat_json")
+	res := r.answer(ctx, m, tk, items, len(parts), so.cfg.Encoding == "flat_json")
+	if grouped && res.err != nil && consumer.Reason(res.err) == partitionUnknown {
+		// The topic has fewer partitions than the grouping's count (it
+		// was deleted and created again): the client's retry is written
+		// per trace, which the producer places by its own count, until
+		// the cluster has been asked again.
+		r.parts.forget(rt.topic)
+	}
+	return res
 }
 
 // route is where one request's records go and what they carry.
