@@ -212,7 +212,8 @@ type adaptive struct {
 	mu        sync.Mutex
 	perBroker map[int32]int32
 	// busy is the number of brokers with budget requests in flight; the
-	// hot path reads only this.
+	// hot path reads it, and while it is above 0 stores last and tries
+	// watch.
 	busy atomic.Int32
 	// busyMore is the number of brokers with budget+1 requests in
 	// flight: none of them takes another, quiet or not.
@@ -221,11 +222,19 @@ type adaptive struct {
 	// the next submit to wake the flusher, which looks for quiet.
 	last  atomic.Int64
 	watch atomic.Bool
+	// newReq: a request was written since the flusher last looked, so its
+	// looks for quiet start over (adaptiveQuietChecks per request).
+	newReq atomic.Bool
+	// looked counts the flusher's looks for quiet (tests).
+	looked atomic.Int64
 	// srtt is a moving average of the produce round trips (ns; 1/8 of
 	// each new one), whose quarter is the quiet that sends one more
 	// request.
 	srtt atomic.Int64
-	// noMore: no request beyond the budget (tests of the budget alone).
+	// noMore: no request beyond the budget: the Kafka client writes one
+	// produce request at a time to a broker without idempotence (acks
+	// below all), so flushes for a second would send nothing; and tests
+	// of the budget alone.
 	noMore bool
 	// pending: records were handed to the client since the last flush.
 	pending atomic.Bool
@@ -407,14 +416,17 @@ func (a *adaptive) written(node int32) {
 		a.busyMore.Add(1)
 	}
 	a.mu.Unlock()
+	a.newReq.Store(true)
 	signal(a.wrote)
 }
 
 // answered: the broker answered a produce request of wire bytes after rtt
 // (ok), or it failed (its end-to-end hook). A request of at most
 // pacingSampleMaxBytes written while none of ours was in flight to that
-// broker feeds the pacing. Records waiting since are sent now if no broker
-// is at its budget.
+// broker feeds the pacing. An answer that leaves its broker below the
+// budget, or at it (one request fewer beyond it), wakes the flusher if
+// records wait: they go now if no broker is at its budget, else perhaps
+// in one more request once quiet.
 func (a *adaptive) answered(node int32, rtt time.Duration, wire int, ok bool) {
 	a.mu.Lock()
 	n := a.perBroker[node]
@@ -445,11 +457,12 @@ func (a *adaptive) answered(node int32, rtt time.Duration, wire int, ok bool) {
 	if n == a.budget-1 {
 		a.busy.Add(-1)
 	}
+	freed := n == a.budget || n == a.budget-1
 	if n == a.budget {
 		a.busyMore.Add(-1)
 	}
 	a.mu.Unlock()
-	if a.pending.Load() && (a.busy.Load() == 0 || a.busyMore.Load() == 0) {
+	if freed && a.pending.Load() {
 		signal(a.kick)
 	}
 }
@@ -464,7 +477,7 @@ func (a *adaptive) run(stop <-chan struct{}) {
 	// meanwhile, and the gap moved).
 	hold := time.NewTimer(time.Hour)
 	hold.Stop()
-	// looks counts the looks for quiet since the last flush.
+	// looks counts the looks for quiet since the last request written.
 	looks := 0
 	for {
 		select {
@@ -476,7 +489,12 @@ func (a *adaptive) run(stop <-chan struct{}) {
 		if a.busy.Load() != 0 {
 			// Busy: the broker's answer wakes us again (pending stays),
 			// unless arrivals stop first (a second request).
-			if a.noMore || a.busyMore.Load() != 0 || a.gap.Load() != 0 || looks >= adaptiveQuietChecks {
+			if a.newReq.Swap(false) {
+				looks = 0
+			}
+			// Gap, not the stored gap: a gap that has fallen away while
+			// no evaluation came (pacingQuietFall) does not hold this.
+			if a.noMore || a.busyMore.Load() != 0 || looks >= adaptiveQuietChecks || a.Gap() != 0 {
 				continue
 			}
 			if !a.pending.Load() {
@@ -484,6 +502,7 @@ func (a *adaptive) run(stop <-chan struct{}) {
 				continue
 			}
 			quiet := max(time.Duration(a.srtt.Load())/adaptiveQuietShare, adaptiveQuietMin)
+			a.looked.Add(1)
 			if wait := time.Unix(0, a.last.Load()).Add(quiet).Sub(a.now()); wait > 0 {
 				looks++
 				hold.Reset(wait)
@@ -522,7 +541,6 @@ func (a *adaptive) run(stop <-chan struct{}) {
 		if !a.pending.Swap(false) {
 			continue
 		}
-		looks = 0
 		a.watch.Store(false)
 		select { // a write from before this flush says nothing about it
 		case <-a.wrote:

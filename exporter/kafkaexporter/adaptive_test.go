@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -193,6 +194,7 @@ func TestAdaptiveSecondRequestOnceArrivalsStop(t *testing.T) {
 	// Records arriving every 2 ms wait for the answer (the flusher looks
 	// adaptiveQuietChecks times, then waits for it).
 	a.written(1)
+	looked := a.looked.Load()
 	stopSending := make(chan struct{})
 	sent := make(chan struct{})
 	go func() {
@@ -211,6 +213,9 @@ func TestAdaptiveSecondRequestOnceArrivalsStop(t *testing.T) {
 	<-sent
 	if got := n.Load(); got != 3 {
 		t.Fatalf("records arriving every 2 ms: %d flushes while one request was in flight, want none beyond the 3 before", got)
+	}
+	if got := a.looked.Load() - looked; got < 1 || got > adaptiveQuietChecks {
+		t.Fatalf("records arriving every 2 ms for 300 ms: the flusher looked for quiet %d times, want 1 to %d", got, adaptiveQuietChecks)
 	}
 	a.answered(1, 0, 0, true)
 	flushedTimes(t, &n, 4, "the answer sends them in one request")
@@ -355,6 +360,24 @@ func TestAdaptiveBusyBatchWaitsForTheAnswer(t *testing.T) {
 	cfg := testCfg(nil)
 	cfg.Linger, cfg.LingerMode = linger, "adaptive"
 	e, c := readyExporter(t, cfg)
+	var mu sync.Mutex
+	var perRequest []int32 // records in each produce request the broker read
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		var n int32
+		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
+			for _, p := range tp.Partitions {
+				var rb kmsg.RecordBatch
+				if rb.ReadFrom(p.Records) == nil {
+					n += rb.NumRecords
+				}
+			}
+		}
+		mu.Lock()
+		perRequest = append(perRequest, n)
+		mu.Unlock()
+		return nil, nil, false
+	})
 	held, release := holdProduce(c)
 	writes := func() float64 { return testutil.ToFloat64(e.m.requests[0]) }
 	w0 := writes()
@@ -364,12 +387,16 @@ func TestAdaptiveBusyBatchWaitsForTheAnswer(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the first batch was not sent at once")
 	}
+	// Round trips of 400 ms lately: a quiet of 100 ms, so the two
+	// batches handed over together are quiet only after both.
+	e.ad.srtt.Store(int64(400 * time.Millisecond))
 	second := consumeAsync(t, e, "second")
 	third := consumeAsync(t, e, strings.Repeat("third", 10))
 	time.Sleep(300 * time.Millisecond)
 	if got := writes() - w0; got != 2 {
 		t.Fatalf("%v produce requests written while the first was unanswered, want 2 (the two batches that came together share a second)", got)
 	}
+
 	fourth := consumeAsync(t, e, "fourth")
 	time.Sleep(300 * time.Millisecond)
 	if got := writes() - w0; got != 2 {
@@ -384,6 +411,33 @@ func TestAdaptiveBusyBatchWaitsForTheAnswer(t *testing.T) {
 	waitDone(t, third, time.Second, "third")
 	if got := writes() - w0; got != 3 {
 		t.Fatalf("%v produce requests for four batches, want 3", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(perRequest) < 3 || fmt.Sprint(perRequest[len(perRequest)-3:]) != "[1 2 1]" {
+		t.Fatalf("records per produce request %v, want the last three [1 2 1] (second and third together)", perRequest)
+	}
+}
+
+// Without idempotence (acks below all) the Kafka client writes one produce
+// request at a time to a broker: the flusher does not try for a second.
+func TestAdaptiveNoSecondRequestWithoutIdempotence(t *testing.T) {
+	cfg := testCfg([]string{"127.0.0.1:1"})
+	cfg.LingerMode, cfg.Linger = "adaptive", 50*time.Millisecond
+	for _, idem := range []bool{true, false} {
+		cfg.Idempotent = idem
+		if !idem {
+			cfg.Acks = "leader"
+		}
+		e, err := New(cfg, telemetry.TestSettings(), 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		noMore := e.ad.noMore
+		_ = e.Shutdown(context.Background())
+		if noMore == idem {
+			t.Fatalf("idempotent %v: noMore %v", idem, noMore)
+		}
 	}
 }
 

@@ -140,6 +140,7 @@ func New(cfg Config, set telemetry.Settings, bufferedBytes int64) (*Exporter, er
 		// runs from Start on, after e.cl is set.
 		flush := clientFlush(func(ctx context.Context) error { return e.cl.Flush(ctx) })
 		e.ad = newAdaptive(adaptiveBudget, cfg.Linger, flush, e.m.lingerSkipped.Inc)
+		e.ad.noMore = !cfg.Idempotent
 		set.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_exporter_kafka_linger_pacing_seconds",
 			Help:        "How long the adaptive linger lets a batch gather before its early send because the brokers queue (a broker's median round trip of produce requests up to 16 KiB beyond max(2 × its least lately, least + 2 ms)); 0 on an idle cluster; at exporter.kafka.linger every batch waits the linger as in the fixed mode, unless 16 KiB gather first.",
 			ConstLabels: prometheus.Labels{"exporter": "kafka"}}, func() float64 { return e.ad.Gap().Seconds() }))
@@ -812,7 +813,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		brokerErr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_exporter_errors_total",
 			Help: "Broker connection and request errors (retried), by kind.", ConstLabels: lbl}, []string{"reason"}),
 		lingerSkipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_exporter_kafka_linger_skipped_total",
-			Help: "Times the adaptive linger sent the buffered batches before the linger: no broker had a produce request in flight, and the brokers did not queue or the pacing gap had passed (exporter.kafka.linger_mode adaptive).", ConstLabels: lbl}),
+			Help: "Times the adaptive linger sent the buffered batches before the linger: no broker had a produce request in flight, and the brokers did not queue or the pacing gap had passed; or, in a second request, nothing had been handed over for a quarter of the produce round trip lately (exporter.kafka.linger_mode adaptive).", ConstLabels: lbl}),
 		purged: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_exporter_kafka_purged_topics_total",
 			Help: "Topics that turned out not to exist, removed from the Kafka client's metadata.", ConstLabels: lbl}),
 		created: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_exporter_kafka_created_topics_total",
