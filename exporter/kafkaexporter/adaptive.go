@@ -34,26 +34,28 @@ package kafkaexporter
 // request per signal at a time) are all waiting soon after the request
 // leaves; what they handed over would go out unchanged when its answer
 // comes, one round trip late. So once nothing has been handed over for
-// a quarter of a produce round trip (adaptiveQuietShare) while a broker has one request of ours in flight, the
-// waiting records go in a second one, unless the brokers queue (pacing's
-// gap above 0). Records arriving more often than that, as under load or
+// a quarter of a produce round trip (adaptiveQuietShare) while a broker
+// has one request of ours in flight and none has two, the waiting records
+// go in a second one, unless the brokers queue (pacing's gap above 0). Records arriving more often than that, as under load or
 // from many clients, keep waiting for the answer, so a busy agent batches
 // by round trip as before. Measured on one local broker (2026-11-29,
 // alternating with the build before, 30 s each): 4 OTLP/gRPC clients of
-// 100 spans, three partitions: 418–456k spans/s against 330–350k, CPU per
-// span 1.30–1.32 µs against 1.42–1.48, produce requests equal or fewer;
-// 4 clients of 100 text logs (100 KB requests): unchanged; ferry-bench's
-// default HTTP shape (8 clients of 100 records) 0.90–1.03× over five
-// rounds (median 0.95×, this machine's spread), its produce requests equal;
-// full loads (32 clients of 1,000 × 32 B or 524 × 1 KB, the local
-// protocol, pan's 128 one-record clients, an idle request) within the
-// spread, produce requests equal. A budget of 2 at all times gave the
-// same spans/s but cost the default HTTP shape 8–10 % in every round (its
+// 100 spans, three partitions: 418–458k spans/s against 301–350k, CPU per
+// span 1.29–1.38 µs against 1.42–1.59, produce requests within 5 %; 4
+// clients of 100 text logs (100 KB requests): unchanged; ferry-bench's
+// default HTTP shape (8 clients of 100 records) 0.83–1.32× over six rounds
+// (median 0.98×, this machine's spread), its produce requests equal; full
+// loads (32 clients of 1,000 × 32 B or 524 × 1 KB, the local protocol,
+// pan's 128 one-record clients, an idle request) 0.91–1.08×; a fleet of
+// 16 agents on 3 brokers (ferry-bench fleet) 675–936 produce requests/s,
+// median 703, against 677–720. A budget of 2 at all times gave the same
+// spans/s but cost the default HTTP shape 8–10 % in every round (its
 // extra requests take the broker's share of this machine's two cores) and
 // 25 % more produce requests at full load. The flusher looks for quiet at
-// most adaptiveQuietChecks times per request in flight, so a steady stream
-// of records does not keep waking it. Not yet measured on a fleet
-// (ferry-bench fleet): while the brokers queue, pacing's gap turns it off.
+// most adaptiveQuietChecks times per request written, so a steady stream
+// of records does not keep waking it. While the brokers queue, pacing's
+// gap turns it off; without idempotence (acks below all) the Kafka client
+// writes one request at a time to a broker, so it is off too (noMore).
 //
 // Neither Consume nor the Kafka client's hooks wait: they set a flag and
 // wake the flusher with a non-blocking send. The flusher flushes once, then
