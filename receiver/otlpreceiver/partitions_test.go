@@ -150,16 +150,13 @@ func TestPartitionCountsBounded(t *testing.T) {
 	}
 }
 
-// TestTracesGroupedByPartition: with trace_partition and the cluster's
-// counts (the exporter's, in the agent), a request's spans reach the
-// exporter as a record per partition, each on the partition a record keyed
-// by its trace id would go to, without a key; the first request, before the
-// count is known, as a record per trace keyed by its id.
-func TestTracesGroupedByPartition(t *testing.T) {
-	c := &cluster{n: 4}
+// tracePartitionReceiver starts a receiver writing traces to topic spans
+// with trace_partition, counts from c, into sink; it returns the HTTP
+// traces URL and a request of 50 single-span traces.
+func tracePartitionReceiver(t *testing.T, c *cluster, sink *consumertest.Sink) (*Receiver, string, []byte) {
+	t.Helper()
 	cfg := testConfig()
 	cfg.Traces = encoding.Config{Topic: "spans", Encoding: "otlp_proto", Partition: "trace_partition"}
-	sink := &consumertest.Sink{}
 	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: sink, Topics: c.topics})
 	if err != nil {
 		t.Fatal(err)
@@ -167,9 +164,20 @@ func TestTracesGroupedByPartition(t *testing.T) {
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = r.Shutdown(context.Background()) }()
+	t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
 	raw, _ := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(3).Traces(50)).MarshalProto()
-	base := "http://" + r.HTTPAddr() + "/v1/traces"
+	return r, "http://" + r.HTTPAddr() + "/v1/traces", raw
+}
+
+// TestTracesGroupedByPartition: with trace_partition and the cluster's
+// counts (the exporter's, in the agent), a request's spans reach the
+// exporter as a record per partition, each on the partition a record keyed
+// by its trace id would go to, without a key; the first request, before the
+// count is known, as a record per trace keyed by its id.
+func TestTracesGroupedByPartition(t *testing.T) {
+	c := &cluster{n: 4}
+	sink := &consumertest.Sink{}
+	r, base, raw := tracePartitionReceiver(t, c, sink)
 	if code, _, body := postOTLP(t, base, "application/x-protobuf", "", raw); code != 200 {
 		t.Fatalf("%d %s", code, body)
 	}
@@ -222,19 +230,8 @@ func TestTracesGroupedByPartition(t *testing.T) {
 // the old code).
 func TestPartitionUnknownForgetsTheCount(t *testing.T) {
 	c := &cluster{n: 4}
-	cfg := testConfig()
-	cfg.Traces = encoding.Config{Topic: "spans", Encoding: "otlp_proto", Partition: "trace_partition"}
 	sink := &consumertest.Sink{}
-	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: sink, Topics: c.topics})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = r.Shutdown(context.Background()) }()
-	raw, _ := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(3).Traces(50)).MarshalProto()
-	base := "http://" + r.HTTPAddr() + "/v1/traces"
+	r, base, raw := tracePartitionReceiver(t, c, sink)
 	r.parts.get("spans")
 	eventually(t, r.parts, "spans", 4)
 
