@@ -153,6 +153,18 @@ type Exporter interface {
 	Reload(cfg Config) (restart bool, err error)
 }
 
+// ShrinkWatcher is implemented by an exporter that can tell when a topic
+// has fewer partitions than a record was placed for (deleted and created
+// again with fewer): receivers that cache partition counts drop the
+// topic's (the OTLP receiver's trace_partition grouping), whatever the
+// delivery mode, so that new requests are not placed by the old count.
+type ShrinkWatcher interface {
+	// WatchShrink calls fn with the topic each time Kafka refuses a
+	// record for a partition its topic no longer has. fn runs in the
+	// Kafka client's promise goroutine: it must not block. stop ends it.
+	WatchShrink(fn func(topic string)) (stop func())
+}
+
 // TopicInfo is one topic as the destination describes it.
 type TopicInfo struct {
 	Topic      string

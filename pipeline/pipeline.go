@@ -218,6 +218,9 @@ func New(cfg *config.Config, set telemetry.Settings) (_ *Pipeline, err error) {
 	}
 	env := receiver.Env{Set: set, Next: intake, Pre: pre, Bodies: bodies, Bounds: cfg.Bounds(), Topics: p.cluster(), Receipts: p.Receipts,
 		NoReceipts: cfg.Exporter.Limits().NoReceipts, Idem: p.Idem}
+	if w, ok := p.Exporter.(exporter.ShrinkWatcher); ok {
+		env.WatchShrink = w.WatchShrink
+	}
 	var rerr error
 	cfg.Receivers.Each(func(f receiver.Factory, rc receiver.Config) {
 		if rerr != nil || !rc.On() {

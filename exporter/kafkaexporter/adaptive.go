@@ -149,8 +149,8 @@ const adaptiveQuietShare = 4
 // trip: a gap that short says nothing about the clients.
 const adaptiveQuietMin = 25 * time.Microsecond
 
-// adaptiveQuietChecks bounds the flusher's looks for quiet per request in
-// flight.
+// adaptiveQuietChecks bounds the flusher's looks for quiet per request
+// written (to any broker).
 const adaptiveQuietChecks = 4
 
 // flushWriteWait bounds how long the flusher waits for the request its

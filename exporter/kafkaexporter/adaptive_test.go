@@ -166,7 +166,7 @@ func TestAdaptiveSecondRequestOnceArrivalsStop(t *testing.T) {
 	var n atomic.Int64
 	start := func() *adaptive {
 		a := newAdaptive(1, time.Second, func() { n.Add(1) }, func() {})
-		a.srtt.Store(int64(80 * time.Millisecond)) // a quiet of 20 ms
+		a.srtt.Store(int64(400 * time.Millisecond)) // a quiet of 100 ms: room for a slow machine
 		stop := make(chan struct{})
 		done := make(chan struct{})
 		go func() { a.run(stop); close(done) }()
@@ -179,13 +179,13 @@ func TestAdaptiveSecondRequestOnceArrivalsStop(t *testing.T) {
 	a.written(1)
 	t0 := time.Now()
 	a.submitted(0)
-	flushedTimes(t, &n, 2, "one request in flight and 20 ms without a submit: a second request")
-	if d := time.Since(t0); d < 19*time.Millisecond {
-		t.Fatalf("the second request left %v after the last submit, before the 20 ms quiet", d)
+	flushedTimes(t, &n, 2, "one request in flight and 100 ms without a submit: a second request")
+	if d := time.Since(t0); d < 95*time.Millisecond {
+		t.Fatalf("the second request left %v after the last submit, before the 100 ms quiet", d)
 	}
 	a.written(1)
 	a.submitted(0)
-	time.Sleep(60 * time.Millisecond)
+	time.Sleep(250 * time.Millisecond)
 	flushedTimes(t, &n, 2, "two in flight: no third, however quiet")
 	a.answered(1, 0, 0, true)
 	flushedTimes(t, &n, 3, "one answered: a second request again once quiet")
@@ -208,14 +208,14 @@ func TestAdaptiveSecondRequestOnceArrivalsStop(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(700 * time.Millisecond) // time for 7 looks, were they not bounded
 	close(stopSending)
 	<-sent
 	if got := n.Load(); got != 3 {
 		t.Fatalf("records arriving every 2 ms: %d flushes while one request was in flight, want none beyond the 3 before", got)
 	}
 	if got := a.looked.Load() - looked; got < 1 || got > adaptiveQuietChecks {
-		t.Fatalf("records arriving every 2 ms for 300 ms: the flusher looked for quiet %d times, want 1 to %d", got, adaptiveQuietChecks)
+		t.Fatalf("records arriving every 2 ms for 700 ms: the flusher looked for quiet %d times, want 1 to %d", got, adaptiveQuietChecks)
 	}
 	a.answered(1, 0, 0, true)
 	flushedTimes(t, &n, 4, "the answer sends them in one request")

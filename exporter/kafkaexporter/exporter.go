@@ -118,6 +118,10 @@ type Exporter struct {
 	// eo delivers the spool's batches in transactions
 	// (delivery.guarantee exactly_once); nil otherwise.
 	eo *exactlyOnce
+	// shrink are the functions WatchShrink registered (by key).
+	shrinkMu   sync.Mutex
+	shrinkNext int
+	shrink     map[int]func(topic string)
 	// ad sends batches before the linger while Kafka is idle
 	// (linger_mode adaptive, adaptive.go); nil in fixed mode.
 	ad *adaptive
@@ -636,6 +640,33 @@ func (e *Exporter) promise(kr *kgo.Record, err error) {
 	}
 }
 
+// WatchShrink implements exporter.ShrinkWatcher.
+func (e *Exporter) WatchShrink(fn func(topic string)) (stop func()) {
+	e.shrinkMu.Lock()
+	defer e.shrinkMu.Unlock()
+	if e.shrink == nil {
+		e.shrink = map[int]func(string){}
+	}
+	k := e.shrinkNext
+	e.shrinkNext++
+	e.shrink[k] = fn
+	return func() {
+		e.shrinkMu.Lock()
+		delete(e.shrink, k)
+		e.shrinkMu.Unlock()
+	}
+}
+
+// shrunk tells the watchers that topic has fewer partitions than a record
+// was placed for (in the promise goroutine: they do not block).
+func (e *Exporter) shrunk(topic string) {
+	e.shrinkMu.Lock()
+	defer e.shrinkMu.Unlock()
+	for _, fn := range e.shrink {
+		fn(topic)
+	}
+}
+
 // isUnknownTopic: Kafka says the topic does not exist (or the client
 // purged it, which it does only for such topics).
 func isUnknownTopic(err error) bool {
@@ -685,6 +716,7 @@ func (e *Exporter) classify(kr *kgo.Record, err error, spooled bool) error {
 		// request is encoded again when its client retries, placed within
 		// the new count. The refresh lets the next choices see it.
 		e.refreshMetadata()
+		e.shrunk(kr.Topic)
 		msg := fmt.Sprintf("partition %d of topic %q does not exist (the topic has fewer partitions than when the record was placed): %v", kr.Partition, kr.Topic, err)
 		if spooled {
 			return &consumer.PermanentError{Reason: "partition_unknown", Kind: consumer.KindUnknownTopic, Msg: msg, Err: err}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +32,14 @@ func TestChosenPartitionWins(t *testing.T) {
 			cfg.Partitioner = part
 			e := newExporter(t, cfg, 64<<20)
 			defer e.Shutdown(context.Background())
+			// The OTLP receiver's count cache hears of the shrink (the
+			// exporter.ShrinkWatcher), whatever the delivery mode.
+			var shrunk atomic.Int64
+			stopWatch := e.WatchShrink(func(topic string) {
+				if topic == "t" {
+					shrunk.Add(1)
+				}
+			})
 			var recs []record.Record
 			for i := range 200 {
 				r := record.Record{Topic: "t", Key: []byte{byte(i)}, Value: []byte{byte(i)}}
@@ -71,6 +80,9 @@ func TestChosenPartitionWins(t *testing.T) {
 			if !errors.As(why, &re) || consumer.Reason(why) != "partition_unknown" {
 				t.Fatalf("the record beyond the partitions failed with %v (%s), want a retryable partition_unknown", why, consumer.Reason(why))
 			}
+			if n := shrunk.Load(); n != 1 {
+				t.Fatalf("the shrink watcher heard of topic t %d times, want 1", n)
+			}
 			// Spooled, its placement is on disk: refused for good, so the
 			// spool dead-letters it rather than holding it forever.
 			sb := &record.Batch{Records: []record.Record{bad}, Spooled: true}
@@ -87,6 +99,14 @@ func TestChosenPartitionWins(t *testing.T) {
 				t.Fatalf("a spooled record beyond the partitions failed with %v, want a permanent partition_unknown", why)
 			}
 			mu.Unlock()
+			if n := shrunk.Load(); n != 2 {
+				t.Fatalf("the shrink watcher heard of topic t %d times after the spooled record, want 2", n)
+			}
+			stopWatch()
+			e.shrunk("t")
+			if n := shrunk.Load(); n != 2 {
+				t.Fatal("a stopped watcher was still called")
+			}
 			cl, _ := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 			defer cl.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

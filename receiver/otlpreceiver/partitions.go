@@ -31,6 +31,10 @@ type partitionCounts struct {
 	known   map[string]knownCount
 	pending map[string]struct{} // to ask, or being asked
 	wake    chan struct{}
+	// gen counts forgets; forgot is each forgotten topic's gen, until an
+	// ask started after it answers.
+	gen    uint64
+	forgot map[string]uint64
 	// ctx ends the asking goroutine (and an ask in progress) at close.
 	ctx     context.Context
 	stop    context.CancelFunc
@@ -60,7 +64,7 @@ const (
 
 func newPartitionCounts(ask receiver.Topics) *partitionCounts {
 	ctx, stop := context.WithCancel(context.Background())
-	return &partitionCounts{ask: ask, known: map[string]knownCount{}, pending: map[string]struct{}{},
+	return &partitionCounts{ask: ask, known: map[string]knownCount{}, pending: map[string]struct{}{}, forgot: map[string]uint64{},
 		wake: make(chan struct{}, 1), ctx: ctx, stop: stop, done: make(chan struct{})}
 }
 
@@ -87,17 +91,22 @@ func (p *partitionCounts) get(topic string) int {
 	return int(k.n)
 }
 
-// partitionUnknown is the exporter's reason for a record placed on a
-// partition its topic does not have (consumer.Reason).
-const partitionUnknown = "partition_unknown"
-
-// forget drops topic's count: Kafka refused a partition it chose. Until
-// the cluster has been asked again (the next get asks), the topic's
-// requests are written per trace, which is right under any count; without
-// this, retries were grouped by the old count for up to partitionsMaxAge.
+// forget drops topic's count: Kafka refused a record for a partition the
+// topic no longer has (the exporter's notice, receiver.Env.WatchShrink).
+// Until the cluster has been asked again (the next get asks), the topic's
+// requests are written per trace, which is right under any count; before,
+// they were grouped by the old count, and refused, for up to
+// partitionsMaxAge. An ask already under way may answer the old count: its
+// answer for topic is not kept, and topic is asked again (forgot). Called
+// from the Kafka client's promise goroutine: a short lock, no wait.
 func (p *partitionCounts) forget(topic string) {
 	p.mu.Lock()
 	delete(p.known, topic)
+	p.gen++
+	if len(p.forgot) >= partitionsMaxTopics {
+		clear(p.forgot)
+	}
+	p.forgot[topic] = p.gen
 	p.mu.Unlock()
 }
 
@@ -139,16 +148,18 @@ func (p *partitionCounts) run() {
 		for n := range p.pending {
 			names = append(names, n)
 		}
+		gen := p.gen
 		p.mu.Unlock()
 		ctx, cancel := context.WithTimeout(p.ctx, partitionsAskWait)
 		infos, err := p.ask(ctx, names)
 		cancel()
-		p.store(names, infos, err, time.Now())
+		p.store(names, infos, err, time.Now(), gen)
 	}
 }
 
-// store records the cluster's answer for names.
-func (p *partitionCounts) store(names []string, infos []receiver.TopicInfo, err error, now time.Time) {
+// store records the cluster's answer for names, asked when forgets had
+// reached gen: a topic forgotten since keeps no answer and is asked again.
+func (p *partitionCounts) store(names []string, infos []receiver.TopicInfo, err error, now time.Time, gen uint64) {
 	got := make(map[string]receiver.TopicInfo, len(infos))
 	for _, t := range infos {
 		got[t.Topic] = t
@@ -176,7 +187,15 @@ func (p *partitionCounts) store(names []string, infos []receiver.TopicInfo, err 
 			clear(p.known)
 		}
 	}
+	again := false
 	for _, n := range names {
+		if g, ok := p.forgot[n]; ok {
+			if g > gen {
+				again = true // still pending: asked again
+				continue
+			}
+			delete(p.forgot, n)
+		}
 		delete(p.pending, n)
 		t, ok := got[n]
 		switch {
@@ -190,6 +209,12 @@ func (p *partitionCounts) store(names []string, infos []receiver.TopicInfo, err 
 			p.known[n] = knownCount{at: now, failed: true}
 		default:
 			p.known[n] = knownCount{n: t.Partitions, at: now}
+		}
+	}
+	if again {
+		select {
+		case p.wake <- struct{}{}:
+		default:
 		}
 	}
 }

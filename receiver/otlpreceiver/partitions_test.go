@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
-	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/receiver"
@@ -143,21 +142,22 @@ func TestPartitionCountsBounded(t *testing.T) {
 		names = append(names, n)
 	}
 	infos, _ := c.topics(context.Background(), names)
-	p.store(names, infos, nil, time.Now())
-	p.store(names[:10], infos[:10], nil, time.Now())
+	p.store(names, infos, nil, time.Now(), 0)
+	p.store(names[:10], infos[:10], nil, time.Now(), 0)
 	if len(p.known) > partitionsMaxTopics || len(p.pending) != 0 {
 		t.Fatalf("%d known, %d pending", len(p.known), len(p.pending))
 	}
 }
 
 // tracePartitionReceiver starts a receiver writing traces to topic spans
-// with trace_partition, counts from c, into sink; it returns the HTTP
+// with trace_partition, counts from c and shrink notices from watch (nil:
+// none), into sink; it returns the HTTP
 // traces URL and a request of 50 single-span traces.
-func tracePartitionReceiver(t *testing.T, c *cluster, sink *consumertest.Sink) (*Receiver, string, []byte) {
+func tracePartitionReceiver(t *testing.T, c *cluster, sink *consumertest.Sink, watch func(func(string)) func()) (*Receiver, string, []byte) {
 	t.Helper()
 	cfg := testConfig()
 	cfg.Traces = encoding.Config{Topic: "spans", Encoding: "otlp_proto", Partition: "trace_partition"}
-	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: sink, Topics: c.topics})
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: sink, Topics: c.topics, WatchShrink: watch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func tracePartitionReceiver(t *testing.T, c *cluster, sink *consumertest.Sink) (
 func TestTracesGroupedByPartition(t *testing.T) {
 	c := &cluster{n: 4}
 	sink := &consumertest.Sink{}
-	r, base, raw := tracePartitionReceiver(t, c, sink)
+	r, base, raw := tracePartitionReceiver(t, c, sink, nil)
 	if code, _, body := postOTLP(t, base, "application/x-protobuf", "", raw); code != 200 {
 		t.Fatalf("%d %s", code, body)
 	}
@@ -222,37 +222,94 @@ func TestTracesGroupedByPartition(t *testing.T) {
 	}
 }
 
-// A request Kafka refused because a span's chosen partition does not exist
-// (the topic deleted and created again with fewer partitions) drops the
-// topic's count: the client's retry is written per trace, keyed, which the
-// producer places by its own count, instead of being grouped by the old
-// count again until the count is out of date (30 s of refused retries on
-// the old code).
-func TestPartitionUnknownForgetsTheCount(t *testing.T) {
+// When the exporter hears that a topic has fewer partitions than a
+// record was placed for (deleted and created again: Kafka refused a chosen
+// partition), the receiver drops the topic's count: the next request is
+// written per trace, keyed, which the producer places by its own count,
+// instead of being grouped by the old count again until the count is out
+// of date (30 s of refused requests on the old code, or dead letters in
+// delivery mode spool). Shutdown stops the notices.
+func TestShrunkTopicForgetsTheCount(t *testing.T) {
 	c := &cluster{n: 4}
 	sink := &consumertest.Sink{}
-	r, base, raw := tracePartitionReceiver(t, c, sink)
+	var mu sync.Mutex
+	var notify func(string)
+	watch := func(fn func(string)) func() {
+		mu.Lock()
+		notify = fn
+		mu.Unlock()
+		return func() { mu.Lock(); notify = nil; mu.Unlock() }
+	}
+	r, base, raw := tracePartitionReceiver(t, c, sink, watch)
 	r.parts.get("spans")
 	eventually(t, r.parts, "spans", 4)
 
 	c.set(2, nil) // recreated with 2 partitions: the cluster knows, the cache does not yet
-	sink.Err = &consumer.RetryableError{Reason: "partition_unknown", Msg: "invalid record partitioning choice; retry"}
-	if code, _, body := postOTLP(t, base, "application/x-protobuf", "", raw); code == 200 {
-		t.Fatalf("refused records answered 200: %s", body)
-	}
-	sink.Err = nil
-	sink.Reset()
+	mu.Lock()
+	notify("spans")
+	mu.Unlock()
 	if code, _, body := postOTLP(t, base, "application/x-protobuf", "", raw); code != 200 {
-		t.Fatalf("the retry: %d %s", code, body)
+		t.Fatalf("%d %s", code, body)
 	}
 	recs := sink.Records()
 	if len(recs) != 50 {
-		t.Fatalf("the retry after partition_unknown: %d records for 50 traces, want one per trace (the count forgotten)", len(recs))
+		t.Fatalf("after the shrink: %d records for 50 traces, want one per trace (the count forgotten)", len(recs))
 	}
 	for _, rec := range recs {
 		if _, chosen := rec.Partition(); chosen || len(rec.Key) != 32 {
-			t.Fatalf("the retry's record: chosen %v, key %q; want keyed by trace id, unplaced", chosen, rec.Key)
+			t.Fatalf("after the shrink, a record chosen %v, key %q; want keyed by trace id, unplaced", chosen, rec.Key)
 		}
 	}
 	eventually(t, r.parts, "spans", 2)
+	_ = r.Shutdown(context.Background())
+	mu.Lock()
+	defer mu.Unlock()
+	if notify != nil {
+		t.Fatal("Shutdown left the receiver watching the exporter")
+	}
+}
+
+// A count asked for before a forget and answered after it may be the old
+// one: it is not kept, and the topic is asked again.
+func TestForgetDuringAnAskAsksAgain(t *testing.T) {
+	var n atomic.Int32
+	n.Store(4)
+	asked := make(chan struct{}, 8)
+	release := make(chan struct{})
+	ask := func(ctx context.Context, names []string) ([]receiver.TopicInfo, error) {
+		count := n.Load() // read when the ask starts, as a Metadata request would be
+		asked <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		out := make([]receiver.TopicInfo, len(names))
+		for i, name := range names {
+			out[i] = receiver.TopicInfo{Topic: name, Partitions: count}
+		}
+		return out, nil
+	}
+	p := newPartitionCounts(ask)
+	p.start()
+	defer p.close()
+	p.get("spans")
+	select {
+	case <-asked: // the ask is under way and will answer 4
+	case <-time.After(5 * time.Second):
+		t.Fatal("never asked")
+	}
+	n.Store(2)
+	p.forget("spans")
+	release <- struct{}{}
+	select {
+	case <-asked: // asked again, since the answer predates the forget
+	case <-time.After(5 * time.Second):
+		t.Fatalf("not asked again after a forget during an ask; count %d", p.get("spans"))
+	}
+	if got := p.get("spans"); got != 0 {
+		t.Fatalf("the answer of an ask from before the forget was kept: %d", got)
+	}
+	close(release)
+	eventually(t, p, "spans", 2)
 }

@@ -88,6 +88,10 @@ type Receiver struct {
 	// parts: the partition counts trace_partition groups by (nil: traces
 	// are not written that way, or no cluster to ask).
 	parts *partitionCounts
+	// watchShrink is the exporter's notice of shrunk topics (nil: none);
+	// unwatch ends it.
+	watchShrink func(fn func(topic string)) (stop func())
+	unwatch     func()
 }
 
 // signalOut is a signal's fixed output: its encoding config and the Kafka
@@ -154,6 +158,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	r.jaeger = newJaegerGRPC(r)
 	if t := &r.cfg.Traces; t.Partition == "trace_partition" && t.Encoding != "flat_json" && env.Topics != nil {
 		r.parts = newPartitionCounts(env.Topics)
+		r.watchShrink = env.WatchShrink
 	}
 	return r, nil
 }
@@ -187,6 +192,12 @@ func (r *Receiver) Start(ctx context.Context) error {
 	// Last: a listener that failed to bind leaves no goroutine behind.
 	if r.parts != nil {
 		r.parts.start()
+		if r.watchShrink != nil {
+			// A topic deleted and created again with fewer partitions:
+			// its count is dropped, whatever the delivery mode, and its
+			// requests are written per trace until it is asked again.
+			r.unwatch = r.watchShrink(r.parts.forget)
+		}
 	}
 	return nil
 }
@@ -202,6 +213,10 @@ func (r *Receiver) Shutdown(ctx context.Context) error {
 	}
 	if r.http != nil {
 		errs = append(errs, r.http.srv.Shutdown(ctx))
+	}
+	if r.unwatch != nil {
+		r.unwatch()
+		r.unwatch = nil
 	}
 	if r.parts != nil {
 		r.parts.close()
@@ -311,7 +326,6 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		// record is not one topic's count.
 		enc.Partitions = r.parts.get(rt.topic)
 	}
-	grouped := enc.Partitions > 0
 	parts, buf, items, err := enc.Encode(sig, so.cfg, raw.B, out.B)
 	out.B = buf
 	if err != nil {
@@ -382,15 +396,7 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		m.NoWait(len(parts))
 		return outcome{items: items}
 	}
-	res := r.answer(ctx, m, tk, items, len(parts), so.cfg.Encoding == "flat_json")
-	if grouped && res.err != nil && consumer.Reason(res.err) == partitionUnknown {
-		// The topic has fewer partitions than the grouping's count (it
-		// was deleted and created again): the client's retry is written
-		// per trace, which the producer places by its own count, until
-		// the cluster has been asked again.
-		r.parts.forget(rt.topic)
-	}
-	return res
+	return r.answer(ctx, m, tk, items, len(parts), so.cfg.Encoding == "flat_json")
 }
 
 // route is where one request's records go and what they carry.
