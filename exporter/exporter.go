@@ -159,10 +159,11 @@ type Exporter interface {
 // topic's (the OTLP receiver's trace_partition grouping), whatever the
 // delivery mode, so that new requests are not placed by the old count.
 type ShrinkWatcher interface {
-	// WatchShrink calls fn with the topic each time Kafka refuses a
-	// record for a partition its topic no longer has. fn runs in the
-	// Kafka client's promise goroutine: it must not block. stop ends it.
-	WatchShrink(fn func(topic string)) (stop func())
+	// WatchShrink calls fn with the topic and partition each time Kafka
+	// refuses a record for a partition its topic no longer has. fn runs
+	// in the Kafka client's promise goroutine: it must not block. stop
+	// ends it.
+	WatchShrink(fn func(topic string, partition int32)) (stop func())
 }
 
 // TopicInfo is one topic as the destination describes it.

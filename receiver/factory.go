@@ -91,10 +91,11 @@ type Env struct {
 	// Topics describes the real cluster's topics, for a receiver that
 	// mirrors them to its clients (the Kafka front).
 	Topics Topics
-	// WatchShrink, when set, calls fn with a topic each time Kafka
-	// refuses a record for a partition the topic no longer has (the
-	// exporter's exporter.ShrinkWatcher); fn must not block; stop ends it.
-	WatchShrink func(fn func(topic string)) (stop func())
+	// WatchShrink, when set, calls fn with a topic and partition each
+	// time Kafka refuses a record for a partition the topic no longer has
+	// (the exporter's exporter.ShrinkWatcher); fn must not block; stop
+	// ends it.
+	WatchShrink func(fn func(topic string, partition int32)) (stop func())
 	// Receipts answers for records the spool took before Kafka had them
 	// (GET /receipts/{id}); nil in delivery mode kafka.
 	Receipts *receipt.Store

@@ -84,6 +84,10 @@ import (
 	"github.com/ferryhq/ferry/record"
 )
 
+// The pipeline tells receivers of shrunk topics through this (a wrapped
+// exporter that lost it would turn the notices off silently).
+var _ exporter.ShrinkWatcher = (*Exporter)(nil)
+
 // stateValue is a state record's value (JSON: an operator can read it with
 // any consumer).
 type stateValue struct {

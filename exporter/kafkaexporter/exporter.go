@@ -121,7 +121,7 @@ type Exporter struct {
 	// shrink are the functions WatchShrink registered (by key).
 	shrinkMu   sync.Mutex
 	shrinkNext int
-	shrink     map[int]func(topic string)
+	shrink     map[int]func(topic string, partition int32)
 	// ad sends batches before the linger while Kafka is idle
 	// (linger_mode adaptive, adaptive.go); nil in fixed mode.
 	ad *adaptive
@@ -641,11 +641,11 @@ func (e *Exporter) promise(kr *kgo.Record, err error) {
 }
 
 // WatchShrink implements exporter.ShrinkWatcher.
-func (e *Exporter) WatchShrink(fn func(topic string)) (stop func()) {
+func (e *Exporter) WatchShrink(fn func(topic string, partition int32)) (stop func()) {
 	e.shrinkMu.Lock()
 	defer e.shrinkMu.Unlock()
 	if e.shrink == nil {
-		e.shrink = map[int]func(string){}
+		e.shrink = map[int]func(string, int32){}
 	}
 	k := e.shrinkNext
 	e.shrinkNext++
@@ -657,13 +657,13 @@ func (e *Exporter) WatchShrink(fn func(topic string)) (stop func()) {
 	}
 }
 
-// shrunk tells the watchers that topic has fewer partitions than a record
-// was placed for (in the promise goroutine: they do not block).
-func (e *Exporter) shrunk(topic string) {
+// shrunk tells the watchers that topic no longer has partition (in the
+// promise goroutine: they do not block).
+func (e *Exporter) shrunk(topic string, partition int32) {
 	e.shrinkMu.Lock()
 	defer e.shrinkMu.Unlock()
 	for _, fn := range e.shrink {
-		fn(topic)
+		fn(topic, partition)
 	}
 }
 
@@ -716,7 +716,7 @@ func (e *Exporter) classify(kr *kgo.Record, err error, spooled bool) error {
 		// request is encoded again when its client retries, placed within
 		// the new count. The refresh lets the next choices see it.
 		e.refreshMetadata()
-		e.shrunk(kr.Topic)
+		e.shrunk(kr.Topic, kr.Partition)
 		msg := fmt.Sprintf("partition %d of topic %q does not exist (the topic has fewer partitions than when the record was placed): %v", kr.Partition, kr.Topic, err)
 		if spooled {
 			return &consumer.PermanentError{Reason: "partition_unknown", Kind: consumer.KindUnknownTopic, Msg: msg, Err: err}

@@ -35,8 +35,8 @@ func TestChosenPartitionWins(t *testing.T) {
 			// The OTLP receiver's count cache hears of the shrink (the
 			// exporter.ShrinkWatcher), whatever the delivery mode.
 			var shrunk atomic.Int64
-			stopWatch := e.WatchShrink(func(topic string) {
-				if topic == "t" {
+			stopWatch := e.WatchShrink(func(topic string, partition int32) {
+				if topic == "t" && partition == 9 {
 					shrunk.Add(1)
 				}
 			})
@@ -103,7 +103,7 @@ func TestChosenPartitionWins(t *testing.T) {
 				t.Fatalf("the shrink watcher heard of topic t %d times after the spooled record, want 2", n)
 			}
 			stopWatch()
-			e.shrunk("t")
+			e.shrunk("t", 9)
 			if n := shrunk.Load(); n != 2 {
 				t.Fatal("a stopped watcher was still called")
 			}

@@ -31,10 +31,10 @@ type partitionCounts struct {
 	known   map[string]knownCount
 	pending map[string]struct{} // to ask, or being asked
 	wake    chan struct{}
-	// gen counts forgets; forgot is each forgotten topic's gen, until an
-	// ask started after it answers.
-	gen    uint64
-	forgot map[string]uint64
+	// refused is, for a topic pending when Kafka refused one of its
+	// partitions, the least such partition: its answer must not offer it.
+	// At most one entry per pending topic.
+	refused map[string]int32
 	// ctx ends the asking goroutine (and an ask in progress) at close.
 	ctx     context.Context
 	stop    context.CancelFunc
@@ -64,7 +64,7 @@ const (
 
 func newPartitionCounts(ask receiver.Topics) *partitionCounts {
 	ctx, stop := context.WithCancel(context.Background())
-	return &partitionCounts{ask: ask, known: map[string]knownCount{}, pending: map[string]struct{}{}, forgot: map[string]uint64{},
+	return &partitionCounts{ask: ask, known: map[string]knownCount{}, pending: map[string]struct{}{}, refused: map[string]int32{},
 		wake: make(chan struct{}, 1), ctx: ctx, stop: stop, done: make(chan struct{})}
 }
 
@@ -91,23 +91,28 @@ func (p *partitionCounts) get(topic string) int {
 	return int(k.n)
 }
 
-// forget drops topic's count: Kafka refused a record for a partition the
-// topic no longer has (the exporter's notice, receiver.Env.WatchShrink).
-// Until the cluster has been asked again (the next get asks), the topic's
-// requests are written per trace, which is right under any count; before,
-// they were grouped by the old count, and refused, for up to
-// partitionsMaxAge. An ask already under way may answer the old count: its
-// answer for topic is not kept, and topic is asked again (forgot). Called
+// forget drops topic's count when it still offers partition, which Kafka
+// refused because the topic no longer has it (the exporter's notice,
+// receiver.Env.WatchShrink); a count already below it stays (a late
+// refusal of records placed before). Until the cluster has been asked
+// again (the next get asks), the topic's requests are written per trace,
+// which is right under any count; before, they were grouped by the old
+// count, and refused, for up to partitionsMaxAge. An ask under way may
+// answer the old count: an answer still offering the refused partition is
+// not kept, and the topic is asked again after partitionsRetry (not at
+// once: the producer's own metadata may take a moment to follow). Called
 // from the Kafka client's promise goroutine: a short lock, no wait.
-func (p *partitionCounts) forget(topic string) {
+func (p *partitionCounts) forget(topic string, partition int32) {
 	p.mu.Lock()
-	delete(p.known, topic)
-	p.gen++
-	if len(p.forgot) >= partitionsMaxTopics {
-		clear(p.forgot)
+	defer p.mu.Unlock()
+	if k, ok := p.known[topic]; ok && k.n > partition {
+		delete(p.known, topic)
 	}
-	p.forgot[topic] = p.gen
-	p.mu.Unlock()
+	if _, asking := p.pending[topic]; asking {
+		if r, ok := p.refused[topic]; !ok || partition < r {
+			p.refused[topic] = partition
+		}
+	}
 }
 
 // start runs the asking goroutine until close.
@@ -148,18 +153,17 @@ func (p *partitionCounts) run() {
 		for n := range p.pending {
 			names = append(names, n)
 		}
-		gen := p.gen
 		p.mu.Unlock()
 		ctx, cancel := context.WithTimeout(p.ctx, partitionsAskWait)
 		infos, err := p.ask(ctx, names)
 		cancel()
-		p.store(names, infos, err, time.Now(), gen)
+		p.store(names, infos, err, time.Now())
 	}
 }
 
-// store records the cluster's answer for names, asked when forgets had
-// reached gen: a topic forgotten since keeps no answer and is asked again.
-func (p *partitionCounts) store(names []string, infos []receiver.TopicInfo, err error, now time.Time, gen uint64) {
+// store records the cluster's answer for names. A count that still offers
+// a partition Kafka refused meanwhile is not kept (see forget).
+func (p *partitionCounts) store(names []string, infos []receiver.TopicInfo, err error, now time.Time) {
 	got := make(map[string]receiver.TopicInfo, len(infos))
 	for _, t := range infos {
 		got[t.Topic] = t
@@ -187,18 +191,15 @@ func (p *partitionCounts) store(names []string, infos []receiver.TopicInfo, err 
 			clear(p.known)
 		}
 	}
-	again := false
 	for _, n := range names {
-		if g, ok := p.forgot[n]; ok {
-			if g > gen {
-				again = true // still pending: asked again
-				continue
-			}
-			delete(p.forgot, n)
-		}
 		delete(p.pending, n)
+		refused, stale := p.refused[n]
+		delete(p.refused, n)
 		t, ok := got[n]
 		switch {
+		case err == nil && ok && stale && t.Partitions > refused:
+			// From before the refusal: per trace until asked again.
+			p.known[n] = knownCount{at: now, failed: true}
 		case err != nil:
 			k := p.known[n]
 			k.at, k.failed = now, true
@@ -209,12 +210,6 @@ func (p *partitionCounts) store(names []string, infos []receiver.TopicInfo, err 
 			p.known[n] = knownCount{at: now, failed: true}
 		default:
 			p.known[n] = knownCount{n: t.Partitions, at: now}
-		}
-	}
-	if again {
-		select {
-		case p.wake <- struct{}{}:
-		default:
 		}
 	}
 }

@@ -142,8 +142,8 @@ func TestPartitionCountsBounded(t *testing.T) {
 		names = append(names, n)
 	}
 	infos, _ := c.topics(context.Background(), names)
-	p.store(names, infos, nil, time.Now(), 0)
-	p.store(names[:10], infos[:10], nil, time.Now(), 0)
+	p.store(names, infos, nil, time.Now())
+	p.store(names[:10], infos[:10], nil, time.Now())
 	if len(p.known) > partitionsMaxTopics || len(p.pending) != 0 {
 		t.Fatalf("%d known, %d pending", len(p.known), len(p.pending))
 	}
@@ -153,7 +153,7 @@ func TestPartitionCountsBounded(t *testing.T) {
 // with trace_partition, counts from c and shrink notices from watch (nil:
 // none), into sink; it returns the HTTP
 // traces URL and a request of 50 single-span traces.
-func tracePartitionReceiver(t *testing.T, c *cluster, sink *consumertest.Sink, watch func(func(string)) func()) (*Receiver, string, []byte) {
+func tracePartitionReceiver(t *testing.T, c *cluster, sink *consumertest.Sink, watch func(func(string, int32)) func()) (*Receiver, string, []byte) {
 	t.Helper()
 	cfg := testConfig()
 	cfg.Traces = encoding.Config{Topic: "spans", Encoding: "otlp_proto", Partition: "trace_partition"}
@@ -233,8 +233,8 @@ func TestShrunkTopicForgetsTheCount(t *testing.T) {
 	c := &cluster{n: 4}
 	sink := &consumertest.Sink{}
 	var mu sync.Mutex
-	var notify func(string)
-	watch := func(fn func(string)) func() {
+	var notify func(string, int32)
+	watch := func(fn func(string, int32)) func() {
 		mu.Lock()
 		notify = fn
 		mu.Unlock()
@@ -246,7 +246,7 @@ func TestShrunkTopicForgetsTheCount(t *testing.T) {
 
 	c.set(2, nil) // recreated with 2 partitions: the cluster knows, the cache does not yet
 	mu.Lock()
-	notify("spans")
+	notify("spans", 3)
 	mu.Unlock()
 	if code, _, body := postOTLP(t, base, "application/x-protobuf", "", raw); code != 200 {
 		t.Fatalf("%d %s", code, body)
@@ -269,9 +269,11 @@ func TestShrunkTopicForgetsTheCount(t *testing.T) {
 	}
 }
 
-// A count asked for before a forget and answered after it may be the old
-// one: it is not kept, and the topic is asked again.
-func TestForgetDuringAnAskAsksAgain(t *testing.T) {
+// A count asked for before a refusal and answered after it may be the old
+// one: an answer that still offers the refused partition is not kept (the
+// topic is written per trace until asked again, after partitionsRetry). A
+// late refusal of a partition the count no longer offers changes nothing.
+func TestRefusalDuringAnAskKeepsNoStaleCount(t *testing.T) {
 	var n atomic.Int32
 	n.Store(4)
 	asked := make(chan struct{}, 8)
@@ -300,16 +302,48 @@ func TestForgetDuringAnAskAsksAgain(t *testing.T) {
 		t.Fatal("never asked")
 	}
 	n.Store(2)
-	p.forget("spans")
+	p.forget("spans", 3)
 	release <- struct{}{}
-	select {
-	case <-asked: // asked again, since the answer predates the forget
-	case <-time.After(5 * time.Second):
-		t.Fatalf("not asked again after a forget during an ask; count %d", p.get("spans"))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p.mu.Lock()
+		k, ok := p.known["spans"]
+		p.mu.Unlock()
+		if ok {
+			if k.n != 0 || !k.failed {
+				t.Fatalf("the answer of an ask from before the refusal was kept: %+v", k)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the ask never answered")
+		}
+		time.Sleep(time.Millisecond)
 	}
 	if got := p.get("spans"); got != 0 {
-		t.Fatalf("the answer of an ask from before the forget was kept: %d", got)
+		t.Fatalf("count %d after a stale answer, want 0 (per trace)", got)
 	}
+	p.mu.Lock()
+	if len(p.refused) != 0 {
+		t.Fatalf("refusals kept after the answer: %v", p.refused)
+	}
+	p.mu.Unlock()
+
+	// A count of 2 known: a late refusal of partition 3 (records placed
+	// before) leaves it; a refusal of partition 1 drops it.
+	p.store([]string{"logs"}, []receiver.TopicInfo{{Topic: "logs", Partitions: 2}}, nil, time.Now())
+	p.forget("logs", 3)
+	if got := p.get("logs"); got != 2 {
+		t.Fatalf("a late refusal beyond the count dropped it: %d", got)
+	}
+	p.forget("logs", 1)
+	if got := p.get("logs"); got != 0 {
+		t.Fatalf("a refusal within the count kept it: %d", got)
+	}
+	p.mu.Lock()
+	if len(p.refused) != 0 {
+		t.Fatalf("refusals of topics not being asked kept: %v", p.refused)
+	}
+	p.mu.Unlock()
 	close(release)
-	eventually(t, p, "spans", 2)
 }

@@ -90,7 +90,7 @@ type Receiver struct {
 	parts *partitionCounts
 	// watchShrink is the exporter's notice of shrunk topics (nil: none);
 	// unwatch ends it.
-	watchShrink func(fn func(topic string)) (stop func())
+	watchShrink func(fn func(topic string, partition int32)) (stop func())
 	unwatch     func()
 }
 
