@@ -50,6 +50,22 @@ func (c *cluster) set(n int32, err error) {
 	c.mu.Unlock()
 }
 
+// waitKnown polls topic's entry until done says so, and returns it.
+func waitKnown(t *testing.T, p *partitionCounts, topic, what string, done func(knownCount, bool) bool) knownCount {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		p.mu.Lock()
+		k, ok := p.known[topic]
+		p.mu.Unlock()
+		if done(k, ok) {
+			return k
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+	}
+}
+
 // eventually polls get until it returns want.
 func eventually(t *testing.T, p *partitionCounts, topic string, want int) {
 	t.Helper()
@@ -89,19 +105,7 @@ func TestPartitionCountsNeverWait(t *testing.T) {
 	p.known["spans"] = k
 	p.mu.Unlock()
 	p.get("spans")
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		p.mu.Lock()
-		failed := p.known["spans"].failed
-		p.mu.Unlock()
-		if failed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the failed ask was not recorded")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitKnown(t, p, "spans", "the failed ask was not recorded", func(k knownCount, _ bool) bool { return k.failed })
 	if n := p.get("spans"); n != 6 {
 		t.Fatalf("after a failed ask: %d, want the last count 6", n)
 	}
@@ -304,30 +308,10 @@ func TestRefusalDuringAnAskKeepsNoStaleCount(t *testing.T) {
 	n.Store(2)
 	p.forget("spans", 3)
 	release <- struct{}{}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		p.mu.Lock()
-		k, ok := p.known["spans"]
-		p.mu.Unlock()
-		if ok {
-			if k.n != 0 || !k.failed {
-				t.Fatalf("the answer of an ask from before the refusal was kept: %+v", k)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the ask never answered")
-		}
-		time.Sleep(time.Millisecond)
+	if k := waitKnown(t, p, "spans", "the ask never answered", func(_ knownCount, ok bool) bool { return ok }); k.n != 0 || !k.failed {
+		t.Fatalf("the answer of an ask from before the refusal was kept: %+v", k)
 	}
-	if got := p.get("spans"); got != 0 {
-		t.Fatalf("count %d after a stale answer, want 0 (per trace)", got)
-	}
-	p.mu.Lock()
-	if len(p.refused) != 0 {
-		t.Fatalf("refusals kept after the answer: %v", p.refused)
-	}
-	p.mu.Unlock()
+	countAndRefusals(t, p, "spans", 0, "after a stale answer (per trace)")
 
 	// A count of 2 known: a late refusal of partition 3 (records placed
 	// before) leaves it; a refusal of partition 1 drops it.
@@ -337,13 +321,20 @@ func TestRefusalDuringAnAskKeepsNoStaleCount(t *testing.T) {
 		t.Fatalf("a late refusal beyond the count dropped it: %d", got)
 	}
 	p.forget("logs", 1)
-	if got := p.get("logs"); got != 0 {
-		t.Fatalf("a refusal within the count kept it: %d", got)
+	countAndRefusals(t, p, "logs", 0, "after a refusal within the count")
+	close(release)
+}
+
+// countAndRefusals checks topic's count and that no refusal is remembered
+// (the answer took it, or the topic was not being asked).
+func countAndRefusals(t *testing.T, p *partitionCounts, topic string, want int, when string) {
+	t.Helper()
+	if got := p.get(topic); got != want {
+		t.Fatalf("%s: count %d, want %d", when, got, want)
 	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if len(p.refused) != 0 {
-		t.Fatalf("refusals of topics not being asked kept: %v", p.refused)
+		t.Fatalf("%s: refusals kept %v", when, p.refused)
 	}
-	p.mu.Unlock()
-	close(release)
 }
