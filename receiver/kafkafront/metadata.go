@@ -93,6 +93,20 @@ func (c *topicCache) get(ctx context.Context, names []string) []TopicInfo {
 	return out
 }
 
+// forget drops topic's answer when it still offers partition, which Kafka
+// refused because the topic no longer has it (deleted and created again
+// with fewer: the exporter's notice, receiver.Env.WatchShrink): the next
+// metadata request or produce check asks the cluster again, instead of
+// offering clients the old partitions for up to MetadataMaxAge. Called
+// from the Kafka client's promise goroutine: a short lock, no wait.
+func (c *topicCache) forget(topic string, partition int32) {
+	c.mu.Lock()
+	if t, ok := c.topics[topic]; ok && t.info.Partitions > partition {
+		delete(c.topics, topic)
+	}
+	c.mu.Unlock()
+}
+
 // allTopics lists every topic of the cluster (a client asking for all).
 func (c *topicCache) allTopics(ctx context.Context) ([]TopicInfo, error) {
 	c.mu.Lock()

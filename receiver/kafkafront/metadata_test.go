@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/ferryhq/ferry/receiver"
 )
 
 // TestTopicCache: answers are reused for max age, one cluster request per
@@ -58,5 +61,74 @@ func TestTopicCache(t *testing.T) {
 	}
 	if n := len(c.topics); n > c.maxTopics {
 		t.Fatalf("cache grew to %d entries, bound %d", n, c.maxTopics)
+	}
+}
+
+// A topic deleted and created again with fewer partitions: the exporter's
+// notice of a refused partition drops the cached answer if it still offers
+// that partition, so clients are told the new count at their next request
+// rather than after MetadataMaxAge; a late refusal beyond the count the
+// cache already has changes nothing.
+func TestTopicCacheForgetsAShrunkTopic(t *testing.T) {
+	asks, n := 0, int32(4)
+	c := newTopicCache(func(_ context.Context, names []string) ([]TopicInfo, error) {
+		asks++
+		out := make([]TopicInfo, len(names))
+		for i, name := range names {
+			out[i] = TopicInfo{Topic: name, Partitions: n}
+		}
+		return out, nil
+	}, time.Minute)
+	if got := c.get(context.Background(), []string{"t"}); got[0].Partitions != 4 || asks != 1 {
+		t.Fatalf("first get: %+v, %d asks", got, asks)
+	}
+	n = 2
+	c.forget("t", 5)
+	if got := c.get(context.Background(), []string{"t"}); got[0].Partitions != 4 || asks != 1 {
+		t.Fatalf("a refusal beyond the cached count dropped it: %+v, %d asks", got, asks)
+	}
+	c.forget("t", 3)
+	if got := c.get(context.Background(), []string{"t"}); got[0].Partitions != 2 || asks != 2 {
+		t.Fatalf("after a refusal of partition 3: %+v, %d asks; want the new count, asked again", got, asks)
+	}
+	c.forget("t", 3) // late: the cache has 2 already
+	if got := c.get(context.Background(), []string{"t"}); got[0].Partitions != 2 || asks != 2 {
+		t.Fatalf("a late refusal asked again: %+v, %d asks", got, asks)
+	}
+}
+
+// The front listens for the exporter's shrink notices from Start to
+// Shutdown, and a notice reaches its topic cache.
+func TestFrontWatchesShrinks(t *testing.T) {
+	var mu sync.Mutex
+	var notify func(string, int32)
+	watch := func(fn func(string, int32)) func() {
+		mu.Lock()
+		notify = fn
+		mu.Unlock()
+		return func() { mu.Lock(); notify = nil; mu.Unlock() }
+	}
+	f := startFront(t, testConfig(), receiver.Env{WatchShrink: watch})
+	f.r.topics.get(context.Background(), []string{"t"})
+	mu.Lock()
+	if notify == nil {
+		mu.Unlock()
+		t.Fatal("the front did not register for shrink notices")
+	}
+	notify("t", 0)
+	mu.Unlock()
+	f.r.topics.mu.Lock()
+	_, cached := f.r.topics.topics["t"]
+	f.r.topics.mu.Unlock()
+	if cached {
+		t.Fatal("a notice for partition 0 left the topic's answer cached")
+	}
+	if err := f.r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if notify != nil {
+		t.Fatal("Shutdown left the front watching the exporter")
 	}
 }

@@ -85,8 +85,12 @@ type Receiver struct {
 	allow  *routing.Allow
 	sub    *submit.Submitter
 	topics *topicCache
-	ln     *server.Stream
-	batchP sync.Pool
+	// watchShrink is the exporter's notice of shrunk topics (nil: none);
+	// unwatch ends it.
+	watchShrink func(fn func(topic string, partition int32)) (stop func())
+	unwatch     func()
+	ln          *server.Stream
+	batchP      sync.Pool
 
 	// refusing is a one-request lease for reading a produce request the
 	// budget has no room for, only to answer its partitions "retry": the
@@ -114,7 +118,8 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	set := env.Set
 	r := &Receiver{cfg: cfg, set: set, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)), gate: env.Pre.Gate(cfg.Auth),
 		topics: newTopicCache(env.Topics, cfg.MetadataMaxAge), refusing: make(chan struct{}, 1),
-		decoding: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), seqs: newProducers(50000, 200000), idem: env.Idem}
+		decoding: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), seqs: newProducers(50000, 200000), idem: env.Idem,
+		watchShrink: env.WatchShrink}
 	if env.Bodies != nil {
 		r.body.SetBudget(env.Bodies)
 	}
@@ -129,12 +134,27 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	return r, nil
 }
 
-// Start binds the listener.
-func (r *Receiver) Start(ctx context.Context) error { return r.ln.Start(ctx) }
+// Start binds the listener, then listens for the exporter's notices of
+// topics that lost partitions (their cached answers are dropped).
+func (r *Receiver) Start(ctx context.Context) error {
+	if err := r.ln.Start(ctx); err != nil {
+		return err
+	}
+	if r.watchShrink != nil {
+		r.unwatch = r.watchShrink(r.topics.forget)
+	}
+	return nil
+}
 
 // Shutdown stops accepting; connections stop reading, answer what they
 // have in flight and close, within ctx.
-func (r *Receiver) Shutdown(ctx context.Context) error { return r.ln.Shutdown(ctx) }
+func (r *Receiver) Shutdown(ctx context.Context) error {
+	if r.unwatch != nil {
+		r.unwatch()
+		r.unwatch = nil
+	}
+	return r.ln.Shutdown(ctx)
+}
 
 // Addr is the bound address.
 func (r *Receiver) Addr() string { return r.ln.Addr() }
