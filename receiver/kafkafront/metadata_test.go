@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ferryhq/ferry/receiver"
+	"github.com/ferryhq/ferry/receiver/receivertest"
 )
 
 // TestTopicCache: answers are reused for max age, one cluster request per
@@ -100,23 +100,12 @@ func TestTopicCacheForgetsAShrunkTopic(t *testing.T) {
 // The front listens for the exporter's shrink notices from Start to
 // Shutdown, and a notice reaches its topic cache.
 func TestFrontWatchesShrinks(t *testing.T) {
-	var mu sync.Mutex
-	var notify func(string, int32)
-	watch := func(fn func(string, int32)) func() {
-		mu.Lock()
-		notify = fn
-		mu.Unlock()
-		return func() { mu.Lock(); notify = nil; mu.Unlock() }
-	}
-	f := startFront(t, testConfig(), receiver.Env{WatchShrink: watch})
+	var shrinks receivertest.Shrinks
+	f := startFront(t, testConfig(), receiver.Env{WatchShrink: shrinks.Watch})
 	f.r.topics.get(context.Background(), []string{"t"})
-	mu.Lock()
-	if notify == nil {
-		mu.Unlock()
+	if !shrinks.Notify("t", 0) {
 		t.Fatal("the front did not register for shrink notices")
 	}
-	notify("t", 0)
-	mu.Unlock()
 	f.r.topics.mu.Lock()
 	_, cached := f.r.topics.topics["t"]
 	f.r.topics.mu.Unlock()
@@ -126,9 +115,7 @@ func TestFrontWatchesShrinks(t *testing.T) {
 	if err := f.r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if notify != nil {
+	if shrinks.Watching() {
 		t.Fatal("Shutdown left the front watching the exporter")
 	}
 }

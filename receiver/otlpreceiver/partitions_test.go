@@ -15,6 +15,7 @@ import (
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/receiver"
+	"github.com/ferryhq/ferry/receiver/receivertest"
 	"github.com/ferryhq/ferry/telemetry"
 	"github.com/ferryhq/ferry/tools/otlpgen"
 )
@@ -236,22 +237,15 @@ func TestTracesGroupedByPartition(t *testing.T) {
 func TestShrunkTopicForgetsTheCount(t *testing.T) {
 	c := &cluster{n: 4}
 	sink := &consumertest.Sink{}
-	var mu sync.Mutex
-	var notify func(string, int32)
-	watch := func(fn func(string, int32)) func() {
-		mu.Lock()
-		notify = fn
-		mu.Unlock()
-		return func() { mu.Lock(); notify = nil; mu.Unlock() }
-	}
-	r, base, raw := tracePartitionReceiver(t, c, sink, watch)
+	var shrinks receivertest.Shrinks
+	r, base, raw := tracePartitionReceiver(t, c, sink, shrinks.Watch)
 	r.parts.get("spans")
 	eventually(t, r.parts, "spans", 4)
 
 	c.set(2, nil) // recreated with 2 partitions: the cluster knows, the cache does not yet
-	mu.Lock()
-	notify("spans", 3)
-	mu.Unlock()
+	if !shrinks.Notify("spans", 3) {
+		t.Fatal("the receiver did not register for shrink notices")
+	}
 	if code, _, body := postOTLP(t, base, "application/x-protobuf", "", raw); code != 200 {
 		t.Fatalf("%d %s", code, body)
 	}
@@ -266,9 +260,7 @@ func TestShrunkTopicForgetsTheCount(t *testing.T) {
 	}
 	eventually(t, r.parts, "spans", 2)
 	_ = r.Shutdown(context.Background())
-	mu.Lock()
-	defer mu.Unlock()
-	if notify != nil {
+	if shrinks.Watching() {
 		t.Fatal("Shutdown left the receiver watching the exporter")
 	}
 }
