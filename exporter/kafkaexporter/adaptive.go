@@ -213,9 +213,10 @@ type adaptive struct {
 
 	mu        sync.Mutex
 	perBroker map[int32]int32
-	// busy is the number of brokers with budget requests in flight; the
-	// hot path reads it, and while it is above 0 stores last and tries
-	// watch.
+	// busy is the number of brokers with budget requests in flight. The
+	// hot path (submitted) reads it, stores last on every submit (a batch
+	// handed over while idle but not flushed yet still counts for quiet),
+	// and while busy tries watch.
 	busy atomic.Int32
 	// busyMore is the number of brokers with budget+1 requests in
 	// flight: none of them takes another, quiet or not.
