@@ -312,7 +312,7 @@ func checkPeriodicBlock(t testing.TB, src []byte, bound int) {
 	t.Helper()
 	checkLZ4Block(t, src)
 	bound = min(bound, 3*len(src)/4)
-	if o := putLZ4Block(make([]byte, len(src)), 0, src); o < 0 || o > bound {
+	if o := putLZ4Block(new(lz4Table), make([]byte, len(src)), 0, src); o < 0 || o > bound {
 		t.Fatalf("%d bytes of a pattern repeated: block of %d, want at most %d", len(src), o, bound)
 	}
 }
@@ -353,7 +353,7 @@ func checkLZ4Block(t testing.TB, src []byte) {
 	t.Helper()
 	buf := make([]byte, 3+len(src))
 	copy(buf, "xyz")
-	o := putLZ4Block(buf, 3, src)
+	o := putLZ4Block(new(lz4Table), buf, 3, src)
 	if string(buf[:3]) != "xyz" {
 		t.Fatalf("%d bytes: the prefix was written over: % x", len(src), buf[:3])
 	}
