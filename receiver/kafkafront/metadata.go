@@ -31,13 +31,24 @@ type topicCache struct {
 	topics map[string]cachedTopic
 	all    []string
 	allAt  time.Time
+	// shrinks counts forget's marks, so that an answer can tell whether
+	// its ask began before one.
+	shrinks uint64
 }
 
 type cachedTopic struct {
+	// info is the answer given to clients; none (info.Topic "") while
+	// the entry only marks a refusal.
 	info TopicInfo
 	at   time.Time
 	// failed: the cluster could not be asked; retried sooner.
 	failed bool
+	// mark, when not 0, is the shrinks count at which Kafka last refused
+	// partition refused of this topic (forget): an answer to an ask begun
+	// before it that still offers that partition is from before the
+	// topic shrank and is not kept.
+	mark    uint64
+	refused int32
 }
 
 func newTopicCache(ask Cluster, maxAge time.Duration) *topicCache {
@@ -54,12 +65,13 @@ func (c *topicCache) get(ctx context.Context, names []string) []TopicInfo {
 	c.mu.Lock()
 	for i, n := range names {
 		t, ok := c.topics[n]
-		if ok && now.Sub(t.at) < c.age(t) {
+		if ok && t.info.Topic != "" && now.Sub(t.at) < c.age(t) {
 			out[i] = t.info
 			continue
 		}
 		missing = append(missing, n)
 	}
+	since := c.shrinks
 	c.mu.Unlock()
 	if len(missing) == 0 {
 		return out
@@ -79,32 +91,55 @@ func (c *topicCache) get(ctx context.Context, names []string) []TopicInfo {
 		switch {
 		case err != nil:
 			t = TopicInfo{Topic: n, Err: errUnreachable}
-			c.topics[n] = cachedTopic{info: t, at: now, failed: true}
 		case !ok:
 			t = TopicInfo{Topic: n, Err: errUnknownTopic}
-			c.topics[n] = cachedTopic{info: t, at: now, failed: true}
-		default:
-			c.topics[n] = cachedTopic{info: t, at: now, failed: t.Err != nil}
 		}
+		c.put(t, since, now)
 	}
 	for i, n := range names {
-		out[i] = c.topics[n].info
+		if out[i].Topic == "" { // asked now: its entry was just put
+			out[i] = c.topics[n].info
+		}
 	}
 	return out
+}
+
+// put keeps the cluster's answer t, from an ask begun when shrinks was
+// since (called with mu held). An answer that still offers a partition
+// Kafka refused after the ask began is from before the topic shrank: the
+// client is told to retry (errUnreachable), and the topic is asked again
+// once that expires, as failed answers are.
+func (c *topicCache) put(t TopicInfo, since uint64, now time.Time) {
+	cur := c.topics[t.Topic]
+	if cur.mark > since && t.Err == nil && t.Partitions > cur.refused {
+		t = TopicInfo{Topic: t.Topic, Err: errUnreachable}
+	}
+	c.topics[t.Topic] = cachedTopic{info: t, at: now, failed: t.Err != nil, mark: cur.mark, refused: cur.refused}
 }
 
 // forget drops topic's answer when it still offers partition, which Kafka
 // refused because the topic no longer has it (deleted and created again
 // with fewer: the exporter's notice, receiver.Env.WatchShrink): the next
 // metadata request or produce check asks the cluster again, instead of
-// offering clients the old partitions for up to MetadataMaxAge. Called
-// from the Kafka client's promise goroutine: a short lock, no wait.
+// offering clients the old partitions for up to MetadataMaxAge. An answer
+// already below partition stays (a late refusal of records placed
+// before). The entry keeps a mark of the refusal, so that an ask begun
+// before it cannot store the old count back (put). Called from the Kafka
+// client's promise goroutine: a short lock, no wait.
 func (c *topicCache) forget(topic string, partition int32) {
 	c.mu.Lock()
-	if t, ok := c.topics[topic]; ok && t.info.Partitions > partition {
-		delete(c.topics, topic)
+	defer c.mu.Unlock()
+	t, ok := c.topics[topic]
+	switch {
+	case ok && t.info.Topic != "" && t.info.Err == nil && t.info.Partitions <= partition:
+		return
+	case ok && t.info.Topic == "" && t.mark != 0 && t.refused <= partition:
+		return // marked already, at a partition as low
+	case !ok && len(c.topics) >= c.maxTopics:
+		c.evict(time.Now())
 	}
-	c.mu.Unlock()
+	c.shrinks++
+	c.topics[topic] = cachedTopic{at: time.Now(), failed: true, mark: c.shrinks, refused: partition}
 }
 
 // allTopics lists every topic of the cluster (a client asking for all).
@@ -114,6 +149,7 @@ func (c *topicCache) allTopics(ctx context.Context) ([]TopicInfo, error) {
 		c.mu.Unlock()
 		return c.get(ctx, names), nil
 	}
+	since := c.shrinks
 	c.mu.Unlock()
 	got, err := c.ask(ctx, nil)
 	if err != nil {
@@ -125,10 +161,11 @@ func (c *topicCache) allTopics(ctx context.Context) ([]TopicInfo, error) {
 	if len(c.topics)+len(got) > c.maxTopics {
 		c.evict(now)
 	}
-	for _, t := range got {
+	for i, t := range got {
 		names = append(names, t.Topic)
-		if len(c.topics) < c.maxTopics {
-			c.topics[t.Topic] = cachedTopic{info: t, at: now, failed: t.Err != nil}
+		if _, ok := c.topics[t.Topic]; ok || len(c.topics) < c.maxTopics {
+			c.put(t, since, now)
+			got[i] = c.topics[t.Topic].info
 		}
 	}
 	c.all, c.allAt = names, now

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,6 +98,87 @@ func TestTopicCacheForgetsAShrunkTopic(t *testing.T) {
 	}
 }
 
+// An ask begun before Kafka refused a partition may answer the old count
+// after the refusal: that answer is not kept, the client is told to retry,
+// and the topic is asked again once the retry answer expires. An ask begun
+// after the refusal is believed, whatever it says.
+func TestTopicCacheKeepsNoAnswerFromBeforeARefusal(t *testing.T) {
+	var mu sync.Mutex
+	asks, n := 0, int32(4)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	block := false
+	c := newTopicCache(func(_ context.Context, names []string) ([]TopicInfo, error) {
+		mu.Lock()
+		asks++
+		count, wait := n, block
+		mu.Unlock()
+		if wait {
+			entered <- struct{}{}
+			<-release
+		}
+		if names == nil { // all topics
+			names = []string{"t"}
+		}
+		out := make([]TopicInfo, len(names))
+		for i, name := range names {
+			out[i] = TopicInfo{Topic: name, Partitions: count}
+		}
+		return out, nil
+	}, time.Minute)
+	ctx := context.Background()
+	mu.Lock()
+	block = true
+	mu.Unlock()
+	done := make(chan []TopicInfo)
+	go func() { done <- c.get(ctx, []string{"t"}) }()
+	<-entered // the ask has the old count, 4
+	mu.Lock()
+	n, block = 2, false
+	mu.Unlock()
+	c.forget("t", 3)
+	close(release)
+	if got := <-done; got[0].Err != errUnreachable {
+		t.Fatalf("an answer from before the refusal of partition 3 was given: %+v", got)
+	}
+	// Kept as a retry answer for a moment (no ask per client meanwhile)...
+	if got := c.get(ctx, []string{"t"}); got[0].Err != errUnreachable || asks != 1 {
+		t.Fatalf("right after: %+v, %d asks", got, asks)
+	}
+	// ... then asked again, and the new count is kept.
+	c.mu.Lock()
+	e := c.topics["t"]
+	e.at = e.at.Add(-time.Minute)
+	c.topics["t"] = e
+	c.mu.Unlock()
+	if got := c.get(ctx, []string{"t"}); got[0].Partitions != 2 || got[0].Err != nil || asks != 2 {
+		t.Fatalf("asked again: %+v, %d asks; want 2 partitions", got, asks)
+	}
+	// A count asked after the refusal stands even if it offers the
+	// refused partition (partitions added again).
+	c.forget("t", 1)
+	mu.Lock()
+	n = 3
+	mu.Unlock()
+	if got := c.get(ctx, []string{"t"}); got[0].Partitions != 3 || asks != 3 {
+		t.Fatalf("an ask after the refusal: %+v, %d asks; want its count, 3", got, asks)
+	}
+	// A client listing all topics gets no answer from before a refusal
+	// either.
+	c.forget("t", 2)
+	mu.Lock()
+	n, block = 3, true
+	mu.Unlock()
+	release = make(chan struct{})
+	all := make(chan []TopicInfo)
+	go func() { got, _ := c.allTopics(ctx); all <- got }()
+	<-entered
+	c.forget("t", 1)
+	close(release)
+	if got := <-all; len(got) != 1 || got[0].Err != errUnreachable {
+		t.Fatalf("all topics, asked before a refusal: %+v", got)
+	}
+}
+
 // The front listens for the exporter's shrink notices from Start to
 // Shutdown, and a notice reaches its topic cache.
 func TestFrontWatchesShrinks(t *testing.T) {
@@ -107,7 +189,7 @@ func TestFrontWatchesShrinks(t *testing.T) {
 		t.Fatal("the front did not register for shrink notices")
 	}
 	f.r.topics.mu.Lock()
-	_, cached := f.r.topics.topics["t"]
+	cached := f.r.topics.topics["t"].info.Topic != ""
 	f.r.topics.mu.Unlock()
 	if cached {
 		t.Fatal("a notice for partition 0 left the topic's answer cached")
