@@ -159,6 +159,23 @@ func (c *Config) SpoolRecordBytes() int64 {
 	return 8<<20 - 4096
 }
 
+// Warnings are settings that are valid but do not do together what each
+// says alone, one sentence each, naming the keys by their full paths:
+// ferry validate prints them and ferry run logs them at start.
+func (c *Config) Warnings() []string {
+	var out []string
+	if why := c.Exporter.Limits().KeysIgnored; why != "" {
+		c.Receivers.Each(func(f receiver.Factory, rc receiver.Config) {
+			if kp, ok := rc.(receiver.KeyedPlacement); ok {
+				for _, s := range kp.KeyedPlacement() {
+					out = append(out, fmt.Sprintf("receivers.%s.%s, but %s", f.Type(), s, why))
+				}
+			}
+		})
+	}
+	return out
+}
+
 // Validate checks every section and reports every error it finds, each
 // naming its key by its full path.
 func (c *Config) Validate() error {

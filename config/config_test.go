@@ -311,6 +311,45 @@ func TestFixedTopics(t *testing.T) {
 	}
 }
 
+// A partitioner that ignores keys warns about each setting that keeps
+// records together through their key, naming both keys; other
+// configurations warn about nothing.
+func TestWarningsNameKeysThatDoNotPlace(t *testing.T) {
+	const rr = "exporter.kafka.partitioner=round_robin"
+	for _, c := range []struct {
+		name string
+		sets []string
+		want []string // one substring per warning, in order
+	}{
+		{"defaults", nil, nil},
+		{"murmur2 with trace_id", []string{"receivers.otlp.traces.partition=trace_id"}, nil},
+		{"uniform_bytes with a key", []string{"exporter.kafka.partitioner=uniform_bytes", "receivers.otlp.logs.key=\"{resource.host.name}\""}, nil},
+		{"round_robin, otlp defaults", []string{rr}, []string{"receivers.otlp.metrics.partition is resource", "receivers.otlp.logs.partition is resource"}},
+		{"round_robin, trace_id and a key", []string{rr, "receivers.otlp.traces.partition=trace_id", "receivers.otlp.metrics.partition=none",
+			"receivers.otlp.logs.key=\"{resource.host.name}\""},
+			[]string{"receivers.otlp.traces.partition is trace_id", `receivers.otlp.logs.key is "{resource.host.name}"`}},
+		{"round_robin, otlp off", []string{rr, "receivers.otlp.enabled=false"}, nil},
+		{"round_robin, files and syslog keyed", []string{rr, "receivers.otlp.enabled=false", "receivers.files.enabled=true",
+			`receivers.files.include=["/var/log/*.log"]`, "receivers.files.key=\"{file.name}\"", "receivers.syslog.enabled=true", "receivers.syslog.key=\"{hostname}\""},
+			[]string{"receivers.files.key", "receivers.syslog.key"}},
+	} {
+		cfg, err := Parse(nil, c.sets)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		got := cfg.Warnings()
+		if len(got) != len(c.want) {
+			t.Errorf("%s: %d warnings %q, want %d", c.name, len(got), got, len(c.want))
+			continue
+		}
+		for i, w := range got {
+			if !strings.Contains(w, c.want[i]) || !strings.Contains(w, "exporter.kafka.partitioner is round_robin") {
+				t.Errorf("%s: warning %q does not name %q and the partitioner", c.name, w, c.want[i])
+			}
+		}
+	}
+}
+
 // Exactly once needs the spool and a Kafka exporter that can run
 // transactions; each missing piece is named.
 func TestExactlyOnceNeeds(t *testing.T) {

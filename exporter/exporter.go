@@ -74,6 +74,11 @@ type Limits struct {
 	// NoExactlyOnce, when set, says why this destination cannot take
 	// part in delivery.guarantee exactly_once.
 	NoExactlyOnce string
+	// KeysIgnored, when set, says why a record's key does not choose its
+	// partition here: settings that keep related records together
+	// through their key (receiver.KeyedPlacement) then do not, and the
+	// configuration warns about each.
+	KeysIgnored string
 }
 
 // ExactlyOnce is delivery.exactly_once: how an exporter delivers the

@@ -59,6 +59,17 @@ type FixedTopics interface {
 	FixedTopics() []string
 }
 
+// KeyedPlacement is implemented by a Config with settings that keep
+// related records on one partition through their Kafka key (a key
+// template, OTLP's partition: trace_id). When the exporter's partitioner
+// ignores keys (exporter.Limits.KeysIgnored), the configuration warns
+// about each: the records are still written, keyed, but spread.
+type KeyedPlacement interface {
+	// KeyedPlacement is each such setting, when the receiver is enabled:
+	// its key relative to the section and what the key keeps together.
+	KeyedPlacement() []string
+}
+
 // Bounds are the agent-wide facts a receiver's configuration is checked
 // against and its derived defaults are computed from, in one place.
 type Bounds struct {

@@ -113,6 +113,9 @@ func run(args []string) int {
 				fmt.Fprintln(os.Stderr, "ferry:", err)
 				return 1
 			}
+			for _, w := range cfg.Warnings() {
+				fmt.Fprintln(os.Stderr, "ferry: warning:", w)
+			}
 			fmt.Println("configuration is valid")
 			return 0
 		}
@@ -145,6 +148,9 @@ func serve(cfg *config.Config, restartErr error, load func() (*config.Config, er
 	set := telemetry.NewSettings(cfg.Telemetry.Config, os.Stderr)
 	if restartErr != nil {
 		set.Logger.Warn("runtime.monitor_deep_sleep: false (the default) could not be applied; running with Go's own monitor behaviour", "err", restartErr)
+	}
+	for _, w := range cfg.Warnings() {
+		set.Logger.Warn(w, "component", "config")
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
 		// The data ferry holds is bounded by memory_limit, but Go's collector

@@ -191,6 +191,14 @@ func TestCommands(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "exporter.kafka.linger") {
 		t.Fatalf("bad value: %v\n%s", err, out)
 	}
+	// Valid settings that do not work together: valid, with a warning
+	// naming both keys.
+	out, err = exec.Command(bin, "validate", "--set", "exporter.kafka.partitioner=round_robin",
+		"--set", "receivers.otlp.traces.partition=trace_id").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ferry: warning: receivers.otlp.traces.partition is trace_id") ||
+		!strings.Contains(string(out), "exporter.kafka.partitioner is round_robin") || !strings.Contains(string(out), "configuration is valid") {
+		t.Fatalf("validate with round_robin and trace_id: %v\n%s; want valid, with a warning", err, out)
+	}
 	// validate reads the files a configuration names, as start-up does: a
 	// configuration that validates also starts.
 	for _, set := range [][]string{

@@ -72,6 +72,10 @@ func (c *Config) Limits() exporter.Limits {
 		// acks all.
 		l.NoExactlyOnce = "exporter.kafka needs acks: all and idempotent: true for Kafka transactions"
 	}
+	if c.Partitioner == "round_robin" {
+		l.KeysIgnored = "exporter.kafka.partitioner is round_robin, which ignores keys and spreads these records over partitions " +
+			"(murmur2, the default, and uniform_bytes place records by key)"
+	}
 	return l
 }
 

@@ -98,6 +98,15 @@ func (c *Config) FixedTopics() []string {
 	return routing.FixedTopic(c.Topic)
 }
 
+// KeyedPlacement: a key template keeps the records it gives one key on
+// one partition, through the partitioner.
+func (c *Config) KeyedPlacement() []string {
+	if !c.Enabled || c.Key == "" {
+		return nil
+	}
+	return []string{fmt.Sprintf("key is %q (records with one key share a partition through it)", c.Key)}
+}
+
 // keyOverhead is what a record may carry besides its line: the key and the
 // path header (each up to a path's length) and the offset headers.
 const keyOverhead = 16 << 10

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/bytesize"
+	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/routing"
 )
@@ -52,6 +53,32 @@ func (c *Config) FixedTopics() []string {
 		}
 		if name, ok := t.Fixed(s.sig); ok && routing.ValidTopic(name) && allow.Check(name, nil) == nil {
 			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// KeyedPlacement: partition trace_id and resource place a signal's records
+// by their key, as does a key template. trace_partition places its
+// grouped records itself (the per-trace records written until a topic's
+// count is known follow the partitioner, as docs/otlp.md says), and none
+// writes no key.
+func (c *Config) KeyedPlacement() []string {
+	if !c.Enabled {
+		return nil
+	}
+	var out []string
+	for _, s := range []struct {
+		sig string
+		c   *encoding.Config
+	}{{"traces", &c.Traces}, {"metrics", &c.Metrics}, {"logs", &c.Logs}} {
+		switch {
+		case s.c.Key != "":
+			out = append(out, fmt.Sprintf("%s.key is %q (records with one key share a partition through it)", s.sig, s.c.Key))
+		case s.c.Partition == "trace_id":
+			out = append(out, s.sig+".partition is trace_id (a trace's spans share a partition through their key, the trace id)")
+		case s.c.Partition == "resource":
+			out = append(out, s.sig+".partition is resource (one resource's records share a partition through their key, its hash)")
 		}
 	}
 	return out

@@ -56,6 +56,15 @@ func (c *Config) FixedTopics() []string {
 	return routing.FixedTopic(c.Topic)
 }
 
+// KeyedPlacement: a key template keeps the records it gives one key on
+// one partition, through the partitioner.
+func (c *Config) KeyedPlacement() []string {
+	if !c.Enabled || c.Key == "" {
+		return nil
+	}
+	return []string{fmt.Sprintf("key is %q (records with one key share a partition through it)", c.Key)}
+}
+
 // tlsOn: the TLS listener serves.
 func (c *Config) tlsOn() bool { return c.TLSListen != "" && c.TLS.On() }
 
