@@ -163,16 +163,17 @@ func (g *Gate) GRPC(ctx context.Context) (*token.Claims, error) {
 // GRPCToken returns the token in a gRPC call's metadata.
 func (g *Gate) GRPCToken(ctx context.Context) string {
 	c := g.cfg.Load()
-	md, _ := metadata.FromIncomingContext(ctx)
 	var tok string
 	for _, s := range c.Sources {
 		switch s {
 		case "authorization", "metadata":
-			if v := md.Get("authorization"); len(v) > 0 {
+			// One name at a time: FromIncomingContext would copy every
+			// entry of the call's metadata on every request.
+			if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
 				tok = bearer(v[0])
 			}
 			if tok == "" {
-				if v := md.Get("x-ferry-token"); len(v) > 0 {
+				if v := metadata.ValueFromIncomingContext(ctx, "x-ferry-token"); len(v) > 0 {
 					tok = v[0]
 				}
 			}

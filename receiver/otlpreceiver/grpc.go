@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
@@ -411,8 +410,7 @@ func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(a
 			return nil, unauthenticated(m, aerr)
 		}
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	o := g.r.export(ctx, m, sig, buf, claims, mdHeaders(md))
+	o := g.r.export(ctx, m, sig, buf, claims, mdHeaders{ctx})
 	if o.err != nil {
 		a := classify(o.err)
 		m.RequestCode(a.code.String())

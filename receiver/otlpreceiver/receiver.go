@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -243,16 +244,20 @@ type decodeError struct{ err error }
 
 func (e *decodeError) Error() string { return e.err.Error() }
 
-// headerSource is a request's headers (http.Header, or gRPC metadata as
-// mdHeaders); both are maps, so passing them costs no allocation.
+// headerSource is a request's headers (http.Header, or a gRPC call's
+// metadata as mdHeaders).
 type headerSource interface{ Get(string) string }
 
-// mdHeaders reads gRPC metadata as headers.
-type mdHeaders map[string][]string
+// mdHeaders reads a gRPC call's metadata as headers, one name when asked:
+// metadata.FromIncomingContext copies every entry of the call's metadata
+// (13 allocations a request, an eighth of a request's allocations over
+// gRPC), while a request reads none in the default configuration (only a
+// {header.…} template or a tenant header read one).
+type mdHeaders struct{ ctx context.Context }
 
 // Get returns the first value of name.
 func (m mdHeaders) Get(name string) string {
-	if v := metadata.MD(m).Get(name); len(v) > 0 {
+	if v := metadata.ValueFromIncomingContext(m.ctx, strings.ToLower(name)); len(v) > 0 {
 		return v[0]
 	}
 	return ""
