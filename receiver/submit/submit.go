@@ -45,6 +45,10 @@ type Ticket struct {
 	n      int
 	done   chan error
 	failed int
+	// timer bounds Wait; it goes back to the pool with the ticket (a new
+	// timer a request was two of its allocations). Since Go 1.23 a
+	// stopped timer's channel holds no stale tick, so Reset is safe.
+	timer *time.Timer
 }
 
 var ticketPool = sync.Pool{New: func() any { return &Ticket{done: make(chan error, 1)} }}
@@ -94,21 +98,28 @@ func (s *Submitter) Submit(ctx context.Context, b *record.Batch, wait bool, raw,
 // delivered; ErrAckTimeout-kind after AckTimeout (the records stay queued);
 // or ctx's error when the client left. t must not be used after.
 func (t *Ticket) Wait(ctx context.Context) (failed int, err error) {
-	timer := time.NewTimer(t.s.AckTimeout)
-	defer timer.Stop()
+	if t.timer == nil {
+		t.timer = time.NewTimer(t.s.AckTimeout)
+	} else {
+		t.timer.Reset(t.s.AckTimeout)
+	}
+	// Stopped before the ticket goes back to the pool (not deferred: the
+	// next request may already have it).
 	select {
 	case err := <-t.done:
+		t.timer.Stop()
 		if t.s.M != nil {
 			t.s.M.AckLatency.Observe(time.Since(t.start).Seconds())
 		}
 		failed = t.failed
 		t.release()
 		return failed, err
-	case <-timer.C:
+	case <-t.timer.C:
 		// The completion still runs later and writes to done: this ticket
 		// is left to the garbage collector rather than reused.
 		return t.n, AckTimeout(t.s.AckTimeout, t.n)
 	case <-ctx.Done():
+		t.timer.Stop()
 		return t.n, ctx.Err()
 	}
 }

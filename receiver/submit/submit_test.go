@@ -147,3 +147,34 @@ func BenchmarkSubmitWait(b *testing.B) {
 		}
 	}
 }
+
+// A ticket goes back to the pool with its timer: a request after many
+// answered ones still gets its whole ack_timeout, from its own start (a
+// timer left running from before, or a stale tick, would answer it early).
+func TestReusedTicketTimesOutOnItsOwn(t *testing.T) {
+	h := &consumertest.Holder{}
+	f := newFixture(h)
+	for i := 0; i < 50; i++ {
+		b, raw := f.request(t)
+		tk, err := f.s.Submit(context.Background(), b, true, raw, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Release(nil)
+		if failed, err := tk.Wait(context.Background()); err != nil || failed != 0 {
+			t.Fatalf("request %d: %d %v", i, failed, err)
+		}
+	}
+	time.Sleep(f.s.AckTimeout) // a timer still running from those would have fired by now
+	b, raw := f.request(t)
+	tk, err := f.s.Submit(context.Background(), b, true, raw, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = tk.Wait(context.Background())
+	if consumer.Reason(err) != "ack_timeout" || time.Since(start) < f.s.AckTimeout {
+		t.Fatalf("Wait: %v after %s; want ack_timeout after %s", err, time.Since(start), f.s.AckTimeout)
+	}
+	h.Release(nil)
+}
