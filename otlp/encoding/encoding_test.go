@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"hash/fnv"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -628,4 +629,23 @@ func field(t *testing.T, msg []byte, num protowire.Number) (val, rest []byte) {
 		msg = msg[l+m:]
 	}
 	return val, rest
+}
+
+// tracePartition's table path for 16-byte ids and its general path agree
+// with Kafka's murmur2 partitioner on the hex key, for random ids and ids
+// of other lengths.
+func TestTracePartitionIsKafkasMurmur2(t *testing.T) {
+	part := kgo.StickyKeyPartitioner(nil).ForTopic("t")
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 20000; i++ {
+		tid := make([]byte, []int{16, 16, 16, 8, 15, 1}[i%6])
+		for j := range tid {
+			tid[j] = byte(rng.Uint32())
+		}
+		n := 1 + int(rng.Uint32()%1000)
+		want := int32(part.Partition(&kgo.Record{Key: []byte(hex.EncodeToString(tid))}, n))
+		if got := tracePartition(tid, n); got != want {
+			t.Fatalf("id %x, %d partitions: %d, Kafka's partitioner %d", tid, n, got, want)
+		}
+	}
 }
