@@ -30,6 +30,7 @@ func receiverConfig() otlpreceiver.Config {
 	c.Enabled = true
 	c.HTTP.Enabled = true
 	c.HTTP.HTTPConfig = server.HTTPConfig{Listen: "127.0.0.1:0", ReadTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
+	c.GRPC.MaxHeaderBytes = 64 << 10 // for the tests that turn gRPC on
 	c.MaxRequestBytes = 1 << 20
 	c.MaxItems = 100000
 	c.MaxExpandedBytes = 8 << 20

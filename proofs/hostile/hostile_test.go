@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/ferryhq/ferry/auth/authtest"
@@ -272,6 +273,33 @@ func TestAttacks(t *testing.T) {
 		}
 		return fmt.Sprintf("%d read and answered INVALID_ARGUMENT, %d RESOURCE_EXHAUSTED, %d other", read, refused, other), read > 0 && other == 0,
 			"each holds the 1 MiB stream window when it arrives, and 64 MiB (gRPC's buffers and ferry's copy) only while its message is read"
+	}, nil)
+
+	attack(t, a, "gRPC metadata: 48 connections each sending 4 MiB of it, never ending it (max_header_bytes 64 KiB)", func() (string, bool, string) {
+		closed, open, err := grpcHeaderFlood(a.GRPC, 48, 4<<20, 3*time.Second)
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		// A gRPC client reads the bound from the server's settings and
+		// fails the call itself, with a reason.
+		conn, err := grpc.NewClient(a.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return err.Error(), false, ""
+		}
+		defer conn.Close()
+		var callErr error
+		for i := 0; i < 20; i++ { // retried in case the server's settings arrive after the first call
+			var resp rawBytes
+			ctx := metadata.AppendToOutgoingContext(context.Background(), "x-big", strings.Repeat("v", 100<<10))
+			callErr = conn.Invoke(ctx, "/opentelemetry.proto.collector.trace.v1.TraceService/Export", rawBytes(nil), &resp, grpc.ForceCodecV2(rawCodec{}))
+			if strings.Contains(status.Convert(callErr).Message(), "header list size") {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return fmt.Sprintf("%d of 48 connections closed by the agent, %d left open; a client with 100 KiB of metadata: %s", closed, open, status.Convert(callErr).Message()),
+			closed == 48 && strings.Contains(status.Convert(callErr).Message(), "violates the maximum size"),
+			"gRPC's own bound is 16 MiB a stream, decoded and held outside the memory budget"
 	}, nil)
 
 	attack(t, a, "Unknown field: a protobuf group nested 5,000 levels in a span", func() (string, bool, string) {

@@ -36,6 +36,9 @@ type Config struct {
 		// a new connection is closed and clients reconnect with backoff
 		// (0: unbounded).
 		MaxConnections int `yaml:"max_connections"`
+		// MaxHeaderBytes bounds a call's metadata (gRPC's own default is
+		// 16 MiB, held for each stream it admits).
+		MaxHeaderBytes bytesize.Size `yaml:"max_header_bytes"`
 		// TLS serves gRPC over TLS when tls.cert_file is set.
 		TLS server.TLSConfig `yaml:"tls"`
 	} `yaml:"grpc"`
@@ -99,6 +102,9 @@ func (c *Config) Validate() error {
 	}
 	if c.GRPC.MaxConnections < 0 {
 		return fmt.Errorf("grpc.max_connections: %d is negative", c.GRPC.MaxConnections)
+	}
+	if (c.GRPC.Enabled || c.jaegerGRPCOwn()) && (c.GRPC.MaxHeaderBytes < 1024 || c.GRPC.MaxHeaderBytes > 16<<20) {
+		return fmt.Errorf("grpc.max_header_bytes: %s is outside 1KiB..16MiB", c.GRPC.MaxHeaderBytes)
 	}
 	if c.MaxRequestBytes < 1024 || c.MaxRequestBytes > 1<<30 {
 		return fmt.Errorf("max_request_bytes: %s is outside 1KiB..1GiB", c.MaxRequestBytes)

@@ -154,6 +154,9 @@ func (g *grpcServer) build() *grpc.Server {
 		// Enforced on the decompressed size too, so a gzip bomb stops here.
 		grpc.MaxRecvMsgSize(int(r.cfg.MaxRequestBytes)),
 		grpc.MaxConcurrentStreams(max(1, r.cfg.GRPC.MaxConcurrentStreams)),
+		// gRPC's own bound is 16 MiB of metadata per stream, outside the
+		// memory budget: 256 admitted streams could hold 4 GiB.
+		grpc.MaxHeaderListSize(uint32(r.cfg.GRPC.MaxHeaderBytes)),
 		// Requests run on long-lived goroutines whose stacks have already
 		// grown to what the export path needs, instead of a new goroutine per
 		// request growing its stack again each time (5% of the CPU at 500
@@ -410,7 +413,7 @@ func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(a
 			return nil, unauthenticated(m, aerr)
 		}
 	}
-	o := g.r.export(ctx, m, sig, buf, claims, mdHeaders{ctx})
+	o := g.r.export(ctx, m, sig, buf, claims, &mdHeaders{ctx: ctx})
 	if o.err != nil {
 		a := classify(o.err)
 		m.RequestCode(a.code.String())

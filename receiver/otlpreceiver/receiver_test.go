@@ -42,7 +42,7 @@ func testConfig() Config {
 	c.Enabled = true
 	c.HTTP.Enabled = true
 	c.HTTP.HTTPConfig = server.HTTPConfig{Listen: "127.0.0.1:0", ReadTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
-	c.GRPC.Enabled, c.GRPC.Listen = true, "127.0.0.1:0"
+	c.GRPC.Enabled, c.GRPC.Listen, c.GRPC.MaxHeaderBytes = true, "127.0.0.1:0", 64<<10
 	c.MaxRequestBytes = 256 << 10
 	c.MaxItems = 100000
 	c.MaxExpandedBytes = 4 << 20
