@@ -31,28 +31,35 @@ type topicCache struct {
 	topics map[string]cachedTopic
 	all    []string
 	allAt  time.Time
-	// shrinks counts forget's marks, so that an answer can tell whether
-	// its ask began before one.
+	// An ask of the cluster begun before Kafka refused one of a topic's
+	// partitions (forget) may answer the old count after it. shrinks
+	// counts refusals; asks holds, for each ask in flight, shrinks when
+	// it began; marks, per topic, the last refusal an ask in flight began
+	// before. Marks are kept apart from topics, so that neither eviction
+	// nor a client's names can drop one, and only while such an ask
+	// runs (end), so they stay few.
 	shrinks uint64
+	asks    map[uint64]int
+	marks   map[string]refusal
 }
 
 type cachedTopic struct {
-	// info is the answer given to clients; none (info.Topic "") while
-	// the entry only marks a refusal.
 	info TopicInfo
 	at   time.Time
 	// failed: the cluster could not be asked; retried sooner.
 	failed bool
-	// mark, when not 0, is the shrinks count at which Kafka last refused
-	// partition refused of this topic (forget): an answer to an ask begun
-	// before it that still offers that partition is from before the
-	// topic shrank and is not kept.
-	mark    uint64
-	refused int32
+}
+
+// refusal: Kafka refused partition (or one above it) of a topic when
+// shrinks was at.
+type refusal struct {
+	at        uint64
+	partition int32
 }
 
 func newTopicCache(ask Cluster, maxAge time.Duration) *topicCache {
-	return &topicCache{ask: ask, maxAge: maxAge, maxTopics: 10000, topics: map[string]cachedTopic{}}
+	return &topicCache{ask: ask, maxAge: maxAge, maxTopics: 10000, topics: map[string]cachedTopic{},
+		asks: map[uint64]int{}, marks: map[string]refusal{}}
 }
 
 // get returns the topics' infos, asking the cluster for those not known
@@ -62,31 +69,34 @@ func (c *topicCache) get(ctx context.Context, names []string) []TopicInfo {
 	now := time.Now()
 	out := make([]TopicInfo, len(names))
 	var missing []string
+	var at []int // names[at[j]] is missing[j]
 	c.mu.Lock()
 	for i, n := range names {
 		t, ok := c.topics[n]
-		if ok && t.info.Topic != "" && now.Sub(t.at) < c.age(t) {
+		if ok && now.Sub(t.at) < c.age(t) {
 			out[i] = t.info
 			continue
 		}
-		missing = append(missing, n)
+		missing, at = append(missing, n), append(at, i)
 	}
-	since := c.shrinks
-	c.mu.Unlock()
 	if len(missing) == 0 {
+		c.mu.Unlock()
 		return out
 	}
+	since := c.begin()
+	c.mu.Unlock()
 	got, err := c.ask(ctx, missing)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.topics)+len(got) > c.maxTopics {
+	defer c.end(since)
+	if len(c.topics)+len(missing) > c.maxTopics {
 		c.evict(now)
 	}
 	found := make(map[string]TopicInfo, len(got))
 	for _, t := range got {
 		found[t.Topic] = t
 	}
-	for _, n := range missing {
+	for j, n := range missing {
 		t, ok := found[n]
 		switch {
 		case err != nil:
@@ -94,27 +104,54 @@ func (c *topicCache) get(ctx context.Context, names []string) []TopicInfo {
 		case !ok:
 			t = TopicInfo{Topic: n, Err: errUnknownTopic}
 		}
-		c.put(t, since, now)
-	}
-	for i, n := range names {
-		if out[i].Topic == "" { // asked now: its entry was just put
-			out[i] = c.topics[n].info
-		}
+		out[at[j]] = c.put(t, since, now)
 	}
 	return out
 }
 
-// put keeps the cluster's answer t, from an ask begun when shrinks was
-// since (called with mu held). An answer that still offers a partition
-// Kafka refused after the ask began is from before the topic shrank: the
-// client is told to retry (errUnreachable), and the topic is asked again
-// once that expires, as failed answers are.
-func (c *topicCache) put(t TopicInfo, since uint64, now time.Time) {
-	cur := c.topics[t.Topic]
-	if cur.mark > since && t.Err == nil && t.Partitions > cur.refused {
-		t = TopicInfo{Topic: t.Topic, Err: errUnreachable}
+// begin notes an ask about to start and returns shrinks (mu held).
+func (c *topicCache) begin() uint64 {
+	c.asks[c.shrinks]++
+	return c.shrinks
+}
+
+// end notes the end of the ask begun at since, and drops the marks no ask
+// in flight began before (mu held).
+func (c *topicCache) end(since uint64) {
+	if c.asks[since]--; c.asks[since] <= 0 {
+		delete(c.asks, since)
 	}
-	c.topics[t.Topic] = cachedTopic{info: t, at: now, failed: t.Err != nil, mark: cur.mark, refused: cur.refused}
+	if len(c.marks) == 0 {
+		return
+	}
+	oldest := ^uint64(0)
+	for s := range c.asks {
+		oldest = min(oldest, s)
+	}
+	for n, m := range c.marks {
+		if m.at <= oldest {
+			delete(c.marks, n)
+		}
+	}
+}
+
+// put keeps the cluster's answer t, from an ask begun when shrinks was
+// since (mu held). An answer that still offers a partition Kafka refused
+// after the ask began is from before the topic shrank: the client is told
+// to retry (errUnreachable), and the topic is asked again once that
+// expires, as failed answers are.
+func (c *topicCache) put(t TopicInfo, since uint64, now time.Time) TopicInfo {
+	t = c.current(t, since)
+	c.topics[t.Topic] = cachedTopic{info: t, at: now, failed: t.Err != nil}
+	return t
+}
+
+// current is t, or the retry answer if t is from before a refusal (put).
+func (c *topicCache) current(t TopicInfo, since uint64) TopicInfo {
+	if m, ok := c.marks[t.Topic]; ok && m.at > since && t.Err == nil && t.Partitions > m.partition {
+		return TopicInfo{Topic: t.Topic, Err: errUnreachable}
+	}
+	return t
 }
 
 // forget drops topic's answer when it still offers partition, which Kafka
@@ -123,23 +160,31 @@ func (c *topicCache) put(t TopicInfo, since uint64, now time.Time) {
 // metadata request or produce check asks the cluster again, instead of
 // offering clients the old partitions for up to MetadataMaxAge. An answer
 // already below partition stays (a late refusal of records placed
-// before). The entry keeps a mark of the refusal, so that an ask begun
-// before it cannot store the old count back (put). Called from the Kafka
-// client's promise goroutine: a short lock, no wait.
+// before). While asks are in flight, the refusal is marked, so that one
+// begun before it cannot store the old count back (put); a second
+// refusal keeps the lower partition. Called from the Kafka client's
+// promise goroutine: a short lock, no wait.
 func (c *topicCache) forget(topic string, partition int32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t, ok := c.topics[topic]
-	switch {
-	case ok && t.info.Topic != "" && t.info.Err == nil && t.info.Partitions <= partition:
+	if t, ok := c.topics[topic]; ok && t.info.Err == nil && t.info.Partitions > partition {
+		delete(c.topics, topic)
+	}
+	if len(c.asks) == 0 {
+		return // every later ask begins after this refusal
+	}
+	m, marked := c.marks[topic]
+	if !marked && len(c.marks) >= c.maxTopics {
+		// As many marks as topics the cache holds: refusals come from
+		// Kafka, for topics ferry wrote to, so this is a cluster of
+		// topics shrinking at once; the next refusal drops a stale count.
 		return
-	case ok && t.info.Topic == "" && t.mark != 0 && t.refused <= partition:
-		return // marked already, at a partition as low
-	case !ok && len(c.topics) >= c.maxTopics:
-		c.evict(time.Now())
+	}
+	if marked {
+		partition = min(partition, m.partition)
 	}
 	c.shrinks++
-	c.topics[topic] = cachedTopic{at: time.Now(), failed: true, mark: c.shrinks, refused: partition}
+	c.marks[topic] = refusal{at: c.shrinks, partition: partition}
 }
 
 // allTopics lists every topic of the cluster (a client asking for all).
@@ -149,27 +194,28 @@ func (c *topicCache) allTopics(ctx context.Context) ([]TopicInfo, error) {
 		c.mu.Unlock()
 		return c.get(ctx, names), nil
 	}
-	since := c.shrinks
+	since := c.begin()
 	c.mu.Unlock()
 	got, err := c.ask(ctx, nil)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer c.end(since)
 	if err != nil {
 		return nil, err
 	}
 	names := make([]string, 0, len(got))
 	now := time.Now()
-	c.mu.Lock()
 	if len(c.topics)+len(got) > c.maxTopics {
 		c.evict(now)
 	}
 	for i, t := range got {
 		names = append(names, t.Topic)
+		got[i] = c.current(t, since)
 		if _, ok := c.topics[t.Topic]; ok || len(c.topics) < c.maxTopics {
 			c.put(t, since, now)
-			got[i] = c.topics[t.Topic].info
 		}
 	}
 	c.all, c.allAt = names, now
-	c.mu.Unlock()
 	return got, nil
 }
 

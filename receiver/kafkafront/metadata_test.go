@@ -177,6 +177,48 @@ func TestTopicCacheKeepsNoAnswerFromBeforeARefusal(t *testing.T) {
 	if got := <-all; len(got) != 1 || got[0].Err != errUnreachable {
 		t.Fatalf("all topics, asked before a refusal: %+v", got)
 	}
+	// Nor can evicting every answer (a client naming many topics), or a
+	// late refusal of a higher partition, free an ask begun before a
+	// refusal to store the old count.
+	c.mu.Lock()
+	clear(c.topics)
+	c.mu.Unlock()
+	mu.Lock()
+	n = 3
+	mu.Unlock()
+	release = make(chan struct{})
+	done = make(chan []TopicInfo)
+	go func() { done <- c.get(ctx, []string{"t"}) }()
+	<-entered // the ask has 3
+	c.forget("t", 2)
+	c.mu.Lock()
+	c.evict(time.Now().Add(time.Hour))
+	clear(c.topics)
+	c.mu.Unlock()
+	c.forget("t", 3)
+	close(release)
+	if got := <-done; got[0].Err != errUnreachable {
+		t.Fatalf("an answer from before a refusal of partition 2, after an eviction and a later refusal of 3: %+v", got)
+	}
+	c.mu.Lock()
+	inflight, marked := len(c.asks), len(c.marks)
+	c.mu.Unlock()
+	if inflight != 0 || marked != 0 {
+		t.Fatalf("with no ask in flight: %d asks and %d marks kept; want none", inflight, marked)
+	}
+	// Any answer is cached, a topic named "" too (not asked again for
+	// every request naming it).
+	mu.Lock()
+	block = false
+	before := asks
+	mu.Unlock()
+	c.get(ctx, []string{""})
+	c.get(ctx, []string{""})
+	mu.Lock()
+	defer mu.Unlock()
+	if asks != before+1 {
+		t.Fatalf("two gets of topic \"\" asked the cluster %d times, want 1", asks-before)
+	}
 }
 
 // The front listens for the exporter's shrink notices from Start to
@@ -189,7 +231,7 @@ func TestFrontWatchesShrinks(t *testing.T) {
 		t.Fatal("the front did not register for shrink notices")
 	}
 	f.r.topics.mu.Lock()
-	cached := f.r.topics.topics["t"].info.Topic != ""
+	_, cached := f.r.topics.topics["t"]
 	f.r.topics.mu.Unlock()
 	if cached {
 		t.Fatal("a notice for partition 0 left the topic's answer cached")

@@ -223,13 +223,23 @@ func (cn *conn) handOn(req *kmsg.ProduceRequest, corr int32, raw *httpbody.Buf, 
 		}
 		return
 	}
-	names := make([]string, len(req.Topics))
+	// Only topics this connection may write to are looked up: a client
+	// naming others would otherwise make ferry ask the cluster about
+	// them and crowd the cache (they are refused below all the same).
+	names := make([]string, 0, len(req.Topics))
+	asked := make([]int, 0, len(req.Topics)) // names[j] is req.Topics[asked[j]]
 	for i := range req.Topics {
-		names[i] = req.Topics[i].Topic
+		if cn.check(req.Topics[i].Topic) == nil {
+			names, asked = append(names, req.Topics[i].Topic), append(asked, i)
+		}
 	}
 	ctx, cancel := context.WithTimeout(cn.ctx, 5*time.Second)
-	infos := r.topics.get(ctx, names)
+	got := r.topics.get(ctx, names)
 	cancel()
+	infos := make([]TopicInfo, len(req.Topics))
+	for j, i := range asked {
+		infos[i] = got[j]
+	}
 
 	b := r.batchP.Get().(*record.Batch)
 	// The decompressed batches usually take a few times the request: that

@@ -752,6 +752,17 @@ func TestProducePartitionRefused(t *testing.T) {
 			t.Errorf("%v %s refusals counted, want %v", got, reason, n)
 		}
 	}
+	// Topics the connection may not write to were never looked up: a
+	// client cannot make ferry ask the cluster about them, or crowd the
+	// cache with them.
+	f.r.topics.mu.Lock()
+	_, secret := f.r.topics.topics["secret"]
+	_, bad := f.r.topics.topics["bad topic"]
+	_, logs := f.r.topics.topics["logs"]
+	f.r.topics.mu.Unlock()
+	if secret || bad || !logs {
+		t.Errorf("cached after the request: secret %v, bad topic %v (want neither), logs %v (want it)", secret, bad, logs)
+	}
 	// Every partition refused: answered at once, nothing handed on.
 	only := add(newProduce(9, -1), "logs", 3, plain("past").bytes(t))
 	checkAnswer(t, k.produce(only), 0, map[string]want{"logs/3": {unknown, -1}})
