@@ -190,7 +190,7 @@ func (g *grpcServer) postSpans(ctx context.Context, dec func(any) error) (any, e
 		return refuse(answer{code: codes.InvalidArgument, reason: "invalid_payload", msg: jaegerGRPCName + ": " + err.Error()})
 	}
 	out.B = pb
-	o := r.export(ctx, m, encoding.Traces, out, claims, mdHeaders{ctx})
+	o := r.export(ctx, m, encoding.Traces, out, claims, &mdHeaders{ctx: ctx})
 	if o.err != nil {
 		a := classify(o.err)
 		m.RequestCode(a.code.String())
