@@ -55,7 +55,6 @@ func Append(out, src []byte) []byte {
 		if cap(out) < limit {
 			out = append(out[:at:at], make([]byte, limit-at)...)
 		}
-		*t = lz4Table{}
 		if o := putLZ4Block(t, out[:limit], at+4, chunk); o > 0 {
 			out = out[:o]
 			binary.LittleEndian.PutUint32(out[at:], uint32(o-at-4))
@@ -109,8 +108,9 @@ func lz4Hash(u uint64) uint32 {
 // the literal words only while lit+16 <= n; and after a match, s is at
 // least 5 and at most sLimit before the load at s-2.
 //
-// t is the block's table, cleared by the caller: every position in it is
-// then 0 or one of this block's, before s.
+// t is a table of any content: it is cleared here, before the search, so
+// that every position in it is 0 or one of this block's, before s (the
+// loads at candidates rely on it); a block too short to search skips that.
 func putLZ4Block(t *lz4Table, buf []byte, o int, src []byte) int {
 	n := len(src)
 	// LZ4's rules for a block's end: the last match starts at least 12
@@ -121,6 +121,7 @@ func putLZ4Block(t *lz4Table, buf []byte, o int, src []byte) int {
 	if sLimit < 1 {
 		return putLZ4Sequence(buf, src, o, 0, n, 0, 0)
 	}
+	*t = lz4Table{}
 	lit, s, repeat := 0, 1, 1
 	cv := load64(src, s)
 	for {

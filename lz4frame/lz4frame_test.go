@@ -302,6 +302,16 @@ func TestLZ4BlockEveryLength(t *testing.T) {
 	}
 }
 
+// dirtyTable is a table as the pool may hand it over: full of positions
+// of an earlier, longer block, every one past the end of a short one.
+func dirtyTable() *lz4Table {
+	t := new(lz4Table)
+	for i := range t {
+		t[i] = 0xffff - uint16(i)
+	}
+	return t
+}
+
 // checkPeriodicBlock checks src, a pattern of at most 64 bytes repeated
 // over at least two periods and 32 bytes, with checkLZ4Block, and that it
 // was compressed, not refused, to at most bound bytes, and at most three
@@ -353,7 +363,7 @@ func checkLZ4Block(t testing.TB, src []byte) {
 	t.Helper()
 	buf := make([]byte, 3+len(src))
 	copy(buf, "xyz")
-	o := putLZ4Block(new(lz4Table), buf, 3, src)
+	o := putLZ4Block(dirtyTable(), buf, 3, src)
 	if string(buf[:3]) != "xyz" {
 		t.Fatalf("%d bytes: the prefix was written over: % x", len(src), buf[:3])
 	}
