@@ -329,9 +329,16 @@ func TestWarningsNameKeysThatDoNotPlace(t *testing.T) {
 			"receivers.otlp.logs.key=\"{resource.host.name}\""},
 			[]string{"receivers.otlp.traces.partition is trace_id", `receivers.otlp.logs.key is "{resource.host.name}"`}},
 		{"round_robin, otlp off", []string{rr, "receivers.otlp.enabled=false"}, nil},
+		{"round_robin, spans as flat_json", []string{rr, "receivers.otlp.traces.encoding=flat_json", "receivers.otlp.metrics.partition=none",
+			"receivers.otlp.logs.partition=none"}, []string{"receivers.otlp.traces.partition is trace_partition with encoding flat_json"}},
+		{"round_robin, spans to a topic per resource", []string{rr, `receivers.otlp.traces.topic="spans-{resource.service.name}"`,
+			"receivers.otlp.metrics.partition=none", "receivers.otlp.logs.partition=none"},
+			[]string{"receivers.otlp.traces.partition is trace_partition with a topic decided per resource"}},
+		{"round_robin, trace_partition and none alone", []string{rr, "receivers.otlp.metrics.partition=none", "receivers.otlp.logs.partition=none"}, nil},
 		{"round_robin, files and syslog keyed", []string{rr, "receivers.otlp.enabled=false", "receivers.files.enabled=true",
-			`receivers.files.include=["/var/log/*.log"]`, "receivers.files.key=\"{file.name}\"", "receivers.syslog.enabled=true", "receivers.syslog.key=\"{hostname}\""},
-			[]string{"receivers.files.key", "receivers.syslog.key"}},
+			`receivers.files.include=["/var/log/*.log"]`, "receivers.files.key=\"{file.name}\"", "receivers.syslog.enabled=true", "receivers.syslog.key=\"{hostname}\"",
+			"receivers.files.json.enabled=true", "receivers.files.json.key_field=user"},
+			[]string{"receivers.files.key", "receivers.files.json.key_field", "receivers.syslog.key"}},
 	} {
 		cfg, err := Parse(nil, c.sets)
 		if err != nil {

@@ -185,6 +185,9 @@ func serve(cfg *config.Config, restartErr error, load func() (*config.Config, er
 		if err == nil {
 			var warning string
 			if warning, err = p.Reload(next); err == nil {
+				for _, w := range next.Warnings() {
+					set.Logger.Warn(w, "component", "config")
+				}
 				reloads.WithLabelValues("applied").Inc()
 				lastReloadOK.Set(1)
 				return warning, nil

@@ -98,13 +98,20 @@ func (c *Config) FixedTopics() []string {
 	return routing.FixedTopic(c.Topic)
 }
 
-// KeyedPlacement: a key template keeps the records it gives one key on
-// one partition, through the partitioner.
+// KeyedPlacement: a key template, or a key read from JSON lines, keeps the
+// records given one key on one partition, through the partitioner.
 func (c *Config) KeyedPlacement() []string {
-	if !c.Enabled || c.Key == "" {
+	if !c.Enabled {
 		return nil
 	}
-	return []string{fmt.Sprintf("key is %q (records with one key share a partition through it)", c.Key)}
+	var out []string
+	if c.Key != "" {
+		out = append(out, fmt.Sprintf("key is %q (records with one key share a partition through it)", c.Key))
+	}
+	if c.JSON.Enabled && c.JSON.KeyField != "" {
+		out = append(out, fmt.Sprintf("json.key_field is %q (lines with one key share a partition through it)", c.JSON.KeyField))
+	}
+	return out
 }
 
 // keyOverhead is what a record may carry besides its line: the key and the

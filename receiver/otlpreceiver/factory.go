@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"fmt"
 	"reflect"
+	"strings"
 
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/bytesize"
@@ -60,9 +61,11 @@ func (c *Config) FixedTopics() []string {
 
 // KeyedPlacement: partition trace_id and resource place a signal's records
 // by their key, as does a key template. trace_partition places its
-// grouped records itself (the per-trace records written until a topic's
-// count is known follow the partitioner, as docs/otlp.md says), and none
-// writes no key.
+// grouped records itself, except where it writes what trace_id writes:
+// with flat_json (a record per span), and for a topic decided per
+// resource; the per-trace records written until a topic's count is known
+// follow the partitioner too, as docs/otlp.md says, but only briefly.
+// none writes no key.
 func (c *Config) KeyedPlacement() []string {
 	if !c.Enabled {
 		return nil
@@ -77,6 +80,10 @@ func (c *Config) KeyedPlacement() []string {
 			out = append(out, fmt.Sprintf("%s.key is %q (records with one key share a partition through it)", s.sig, s.c.Key))
 		case s.c.Partition == "trace_id":
 			out = append(out, s.sig+".partition is trace_id (a trace's spans share a partition through their key, the trace id)")
+		case s.c.Partition == "trace_partition" && s.c.Encoding == "flat_json":
+			out = append(out, s.sig+".partition is trace_partition with encoding flat_json (a record per span, keyed by its trace id: a trace's spans share a partition through their key)")
+		case s.c.Partition == "trace_partition" && strings.Contains(s.c.Topic, "{resource."):
+			out = append(out, fmt.Sprintf("%s.partition is trace_partition with a topic decided per resource (%q: written as with trace_id, a trace's spans share a partition through their key)", s.sig, s.c.Topic))
 		case s.c.Partition == "resource":
 			out = append(out, s.sig+".partition is resource (one resource's records share a partition through their key, its hash)")
 		}
