@@ -287,12 +287,15 @@ func TestGRPCBurstOfSmallRequests(t *testing.T) {
 				t.Logf("round %d: %v", round, err)
 			}
 		}
-		// Arrivals stay below the limit less one read, and reads may take
-		// the rest: a request arriving after three reads began (the burst
-		// staggered by a loaded machine) is refused, retryably, by design
-		// (seen: 1 of 48, in about one run of ten with -race). Reserving
-		// max_request_bytes at arrival, the bug this guards, refused 27-40.
-		if refused > 3 {
+		// Arrivals stay below the limit less one read (81 MiB), and reads
+		// may take the rest: a burst staggered by a loaded machine, so that
+		// three reads (16 MiB each) began before the rest arrived, leaves
+		// those 33 MiB: 33 requests admitted, 15 refused, retryably, by
+		// design (seen: 1 of 48 in about one run of ten with -race, and
+		// once exactly 15, in make test on a fresh clone with the whole
+		// suite running). Reserving max_request_bytes at arrival, the bug
+		// this guards, admits at most 10 and refused 27-40.
+		if refused > 15 {
 			t.Fatalf("round %d: %d of 48 small requests refused, with room for nearly all of them", round, refused)
 		}
 	}
