@@ -226,17 +226,21 @@ func (cn *conn) handOn(req *kmsg.ProduceRequest, corr int32, raw *httpbody.Buf, 
 	// Only topics this connection may write to are looked up: a client
 	// naming others would otherwise make ferry ask the cluster about
 	// them and crowd the cache (they are refused below all the same).
+	// A refused topic's info carries the refusal, so decoding checks no
+	// topic twice.
+	infos := make([]TopicInfo, len(req.Topics))
 	names := make([]string, 0, len(req.Topics))
 	asked := make([]int, 0, len(req.Topics)) // names[j] is req.Topics[asked[j]]
 	for i := range req.Topics {
-		if cn.check(req.Topics[i].Topic) == nil {
-			names, asked = append(names, req.Topics[i].Topic), append(asked, i)
+		if err := cn.check(req.Topics[i].Topic); err != nil {
+			infos[i] = TopicInfo{Topic: req.Topics[i].Topic, Err: err}
+			continue
 		}
+		names, asked = append(names, req.Topics[i].Topic), append(asked, i)
 	}
 	ctx, cancel := context.WithTimeout(cn.ctx, 5*time.Second)
 	got := r.topics.get(ctx, names)
 	cancel()
-	infos := make([]TopicInfo, len(req.Topics))
 	for j, i := range asked {
 		infos[i] = got[j]
 	}
@@ -329,10 +333,7 @@ func (d *decoder) all(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, info
 	r, b := d.cn.r, d.b
 	for t := range req.Topics {
 		topic := req.Topics[t].Topic
-		topicErr := d.cn.check(topic)
-		if topicErr == nil && infos[t].Err != nil {
-			topicErr = infos[t].Err
-		}
+		topicErr := infos[t].Err // the connection's refusal, or the cluster's
 		for p := range req.Topics[t].Partitions {
 			rp := &resp.Topics[t].Partitions[p]
 			part := req.Topics[t].Partitions[p]
