@@ -187,6 +187,7 @@ func serve(cfg *config.Config, restartErr error, load func() (*config.Config, er
 			if warning, err = p.Reload(next); err == nil {
 				for _, w := range next.Warnings() {
 					set.Logger.Warn(w, "component", "config")
+					warning = strings.TrimPrefix(warning+"; "+w, "; ")
 				}
 				reloads.WithLabelValues("applied").Inc()
 				lastReloadOK.Set(1)

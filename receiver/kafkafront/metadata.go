@@ -115,23 +115,15 @@ func (c *topicCache) begin() uint64 {
 	return c.shrinks
 }
 
-// end notes the end of the ask begun at since, and drops the marks no ask
-// in flight began before (mu held).
+// end notes the end of the ask begun at since; once none is in flight,
+// no mark matters any more (mu held). Marks older than every ask in
+// flight are harmless meanwhile: put compares them with the ask's start.
 func (c *topicCache) end(since uint64) {
 	if c.asks[since]--; c.asks[since] <= 0 {
 		delete(c.asks, since)
 	}
-	if len(c.marks) == 0 {
-		return
-	}
-	oldest := ^uint64(0)
-	for s := range c.asks {
-		oldest = min(oldest, s)
-	}
-	for n, m := range c.marks {
-		if m.at <= oldest {
-			delete(c.marks, n)
-		}
+	if len(c.asks) == 0 {
+		clear(c.marks)
 	}
 }
 
@@ -210,9 +202,10 @@ func (c *topicCache) allTopics(ctx context.Context) ([]TopicInfo, error) {
 	}
 	for i, t := range got {
 		names = append(names, t.Topic)
-		got[i] = c.current(t, since)
 		if _, ok := c.topics[t.Topic]; ok || len(c.topics) < c.maxTopics {
-			c.put(t, since, now)
+			got[i] = c.put(t, since, now)
+		} else {
+			got[i] = c.current(t, since)
 		}
 	}
 	c.all, c.allAt = names, now

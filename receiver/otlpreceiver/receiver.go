@@ -252,7 +252,7 @@ type headerSource interface{ Get(string) string }
 // request, an eighth of a request's allocations over gRPC) at the first
 // Get, not for every request: the default configuration reads no header;
 // a {header.…} template or a tenant header reads one, per record, from
-// the one copy.
+// the one copy. One request's goroutine uses it (no lock).
 type mdHeaders struct {
 	ctx    context.Context
 	md     metadata.MD
