@@ -2,9 +2,12 @@
 // over the local record protocol (docs/protocol.md), on a Unix socket or
 // TCP, and reports each record's fate exactly once.
 //
-// Produce is asynchronous and cheap: the record is encoded at once into the
-// batch being filled (no allocation per record once buffers are warm), the
-// batch is sent when it is full or Linger has passed, and up to MaxInFlight
+// Produce is asynchronous and cheap: the record joins the batch being
+// filled by reference (no copy, no allocation per record once buffers are
+// warm); the sender goroutine copies its bytes into a frame when the batch
+// goes out, so the application's goroutine does not pay for reading every
+// value, as with Kafka's own producers. The batch is sent when it is full
+// or Linger has passed, and up to MaxInFlight
 // batches are on the wire at once. The agent answers every batch when its
 // records are durable (Kafka's acknowledgement, or the agent's spool); a
 // record refused for a passing reason (the agent's buffer full, Kafka
@@ -102,9 +105,10 @@ type Options struct {
 	// records/s within the machine's noise; issue 37).
 	MaxBufferedRecords int
 	MaxBlock           time.Duration // default 10s; negative: fail at once
-	// A batch is sent when it holds BatchBytes (default 256 KiB) or
-	// BatchRecords (default 10,000), or Linger (default 2ms) after its
-	// first record.
+	// A batch is sent when it holds BatchBytes (default 256 KiB, counted
+	// as the records' sizes plus 16 bytes each, about what their framing
+	// takes) or BatchRecords (default 10,000), or Linger (default 2ms)
+	// after its first record.
 	BatchBytes   int
 	BatchRecords int
 	Linger       time.Duration
@@ -247,10 +251,12 @@ type entry struct {
 
 // batch is records produced together, called back together.
 type batch struct {
-	entries  []entry
-	body     []byte // the encoded records (no count): the first send's body
-	prev     string // the last record's topic in body
-	open     int    // entries not yet resolved
+	entries []entry
+	open    int // entries not yet resolved
+	// encoding: the sender is copying records of this batch into a frame
+	// without c.mu; its callbacks (after which the application may change
+	// the records) and its return to the pool wait for the copy.
+	encoding bool
 	bytes    int64
 	tries    int
 	urgent   bool // someone waits for it (ProduceSync, Flush): send at the first free slot
@@ -291,12 +297,14 @@ type Client struct {
 	closed    bool
 	lingerT   *time.Timer
 
-	kick    chan struct{}
-	cbKick  chan struct{}
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	batchP  sync.Pool
-	dialErr error
+	kick   chan struct{}
+	cbKick chan struct{}
+	stop   chan struct{}
+	// senderDone is closed when the sender goroutine has returned.
+	senderDone chan struct{}
+	wg         sync.WaitGroup
+	batchP     sync.Pool
+	dialErr    error
 
 	// pid is this client's producer id (protocol version 3); seq the last
 	// sequence number given out (c.mu).
@@ -313,7 +321,7 @@ func New(o Options) (*Client, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
-	c := &Client{o: o, kick: make(chan struct{}, 1), cbKick: make(chan struct{}, 1), stop: make(chan struct{})}
+	c := &Client{o: o, kick: make(chan struct{}, 1), cbKick: make(chan struct{}, 1), stop: make(chan struct{}), senderDone: make(chan struct{})}
 	c.compress = map[string]byte{"lz4": protocol.CompressLZ4, "zstd": protocol.CompressZstd}[o.Compression]
 	c.cond = sync.NewCond(&c.mu)
 	if _, err := crand.Read(c.pid[:]); err != nil {
@@ -387,14 +395,12 @@ func (c *Client) produce(ctx context.Context, r *Record, cb func(*Record, error)
 			c.lingerT.Reset(c.o.Linger)
 		}
 	}
-	b.body = appendRecord(b.body, b.prev, r)
-	b.prev = r.Topic
 	b.entries = append(b.entries, entry{rec: r, cb: cb, rcb: rcb, size: size})
 	b.open++
 	b.bytes += int64(size)
 	c.buffered += int64(size)
 	c.bufferedN++
-	if len(b.body) >= c.o.BatchBytes || len(b.entries) >= c.o.BatchRecords {
+	if b.bytes >= int64(c.o.BatchBytes) || len(b.entries) >= c.o.BatchRecords {
 		c.seal()
 	}
 	c.mu.Unlock()
@@ -586,6 +592,9 @@ func (c *Client) callbacks() {
 		select {
 		case <-c.cbKick:
 		case <-c.stop:
+			// After the sender has stopped: a batch it was still copying
+			// into a frame is called back too.
+			<-c.senderDone
 			c.drainCallbacks()
 			return
 		}
@@ -596,7 +605,7 @@ func (c *Client) callbacks() {
 func (c *Client) drainCallbacks() {
 	for {
 		c.mu.Lock()
-		if len(c.order) == 0 || c.order[0].open > 0 || c.order[0] == c.cur {
+		if len(c.order) == 0 || c.order[0].open > 0 || c.order[0].encoding || c.order[0] == c.cur {
 			c.mu.Unlock()
 			return
 		}
@@ -625,7 +634,7 @@ func (c *Client) drainCallbacks() {
 		c.cond.Broadcast()
 		c.mu.Unlock()
 		clear(b.entries)
-		*b = batch{entries: b.entries[:0], body: b.body[:0], res: b.res[:0]}
+		*b = batch{entries: b.entries[:0], res: b.res[:0]}
 		c.batchP.Put(b)
 	}
 }

@@ -643,3 +643,54 @@ func TestTimedOutResentInSendOrder(t *testing.T) {
 		}
 	}
 }
+
+// silent stands for a Kafka that never answers: every frame stays in
+// flight until Close fails it.
+type silent struct{}
+
+func (silent) Consume(context.Context, *record.Batch) error { return nil }
+
+// TestCloseDuringACopyCallsBackAfterIt: the sender copies a batch's
+// records into a frame without the client's lock (so Produce does not
+// wait behind it). Close, racing that copy, fails the records; their
+// callbacks, after which the application may reuse a record, must wait
+// until the copy is done, and still run exactly once. The callbacks here
+// overwrite the values, so under -race a callback run during the copy is
+// reported (and the bytes a frame carried would be torn).
+func TestCloseDuringACopyCallsBackAfterIt(t *testing.T) {
+	_, sock := agent(t, silent{}, func(c *localreceiver.Config) { c.MaxRecords = 100_000; c.MaxFrameBytes = 8 << 20; c.MaxInflightBytes = 64 << 20 })
+	for round := 0; round < 20; round++ {
+		c, err := client.New(client.Options{Addrs: []string{"unix:" + sock}, BatchBytes: 4 << 20, BatchRecords: 100_000, Linger: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var called atomic.Int64
+		var twice atomic.Bool
+		cb := func(r *client.Record, err error) {
+			if !errors.Is(err, client.ErrClosed) {
+				t.Errorf("record failed with %v, want ErrClosed", err)
+			}
+			if r.Value[0] == 'X' {
+				twice.Store(true)
+			}
+			for i := range r.Value {
+				r.Value[i] = 'X'
+			}
+			called.Add(1)
+		}
+		const n = 2000
+		for i := 0; i < n; i++ {
+			c.Produce(context.Background(), &client.Record{Topic: "t", Value: bytes.Repeat([]byte{'v'}, 1024)}, cb)
+		}
+		// Flush seals the batch and wakes the sender; Close follows at
+		// once, while the 2 MB are being copied (or just before or after).
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { time.Sleep(time.Duration(round%5) * 50 * time.Microsecond); cancel() }()
+		_ = c.Flush(ctx)
+		_ = c.Close(ctx)
+		cancel()
+		if got := called.Load(); got != n || twice.Load() {
+			t.Fatalf("round %d: %d callbacks for %d records (a record called back twice: %v)", round, got, n, twice.Load())
+		}
+	}
+}
