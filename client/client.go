@@ -189,7 +189,7 @@ func (o *Options) defaults() error {
 		// its last record is acknowledged, so one large frame holds many
 		// records behind its slowest partition (1 MiB frames and 8 in
 		// flight: 0.57-0.74x franz-go direct; 256 KiB and 32: 0.96x).
-		o.BatchBytes = 256 << 10
+		o.BatchBytes = defaultBatchBytes
 	}
 	if o.BatchRecords <= 0 {
 		o.BatchRecords = 10_000
