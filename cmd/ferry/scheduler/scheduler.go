@@ -25,6 +25,22 @@
 // left the agent on every core for its last 4 s and raised its CPU per
 // span by 30-45%.
 //
+// Queueing on one P also gives every core back, whatever the CPU: when the
+// goroutines made ready waited for the P WaitAt or more on average over the
+// last RaiseFor samples (Go's /sched/latencies, the time from ready to
+// running), at QueueFloor cores or more. CPU alone cannot tell a load one
+// P serves well from a pipeline that one P stalls: 2.8M records/s of 32 B
+// from one local-protocol client kept the agent at 0.55-0.65 cores on one
+// P, where the connection's reader, the Kafka client's goroutines and the
+// answers took turns (goroutines waited 13-125 µs on average for the P,
+// the client's window filled and the agent then waited for it); on every
+// core the same client sent 3.3M/s at 0.75 cores, with lower latency
+// (issue 37; both with the client's 1 MiB socket buffer). Light loads wait a few µs (6-7 µs at 500 and 2,000 OTLP
+// requests/s, 0.2-0.3 cores). Such a load may take less CPU on every core
+// than LowerAt and would come straight back to one P, and to the queue: so
+// after a raise for queueing it goes back only below QueuedShare of the
+// CPU it queued at (and below LowerAt).
+//
 // Going down: on every core, once the mean of the last LowerFor samples
 // is below LowerAt. A mean, not every sample: a steady load that takes
 // 0.45 cores on one P takes 0.5-0.7 per sample on every core (the
@@ -44,8 +60,10 @@ package scheduler
 import (
 	"context"
 	"log/slog"
+	"math"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"syscall"
 	"time"
@@ -66,6 +84,11 @@ const (
 	RaiseFor    = 3 // samples: 300 ms of one P busy most of the time
 	LowerAt     = 0.6
 	LowerFor    = 10 // samples: the mean of the last second
+	// Queueing on one P: the mean wait of a ready goroutine for the P,
+	// over RaiseFor samples, at a load of QueueFloor cores or more.
+	WaitAt      = 25 * time.Microsecond
+	QueueFloor  = 0.3
+	QueuedShare = 0.7
 )
 
 // policy is the Controller's decision rule, apart from clocks and the
@@ -74,23 +97,49 @@ type policy struct {
 	max  int // every core: Go's default GOMAXPROCS
 	cur  int
 	busy int // samples in a row over RaiseAt, on one P
+	// The last RaiseFor samples on one P (cores and the mean wait for the
+	// P, in seconds), a ring; queuedAt is the CPU a raise for queueing
+	// happened at (0: the last raise was not for queueing).
+	waits, loads [RaiseFor]float64
+	w, wn        int
+	queuedAt     float64
 	// The last samples on every core (n of them, up to LowerFor), a ring.
 	recent [LowerFor]float64
 	n, at  int
 	sum    float64
 }
 
-// observe takes one sample, the cores of CPU used over the last interval,
-// and returns the GOMAXPROCS to run with.
-func (p *policy) observe(cores float64) int {
+// observe takes one sample, the cores of CPU used over the last interval
+// and the mean time a goroutine made ready in it waited for a P (seconds;
+// 0 when unknown), and returns the GOMAXPROCS to run with.
+func (p *policy) observe(cores, wait float64) int {
 	if p.max <= 1 {
 		return p.cur
 	}
 	if p.cur == 1 {
+		if cores < QueueFloor {
+			wait = 0 // waits at almost no load (a GC cycle) are not queueing
+		}
+		p.waits[p.w], p.loads[p.w] = wait, cores
+		p.w = (p.w + 1) % RaiseFor
+		p.wn = min(p.wn+1, RaiseFor)
+		var meanWait, meanLoad float64
+		for i := range p.wn {
+			meanWait += p.waits[i] / float64(p.wn)
+			meanLoad += p.loads[i] / float64(p.wn)
+		}
+		queued := p.wn == RaiseFor && meanWait >= WaitAt.Seconds() && meanLoad >= QueueFloor
 		if cores <= RaiseAt {
 			p.busy = 0
-		} else if p.busy++; p.busy >= RaiseFor || cores >= SaturatedAt {
-			p.cur, p.busy, p.n, p.at, p.sum = p.max, 0, 0, 0, 0
+		} else {
+			p.busy++
+		}
+		if p.busy >= RaiseFor || cores >= SaturatedAt || queued {
+			p.queuedAt = 0
+			if queued && p.busy < RaiseFor && cores < SaturatedAt {
+				p.queuedAt = meanLoad
+			}
+			p.cur, p.busy, p.n, p.at, p.sum, p.w, p.wn = p.max, 0, 0, 0, 0, 0, 0
 		}
 		return p.cur
 	}
@@ -101,8 +150,8 @@ func (p *policy) observe(cores float64) int {
 	}
 	p.recent[p.at], p.sum = cores, p.sum+cores
 	p.at = (p.at + 1) % LowerFor
-	if p.n == LowerFor && p.sum < LowerAt*LowerFor {
-		p.cur = 1
+	if p.n == LowerFor && p.sum < LowerAt*LowerFor && (p.queuedAt == 0 || p.sum < QueuedShare*p.queuedAt*LowerFor) {
+		p.cur, p.queuedAt = 1, 0
 	}
 	return p.cur
 }
@@ -123,11 +172,14 @@ type Controller struct {
 	cpu   func() time.Duration
 	now   func() time.Time
 	ticks <-chan time.Time
+	// waits is the time goroutines waited for a P, summed, and how many
+	// waits were measured, both since the start (schedWaits).
+	waits func() (time.Duration, uint64)
 }
 
 // New registers the Controller's metrics.
 func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) *Controller {
-	c := &Controller{cfg: cfg, log: log, cpu: cpuTime, now: time.Now,
+	c := &Controller{cfg: cfg, log: log, cpu: cpuTime, now: time.Now, waits: newSchedWaits(),
 		procs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_runtime_procs",
 			Help: "GOMAXPROCS the agent runs with: 1 under a light load, every core above it (runtime.adaptive_procs)."}),
 		changes: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_runtime_procs_changes_total",
@@ -169,6 +221,7 @@ func (c *Controller) run(ctx context.Context, p *policy) {
 		ticks = t.C
 	}
 	lastCPU, lastWall := c.cpu(), c.now()
+	lastWaited, lastWaits := c.waits()
 	for {
 		select {
 		case <-ctx.Done():
@@ -181,8 +234,14 @@ func (c *Controller) run(ctx context.Context, p *policy) {
 			}
 			cores := float64(cpu-lastCPU) / float64(wall)
 			lastCPU, lastWall = cpu, now
+			waited, waits := c.waits()
+			var wait float64
+			if waits > lastWaits {
+				wait = (waited - lastWaited).Seconds() / float64(waits-lastWaits)
+			}
+			lastWaited, lastWaits = waited, waits
 			was := p.cur
-			if n := p.observe(cores); n != was {
+			if n := p.observe(cores, wait); n != was {
 				if n == p.max {
 					// Go's default, which also resumes following a
 					// container's CPU limit.
@@ -194,7 +253,7 @@ func (c *Controller) run(ctx context.Context, p *policy) {
 				}
 				c.procs.Set(float64(p.cur))
 				c.changes.Inc()
-				c.log.Debug("runtime.adaptive_procs: GOMAXPROCS changed", "from", was, "to", p.cur, "cores_used", cores)
+				c.log.Debug("runtime.adaptive_procs: GOMAXPROCS changed", "from", was, "to", p.cur, "cores_used", cores, "mean_wait_for_a_p", time.Duration(wait*1e9))
 			}
 		}
 	}
@@ -220,4 +279,28 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// newSchedWaits reads Go's scheduling latencies (/sched/latencies:seconds:
+// how long goroutines waited, ready, for a P; Go measures a sample of
+// them). Each bucket counts at its lower bound, so a mean is never
+// overstated.
+func newSchedWaits() func() (time.Duration, uint64) {
+	sample := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	return func() (time.Duration, uint64) {
+		metrics.Read(sample)
+		if sample[0].Value.Kind() != metrics.KindFloat64Histogram {
+			return 0, 0 // not in this Go: CPU alone decides
+		}
+		h := sample[0].Value.Float64Histogram()
+		var sum float64
+		var n uint64
+		for i, c := range h.Counts {
+			n += c
+			if lo := h.Buckets[i]; lo > 0 && !math.IsInf(lo, 0) {
+				sum += float64(c) * lo
+			}
+		}
+		return time.Duration(sum * 1e9), n
+	}
 }

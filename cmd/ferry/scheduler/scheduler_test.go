@@ -21,17 +21,17 @@ func TestPolicy(t *testing.T) {
 	// A light load goes to one P only once a whole window of LowerFor
 	// samples is in.
 	for i := 1; i < LowerFor; i++ {
-		if got := p.observe(0.1); got != 4 {
+		if got := p.observe(0.1, 0); got != 4 {
 			t.Fatalf("sample %d of light load: %d, want 4 until %d samples", i, got, LowerFor)
 		}
 	}
-	if got := p.observe(0.1); got != 1 {
+	if got := p.observe(0.1, 0); got != 1 {
 		t.Fatalf("after %d light samples: %d, want 1", LowerFor, got)
 	}
 	// Between the thresholds nothing moves: one P does the same work with
 	// less CPU, so a load just under RaiseAt on one P must not come back.
 	for range 3 * LowerFor {
-		if got := p.observe((LowerAt + RaiseAt) / 2); got != 1 {
+		if got := p.observe((LowerAt+RaiseAt)/2, 0); got != 1 {
 			t.Fatalf("between thresholds on one P: %d", got)
 		}
 	}
@@ -39,18 +39,18 @@ func TestPolicy(t *testing.T) {
 	// P stays until RaiseFor samples in a row are above it.
 	for round := range 3 {
 		for i := 1; i < RaiseFor; i++ {
-			if got := p.observe(RaiseAt + 0.05); got != 1 {
+			if got := p.observe(RaiseAt+0.05, 0); got != 1 {
 				t.Fatalf("round %d: sample %d above RaiseAt: %d, want 1 until %d in a row", round, i, got, RaiseFor)
 			}
 		}
-		if got := p.observe(RaiseAt); got != 1 { // not above: the run starts again
+		if got := p.observe(RaiseAt, 0); got != 1 { // not above: the run starts again
 			t.Fatalf("at RaiseAt: %d", got)
 		}
 	}
 	for i := 1; i < RaiseFor; i++ {
-		p.observe(RaiseAt + 0.05)
+		p.observe(RaiseAt+0.05, 0)
 	}
-	if got := p.observe(RaiseAt + 0.05); got != 4 {
+	if got := p.observe(RaiseAt+0.05, 0); got != 4 {
 		t.Fatalf("%d samples above RaiseAt: %d, want 4", RaiseFor, got)
 	}
 	// On every core, a load whose mean is at or above LowerAt stays, however
@@ -60,7 +60,7 @@ func TestPolicy(t *testing.T) {
 		if i%2 == 1 {
 			c = 0.8
 		}
-		if got := p.observe(c); got != 4 {
+		if got := p.observe(c, 0); got != 4 {
 			t.Fatalf("sample %d of a load of mean 0.65: %d, want 4", i, got)
 		}
 	}
@@ -76,23 +76,106 @@ func TestPolicy(t *testing.T) {
 		if i%2 == 1 {
 			c = 0.65
 		}
-		p.observe(c)
+		p.observe(c, 0)
 	}
 	// One P saturated: every core back at once, a burst does not wait.
-	if got := p.observe(SaturatedAt); got != 4 {
+	if got := p.observe(SaturatedAt, 0); got != 4 {
 		t.Fatalf("at SaturatedAt: %d, want 4", got)
 	}
 	// The window starts again after a switch: one light sample is not a
 	// second of light load.
-	if got := p.observe(0.01); got != 4 {
+	if got := p.observe(0.01, 0); got != 4 {
 		t.Fatalf("one light sample after a raise: %d, want 4", got)
 	}
 	// One core only: nothing to adapt.
 	one := &policy{max: 1, cur: 1}
 	for range 3 * LowerFor {
-		if got := one.observe(5); got != 1 {
+		if got := one.observe(5, 0); got != 1 {
 			t.Fatalf("one core: %d", got)
 		}
+	}
+}
+
+// TestPolicyQueueing: on one P, goroutines waiting for it (a pipeline one
+// P stalls) bring every core back whatever the CPU; a light load's short
+// waits, a blip, or waits at almost no load do not; and a load raised for
+// queueing does not go straight back to one P, where it would queue again.
+func TestPolicyQueueing(t *testing.T) {
+	wait := WaitAt.Seconds()
+	light := func(p *policy) {
+		t.Helper()
+		for i := 0; p.cur != 1; i++ {
+			if i > 3*LowerFor {
+				t.Fatal("an idle agent never went to one P")
+			}
+			p.observe(0.01, 0)
+		}
+	}
+	p := &policy{max: 4, cur: 4}
+	light(p)
+	// A light load whose goroutines wait a few µs, as OTLP at 500 requests/s.
+	for i := range 5 * RaiseFor {
+		if got := p.observe(0.25, 7e-6); got != 1 {
+			t.Fatalf("sample %d of a light load waiting 7 µs: %d, want 1", i, got)
+		}
+	}
+	// Waits at an almost idle agent (a GC cycle on one P) are not a load.
+	for i := range 5 * RaiseFor {
+		if got := p.observe(QueueFloor-0.1, 4*wait); got != 1 {
+			t.Fatalf("sample %d: waits at %.1f cores: %d, want 1", i, QueueFloor-0.1, got)
+		}
+	}
+	// One sample of long waits among short ones is a blip: the mean over
+	// RaiseFor samples decides.
+	for round := range 3 {
+		for i := 1; i < RaiseFor; i++ {
+			if got := p.observe(0.6, wait/4); got != 1 {
+				t.Fatalf("round %d: %d", round, got)
+			}
+		}
+		if got := p.observe(0.6, wait+wait/2); got != 1 {
+			t.Fatalf("round %d: one sample of long waits: %d, want 1", round, got)
+		}
+	}
+	// The local protocol at 2.8M records/s on one P: 0.55-0.65 cores, waits
+	// of 13-125 µs; every core within RaiseFor samples.
+	for range RaiseFor {
+		p.observe(0.25, 0)
+	}
+	samples := []struct{ cores, wait float64 }{{0.64, 62e-6}, {0.66, 38e-6}, {0.57, 16e-6}}
+	for i, s := range samples {
+		got := p.observe(s.cores, s.wait)
+		if i == 0 && got != 1 {
+			t.Fatal("one sample of queueing raised")
+		}
+		if got == 4 {
+			break
+		}
+		if i == len(samples)-1 {
+			t.Fatalf("%d samples of queueing: %d, want 4", len(samples), got)
+		}
+	}
+	// On every core it takes 0.55 cores, under LowerAt: it stays, since
+	// back on one P it would queue again.
+	for i := range 5 * LowerFor {
+		if got := p.observe(0.55, 0); got != 4 {
+			t.Fatalf("sample %d of the queued load on every core: %d, want 4", i, got)
+		}
+	}
+	// Once the load falls well below what queued, one P again, and a later
+	// raise for CPU alone leaves the ordinary rule.
+	light(p)
+	for range RaiseFor {
+		p.observe(RaiseAt+0.1, 0)
+	}
+	if p.cur != 4 {
+		t.Fatalf("busy on one P: %d, want 4", p.cur)
+	}
+	for i := 0; p.cur != 1; i++ {
+		if i > LowerFor {
+			t.Fatal("a load of 0.55 raised for CPU did not go back to one P within a window")
+		}
+		p.observe(0.55, 0)
 	}
 }
 
@@ -103,6 +186,8 @@ type load struct {
 	cpu   atomic.Int64 // ns
 	wall  time.Time
 	ticks chan time.Time
+	// waited (ns) and waits: goroutines' waits for a P, summed and counted.
+	waited, waits atomic.Int64
 }
 
 // drive makes c (not started) sample l instead of the process; started
@@ -111,6 +196,7 @@ func drive(t *testing.T, c *Controller) *load {
 	start := time.Unix(1700000000, 0)
 	l := &load{t: t, wall: start, ticks: make(chan time.Time)}
 	c.cpu = func() time.Duration { return time.Duration(l.cpu.Load()) }
+	c.waits = func() (time.Duration, uint64) { return time.Duration(l.waited.Load()), uint64(l.waits.Load()) }
 	c.now = func() time.Time { return start }
 	c.ticks = l.ticks
 	return l
@@ -135,10 +221,16 @@ func (l *load) started() { l.t.Helper(); l.tick() }
 // returns once the Controller has acted on it: a second tick at the same
 // time (skipped, as above) is taken only after the first one's sample is
 // done.
-func (l *load) sample(cores float64) {
+func (l *load) sample(cores float64) { l.t.Helper(); l.sampleWaiting(cores, 0) }
+
+// sampleWaiting is sample in which goroutines waited wait on average for a P
+// (100 waits measured).
+func (l *load) sampleWaiting(cores float64, wait time.Duration) {
 	l.t.Helper()
 	l.wall = l.wall.Add(Interval)
 	l.cpu.Add(int64(cores * float64(Interval)))
+	l.waited.Add(100 * int64(wait))
+	l.waits.Add(100)
 	l.tick()
 	l.tick()
 }
@@ -199,6 +291,16 @@ func TestControllerFollowsTheLoad(t *testing.T) {
 	l.sample(RaiseAt + 0.1)
 	changes++
 	is("busy", max)
+	idle("idle once more")
+	// Goroutines waiting for the one P, at a load under RaiseAt: every
+	// core back after RaiseFor samples.
+	for i := 1; i < RaiseFor; i++ {
+		l.sampleWaiting(0.6, 2*WaitAt)
+		is(fmt.Sprintf("queueing, sample %d", i), 1)
+	}
+	l.sampleWaiting(0.6, 2*WaitAt)
+	changes++
+	is("queueing", max)
 	c.Shutdown(context.Background())
 	if got := runtime.GOMAXPROCS(0); got != max {
 		t.Fatalf("after Shutdown: GOMAXPROCS %d, want Go's default %d", got, max)
