@@ -6,7 +6,7 @@
 // filled by reference (no copy, no allocation per record once buffers are
 // warm); the sender goroutine copies its bytes into a frame when the batch
 // goes out, so the application's goroutine does not pay for reading every
-// value, as with Kafka's own producers. The batch is sent when it is full
+// value (franz-go does the same). The batch is sent when it is full
 // or Linger has passed, and up to MaxInFlight
 // batches are on the wire at once. The agent answers every batch when its
 // records are durable (Kafka's acknowledgement, or the agent's spool); a
@@ -105,10 +105,9 @@ type Options struct {
 	// records/s within the machine's noise; issue 37).
 	MaxBufferedRecords int
 	MaxBlock           time.Duration // default 10s; negative: fail at once
-	// A batch is sent when it holds BatchBytes (default 256 KiB, counted
-	// as the records' sizes plus 16 bytes each, about what their framing
-	// takes) or BatchRecords (default 10,000), or Linger (default 2ms)
-	// after its first record.
+	// A batch is sent when it holds BatchBytes (default 256 KiB, encoded)
+	// or BatchRecords (default 10,000), or Linger (default 2ms) after its
+	// first record.
 	BatchBytes   int
 	BatchRecords int
 	Linger       time.Duration
@@ -253,6 +252,10 @@ type entry struct {
 type batch struct {
 	entries []entry
 	open    int // entries not yet resolved
+	// wire is the records' encoded size, as the sender will write them
+	// (prev: the last record's topic, which the next one may repeat).
+	wire int
+	prev string
 	// encoding: the sender is copying records of this batch into a frame
 	// without c.mu; its callbacks (after which the application may change
 	// the records) and its return to the pool wait for the copy.
@@ -396,11 +399,13 @@ func (c *Client) produce(ctx context.Context, r *Record, cb func(*Record, error)
 		}
 	}
 	b.entries = append(b.entries, entry{rec: r, cb: cb, rcb: rcb, size: size})
+	b.wire += encodedLen(b.prev, r)
+	b.prev = r.Topic
 	b.open++
 	b.bytes += int64(size)
 	c.buffered += int64(size)
 	c.bufferedN++
-	if b.bytes >= int64(c.o.BatchBytes) || len(b.entries) >= c.o.BatchRecords {
+	if b.wire >= c.o.BatchBytes || len(b.entries) >= c.o.BatchRecords {
 		c.seal()
 	}
 	c.mu.Unlock()
@@ -476,7 +481,10 @@ func (c *Client) lingerFired() {
 }
 
 // ProduceSync sends records and waits for all of them: nil when every one
-// is durable, else the first record's error.
+// is durable, else the first record's error. If ctx ends first it returns
+// ctx's error with the records still being sent: they are read when their
+// batch goes out, so they must not be changed until Flush or Close has
+// returned.
 func (c *Client) ProduceSync(ctx context.Context, rs ...*Record) error {
 	var wg sync.WaitGroup
 	var mu sync.Mutex

@@ -20,6 +20,7 @@ import (
 	"github.com/ferryhq/ferry/client"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/consumer/consumertest"
+	"github.com/ferryhq/ferry/protocol"
 	"github.com/ferryhq/ferry/receiver/localreceiver"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
@@ -658,7 +659,11 @@ func (silent) Consume(context.Context, *record.Batch) error { return nil }
 // overwrite the values, so under -race a callback run during the copy is
 // reported (and the bytes a frame carried would be torn).
 func TestCloseDuringACopyCallsBackAfterIt(t *testing.T) {
-	_, sock := agent(t, silent{}, func(c *localreceiver.Config) { c.MaxRecords = 100_000; c.MaxFrameBytes = 8 << 20; c.MaxInflightBytes = 64 << 20 })
+	_, sock := agent(t, silent{}, func(c *localreceiver.Config) {
+		c.MaxRecords = 100_000
+		c.MaxFrameBytes = 8 << 20
+		c.MaxInflightBytes = 64 << 20
+	})
 	for round := 0; round < 20; round++ {
 		c, err := client.New(client.Options{Addrs: []string{"unix:" + sock}, BatchBytes: 4 << 20, BatchRecords: 100_000, Linger: time.Hour})
 		if err != nil {
@@ -692,5 +697,72 @@ func TestCloseDuringACopyCallsBackAfterIt(t *testing.T) {
 		if got := called.Load(); got != n || twice.Load() {
 			t.Fatalf("round %d: %d callbacks for %d records (a record called back twice: %v)", round, got, n, twice.Load())
 		}
+	}
+}
+
+// TestCloseEndsAWriteTheAgentDoesNotRead: an agent that says hello and then
+// reads nothing fills the socket; the sender blocks in its write. Close
+// must still return (closing the connection ends the write), and every
+// record is called back with ErrClosed.
+func TestCloseEndsAWriteTheAgentDoesNotRead(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "a.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		var pre [4]byte
+		if _, err := io.ReadFull(c, pre[:]); err != nil {
+			return
+		}
+		if _, err := readRaw(c); err != nil { // hello
+			return
+		}
+		ok := protocol.AppendHelloOK(nil, protocol.HelloOK{Version: uint16(pre[3]), MaxFrameBytes: 8 << 20, MaxRecords: 100_000, MaxInflightBytes: 64 << 20, Server: "deaf"})
+		if _, err := c.Write(ok); err != nil {
+			return
+		}
+		accepted <- c // and never read again
+	}()
+	c, err := client.New(client.Options{Addrs: []string{"unix:" + sock}, BatchBytes: 1 << 20, MaxBufferedBytes: 256 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var called atomic.Int64
+	value := bytes.Repeat([]byte("v"), 64<<10)
+	const n = 400 // 25 MiB: far more than any socket holds
+	for range n {
+		c.Produce(context.Background(), &client.Record{Topic: "t", Value: value}, func(_ *client.Record, err error) {
+			if !errors.Is(err, client.ErrClosed) {
+				t.Errorf("record failed with %v, want ErrClosed", err)
+			}
+			called.Add(1)
+		})
+	}
+	var agent net.Conn
+	select {
+	case agent = <-accepted:
+		defer agent.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client did not connect")
+	}
+	time.Sleep(200 * time.Millisecond) // the sender fills the socket and blocks
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	closed := make(chan struct{})
+	go func() { _ = c.Close(ctx); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hangs behind a write the agent does not read")
+	}
+	if got := called.Load(); got != n {
+		t.Fatalf("%d callbacks for %d records", got, n)
 	}
 }

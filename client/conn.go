@@ -48,6 +48,43 @@ func appendRecord(dst []byte, prevTopic string, r *Record) []byte {
 	return dst
 }
 
+// encodedLen is len(appendRecord(nil, prevTopic, r)), without writing it:
+// the batch being filled is sealed at BatchBytes of what the sender will
+// write.
+func encodedLen(prevTopic string, r *Record) int {
+	n := 0
+	if r.Topic != "" && r.Topic == prevTopic {
+		n++
+	} else {
+		n += uvarintLen(uint64(len(r.Topic))) + len(r.Topic)
+	}
+	if r.Key == nil {
+		n++
+	} else {
+		n += uvarintLen(uint64(len(r.Key))+1) + len(r.Key)
+	}
+	n += uvarintLen(uint64(len(r.Value))) + len(r.Value)
+	var ts uint64
+	if !r.Timestamp.IsZero() {
+		ts = uint64(max(r.Timestamp.UnixMilli(), 0))
+	}
+	n += uvarintLen(ts) + uvarintLen(uint64(len(r.Headers)))
+	for i := range r.Headers {
+		n += uvarintLen(uint64(len(r.Headers[i].Key))) + len(r.Headers[i].Key)
+		n += uvarintLen(uint64(len(r.Headers[i].Value))) + len(r.Headers[i].Value)
+	}
+	return n
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
 // session is one connection's state, owned by the sender goroutine except
 // where noted.
 type session struct {
@@ -114,13 +151,12 @@ func (c *Client) dial() (*session, error) {
 		if network == "tcp" && c.o.TLS != nil {
 			conn, err = tls.DialWithDialer(&net.Dialer{Timeout: c.o.DialTimeout}, network, addr, c.o.TLS)
 		} else {
-			conn, err = net.DialTimeout(network, addr, c.o.DialTimeout)
+			conn, err = dialTuned(network, addr, c.o.DialTimeout)
 		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		tune(conn)
 		s, err := c.handshake(conn)
 		var fe *Error
 		if err != nil && c.version() == protocol.Version3 && errors.As(err, &fe) && fe.Reason == "unsupported_version" {
@@ -193,7 +229,7 @@ const unixWriteBuffer = 1 << 20
 
 const defaultBatchBytes = 256 << 10 // Options.BatchBytes
 
-// tune sizes a new connection's send buffer. A Unix socket holds what the
+// dialTuned dials and sizes the connection's send buffer. A Unix socket holds what the
 // sender's buffer allows, 208 KiB by default: less than one 256 KiB frame,
 // so each frame stalled the sender until the agent had read part of it,
 // and the agent, busy with the frame before, had not (issue 37: 32 B
@@ -201,10 +237,12 @@ const defaultBatchBytes = 256 << 10 // Options.BatchBytes
 // 1 MiB). The kernel caps the request at net.core.wmem_max (doubled);
 // best effort. TCP is left to the kernel's own sizing, which setting it
 // would turn off.
-func tune(conn net.Conn) {
-	if uc, ok := conn.(*net.UnixConn); ok {
+func dialTuned(network, addr string, timeout time.Duration) (net.Conn, error) {
+	conn, err := net.DialTimeout(network, addr, timeout)
+	if uc, ok := conn.(*net.UnixConn); ok && err == nil {
 		_ = uc.SetWriteBuffer(unixWriteBuffer)
 	}
+	return conn, err
 }
 
 // Bounds of the frames in flight when Options.MaxInFlight is not set.
@@ -247,6 +285,16 @@ func readFrame(r io.Reader, max int) (protocol.FrameHeader, []byte, error) {
 // on it is sent again on the next connection.
 func (c *Client) serve(s *session) {
 	go c.reader(s)
+	// Close must not wait behind a write to an agent that stopped
+	// reading: closing the connection ends it (and the reader, whose end
+	// ends this watcher otherwise).
+	go func() {
+		select {
+		case <-c.stop:
+			s.c.Close()
+		case <-s.broken:
+		}
+	}()
 	defer func() {
 		s.c.Close()
 		c.mu.Lock()
@@ -498,6 +546,11 @@ func (c *Client) answered(s *session, id uint32, ranges []protocol.Range, rc *pr
 	}
 	delete(s.inflight, id)
 	s.bytes -= int64(sd.frameBytes)
+	if c.closed {
+		// Close failed these records already; their batch may be back
+		// in the pool.
+		return
+	}
 	var again []int
 	var after time.Duration
 	k := 0
