@@ -39,7 +39,9 @@
 // requests/s, 0.2-0.3 cores). Such a load may take less CPU on every core
 // than LowerAt and would come straight back to one P, and to the queue: so
 // after a raise for queueing it goes back only below QueuedShare of the
-// CPU it queued at (and below LowerAt).
+// CPU it queued at (and below LowerAt), for QueuedHold; then the ordinary
+// rule again (a load that still queues comes back once a minute, for
+// RaiseFor samples).
 //
 // Going down: on every core, once the mean of the last LowerFor samples
 // is below LowerAt. A mean, not every sample: a steady load that takes
@@ -89,6 +91,7 @@ const (
 	WaitAt      = 25 * time.Microsecond
 	QueueFloor  = 0.3
 	QueuedShare = 0.7
+	QueuedHold  = 600 // samples: a minute
 )
 
 // policy is the Controller's decision rule, apart from clocks and the
@@ -103,6 +106,7 @@ type policy struct {
 	waits, loads [RaiseFor]float64
 	w, wn        int
 	queuedAt     float64
+	held         int // samples on every core since a raise for queueing
 	// The last samples on every core (n of them, up to LowerFor), a ring.
 	recent [LowerFor]float64
 	n, at  int
@@ -135,7 +139,7 @@ func (p *policy) observe(cores, wait float64) int {
 			p.busy++
 		}
 		if p.busy >= RaiseFor || cores >= SaturatedAt || queued {
-			p.queuedAt = 0
+			p.queuedAt, p.held = 0, 0
 			if queued && p.busy < RaiseFor && cores < SaturatedAt {
 				p.queuedAt = meanLoad
 			}
@@ -150,6 +154,11 @@ func (p *policy) observe(cores, wait float64) int {
 	}
 	p.recent[p.at], p.sum = cores, p.sum+cores
 	p.at = (p.at + 1) % LowerFor
+	if p.queuedAt > 0 {
+		if p.held++; p.held >= QueuedHold {
+			p.queuedAt, p.held = 0, 0
+		}
+	}
 	if p.n == LowerFor && p.sum < LowerAt*LowerFor && (p.queuedAt == 0 || p.sum < QueuedShare*p.queuedAt*LowerFor) {
 		p.cur, p.queuedAt = 1, 0
 	}

@@ -113,10 +113,23 @@ func TestPolicyQueueing(t *testing.T) {
 	}
 	p := &policy{max: 4, cur: 4}
 	light(p)
-	// A light load whose goroutines wait a few µs, as OTLP at 500 requests/s.
+	// A load whose goroutines wait a few µs, as OTLP at 500 and 2,000
+	// requests/s, or just under WaitAt, stays on one P.
 	for i := range 5 * RaiseFor {
 		if got := p.observe(0.25, 7e-6); got != 1 {
 			t.Fatalf("sample %d of a light load waiting 7 µs: %d, want 1", i, got)
+		}
+	}
+	for i := range 5 * RaiseFor {
+		if got := p.observe(0.65, wait*0.9); got != 1 {
+			t.Fatalf("sample %d at 0.65 cores waiting under WaitAt: %d, want 1", i, got)
+		}
+	}
+	// Each sample's wait counts only at QueueFloor or more: one long wait
+	// at little load does not lift two short ones above WaitAt.
+	for i, s := range []struct{ cores, wait float64 }{{0.2, 4 * wait}, {0.5, wait / 2}, {0.5, wait / 2}} {
+		if got := p.observe(s.cores, s.wait); got != 1 {
+			t.Fatalf("sample %d: a long wait at %.1f cores counted: %d", i, s.cores, got)
 		}
 	}
 	// Waits at an almost idle agent (a GC cycle on one P) are not a load.
@@ -162,14 +175,28 @@ func TestPolicyQueueing(t *testing.T) {
 			t.Fatalf("sample %d of the queued load on every core: %d, want 4", i, got)
 		}
 	}
+	// After QueuedHold samples the ordinary rule is back: a load of 0.55
+	// tries one P again (and queues again, and comes back, once a minute).
+	for i := 0; p.cur != 1; i++ {
+		if i > QueuedHold {
+			t.Fatalf("the queued load still on every core after %d samples", i+5*LowerFor)
+		}
+		p.observe(0.55, 0)
+	}
+	for range RaiseFor {
+		p.observe(0.6, 2*wait)
+	}
+	if p.cur != 4 {
+		t.Fatalf("queueing again: %d, want 4", p.cur)
+	}
 	// Once the load falls well below what queued, one P again, and a later
 	// raise for CPU alone leaves the ordinary rule.
 	light(p)
 	for range RaiseFor {
-		p.observe(RaiseAt+0.1, 0)
+		p.observe(RaiseAt+0.1, 2*wait) // busy and queueing: a raise for CPU
 	}
-	if p.cur != 4 {
-		t.Fatalf("busy on one P: %d, want 4", p.cur)
+	if p.cur != 4 || p.queuedAt != 0 {
+		t.Fatalf("busy on one P: %d (queued at %v), want 4 raised for CPU", p.cur, p.queuedAt)
 	}
 	for i := 0; p.cur != 1; i++ {
 		if i > LowerFor {
@@ -291,14 +318,22 @@ func TestControllerFollowsTheLoad(t *testing.T) {
 	l.sample(RaiseAt + 0.1)
 	changes++
 	is("busy", max)
+	l.waited.Add(int64(1000 * time.Millisecond)) // in the idle spell's first sample
+	l.waits.Add(10)
 	idle("idle once more")
+	// A long history of waits does not count: only each interval's own
+	// (a mean over everything since the start would raise below).
+	for i := range 3 * RaiseFor {
+		l.sampleWaiting(0.6, WaitAt/2)
+		is(fmt.Sprintf("short waits after long ones, sample %d", i), 1)
+	}
 	// Goroutines waiting for the one P, at a load under RaiseAt: every
 	// core back after RaiseFor samples.
 	for i := 1; i < RaiseFor; i++ {
-		l.sampleWaiting(0.6, 2*WaitAt)
+		l.sampleWaiting(0.6, WaitAt*6/5)
 		is(fmt.Sprintf("queueing, sample %d", i), 1)
 	}
-	l.sampleWaiting(0.6, 2*WaitAt)
+	l.sampleWaiting(0.6, WaitAt*6/5)
 	changes++
 	is("queueing", max)
 	c.Shutdown(context.Background())
@@ -386,5 +421,22 @@ func TestControllerLeavesGOMAXPROCS(t *testing.T) {
 				t.Fatalf("GOMAXPROCS %d, want %d", got, max)
 			}
 		})
+	}
+}
+
+// TestSchedWaitsReadsGo: the waits come from Go's own scheduler metrics:
+// goroutines made ready add to the count, and the sum never goes back.
+func TestSchedWaitsReadsGo(t *testing.T) {
+	waits := newSchedWaits()
+	sum0, n0 := waits()
+	var wg sync.WaitGroup
+	for range 2000 {
+		wg.Add(1)
+		go func() { defer wg.Done(); time.Sleep(time.Microsecond) }()
+	}
+	wg.Wait()
+	sum1, n1 := waits()
+	if n1 <= n0 || sum1 < sum0 {
+		t.Fatalf("waits (%v, %d) then (%v, %d) after 2,000 goroutines ran", sum0, n0, sum1, n1)
 	}
 }
