@@ -26,32 +26,45 @@
 // span by 30-45%.
 //
 // Queueing on one P also gives every core back, whatever the CPU: when the
-// goroutines made ready waited for the P WaitAt or more on average over the
-// last RaiseFor samples (Go's /sched/latencies, the time from ready to
-// running), at QueueFloor cores or more. CPU alone cannot tell a load one
-// P serves well from a pipeline that one P stalls: 2.8M records/s of 32 B
-// from one local-protocol client kept the agent at 0.55-0.65 cores on one
-// P, where the connection's reader, the Kafka client's goroutines and the
-// answers took turns (goroutines waited 13-125 µs on average for the P,
-// the client's window filled and the agent then waited for it); on every
-// core the same client sent 3.3M/s at 0.75 cores, with lower latency
-// (issue 37; both with the client's 1 MiB socket buffer). Light loads wait a few µs (6-7 µs at 500 and 2,000 OTLP
-// requests/s, 0.2-0.3 cores). Such a load may take less CPU on every core
-// than LowerAt and would come straight back to one P, and to the queue: so
-// after a raise for queueing it goes back only below QueuedShare of the
-// CPU it queued at (and below LowerAt), for QueuedHold; then the ordinary
-// rule again (a load that still queues comes back once a minute, for
-// RaiseFor samples).
+// goroutines made ready waited for the P WaitAt or more on average in most
+// of the last RaiseFor samples (Go's /sched/latencies, the time from ready
+// to running), at QueueFloor cores or more. CPU alone cannot tell a load one
+// P serves well from a pipeline that one P stalls: 2.3-2.8M records/s of
+// 32 B from one local-protocol client kept the agent at 0.4-0.7 cores on
+// one P, where the connection's reader (a frame of thousands of records at
+// a time), the Kafka client's goroutines and the answers took turns: ready
+// goroutines waited 50 µs to 5 ms on average per 100 ms sample, a fifth of
+// them 250 µs or more; the client's window filled and the agent then
+// waited for it. On every core the same client sent 3.3M/s at 0.75 cores,
+// with lower latency (issue 37). Short handlers wait briefly even when one
+// P is well used: OTLP traces from 4 clients of 100 spans, 0.35-0.65 cores
+// on one P, waited 11-35 µs on average (under 1% of waits 250 µs or more),
+// and on every core took 20% more CPU a span for the same spans/s (so
+// WaitAt is 100 µs: a first value of 25 µs raised them); 500 and 2,000
+// OTLP requests/s wait 6-7 µs.
 //
 // Going down: on every core, once the mean of the last LowerFor samples
 // is below LowerAt. A mean, not every sample: a steady load that takes
 // 0.45 cores on one P takes 0.5-0.7 per sample on every core (the
 // threads waking each other), and waiting for ten samples in a row under
 // LowerAt kept it on every core for seconds after each start or burst.
-// LowerAt is 0.6, not lower, for the same reason: such a load would
-// otherwise never come back. The thresholds leave a gap (one P does the
-// same work with less CPU), so a load near either does not switch back
-// and forth.
+// The thresholds leave a gap (one P does the same work with less CPU), so
+// a load near either does not switch back and forth.
+//
+// A load under RaiseAt but over LowerAt on every core tries one P after
+// ProbeAfter there: on every core it cannot tell whether one P would
+// serve it. Without the probe, whichever way such a load came in decided
+// for good: OTLP traces at 4 in flight took 1.33-1.39 µs of CPU a span
+// when a run began on one P and 1.63-1.75 µs when an earlier load had
+// left the agent on every core (0.65-0.70 cores there, over LowerAt), the
+// unexplained quarter between a whole make bench and the section alone
+// (issue 37). A try that fails (every core back within FailWithin
+// samples: the load queues or saturates one P) makes the next one wait
+// twice as long, up to ProbeMax, so a load that needs every core spends
+// 300 ms on one P every 10 s, then every 20 s, ... every 5 min; a try
+// that holds HeldFor samples starts the waits over. The waits hold back
+// only a load of QueueFloor cores or more: an idle agent goes to one P
+// within a window, as before.
 //
 // "Every core" is Go's own default, restored with
 // runtime.SetDefaultGOMAXPROCS, so a container's CPU limit (which Go
@@ -86,12 +99,19 @@ const (
 	RaiseFor    = 3 // samples: 300 ms of one P busy most of the time
 	LowerAt     = 0.6
 	LowerFor    = 10 // samples: the mean of the last second
-	// Queueing on one P: the mean wait of a ready goroutine for the P,
-	// over RaiseFor samples, at a load of QueueFloor cores or more.
-	WaitAt      = 25 * time.Microsecond
-	QueueFloor  = 0.3
-	QueuedShare = 0.7
-	QueuedHold  = 600 // samples: a minute
+	// Queueing on one P: a ready goroutine's mean wait for the P, in most
+	// of RaiseFor samples, at a load of QueueFloor cores or more.
+	WaitAt     = 100 * time.Microsecond
+	QueueFloor = 0.3
+	// On every core, a load under RaiseAt tries one P again after
+	// ProbeAfter samples there. A raise within FailWithin samples of a
+	// lowering means one P did not hold the load: the next lowering waits
+	// the probe, which doubles each time up to ProbeMax; a lowering that
+	// held HeldFor samples starts it over.
+	ProbeAfter = 100  // 10 s
+	ProbeMax   = 3000 // 5 min
+	FailWithin = 20   // 2 s
+	HeldFor    = 600  // a minute
 )
 
 // policy is the Controller's decision rule, apart from clocks and the
@@ -101,16 +121,19 @@ type policy struct {
 	cur  int
 	busy int // samples in a row over RaiseAt, on one P
 	// The last RaiseFor samples on one P (cores and the mean wait for the
-	// P, in seconds), a ring; queuedAt is the CPU a raise for queueing
-	// happened at (0: the last raise was not for queueing).
+	// P, in seconds), a ring.
 	waits, loads [RaiseFor]float64
 	w, wn        int
-	queuedAt     float64
-	held         int // samples on every core since a raise for queueing
 	// The last samples on every core (n of them, up to LowerFor), a ring.
 	recent [LowerFor]float64
 	n, at  int
 	sum    float64
+	// since: samples on every core since the last raise; lowered: samples
+	// on one P since the last lowering. gate: samples on every core before
+	// any lowering (0, or the backoff after one P failed a load); probe:
+	// samples before a load under RaiseAt tries one P again (ProbeAfter,
+	// doubled by each failure up to ProbeMax).
+	since, lowered, gate, probe int
 }
 
 // observe takes one sample, the cores of CPU used over the last interval
@@ -120,33 +143,49 @@ func (p *policy) observe(cores, wait float64) int {
 	if p.max <= 1 {
 		return p.cur
 	}
+	if p.probe == 0 {
+		p.probe = ProbeAfter
+	}
 	if p.cur == 1 {
+		p.lowered++
 		if cores < QueueFloor {
 			wait = 0 // waits at almost no load (a GC cycle) are not queueing
 		}
 		p.waits[p.w], p.loads[p.w] = wait, cores
 		p.w = (p.w + 1) % RaiseFor
 		p.wn = min(p.wn+1, RaiseFor)
-		var meanWait, meanLoad float64
+		var meanLoad float64
+		long := 0 // samples whose goroutines waited WaitAt or more on average
 		for i := range p.wn {
-			meanWait += p.waits[i] / float64(p.wn)
 			meanLoad += p.loads[i] / float64(p.wn)
+			if p.waits[i] >= WaitAt.Seconds() {
+				long++
+			}
 		}
-		queued := p.wn == RaiseFor && meanWait >= WaitAt.Seconds() && meanLoad >= QueueFloor
+		// Most of the samples, not their mean: one sample of a GC cycle
+		// or a burst's first frame is not a queue.
+		queued := p.wn == RaiseFor && 2*long > RaiseFor && meanLoad >= QueueFloor
 		if cores <= RaiseAt {
 			p.busy = 0
 		} else {
 			p.busy++
 		}
 		if p.busy >= RaiseFor || cores >= SaturatedAt || queued {
-			p.queuedAt, p.held = 0, 0
-			if queued && p.busy < RaiseFor && cores < SaturatedAt {
-				p.queuedAt = meanLoad
+			switch {
+			case p.lowered <= FailWithin:
+				// One P did not hold this load: wait longer before the
+				// next try, so a load that fails it does not flap.
+				p.gate, p.probe = p.probe, min(2*p.probe, ProbeMax)
+			case p.lowered >= HeldFor:
+				p.gate, p.probe = 0, ProbeAfter
+			default:
+				p.gate = 0
 			}
-			p.cur, p.busy, p.n, p.at, p.sum, p.w, p.wn = p.max, 0, 0, 0, 0, 0, 0
+			p.cur, p.busy, p.n, p.at, p.sum, p.w, p.wn, p.since = p.max, 0, 0, 0, 0, 0, 0, 0
 		}
 		return p.cur
 	}
+	p.since++
 	if p.n == LowerFor {
 		p.sum -= p.recent[p.at]
 	} else {
@@ -154,13 +193,13 @@ func (p *policy) observe(cores, wait float64) int {
 	}
 	p.recent[p.at], p.sum = cores, p.sum+cores
 	p.at = (p.at + 1) % LowerFor
-	if p.queuedAt > 0 {
-		if p.held++; p.held >= QueuedHold {
-			p.queuedAt, p.held = 0, 0
+	if p.n == LowerFor {
+		// A load under QueueFloor goes down at once: whatever failed on
+		// one P before has gone.
+		mean := p.sum / LowerFor
+		if mean < QueueFloor || p.since >= p.gate && (mean < LowerAt || mean < RaiseAt && p.since >= p.probe) {
+			p.cur, p.lowered = 1, 0
 		}
-	}
-	if p.n == LowerFor && p.sum < LowerAt*LowerFor && (p.queuedAt == 0 || p.sum < QueuedShare*p.queuedAt*LowerFor) {
-		p.cur, p.queuedAt = 1, 0
 	}
 	return p.cur
 }
