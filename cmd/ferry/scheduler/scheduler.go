@@ -58,13 +58,15 @@
 // when a run began on one P and 1.63-1.75 µs when an earlier load had
 // left the agent on every core (0.65-0.70 cores there, over LowerAt), the
 // unexplained quarter between a whole make bench and the section alone
-// (issue 37). A try that fails (every core back within FailWithin
-// samples: the load queues or saturates one P) makes the next one wait
-// twice as long, up to ProbeMax, so a load that needs every core spends
-// 300 ms on one P every 10 s, then every 20 s, ... every 5 min; a try
+// (issue 37). A try fails when one P saturates or stays busy within
+// FailWithin samples, or queues within HeldFor; each failure doubles the
+// wait before the next try (and before a lowering under LowerAt), up to
+// ProbeMax, so a load that needs every core spends at most 2 s (usually
+// 100-300 ms) on one P after 10 s, then 20 s, ... then every 5 min; a try
 // that holds HeldFor samples starts the waits over. The waits hold back
 // only a load of QueueFloor cores or more: an idle agent goes to one P
-// within a window, as before.
+// within a window, as before, and that lowering is no try (a burst after
+// it is no failure).
 //
 // "Every core" is Go's own default, restored with
 // runtime.SetDefaultGOMAXPROCS, so a container's CPU limit (which Go
@@ -129,11 +131,13 @@ type policy struct {
 	n, at  int
 	sum    float64
 	// since: samples on every core since the last raise; lowered: samples
-	// on one P since the last lowering. gate: samples on every core before
-	// any lowering (0, or the backoff after one P failed a load); probe:
-	// samples before a load under RaiseAt tries one P again (ProbeAfter,
-	// doubled by each failure up to ProbeMax).
+	// on one P since the last lowering, and tried: that lowering was of a
+	// load (QueueFloor cores or more), not of an idle agent. gate: samples
+	// on every core before a load may go to one P (0, or the backoff after
+	// one P failed it); probe: samples before a load under RaiseAt tries
+	// one P again (ProbeAfter, doubled by each failure up to ProbeMax).
 	since, lowered, gate, probe int
+	tried                       bool
 }
 
 // observe takes one sample, the cores of CPU used over the last interval
@@ -162,19 +166,23 @@ func (p *policy) observe(cores, wait float64) int {
 				long++
 			}
 		}
-		// Most of the samples, not their mean: one sample of a GC cycle
-		// or a burst's first frame is not a queue.
+		// Most of the samples, each its own mean wait: one sample of a GC
+		// cycle or a burst's first frame is not a queue.
 		queued := p.wn == RaiseFor && 2*long > RaiseFor && meanLoad >= QueueFloor
 		if cores <= RaiseAt {
 			p.busy = 0
 		} else {
 			p.busy++
 		}
-		if p.busy >= RaiseFor || cores >= SaturatedAt || queued {
+		busy := p.busy >= RaiseFor || cores >= SaturatedAt
+		if busy || queued {
 			switch {
-			case p.lowered <= FailWithin:
-				// One P did not hold this load: wait longer before the
-				// next try, so a load that fails it does not flap.
+			case p.tried && (p.lowered <= FailWithin || !busy && p.lowered < HeldFor):
+				// One P did not hold the load it was tried with (it
+				// saturated or stayed busy at once, or it queued within
+				// HeldFor): wait longer before the next try, so a load
+				// that fails it does not flap. An idle agent's lowering
+				// was no try: a burst after it is no failure.
 				p.gate, p.probe = p.probe, min(2*p.probe, ProbeMax)
 			case p.lowered >= HeldFor:
 				p.gate, p.probe = 0, ProbeAfter
@@ -198,7 +206,7 @@ func (p *policy) observe(cores, wait float64) int {
 		// one P before has gone.
 		mean := p.sum / LowerFor
 		if mean < QueueFloor || p.since >= p.gate && (mean < LowerAt || mean < RaiseAt && p.since >= p.probe) {
-			p.cur, p.lowered = 1, 0
+			p.cur, p.lowered, p.tried = 1, 0, mean >= QueueFloor
 		}
 	}
 	return p.cur

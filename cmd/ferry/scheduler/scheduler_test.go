@@ -125,11 +125,20 @@ func TestPolicyQueueing(t *testing.T) {
 			t.Fatalf("sample %d at 0.65 cores waiting under WaitAt: %d, want 1", i, got)
 		}
 	}
-	// Each sample's wait counts only at QueueFloor or more: one long wait
-	// at little load does not lift two short ones above WaitAt.
-	for i, s := range []struct{ cores, wait float64 }{{0.2, 4 * wait}, {0.5, wait / 2}, {0.5, wait / 2}} {
-		if got := p.observe(s.cores, s.wait); got != 1 {
-			t.Fatalf("sample %d: a long wait at %.1f cores counted: %d", i, s.cores, got)
+	// Each sample's wait counts only at QueueFloor or more: two long waits
+	// at little load do not make a queue of the next sample's load; nor do
+	// long waits whose samples average under QueueFloor.
+	for _, run := range [][]struct{ cores, wait float64 }{
+		{{0.2, 4 * wait}, {0.2, 4 * wait}, {0.6, 0}},
+		{{0.3, 2 * wait}, {0.3, 2 * wait}, {0, 0}},
+	} {
+		for i, s := range run {
+			if got := p.observe(s.cores, s.wait); got != 1 {
+				t.Fatalf("sample %d of %v: long waits at little load counted: %d", i, run, got)
+			}
+		}
+		for range RaiseFor {
+			p.observe(0.2, 0)
 		}
 	}
 	// Waits at an almost idle agent (a GC cycle on one P) are not a load.
@@ -188,11 +197,16 @@ func TestPolicyQueueing(t *testing.T) {
 			}
 			p.observe(0.55, 0)
 		}
-		for i := 0; p.cur == 1; i++ {
-			if i > RaiseFor {
+		for p.cur == 1 {
+			if p.lowered > RaiseFor {
 				t.Fatal("queueing again on one P, and still there")
 			}
 			p.observe(0.6, 2*wait)
+		}
+		// The one-P samples start afresh at each lowering: the raise
+		// takes RaiseFor of them, none left from the last stay.
+		if p.lowered != RaiseFor {
+			t.Fatalf("raised after %d samples on one P, want %d", p.lowered, RaiseFor)
 		}
 		return n
 	}
@@ -205,11 +219,55 @@ func TestPolicyQueueing(t *testing.T) {
 			t.Fatalf("after a failed try: the next after %d samples, want %d", n, exp)
 		}
 	}
-	// A load over LowerAt, under RaiseAt, on every core (as OTLP traces at
-	// 4 in flight take there, 0.65-0.70 cores): one P after ProbeAfter
-	// samples, and there it stays. First a lowering that holds HeldFor
-	// samples, which starts the waits over.
+	// A load that queues on one P only after a few seconds (under HeldFor)
+	// failed its try too: the wait grows.
 	light(p)
+	for range HeldFor {
+		p.observe(0.2, 0)
+	}
+	for range 3 * RaiseFor {
+		p.observe(RaiseAt+0.05, 0)
+	}
+	if p.cur != 4 {
+		t.Fatalf("busy on one P: %d", p.cur)
+	}
+	before := p.probe
+	for p.cur == 4 {
+		p.observe(0.55, 0)
+	}
+	for range 50 { // 5 s on one P, then it queues
+		p.observe(0.5, 0)
+	}
+	for p.cur == 1 {
+		p.observe(0.6, 2*wait)
+	}
+	if p.probe != 2*before || p.gate != before {
+		t.Fatalf("a try that queued after 5 s: gate %d probe %d, want %d and %d", p.gate, p.probe, before, 2*before)
+	}
+	// A load that needs every core at 0.8 cores is never tried on one P.
+	for i := range 2 * ProbeMax {
+		if got := p.observe(0.8, 0); got != 4 {
+			t.Fatalf("sample %d of 0.8 cores on every core: %d, want 4", i, got)
+		}
+	}
+	// An idle agent's lowering is no try: bursts that saturate one P
+	// after idle spells add no wait. Then a lowering that holds HeldFor
+	// samples starts the waits over.
+	// (The first lowering, on the way down from 0.8 cores, may be one.)
+	light(p)
+	p.observe(SaturatedAt+0.05, 0)
+	light(p)
+	probe := p.probe
+	for range 10 {
+		p.observe(SaturatedAt+0.05, 0)
+		if p.cur != 4 {
+			t.Fatal("a saturating burst stayed on one P")
+		}
+		light(p)
+	}
+	if p.gate != 0 || p.probe != probe {
+		t.Fatalf("bursts after idle spells moved the waits: gate %d probe %d, want 0 and %d", p.gate, p.probe, probe)
+	}
 	for range HeldFor {
 		p.observe(0.2, 0)
 	}
@@ -218,6 +276,9 @@ func TestPolicyQueueing(t *testing.T) {
 	}
 	if p.cur != 4 {
 		t.Fatalf("busy on one P: %d, want 4", p.cur)
+	}
+	if p.gate != 0 || p.probe != ProbeAfter {
+		t.Fatalf("after a minute on one P: gate %d probe %d, want 0 and %d", p.gate, p.probe, ProbeAfter)
 	}
 	for i := 1; p.cur == 4; i++ {
 		if i > ProbeAfter+LowerFor {
