@@ -717,15 +717,7 @@ func TestCloseEndsAWriteTheAgentDoesNotRead(t *testing.T) {
 		if err != nil {
 			return
 		}
-		var pre [4]byte
-		if _, err := io.ReadFull(c, pre[:]); err != nil {
-			return
-		}
-		if _, err := readRaw(c); err != nil { // hello
-			return
-		}
-		ok := protocol.AppendHelloOK(nil, protocol.HelloOK{Version: uint16(pre[3]), MaxFrameBytes: 8 << 20, MaxRecords: 100_000, MaxInflightBytes: 64 << 20, Server: "deaf"})
-		if _, err := c.Write(ok); err != nil {
+		if err := sayHello(c, protocol.HelloOK{MaxFrameBytes: 8 << 20, MaxRecords: 100_000, MaxInflightBytes: 64 << 20, Server: "deaf"}); err != nil {
 			return
 		}
 		accepted <- c // and never read again

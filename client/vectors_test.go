@@ -63,16 +63,8 @@ func TestProduceFrameMatchesTheVector(t *testing.T) {
 			return
 		}
 		defer c.Close()
-		var pre [4]byte
-		if _, err := io.ReadFull(c, pre[:]); err != nil {
-			return
-		}
-		if _, err := readRaw(c); err != nil { // hello
-			return
-		}
 		// Idempotence not granted: a plain produce frame, as the vector.
-		ok := protocol.AppendHelloOK(nil, protocol.HelloOK{Version: uint16(pre[3]), MaxFrameBytes: 1 << 20, MaxRecords: 10_000, MaxInflightBytes: 4 << 20, Server: "vectors"})
-		if _, err := c.Write(ok); err != nil {
+		if err := sayHello(c, protocol.HelloOK{MaxFrameBytes: 1 << 20, MaxRecords: 10_000, MaxInflightBytes: 4 << 20, Server: "vectors"}); err != nil {
 			return
 		}
 		f, err := readRaw(c)
@@ -116,6 +108,21 @@ func TestProduceFrameMatchesTheVector(t *testing.T) {
 	if len(f) != len(want) || !bytes.Equal(f[:6], want[:6]) || !bytes.Equal(f[10:], want[10:]) {
 		t.Fatalf("the client's frame differs from produce.bin:\n got  %x\n want %x", f, want)
 	}
+}
+
+// sayHello is a fake agent's side of the handshake: the client's preface
+// and hello read, ok answered at the version the client asked for.
+func sayHello(c net.Conn, ok protocol.HelloOK) error {
+	var pre [4]byte
+	if _, err := io.ReadFull(c, pre[:]); err != nil {
+		return err
+	}
+	if _, err := readRaw(c); err != nil { // hello
+		return err
+	}
+	ok.Version = uint16(pre[3])
+	_, err := c.Write(protocol.AppendHelloOK(nil, ok))
+	return err
 }
 
 // readRaw reads one frame, header included.
