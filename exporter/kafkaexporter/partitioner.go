@@ -60,7 +60,7 @@ func (p *producerCounts) get(topic string) int32 {
 // the inner one's.
 func (c chosenPartitioner) ForTopic(t string) kgo.TopicPartitioner {
 	in := c.inner.ForTopic(t)
-	base := chosenTopic{in, c.seen.slot(t)}
+	base := chosenTopic{inner: in, n: c.seen.slot(t)}
 	nb, hasNB := in.(kgo.TopicPartitionerOnNewBatch)
 	bp, hasBP := in.(kgo.TopicBackupPartitioner)
 	switch {
@@ -77,6 +77,30 @@ func (c chosenPartitioner) ForTopic(t string) kgo.TopicPartitioner {
 type chosenTopic struct {
 	inner kgo.TopicPartitioner
 	n     *atomic.Int32 // the producer's count (producerCounts)
+	// chosen is whether the client chose the record being placed, read
+	// at franz-go's first ask; again marks its second. For a partitioner
+	// with OnNewBatch (the sticky one, murmur2's keyless records), a
+	// record that would open a new batch is not buffered: franz-go calls
+	// OnNewBatch and asks again (KIP-480), after writing the partition it
+	// tried into the record's Partition, where Consume marks a choice.
+	// Read there, every keyless record asked again looked chosen and
+	// stayed where the sticky partitioner had just moved away from, so it
+	// never picked again: each linger window opened batches on four or
+	// five partitions, and a fleet's produce requests and batches grew by
+	// as much (TestKeylessRecordsStick). franz-go asks under the topic's
+	// partitioner lock, and always asks again after OnNewBatch.
+	chosen, again bool
+}
+
+// isChosen is whether the client chose r's partition (Consume's mark),
+// read at the first ask for r and kept for the second.
+func (c *chosenTopic) isChosen(r *kgo.Record) bool {
+	if c.again {
+		c.again = false
+		return c.chosen
+	}
+	c.chosen = r.Partition >= 0
+	return c.chosen
 }
 
 // see records n as the producer's partition count of the topic when it is
@@ -85,8 +109,8 @@ type chosenTopic struct {
 // writable ones, fewer while a leader is missing. Those still set a count
 // not known yet: a lower bound is a safe cap until a whole count comes. A
 // load per record, a store only when the count changed.
-func (c *chosenTopic) see(r *kgo.Record, n int) {
-	if cur := c.n.Load(); cur != int32(n) && (cur == 0 || c.RequiresConsistency(r)) {
+func (c *chosenTopic) see(r *kgo.Record, n int, chosen bool) {
+	if cur := c.n.Load(); cur != int32(n) && (cur == 0 || chosen || c.inner.RequiresConsistency(r)) {
 		c.n.Store(int32(n))
 	}
 }
@@ -96,8 +120,9 @@ func (c *chosenTopic) RequiresConsistency(r *kgo.Record) bool {
 }
 
 func (c *chosenTopic) Partition(r *kgo.Record, n int) int {
-	c.see(r, n)
-	if r.Partition >= 0 {
+	chosen := c.isChosen(r)
+	c.see(r, n, chosen)
+	if chosen {
 		return int(r.Partition)
 	}
 	return c.inner.Partition(r, n)
@@ -108,7 +133,7 @@ type chosenTopicNewBatch struct {
 	nb kgo.TopicPartitionerOnNewBatch
 }
 
-func (c *chosenTopicNewBatch) OnNewBatch() { c.nb.OnNewBatch() }
+func (c *chosenTopicNewBatch) OnNewBatch() { c.again = true; c.nb.OnNewBatch() }
 
 type chosenTopicBackup struct {
 	chosenTopic
@@ -116,8 +141,9 @@ type chosenTopicBackup struct {
 }
 
 func (c *chosenTopicBackup) PartitionByBackup(r *kgo.Record, n int, it kgo.TopicBackupIter) int {
-	c.see(r, n)
-	if r.Partition >= 0 {
+	chosen := c.isChosen(r)
+	c.see(r, n, chosen)
+	if chosen {
 		return int(r.Partition)
 	}
 	return c.bp.PartitionByBackup(r, n, it)
@@ -128,4 +154,4 @@ type chosenTopicBoth struct {
 	nb kgo.TopicPartitionerOnNewBatch
 }
 
-func (c *chosenTopicBoth) OnNewBatch() { c.nb.OnNewBatch() }
+func (c *chosenTopicBoth) OnNewBatch() { c.again = true; c.nb.OnNewBatch() }

@@ -197,3 +197,90 @@ func TestProducerCountOnlyFromWholeCounts(t *testing.T) {
 		}
 	}
 }
+
+// TestKeylessRecordsStick: keyless records handed over within one linger
+// go to one partition, in one batch, as franz-go's sticky partitioner
+// places them without ferry's wrapper. franz-go writes the partition it
+// tried into the record before asking the partitioner again for a new
+// batch; the wrapper once read that as the client's choice, so the sticky
+// partitioner never picked again and every linger window opened batches
+// on four or five partitions (a fleet's produce requests and batches
+// multiplied by that, docs/scaling.md).
+func TestKeylessRecordsStick(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(12, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cfg := testCfg(c.ListenAddrs())
+	cfg.LingerMode, cfg.Linger = "fixed", time.Second // every record below is handed over within it
+	e := newExporter(t, cfg, 64<<20)
+	defer e.Shutdown(context.Background())
+	const batches, each = 8, 10
+	dones := make(chan error, batches)
+	for i := range batches {
+		var recs []record.Record
+		for j := range each {
+			recs = append(recs, record.Record{Topic: "t", Value: []byte{byte(i*each + j)}})
+		}
+		b := &record.Batch{Records: recs}
+		b.OnDone(func(err error) { dones <- err })
+		if err := e.Consume(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range batches {
+		select {
+		case err := <-dones:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a batch never completed")
+		}
+	}
+	cl, _ := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	perPartition := map[int32]int{}
+	for n := 0; n < batches*each && ctx.Err() == nil; {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { perPartition[r.Partition]++; n++ })
+	}
+	if len(perPartition) != 1 {
+		t.Fatalf("%d keyless records handed over within one linger landed in %d partitions (%v), want one", batches*each, len(perPartition), perPartition)
+	}
+}
+
+// TestAskedAgainAfterNewBatch: franz-go's second ask for a keyless record
+// (after OnNewBatch, with the partition it tried written into the record)
+// reaches the sticky partitioner, which moves on, and does not set the
+// producer's count from the writable partitions; a chosen record asked
+// again keeps its choice.
+func TestAskedAgainAfterNewBatch(t *testing.T) {
+	seen := new(producerCounts)
+	tp := chosenFirst(kgo.StickyKeyPartitioner(nil), seen).ForTopic("t")
+	nb, ok := tp.(kgo.TopicPartitionerOnNewBatch)
+	if !ok {
+		t.Fatal("the wrapper of the sticky partitioner lost OnNewBatch")
+	}
+	tp.Partition(&kgo.Record{Topic: "t", Partition: 1}, 6) // a chosen record: the whole count
+	for range 100 {
+		r := &kgo.Record{Topic: "t", Partition: -1}
+		first := tp.Partition(r, 4) // 2 of 6 not writable
+		r.Partition = int32(first)  // what franz-go's bufferRecord does before it gives up
+		nb.OnNewBatch()
+		if again := tp.Partition(r, 4); again == first {
+			t.Fatalf("asked again after a new batch, the sticky partitioner stayed on partition %d", first)
+		}
+		if n := seen.get("t"); n != 6 {
+			t.Fatalf("a keyless record asked again set the count to %d, want 6", n)
+		}
+		c := &kgo.Record{Topic: "t", Partition: 5}
+		tp.Partition(c, 6)
+		nb.OnNewBatch()
+		if got := tp.Partition(c, 6); got != 5 {
+			t.Fatalf("a record that chose partition 5, asked again: %d", got)
+		}
+	}
+}
