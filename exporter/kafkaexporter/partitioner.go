@@ -85,22 +85,37 @@ type chosenTopic struct {
 	// tried into the record's Partition, where Consume marks a choice.
 	// Read there, every keyless record asked again looked chosen and
 	// stayed where the sticky partitioner had just moved away from, so it
-	// never picked again: each linger window opened batches on four or
-	// five partitions, and a fleet's produce requests and batches grew by
-	// as much (TestKeylessRecordsStick). franz-go asks under the topic's
-	// partitioner lock, and always asks again after OnNewBatch.
+	// never picked again: each linger window opened batches on three to
+	// five partitions, and a fleet's produce requests grew by as much
+	// (TestKeylessRecordsStick). franz-go asks under the topic's
+	// partitioner lock, and always asks again after OnNewBatch; last is
+	// the record of the first ask, so that a second ask that never came
+	// cannot lend its reading to another record.
 	chosen, again bool
+	last          *kgo.Record
 }
 
 // isChosen is whether the client chose r's partition (Consume's mark),
 // read at the first ask for r and kept for the second.
 func (c *chosenTopic) isChosen(r *kgo.Record) bool {
-	if c.again {
+	if c.again && c.last == r {
 		c.again = false
 		return c.chosen
 	}
-	c.chosen = r.Partition >= 0
+	c.again, c.last, c.chosen = false, r, r.Partition >= 0
 	return c.chosen
+}
+
+// newBatch passes a new batch on to the sticky partitioner only for a
+// record it placed: a batch opened by a record the client chose says
+// nothing about the sticky partition, and moving on there would scatter
+// the keyless records of a topic the Kafka front also writes (the Java
+// client moves on only when the batch was on its sticky partition).
+func (c *chosenTopic) newBatch(nb kgo.TopicPartitionerOnNewBatch) {
+	c.again = true
+	if !c.chosen {
+		nb.OnNewBatch()
+	}
 }
 
 // see records n as the producer's partition count of the topic when it is
@@ -133,7 +148,7 @@ type chosenTopicNewBatch struct {
 	nb kgo.TopicPartitionerOnNewBatch
 }
 
-func (c *chosenTopicNewBatch) OnNewBatch() { c.again = true; c.nb.OnNewBatch() }
+func (c *chosenTopicNewBatch) OnNewBatch() { c.newBatch(c.nb) }
 
 type chosenTopicBackup struct {
 	chosenTopic
@@ -154,4 +169,4 @@ type chosenTopicBoth struct {
 	nb kgo.TopicPartitionerOnNewBatch
 }
 
-func (c *chosenTopicBoth) OnNewBatch() { c.again = true; c.nb.OnNewBatch() }
+func (c *chosenTopicBoth) OnNewBatch() { c.newBatch(c.nb) }

@@ -204,7 +204,7 @@ func TestProducerCountOnlyFromWholeCounts(t *testing.T) {
 // tried into the record before asking the partitioner again for a new
 // batch; the wrapper once read that as the client's choice, so the sticky
 // partitioner never picked again and every linger window opened batches
-// on four or five partitions (a fleet's produce requests and batches
+// on three to five partitions (a fleet's produce requests and batches
 // multiplied by that, docs/scaling.md).
 func TestKeylessRecordsStick(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(12, "t"))
@@ -213,7 +213,7 @@ func TestKeylessRecordsStick(t *testing.T) {
 	}
 	defer c.Close()
 	cfg := testCfg(c.ListenAddrs())
-	cfg.LingerMode, cfg.Linger = "fixed", time.Second // every record below is handed over within it
+	cfg.LingerMode, cfg.Linger = "fixed", 3*time.Second // every record below is handed over within it, even on a loaded machine
 	e := newExporter(t, cfg, 64<<20)
 	defer e.Shutdown(context.Background())
 	const batches, each = 8, 10
@@ -276,11 +276,25 @@ func TestAskedAgainAfterNewBatch(t *testing.T) {
 		if n := seen.get("t"); n != 6 {
 			t.Fatalf("a keyless record asked again set the count to %d, want 6", n)
 		}
+		// The sticky partition holds for the next keyless record, and
+		// through a batch a chosen record opens (the Kafka front writing
+		// the same topic), as the Java client's sticky partitioner does.
+		sticky := tp.Partition(&kgo.Record{Topic: "t", Partition: -1}, 4)
 		c := &kgo.Record{Topic: "t", Partition: 5}
 		tp.Partition(c, 6)
 		nb.OnNewBatch()
 		if got := tp.Partition(c, 6); got != 5 {
 			t.Fatalf("a record that chose partition 5, asked again: %d", got)
 		}
+		if got := tp.Partition(&kgo.Record{Topic: "t", Partition: -1}, 4); got != sticky {
+			t.Fatalf("a batch a chosen record opened moved the keyless records from partition %d to %d", sticky, got)
+		}
+	}
+	// A second ask that never came lends its reading to no other record.
+	c := &kgo.Record{Topic: "t", Partition: 3}
+	tp.Partition(c, 6)
+	nb.OnNewBatch()
+	if got := tp.Partition(&kgo.Record{Topic: "t", Partition: -1}, 4); got < 0 || got >= 4 {
+		t.Fatalf("a keyless record after an unanswered new batch was placed at %d", got)
 	}
 }
