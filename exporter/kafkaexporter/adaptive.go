@@ -24,8 +24,8 @@ package kafkaexporter
 //     by round trip ("natural batching"), which Kafka favours: a broker reads
 //     one request per connection at a time, so more requests in flight only
 //     queue there while costing an append each (BENCHMARKS.md section 4: at
-//     a fixed linger of 0 the client sent 3.4–3.6× the requests of the
-//     adaptive mode for slightly fewer answers; 8 HTTP clients of 100 records: 3× the requests of the
+//     a fixed linger of 0 the client sent 2.2–3.8× the requests of the
+//     adaptive mode for 0.72–1.15× the answers in the last two whole runs; 8 HTTP clients of 100 records: 3× the requests of the
 //     adaptive mode at the same records/s).
 //
 // A second request while arrivals stop: holding a batch behind the
@@ -109,14 +109,15 @@ package kafkaexporter
 // brokers queued less by the test above: a sharper test of queueing is
 // issue 37's open part; on an unloaded 3-broker cluster a
 // lone client was not paced (one request at a time: 925 against 925
-// records/s; 100 requests a second: p50 1–2 ms). Those fixed-linger
-// figures were inflated by a partitioner defect (fixed on 2026-11-29,
-// partitioner.go): a fixed 50 ms now sends 250 requests a second for
+// records/s; 100 requests a second: p50 1–2 ms). The fleet figures in
+// this comment, fixed and adaptive alike, were measured with a
+// partitioner defect (fixed on 2026-11-29, partitioner.go) that spread
+// every linger window's records over three to five partitions: a fixed 50 ms now sends 250 requests a second for
 // that fleet, one 40-record batch each, and the adaptive mode 719–983
 // (two runs alternating on one cluster), one per application request,
 // since these brokers do not queue by the test above; an adaptive fleet
-// costs its brokers about three times the fixed linger's requests for
-// answers within a round trip. Fleets of thousands of hosts still raise
+// costs its brokers 2.9–3.9× the fixed linger's requests (make fleet:
+// 777 against 250, 3.1×) for answers within a round trip. Fleets of thousands of hosts still raise
 // the cap or choose the fixed mode (docs/scaling.md).
 //
 // Delivery mode spool always uses the fixed delivery.spool.linger: nobody
