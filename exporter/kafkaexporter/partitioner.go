@@ -3,6 +3,7 @@ package kafkaexporter
 import (
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -89,20 +90,23 @@ type chosenTopic struct {
 	// five partitions, and a fleet's produce requests grew by as much
 	// (TestKeylessRecordsStick). franz-go asks under the topic's
 	// partitioner lock, and always asks again after OnNewBatch; last is
-	// the record of the first ask, so that a second ask that never came
-	// cannot lend its reading to another record.
+	// the address of the first ask's record, so that a second ask that
+	// never came cannot lend its reading to another record. An address,
+	// not a pointer: a pointer would keep each topic's last record (and
+	// its value) alive outside the buffer's byte budget.
 	chosen, again bool
-	last          *kgo.Record
+	last          uintptr
 }
 
 // isChosen is whether the client chose r's partition (Consume's mark),
 // read at the first ask for r and kept for the second.
 func (c *chosenTopic) isChosen(r *kgo.Record) bool {
-	if c.again && c.last == r {
+	addr := uintptr(unsafe.Pointer(r))
+	if c.again && c.last == addr {
 		c.again = false
 		return c.chosen
 	}
-	c.again, c.last, c.chosen = false, r, r.Partition >= 0
+	c.again, c.last, c.chosen = false, addr, r.Partition >= 0
 	return c.chosen
 }
 
