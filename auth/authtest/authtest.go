@@ -68,3 +68,17 @@ func IssueWith(t testing.TB, key string, id uint16, c token.Claims) string {
 	}
 	return tok
 }
+
+// Forge returns tok with one character in its middle changed: a token of
+// the same shape that never verifies (a rewritten tail can spell the same
+// bytes, see token.TestOneSpelling).
+func Forge(tok string) string {
+	b := []byte(tok)
+	i := len(b) / 2
+	if b[i] == 'A' {
+		b[i] = 'B'
+	} else {
+		b[i] = 'A'
+	}
+	return string(b)
+}

@@ -157,6 +157,8 @@ func (k *Keyring) Issue(c Claims) (string, error) {
 	return base64.RawURLEncoding.EncodeToString(sealed), nil
 }
 
+var strictURL = base64.RawURLEncoding.Strict()
+
 // Verify decrypts and checks a token. now is used for expiry.
 func (k *Keyring) Verify(tok string, now time.Time) (Claims, error) {
 	if len(tok) == 0 {
@@ -172,7 +174,10 @@ func (k *Keyring) Verify(tok string, now time.Time) (Claims, error) {
 	} else {
 		raw = make([]byte, n)
 	}
-	n, err := base64.RawURLEncoding.Decode(raw, []byte(tok))
+	// Strict: the unused bits of a last partial group must be zero, so a
+	// token has one spelling (a lenient decode let a rewritten tail verify as
+	// the token it came from).
+	n, err := strictURL.Decode(raw, []byte(tok))
 	if err != nil || n < minLen {
 		return Claims{}, &Error{ReasonMalformed}
 	}
