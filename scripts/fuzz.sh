@@ -57,6 +57,7 @@ for target in \
   "FuzzParseID ./receipt 20000x" \
   "FuzzVerify ./auth/token" \
   "FuzzProduce ./receiver/kafkafront" \
+  "FuzzRefusal ./receiver/kafkafront" \
   "FuzzProduceSequences ./receiver/kafkafront" \
   "FuzzProduceSequencesDurable ./receiver/kafkafront 5000x" \
   "FuzzRequestHeader ./receiver/kafkafront 10000x" \

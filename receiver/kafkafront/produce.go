@@ -133,48 +133,6 @@ func (cn *conn) parseProduce(ver int16, b []byte) (*kmsg.ProduceRequest, *connEr
 	return req, nil
 }
 
-// refuse answers a produce request the memory budget has no room for:
-// every partition is told to retry. It is read outside the budget under a
-// lease one request wide, so refusing costs at most max_request_bytes
-// whatever the number of clients.
-func (cn *conn) refuse(ver int16, corr int32, n int) *connErr {
-	r := cn.r
-	select {
-	case r.refusing <- struct{}{}:
-	case <-cn.ctx.Done():
-		return nil
-	}
-	defer func() { <-r.refusing }()
-	raw := r.body.Get(n)
-	defer r.body.Put(raw)
-	raw.B = raw.B[:n]
-	// The lease is shared: a client trickling its request must not hold it.
-	// Its time starts once it holds the lease (waiting behind others is not
-	// trickling), and is short: the lease is shared.
-	_ = cn.c.SetReadDeadline(time.Now().Add(min(5*time.Second, r.cfg.BodyTimeout)))
-	if _, err := io.ReadFull(cn.c, raw.B); err != nil {
-		return cn.slow(err)
-	}
-	req, cerr := cn.parseProduce(ver, raw.B)
-	if cerr != nil {
-		return cerr
-	}
-	resp := newProduceResponse(req)
-	cn.r.m.Error(consumer.Reason(consumer.ErrFull))
-	if req.Acks == 0 {
-		cn.r.logWarn("queue_full", "acks=0 produce request dropped: ferry's buffer is full", "remote", cn.c.RemoteAddr().String())
-		return nil
-	}
-	for t := range resp.Topics {
-		for p := range resp.Topics[t].Partitions {
-			setError(&resp.Topics[t].Partitions[p], consumer.ErrFull)
-		}
-	}
-	resp.ThrottleMillis = int32(time.Second / time.Millisecond)
-	cn.answerNow(corr, resp)
-	return nil
-}
-
 // newProduceResponse mirrors the request's topics and partitions, each
 // answered "no error, offset unknown" until told otherwise.
 func newProduceResponse(req *kmsg.ProduceRequest) *kmsg.ProduceResponse {

@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/auth"
+	"github.com/ferryhq/ferry/buffer/budget"
 	"github.com/ferryhq/ferry/idempotency"
 	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/receiver/httpbody"
@@ -92,10 +93,9 @@ type Receiver struct {
 	ln          *server.Stream
 	batchP      sync.Pool
 
-	// refusing is a one-request lease for reading a produce request the
-	// budget has no room for, only to answer its partitions "retry": the
-	// client must be told per partition, and that takes parsing it.
-	refusing chan struct{}
+	// refusals bounds what answers to refused produce requests keep
+	// (refusal.go): max_request_bytes across all connections.
+	refusals *budget.Budget
 	// decoding admits a few non-produce requests to kmsg at once.
 	decoding chan struct{}
 
@@ -117,7 +117,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	}
 	set := env.Set
 	r := &Receiver{cfg: cfg, set: set, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)), gate: env.Pre.Gate(cfg.Auth),
-		topics: newTopicCache(env.Topics, cfg.MetadataMaxAge), refusing: make(chan struct{}, 1),
+		topics: newTopicCache(env.Topics, cfg.MetadataMaxAge), refusals: budget.New(int64(cfg.MaxRequestBytes)),
 		decoding: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), seqs: newProducers(50000, 200000), idem: env.Idem,
 		watchShrink: env.WatchShrink}
 	if env.Bodies != nil {
