@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -164,7 +165,8 @@ func (k *Keyring) Verify(tok string, now time.Time) (Claims, error) {
 	if len(tok) == 0 {
 		return Claims{}, &Error{ReasonMissing}
 	}
-	if len(tok) > MaxLen {
+	// Go's base64 skips \r and \n even in strict mode: one spelling.
+	if len(tok) > MaxLen || strings.ContainsAny(tok, "\r\n") {
 		return Claims{}, &Error{ReasonMalformed}
 	}
 	var stack [512]byte // most tokens decode without a heap allocation

@@ -116,6 +116,12 @@ func TestOneSpelling(t *testing.T) {
 			t.Fatalf("%q for %q: %v, want malformed", other, tok, err)
 		}
 	}
+	tok, _ := r.Issue(Claims{App: "a"})
+	for _, other := range []string{tok[:5] + "\n" + tok[5:], tok + "\r\n"} {
+		if _, err := r.Verify(other, time.Now()); reason(err) != ReasonMalformed {
+			t.Fatalf("%q: %v, want malformed", other, err)
+		}
+	}
 	if !tails[2] || !tails[3] {
 		t.Fatalf("tails tried: %v", tails)
 	}

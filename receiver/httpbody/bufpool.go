@@ -40,6 +40,9 @@ func classFor(n int) int {
 	return min(bits.Len(uint(n-1))-minClassShift, 14)
 }
 
+// classCap is the capacity get(n) gives a buffer it makes.
+func classCap(n int) int { return max(1<<(classFor(n)+minClassShift), n) }
+
 func (p *bufPool) get(n int) *Buf {
 	c := classFor(n)
 	if v := p.classes[c].Get(); v != nil {

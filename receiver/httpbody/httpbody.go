@@ -188,6 +188,27 @@ func errFull() *Error {
 // Get returns an empty pooled buffer with room for n bytes.
 func (r *Reader) Get(n int) *Buf { return r.bufs.get(n) }
 
+// GetReserved is Get(n) with the buffer's capacity reserved first; false,
+// and no buffer taken, if it does not fit. A body refused for room then
+// costs no buffer (Get before Reserve took, or made, one of the body's size
+// only to give it back: under a full budget, a burst of refused 8 MiB
+// requests each made an 8 MiB buffer outside the budget).
+func (r *Reader) GetReserved(n int) (*Buf, bool) {
+	want := int64(classCap(n))
+	if r.budget != nil && !r.budget.Reserve(want, r.budget.Limit()) {
+		return nil, false
+	}
+	b := r.bufs.get(n)
+	if r.budget != nil {
+		b.reserved = want
+		if c := int64(cap(b.B)); c > want && !r.Reserve(b, c-want) {
+			r.Put(b)
+			return nil, false
+		}
+	}
+	return b, true
+}
+
 // Read reads and decodes req's body within the limit. On error the
 // returned Error says the HTTP status, a counter reason and a message.
 func (r *Reader) Read(req *http.Request) (*Buf, *Error) {

@@ -93,3 +93,37 @@ func TestReadAllChargesWhatItHolds(t *testing.T) {
 		t.Fatalf("%d bytes still reserved", b.Used())
 	}
 }
+
+// TestGetReservedTakesNothingWithoutRoom: a body the budget has no room
+// for costs no buffer (no allocation, nothing reserved); one that fits
+// reserves exactly its buffer's capacity, given back by Put.
+func TestGetReservedTakesNothingWithoutRoom(t *testing.T) {
+	b := budget.New(16 << 20)
+	r := NewReader(16 << 20)
+	r.SetBudget(b)
+	got, ok := r.GetReserved(5 << 20)
+	if !ok || got.Reserved() != int64(cap(got.B)) || cap(got.B) != 8<<20 || b.Used() != 8<<20 {
+		t.Fatalf("5 MiB: ok %v, cap %d, reserved %d, used %d", ok, cap(got.B), got.Reserved(), b.Used())
+	}
+	held := r.Get(0)
+	if !r.Reserve(held, b.Limit()-b.Used()) {
+		t.Fatal("the rest of the budget")
+	}
+	if allocs := testing.AllocsPerRun(20, func() {
+		if nb, ok := r.GetReserved(5 << 20); ok || nb != nil {
+			t.Fatal("a buffer with the budget full")
+		}
+	}); allocs != 0 {
+		t.Fatalf("%v allocations a refused body", allocs)
+	}
+	r.Put(held)
+	r.Put(got)
+	if b.Used() != 0 {
+		t.Fatalf("%d bytes still reserved", b.Used())
+	}
+	// Unbudgeted, it is Get.
+	u := NewReader(1 << 20)
+	if nb, ok := u.GetReserved(100); !ok || cap(nb.B) != 4096 || nb.Reserved() != 0 {
+		t.Fatalf("unbudgeted: %v %d %d", ok, cap(nb.B), nb.Reserved())
+	}
+}

@@ -92,9 +92,8 @@ func (cn *conn) produce(ver int16, corr int32, n int) *connErr {
 	cn.mu.Unlock()
 	// The body's time starts now: waiting for answers is not trickling.
 	cn.bodyBy = time.Now().Add(r.cfg.BodyTimeout)
-	raw := r.body.Get(n)
-	if !r.body.Reserve(raw, int64(cap(raw.B))) {
-		r.body.Put(raw)
+	raw, ok := r.body.GetReserved(n)
+	if !ok {
 		return cn.refuse(ver, corr, n)
 	}
 	raw.B = raw.B[:n]
@@ -528,9 +527,8 @@ func (d *decoder) partition(topic string, part int32, recs []byte) error {
 		data := bt.records
 		if codec := int(bt.attrs & attrCodec); codec != codecNone {
 			if d.out == nil {
-				out := r.body.Get(d.outCap)
-				if !r.body.Reserve(out, int64(cap(out.B))) {
-					r.body.Put(out)
+				out, ok := r.body.GetReserved(d.outCap)
+				if !ok {
 					return consumer.ErrFull
 				}
 				d.out = out

@@ -19,29 +19,31 @@ import (
 // The client must be told per partition to retry (a Kafka client answered
 // otherwise fails the batch or drops the connection), and the answer names
 // every topic and partition of the request, so the request is read whole.
-// It is read as a stream: the record batches are skipped unread and only
-// the names and partition numbers are kept. Each refusing connection reads
-// on its own body_timeout with a few KiB of buffer, so a client trickling
-// its request delays nobody else's refusal. (The refusal used to read the
-// request into one buffer of max_request_bytes shared by all connections;
-// four clients holding back their last byte kept every other client's
-// "retry" waiting twenty seconds.)
+// It is read as a stream: the record batches are skipped unread, and only
+// the topic names and partition numbers are kept, in a compact form (kept)
+// no larger than the bytes they came in but for 8 bytes a topic. Each
+// refusing connection reads on its own body_timeout with a few KiB of
+// buffer, so a client trickling its request delays nobody else's refusal.
+// (The refusal used to read the request into one buffer of
+// max_request_bytes under a lease shared by all connections: clients
+// holding back their last byte kept every other client's "retry" waiting
+// body_timeout, up to 5 s, each.)
 //
-// What a refusal keeps (names, the answer's structs) is reserved from a
-// budget of its own, max_request_bytes wide, before it is kept; a request
-// whose names do not fit while others are being refused ends its
-// connection, which a Kafka client retries like a refusal.
+// What a refusal keeps is reserved, as it grows, from a room of
+// max_request_bytes shared by all refusals; so is the answer built at the
+// end, for the moment it takes to encode. A client holding room while it
+// trickles has sent as many bytes as it holds. When the room is spent the
+// refused request's connection is closed (counted queue_full), which a
+// Kafka client retries like the refusal itself. acks=0 requests keep
+// nothing: they are read, counted, and not answered.
 
-// refusalCost is what the answer keeps per topic (besides its name) and per
-// partition: kmsg's structs, with room for the encoded answer.
+// What the answer built from kept costs for the moment it is encoded:
+// kmsg's structs (about 90 bytes a partition) and the encoded answer
+// (about 70 from v8 on), per topic its struct and name.
 const (
-	refusalTopicCost     = 96
-	refusalPartitionCost = 96
+	answerTopicCost     = 96
+	answerPartitionCost = 192
 )
-
-// maxTopicName is Kafka's own bound on a topic name: a longer one is no
-// topic any broker accepts.
-const maxTopicName = 249
 
 var refusalReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10) }}
 
@@ -52,7 +54,6 @@ type stream struct {
 	lr       io.LimitedReader
 	flexible bool
 	err      error
-	scratch  [maxTopicName]byte
 }
 
 func (s *stream) fail(format string, args ...any) {
@@ -196,6 +197,61 @@ func (s *stream) tags() {
 	}
 }
 
+// kept is what a refusal keeps of a request: its acks, the topic names
+// back to back, and every partition number.
+type kept struct {
+	acks   int16
+	names  []byte
+	topics []keptTopic
+	parts  []int32
+}
+
+// keptTopic is where a topic's name and partitions end in kept.
+type keptTopic struct{ nameEnd, partsEnd int32 }
+
+// grow makes room for n more elements of size bytes in s, reserving the
+// capacity it adds.
+func grow[T any](s []T, n int, size int64, reserve func(int64) bool) ([]T, bool) {
+	if cap(s)-len(s) >= n {
+		return s, true
+	}
+	c := max(2*cap(s), len(s)+n)
+	if !reserve(int64(c-cap(s)) * size) {
+		return s, false
+	}
+	ns := make([]T, len(s), c)
+	copy(ns, s)
+	return ns, true
+}
+
+// answerCost is what response costs for the moment it takes to encode.
+func (k *kept) answerCost() int64 {
+	return int64(len(k.topics))*answerTopicCost + int64(len(k.names)) + int64(len(k.parts))*answerPartitionCost
+}
+
+// response is the answer's skeleton for the kept topics and partitions:
+// every partition "no error, offset unknown", as newProduceResponse.
+func (k *kept) response(ver int16) *kmsg.ProduceResponse {
+	resp := kmsg.NewPtrProduceResponse()
+	resp.SetVersion(ver)
+	resp.Topics = make([]kmsg.ProduceResponseTopic, len(k.topics))
+	name, part := int32(0), int32(0)
+	for t, kt := range k.topics {
+		rt := &resp.Topics[t]
+		*rt = kmsg.NewProduceResponseTopic()
+		rt.Topic = string(k.names[name:kt.nameEnd])
+		rt.Partitions = make([]kmsg.ProduceResponseTopicPartition, kt.partsEnd-part)
+		for p := range rt.Partitions {
+			rp := &rt.Partitions[p]
+			*rp = kmsg.NewProduceResponseTopicPartition()
+			rp.Partition = k.parts[int(part)+p]
+			rp.BaseOffset, rp.LogAppendTime, rp.LogStartOffset = -1, -1, -1
+		}
+		name, part = kt.nameEnd, kt.partsEnd
+	}
+	return resp
+}
+
 // refuse answers a produce request of n bytes (after the fixed header) that
 // the memory budget has no room for: every partition is told to retry. See
 // the top of this file.
@@ -209,13 +265,17 @@ func (cn *conn) refuse(ver int16, corr int32, n int) *connErr {
 	}()
 	var held int64
 	defer func() { r.refusals.Release(held) }()
-	resp, acks, err := readRefused(br, cn.c, n, ver, r.cfg.MaxPartitions, func(k int64) bool {
+	reserve := func(k int64) bool {
 		if !r.refusals.TryReserve(k) {
 			return false
 		}
 		held += k
 		return true
-	})
+	}
+	k, err := readRefused(br, cn.c, n, ver, r.cfg.MaxPartitions, reserve)
+	if err == nil && k.acks != 0 && !reserve(k.answerCost()) {
+		err = errNoRoom
+	}
 	if err != nil {
 		var le *limitError
 		switch {
@@ -229,17 +289,20 @@ func (cn *conn) refuse(ver int16, corr int32, n int) *connErr {
 		return cn.slow(err)
 	}
 	cn.r.m.Error(consumer.Reason(consumer.ErrFull))
-	if acks == 0 {
+	if k.acks == 0 {
 		cn.r.logWarn("queue_full", "acks=0 produce request dropped: ferry's buffer is full", "remote", cn.c.RemoteAddr().String())
 		return nil
 	}
+	resp := k.response(ver)
+	code, msg := codeFor(consumer.ErrFull).Code, consumer.ErrFull.Error()
 	for t := range resp.Topics {
 		for p := range resp.Topics[t].Partitions {
-			setError(&resp.Topics[t].Partitions[p], consumer.ErrFull)
+			rp := &resp.Topics[t].Partitions[p]
+			rp.ErrorCode, rp.ErrorMessage = code, &msg
 		}
 	}
 	resp.ThrottleMillis = int32(time.Second / time.Millisecond)
-	cn.answerNow(corr, resp)
+	cn.answerNow(corr, resp) // encoded here: the room is given back after
 	return nil
 }
 
@@ -248,11 +311,11 @@ var errNoRoom = errors.New("ferry's buffer is full and so is the room for refusi
 
 // readRefused reads a Produce request of n bytes (request header from the
 // client id on, then the body) from src through br, skipping its records,
-// and returns the answer's skeleton (every partition "no error, offset
-// unknown") and the request's acks. Before it keeps a name or a topic's
-// partitions it asks reserve for their cost. Errors: an io error from src,
-// errMalformed, a *limitError (max_partitions), errNoRoom.
-func readRefused(br *bufio.Reader, src io.Reader, n int, ver int16, maxParts int, reserve func(int64) bool) (*kmsg.ProduceResponse, int16, error) {
+// and returns what a refusal keeps of it (nothing but acks for acks=0),
+// asking reserve before it keeps more. It accepts exactly what the
+// accepted path (skipHeader, countPartitions, kmsg) decodes. Errors: an io
+// error from src, errMalformed, a *limitError (max_partitions), errNoRoom.
+func readRefused(br *bufio.Reader, src io.Reader, n int, ver int16, maxParts int, reserve func(int64) bool) (*kept, error) {
 	s := &stream{r: br}
 	s.lr = io.LimitedReader{R: src, N: int64(n)}
 	br.Reset(&s.lr)
@@ -269,14 +332,19 @@ func readRefused(br *bufio.Reader, src io.Reader, n int, ver int16, maxParts int
 		s.tags()
 	}
 	s.nullableString() // transactional_id
-	acks := int16(s.int16())
+	k := &kept{acks: int16(s.int16())}
+	keep := k.acks != 0
 	s.skip(4) // timeout
-	resp := kmsg.NewPtrProduceResponse()
-	resp.SetVersion(ver)
 	topics, total := s.arrayLen(), 0
 	if topics > maxParts {
-		// Each topic takes an entry of the answer even with no partition.
-		return nil, 0, limit()
+		// A topic counts as one even with no partition (countPartitions).
+		return nil, limit()
+	}
+	var ok bool
+	if keep {
+		if k.topics, ok = grow(k.topics, topics, 8, reserve); !ok {
+			return nil, errNoRoom
+		}
 	}
 	for t := 0; t < topics && s.err == nil; t++ {
 		size := s.length(s.int16)
@@ -284,44 +352,47 @@ func readRefused(br *bufio.Reader, src io.Reader, n int, ver int16, maxParts int
 			break
 		}
 		if size < 0 {
-			return nil, 0, fmt.Errorf("%w: a null topic name", errMalformed)
+			return nil, fmt.Errorf("%w: a null topic name", errMalformed)
 		}
-		if size > maxTopicName {
-			return nil, 0, fmt.Errorf("%w: a topic name of %d bytes (Kafka's limit is %d)", errMalformed, size, maxTopicName)
+		if keep {
+			if k.names, ok = grow(k.names, size, 1, reserve); !ok {
+				return nil, errNoRoom
+			}
+			at := len(k.names)
+			k.names = k.names[:at+size]
+			s.fixed(k.names[at:])
+		} else {
+			s.skip(int64(size))
 		}
-		if !reserve(refusalTopicCost + int64(size)) {
-			return nil, 0, errNoRoom
-		}
-		name := s.scratch[:size]
-		s.fixed(name)
 		parts := s.arrayLen()
 		if s.err != nil {
 			break
 		}
-		if total += parts; total > maxParts {
-			return nil, 0, limit()
+		if total += max(parts, 1); total > maxParts {
+			return nil, limit()
 		}
-		if !reserve(refusalPartitionCost * int64(parts)) {
-			return nil, 0, errNoRoom
+		if keep {
+			if k.parts, ok = grow(k.parts, parts, 4, reserve); !ok {
+				return nil, errNoRoom
+			}
 		}
-		rt := kmsg.NewProduceResponseTopic()
-		rt.Topic = string(name)
-		rt.Partitions = make([]kmsg.ProduceResponseTopicPartition, 0, parts)
 		for p := 0; p < parts && s.err == nil; p++ {
-			rp := kmsg.NewProduceResponseTopicPartition()
-			rp.Partition = int32(s.int32())
-			rp.BaseOffset, rp.LogAppendTime, rp.LogStartOffset = -1, -1, -1
+			idx := int32(s.int32())
+			if keep {
+				k.parts = append(k.parts, idx)
+			}
 			s.nullableBytes() // the records, skipped unread
 			s.tags()
-			rt.Partitions = append(rt.Partitions, rp)
 		}
 		s.tags()
-		resp.Topics = append(resp.Topics, rt)
+		if keep {
+			k.topics = append(k.topics, keptTopic{int32(len(k.names)), int32(len(k.parts))})
+		}
 	}
 	s.tags()
 	s.skip(s.left()) // whatever follows, as kmsg ignores it
 	if s.err != nil {
-		return nil, 0, s.err
+		return nil, s.err
 	}
-	return resp, acks, nil
+	return k, nil
 }

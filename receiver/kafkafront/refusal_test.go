@@ -22,7 +22,7 @@ import (
 // another client's "retry": it is answered (v3, v9, v12) while they still
 // hold their requests, and they are closed on their own body_timeout. (A
 // refusal used to read under one lease shared by all connections: the
-// well-behaved client waited five seconds per trickling client.)
+// well-behaved client waited body_timeout, up to 5 s, per trickling client.)
 func TestRefusalsDoNotWaitForEachOther(t *testing.T) {
 	cfg := testConfig()
 	cfg.BodyTimeout = 3 * time.Second
@@ -66,10 +66,11 @@ func TestRefusalsDoNotWaitForEachOther(t *testing.T) {
 	}
 }
 
-// TestRefusalBounds: a refused request whose names the refusals' room
-// cannot hold, or whose topic name is longer than Kafka allows, or with
-// more topics than max_partitions_per_request, closes its connection with
-// the reason counted; the room is given back.
+// TestRefusalBounds: a refused request whose names and partitions the
+// refusals' room cannot hold, or with more topics than
+// max_partitions_per_request, closes its connection with the reason
+// counted; a topic name longer than Kafka allows is answered "retry" as the
+// accepted path would answer it (per partition); the room is given back.
 func TestRefusalBounds(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxPartitions = 50
@@ -78,24 +79,22 @@ func TestRefusalBounds(t *testing.T) {
 	if !bud.TryReserve(bud.Limit()) {
 		t.Fatal("could not fill the budget")
 	}
+	room := f.r.refusals
 	for _, c := range []struct {
 		name   string
 		req    func() *kmsg.ProduceRequest
 		reason string
 	}{
 		{"no room", func() *kmsg.ProduceRequest {
-			// 40 topics of 249 bytes with one partition each fit
-			// max_partitions; the room is taken first.
-			f.r.refusals.TryReserve(f.r.refusals.Limit() - 1000)
+			// 40 topics of 1,000-byte names fit max_partitions; the
+			// room has 10,000 bytes left.
+			room.TryReserve(room.Limit() - 10000)
 			req := newProduce(9, -1)
 			for i := range 40 {
-				add(req, fmt.Sprintf("%03d%s", i, strings.Repeat("n", 246)), 0, nil)
+				add(req, fmt.Sprintf("%03d%s", i, strings.Repeat("n", 997)), 0, nil)
 			}
 			return req
 		}, "queue_full"},
-		{"long name", func() *kmsg.ProduceRequest {
-			return add(newProduce(9, -1), strings.Repeat("n", 250), 0, plain("a").bytes(t))
-		}, "malformed_request"},
 		{"empty topics", func() *kmsg.ProduceRequest {
 			req := newProduce(3, -1)
 			for i := range 51 {
@@ -114,11 +113,18 @@ func TestRefusalBounds(t *testing.T) {
 			t.Errorf("%s: %v %s counted, want 1", c.name, n, c.reason)
 		}
 		if c.name == "no room" {
-			f.r.refusals.Release(f.r.refusals.Limit() - 1000)
+			room.Release(room.Limit() - 10000)
 		}
-		if used := f.r.refusals.Used(); used != 0 {
+		if used := room.Used(); used != 0 {
 			t.Errorf("%s: %d bytes of the refusals' room still held", c.name, used)
 		}
+	}
+	long := strings.Repeat("n", 300)
+	k := dial(t, f)
+	checkAnswer(t, k.produce(add(newProduce(9, -1), long, 0, plain("a").bytes(t))), 1000,
+		map[string]want{long + "/0": {kerr.NotEnoughReplicas.Code, -1}})
+	if used := room.Used(); used != 0 {
+		t.Errorf("%d bytes of the refusals' room still held", used)
 	}
 }
 
@@ -141,9 +147,9 @@ func frameOf(k *kclient, req kmsg.Request) []byte {
 // FuzzRefusal: whatever a client sends as the rest of a Produce request
 // (client id on), the streaming read of a refused request agrees with the
 // path that reads it whole (header walk, partition count, kmsg): one
-// accepts exactly what the other does (names up to Kafka's 249 bytes),
-// with the same acks, topics and partitions in order, and never reads
-// past the request.
+// accepts exactly what the other does, with the same acks and the same
+// answer; it never reads past the request, and never keeps more than the
+// room it was given (odd room: that many bytes; even: unbounded).
 func FuzzRefusal(f *testing.F) {
 	for _, v := range []int16{3, 7, 9, 12} {
 		req := add(newProduce(v, 1), "logs", 0, []byte("not a batch"))
@@ -151,16 +157,36 @@ func FuzzRefusal(f *testing.F) {
 		add(req, "logs", 1, []byte{1, 2, 3})
 		var c kclient
 		b := frameOf(&c, req)[12:]
-		f.Add(v, b)
-		f.Add(v, b[:len(b)/2])
+		f.Add(v, uint16(0), b)
+		f.Add(v, uint16(41), b)
+		f.Add(v, uint16(0), b[:len(b)/2])
 	}
-	f.Fuzz(func(t *testing.T, ver int16, b []byte) {
+	f.Fuzz(func(t *testing.T, ver int16, room uint16, b []byte) {
 		ver = 3 + (ver&0x7fff)%10
 		const maxParts = 1000
 		src := bytes.NewReader(append(append([]byte(nil), b...), "next request"...))
-		got, acks, err := readRefused(bufio.NewReaderSize(nil, 16), src, len(b), ver, maxParts, func(int64) bool { return true })
-		if rest := src.Len(); rest != len("next request") && err == nil {
-			t.Fatalf("read past the request: %d bytes left after it", rest)
+		var held int64
+		k, err := readRefused(bufio.NewReaderSize(nil, 16), src, len(b), ver, maxParts, func(n int64) bool {
+			if room%2 == 1 && held+n > int64(room) {
+				return false
+			}
+			held += n
+			return true
+		})
+		if src.Len() < len("next request") {
+			t.Fatalf("read past the request: %d bytes left after it", src.Len())
+		}
+		if err == nil && src.Len() != len("next request") {
+			t.Fatalf("the request was not read whole: %d bytes left", src.Len())
+		}
+		if errors.Is(err, errNoRoom) {
+			return
+		}
+		if k != nil {
+			kept := int64(cap(k.names)) + 8*int64(cap(k.topics)) + 4*int64(cap(k.parts))
+			if kept > held {
+				t.Fatalf("%d bytes kept, %d reserved", kept, held)
+			}
 		}
 		// The whole-request path.
 		req := kmsg.NewPtrProduceRequest()
@@ -177,32 +203,54 @@ func FuzzRefusal(f *testing.F) {
 				want = err
 			}
 		}
-		if want == nil {
-			for _, tp := range req.Topics {
-				if len(tp.Topic) > maxTopicName {
-					want = errMalformed
-				}
-			}
-			if len(req.Topics) > maxParts {
-				want = errMalformed
-			}
-		}
 		if (err == nil) != (want == nil) {
 			t.Fatalf("v%d: streaming read: %v; whole read: %v", ver, err, want)
 		}
 		if err != nil {
-			var le *limitError
+			var le, wle *limitError
 			if !errors.Is(err, errMalformed) && !errors.As(err, &le) {
 				t.Fatalf("an error of no known kind: %v", err)
 			}
+			if errors.As(err, &le) != errors.As(want, &wle) {
+				t.Fatalf("v%d: streaming read: %v; whole read: %v", ver, err, want)
+			}
 			return
 		}
-		if acks != req.Acks || len(got.Topics) != len(req.Topics) {
-			t.Fatalf("acks %d topics %d; whole read: %d, %d", acks, len(got.Topics), req.Acks, len(req.Topics))
+		if k.acks != req.Acks {
+			t.Fatalf("acks %d; whole read: %d", k.acks, req.Acks)
 		}
-		wantResp := newProduceResponse(req)
+		if k.acks == 0 {
+			if len(k.topics)+len(k.parts)+len(k.names) != 0 {
+				t.Fatal("an acks=0 refusal kept names or partitions")
+			}
+			return
+		}
+		got, wantResp := k.response(ver), newProduceResponse(req)
 		if !bytes.Equal(got.AppendTo(nil), wantResp.AppendTo(nil)) {
 			t.Fatalf("answers differ:\n%+v\n%+v", got, wantResp)
 		}
 	})
+}
+
+// TestEmptyTopicsCount: on the accepted path too, a topic with no
+// partitions counts towards max_partitions_per_request (an 8 MiB request of
+// empty topics, 3 bytes each, made kmsg build 2.8M structs and as many
+// answer entries, outside the budget).
+func TestEmptyTopicsCount(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxPartitions = 50
+	f := startFront(t, cfg, receiver.Env{})
+	k := dial(t, f)
+	req := add(newProduce(9, -1), "logs", 0, plain("a").bytes(t))
+	for i := range 50 {
+		tp := kmsg.NewProduceRequestTopic()
+		tp.Topic = fmt.Sprint(i)
+		req.Topics = append(req.Topics, tp)
+	}
+	k.send(req)
+	k.closed()
+	if n := f.refused("too_many_partitions"); n != 1 {
+		t.Errorf("%v too_many_partitions counted, want 1", n)
+	}
+	f.sink.none(t)
 }

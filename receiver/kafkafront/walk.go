@@ -24,7 +24,9 @@ func countPartitions(b []byte, version int16, limit int) (int, error) {
 	for t := 0; t < topics && w.err == nil; t++ {
 		w.nullableString() // topic name
 		parts := w.arrayLen()
-		total += parts
+		// A topic is an entry of kmsg's decode and of the answer even
+		// with no partition: it counts as one.
+		total += max(parts, 1)
 		if total > limit {
 			return total, &limitError{what: "topic-partitions in one produce request", limit: limit, field: "max_partitions_per_request"}
 		}
@@ -76,14 +78,28 @@ func (w *walker) skip(n int) {
 	w.b = w.b[n:]
 }
 
+// uvarint reads Kafka's unsigned varint as kmsg and Kafka's own decoder
+// do: 32 bits, five bytes at most (the walk used to take ten, so a header
+// kmsg never sees accepted what a body's decode refuses).
 func (w *walker) uvarint() uint64 {
-	v, k := binary.Uvarint(w.b)
-	if k <= 0 {
-		w.fail("bad varint")
-		return 0
+	var v uint32
+	for i := 0; i < 5 && i < len(w.b); i++ {
+		c := w.b[i]
+		if i == 4 {
+			if c > 0x0f {
+				break
+			}
+			w.b = w.b[5:]
+			return uint64(v | uint32(c)<<28)
+		}
+		v |= uint32(c&0x7f) << (7 * i)
+		if c < 0x80 {
+			w.b = w.b[i+1:]
+			return uint64(v)
+		}
 	}
-	w.b = w.b[k:]
-	return v
+	w.fail("bad varint")
+	return 0
 }
 
 func (w *walker) int16() int {

@@ -201,9 +201,8 @@ func (cn *conn) read() *connErr {
 func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 	r := cn.r
 	n := h.BodyLen()
-	raw := r.body.Get(n)
-	if !r.body.Reserve(raw, int64(cap(raw.B))) {
-		r.body.Put(raw)
+	raw, ok := r.body.GetReserved(n)
+	if !ok {
 		// No room to hold it: skip its bytes without keeping them, and
 		// answer the whole frame.
 		if err := server.DiscardBody(cn.c, int64(n), r.cfg.BodyTimeout); err != nil {
