@@ -340,7 +340,7 @@ func New(o Options) (*Client, error) {
 // Produce queues r; cb (may be nil) is called exactly once with nil when r
 // is durable where the agent's delivery mode says, or with the error that
 // failed it. Produce waits only while the buffer is full (up to MaxBlock,
-// or ctx).
+// then ErrBufferFull; or until ctx ends, then an error wrapping ctx's).
 func (c *Client) Produce(ctx context.Context, r *Record, cb func(*Record, error)) {
 	c.produce(ctx, r, cb, nil)
 }
@@ -368,11 +368,17 @@ func (c *Client) produce(ctx context.Context, r *Record, cb func(*Record, error)
 	}
 	if c.full(int64(size)) {
 		if !c.waitRoom(ctx, int64(size)) {
-			c.mu.Unlock()
 			err := ErrBufferFull
-			if c.closing || c.closed {
+			switch { // read under c.mu
+			case c.closing || c.closed:
 				err = ErrClosed
+			case ctx.Err() != nil:
+				// The caller stopped waiting: the buffer was not full for
+				// MaxBlock, and a caller counting failures must tell them
+				// apart.
+				err = fmt.Errorf("client: gave up waiting for room in the buffer: %w", context.Cause(ctx))
 			}
+			c.mu.Unlock()
 			c.fail(r, cb, rcb, err)
 			return
 		}

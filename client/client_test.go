@@ -321,6 +321,26 @@ func TestBufferFullWaitsThenFails(t *testing.T) {
 	_ = c.Flush(context.Background())
 }
 
+// TestBufferWaitEndsWithCtx: a Produce waiting for room whose ctx ends
+// fails its record with the ctx's error, not ErrBufferFull: the caller gave
+// up, the buffer did not stay full for MaxBlock (the load tool counted its
+// own stop as records failed for a full buffer).
+func TestBufferWaitEndsWithCtx(t *testing.T) {
+	h := &consumertest.Holder{}
+	_, sock := agent(t, h, nil)
+	c := newClient(t, client.Options{Addrs: []string{"unix:" + sock}, MaxBufferedRecords: 1, MaxBlock: time.Minute})
+	defer h.Release(nil) // before the client's cleanup flushes
+	c.Produce(context.Background(), &client.Record{Topic: "t", Value: []byte("first")}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	got := make(chan error, 1)
+	c.Produce(ctx, &client.Record{Topic: "t", Value: []byte("second")}, func(_ *client.Record, err error) { got <- err })
+	err := <-got
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, client.ErrBufferFull) {
+		t.Fatalf("a wait ended by ctx: %v", err)
+	}
+}
+
 // TestBufferBoundsRecords: the buffer is bounded in records too: with
 // MaxBufferedRecords 50 and an agent that answers nothing, the 51st small
 // record fails with ErrBufferFull (its bytes are far below

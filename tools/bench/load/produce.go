@@ -566,10 +566,19 @@ func (r *run) local(ctx context.Context, addr string) error {
 		if err != nil {
 			code := "local_error"
 			var fe *client.Error
-			if errors.As(err, &fe) {
+			switch {
+			case errors.As(err, &fe):
 				code = fe.Reason
+			case errors.Is(err, client.ErrBufferFull):
+				code = "buffer_full" // the agent took nothing for MaxBlock
+			case errors.Is(err, client.ErrClosed):
+				code = "closed" // unanswered by --flush-timeout
+			case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+				code = "" // the run ended while Produce waited: never sent
 			}
-			r.fail(code, 1)
+			if code != "" {
+				r.fail(code, 1)
+			}
 			if r.o.seq {
 				_, _, seq, _ := verify.ParseSeq(rec.Value)
 				r.ledger.Fail(seq, 1)

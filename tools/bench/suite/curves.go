@@ -418,6 +418,9 @@ func (s *suite) curvePoint(c curveSpec, door string, x int, prep curvePrep) (cur
 	_ = stopLoad()
 	if m := failedLine.FindStringSubmatch(out.String()); m != nil {
 		p.failed, _ = strconv.ParseInt(m[1], 10, 64)
+		if p.failed > 0 {
+			s.logf("%s %d: load tool: %s", c.name, x, m[0])
+		}
 	}
 	if p.recs <= 0 {
 		return p, fmt.Errorf("no record reached Kafka in the window:\n%s", tail(errb.String(), 2000))
@@ -447,7 +450,7 @@ func (s *suite) profile(a *benchAgent, name string) {
 	}
 }
 
-var failedLine = regexp.MustCompile(`(?m)^(\d+) records failed`)
+var failedLine = regexp.MustCompile(`(?m)^(\d+) records failed.*$`)
 
 func tail(s string, n int) string {
 	if len(s) > n {
@@ -604,10 +607,15 @@ func curveText(name string, pts []curvePoint) string {
 			"if it holds a batch), so a request costs O(partitions written to so far), with records or without; at %s one-partition "+
 			"topics that scan is most of the %.1f× CPU per record here. It grows with the number of produce requests, not of records: a longer "+
 			"`exporter.kafka.linger` (docs/scaling.md: 500 ms–1 s for fleets) makes fewer requests and cuts it. Memory: %.1f KiB per topic "+
-			"(the client's buffer and metadata per partition, ferry's known-topic entry). The warm-up at 1,000 and more: past "+
-			"`exporter.kafka.max_pending_topics` (1,000) topics not yet confirmed by Kafka, batches are refused (retryable, after 5 s) "+
-			"until the first ones are confirmed, so first contact with thousands of new topics is slower, by design (the bound keeps a "+
-			"client naming made-up topics from growing every metadata request).",
+			"(the client's buffer and metadata per partition, ferry's known-topic entry). The warm-up at 1,000 is the broker's: "+
+			"after 4 KiB of records a partition (`log.index.interval.bytes`) it writes the first entries of 1,000 fresh partitions' "+
+			"memory-mapped index files, and on this machine each first write is a major page fault costing ~9 ms of kernel time, so a "+
+			"request handler is busy for ~20 s and every producer stalls alike (measured apart on a fresh broker, same load: "+
+			"franz-go direct 16.8 s worst latency, the broker 17.8 s of system CPU and 2,004 major faults; ferry the same). A Go "+
+			"client whose buffer stays full past `MaxBlock` (10 s) fails the records it was handed meanwhile: the `failed` column "+
+			"(`buffer_full`). At 10,000 topics a partition reaches 4 KiB only after 40 s, past the window. Past "+
+			"`exporter.kafka.max_pending_topics` (1,000) topics not yet confirmed by Kafka, batches are refused (retryable, after "+
+			"5 s) until the first ones are confirmed (the bound keeps a client naming made-up topics from growing every metadata request).",
 			franzVersion, report.Count(float64(top.x)), cpuRatio, perX(first, top))
 	case "partitions":
 		return fmt.Sprintf("**Why it grows.** The records are spread over every partition (`exporter.kafka.partitioner: round_robin`; "+
