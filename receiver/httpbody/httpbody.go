@@ -209,6 +209,21 @@ func (r *Reader) GetReserved(n int) (*Buf, bool) {
 	return b, true
 }
 
+// GetReservedWait is GetReserved, waiting until the deadline for room to be
+// released; false if none came by then or ctx ended. The waiter holds no
+// buffer while it waits.
+func (r *Reader) GetReservedWait(ctx context.Context, n int, until time.Time) (*Buf, bool) {
+	for {
+		if b, ok := r.GetReserved(n); ok {
+			return b, true
+		}
+		if ctx.Err() != nil || !time.Now().Before(until) {
+			return nil, false
+		}
+		r.budget.Wait(ctx, until)
+	}
+}
+
 // Read reads and decodes req's body within the limit. On error the
 // returned Error says the HTTP status, a counter reason and a message.
 func (r *Reader) Read(req *http.Request) (*Buf, *Error) {

@@ -127,3 +127,27 @@ func TestGetReservedTakesNothingWithoutRoom(t *testing.T) {
 		t.Fatalf("unbudgeted: %v %d %d", ok, cap(nb.B), nb.Reserved())
 	}
 }
+
+// TestGetReservedWait: a waiter gets its buffer once room is released, or
+// nothing at its deadline; it reserves only what it then holds.
+func TestGetReservedWait(t *testing.T) {
+	b := budget.New(64 << 10)
+	r := NewReader(64 << 10)
+	r.SetBudget(b)
+	held := r.Get(0)
+	if !r.Reserve(held, b.Limit()) {
+		t.Fatal("the whole budget")
+	}
+	if nb, ok := r.GetReservedWait(context.Background(), 5000, time.Now().Add(30*time.Millisecond)); ok || nb != nil || b.Used() != b.Limit() {
+		t.Fatalf("with no room: %v %v, used %d", ok, nb, b.Used())
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		r.Put(held)
+	}()
+	nb, ok := r.GetReservedWait(context.Background(), 5000, time.Now().Add(5*time.Second))
+	if !ok || nb.Reserved() != int64(cap(nb.B)) || b.Used() != nb.Reserved() {
+		t.Fatalf("after room came: %v, reserved %d, used %d", ok, nb.Reserved(), b.Used())
+	}
+	r.Put(nb)
+}

@@ -228,10 +228,9 @@ func (h *httpServer) door(w http.ResponseWriter, q *http.Request, d *Door, m *re
 		return
 	}
 	limit := min(int(r.cfg.MaxRequestBytes), d.Amplify*len(body.B)+4096)
-	out := r.body.Get(limit)
-	if r.body.Budgeted() && !r.body.Reserve(out, int64(cap(out.B))) {
+	out, ok := r.body.GetReserved(limit)
+	if !ok {
 		r.body.Put(body)
-		r.body.Put(out)
 		a := busy(classify(consumer.ErrFull))
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(a.retryAfter.Seconds()))))
 		fail(a)

@@ -386,15 +386,17 @@ func (b *builder) handBatch(raws [][]byte, trun []bool, wait bool) (k int) {
 		}
 	}()
 	k, need := b.prepare(raws)
-	buf = r.body.Get(need)
+	// The buffer is taken once its room is reserved: a batch waiting for
+	// room holds no memory outside the budget.
+	var ok bool
 	if wait {
-		if !r.reserveWait(buf, int64(cap(buf.B))) {
-			r.body.Put(buf)
-			r.drop(b.tr, "shutting_down", len(raws))
-			return len(raws)
+		for buf == nil {
+			if buf, ok = r.body.GetReservedWait(r.ctx, need, time.Now().Add(time.Second)); !ok && r.ctx.Err() != nil {
+				r.drop(b.tr, "shutting_down", len(raws))
+				return len(raws)
+			}
 		}
-	} else if !r.body.Reserve(buf, int64(cap(buf.B))) {
-		r.body.Put(buf)
+	} else if buf, ok = r.body.GetReserved(need); !ok {
 		// fill counted nothing: these are counted as read here.
 		for i := range k {
 			r.sm.messages[b.tr][b.msgs[i].Proto].Inc()
