@@ -372,11 +372,14 @@ func (c *Client) produce(ctx context.Context, r *Record, cb func(*Record, error)
 			switch { // read under c.mu
 			case c.closing || c.closed:
 				err = ErrClosed
-			case ctx.Err() != nil:
+			case c.o.MaxBlock >= 0 && ctx.Err() != nil:
 				// The caller stopped waiting: the buffer was not full for
 				// MaxBlock, and a caller counting failures must tell them
-				// apart.
-				err = fmt.Errorf("client: gave up waiting for room in the buffer: %w", context.Cause(ctx))
+				// apart (errors.Is with ctx.Err(), and with its cause).
+				err = fmt.Errorf("client: gave up waiting for room in the buffer: %w", ctx.Err())
+				if cause := context.Cause(ctx); cause != ctx.Err() {
+					err = fmt.Errorf("%w (%w)", err, cause)
+				}
 			}
 			c.mu.Unlock()
 			c.fail(r, cb, rcb, err)

@@ -652,6 +652,87 @@ func TestSlowConnections(t *testing.T) {
 	}, nil)
 }
 
+// TestRefusalRoom: with the memory budget full, 40 Kafka clients each send
+// a produce request naming 10,000 topics of 249 bytes (2.5 MB of names a
+// refusal must keep to answer them) and hold back its last byte. What the
+// refusals keep is bounded by their room (max_request_bytes, 8 MiB): past
+// it connections are closed queue_full rather than kept; RSS stays within
+// the bound (unbounded, forty such requests would keep ~100 MB of names),
+// and another client's request is still told to retry at once.
+func TestRefusalRoom(t *testing.T) {
+	brokers := kafkatest.Shared(t)
+	topic := kafkatest.NewTopic(t, brokers, "room", 1)
+	a := agenttest.Start(t, ferryBin, agentConfig(brokers), "receivers.kafka.enabled=true")
+	used := func() float64 { return a.Metric("ferry_queue_bytes") }
+	attack(t, a, "Kafka front: 40 connections each holding back a refused request of 10,000 topics with 249-byte names (budget full)", func() (string, bool, string) {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		// Local frames fill the budget: each holds an 8 MiB reservation
+		// until its body_timeout (10 s).
+		for range 8 {
+			c, err := localConn(t, a, 0)
+			if err != nil {
+				return err.Error(), false, ""
+			}
+			conns = append(conns, c)
+			var hdr [10]byte
+			binary.BigEndian.PutUint32(hdr[:], 8<<20)
+			hdr[4] = protocol.TypeProduce
+			binary.BigEndian.PutUint32(hdr[6:], 1)
+			_, _ = c.Write(append(hdr[:], 0))
+		}
+		for by := time.Now().Add(5 * time.Second); used() < 60<<20 && time.Now().Before(by); {
+			time.Sleep(50 * time.Millisecond)
+		}
+		full := used()
+		req := kmsg.NewPtrProduceRequest()
+		req.Version, req.Acks, req.TimeoutMillis = 7, -1, 30000
+		for i := range 10000 {
+			tp := kmsg.NewProduceRequestTopic()
+			tp.Topic = fmt.Sprintf("%05d%s", i, strings.Repeat("n", 244))
+			tp.Partitions = []kmsg.ProduceRequestTopicPartition{kmsg.NewProduceRequestTopicPartition()}
+			req.Topics = append(req.Topics, tp)
+		}
+		big := kafkaRequest(0, 7, 1, false, req.AppendTo(nil))
+		before := a.Metric(`ferry_receiver_errors_total{receiver="kafka",reason="queue_full"}`)
+		var wg sync.WaitGroup
+		for range 40 {
+			c, err := net.Dial("tcp", a.KafkaFront)
+			if err != nil {
+				return err.Error(), false, ""
+			}
+			conns = append(conns, c)
+			wg.Add(1)
+			go func() { // a closed connection stops reading: writes may block
+				defer wg.Done()
+				_ = c.SetWriteDeadline(time.Now().Add(15 * time.Second))
+				_, _ = c.Write(big[:len(big)-1])
+			}()
+		}
+		time.Sleep(3 * time.Second)
+		closedFull := a.Metric(`ferry_receiver_errors_total{receiver="kafka",reason="queue_full"}`) - before
+		retry := "no answer"
+		if s, err := dialKafka(a.KafkaFront); err == nil {
+			_ = s.c.SetDeadline(time.Now().Add(3 * time.Second))
+			if code, _, err := s.produce(topic, idemBatch(-1, 0, 0, "refused "+strings.Repeat("s", 6<<20))); err == nil {
+				retry = fmt.Sprintf("code %d", code)
+			}
+			s.Close()
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+		wg.Wait()
+		ok := full >= 60<<20 && closedFull >= 30 && retry == fmt.Sprintf("code %d", kerr.NotEnoughReplicas.Code)
+		return fmt.Sprintf("budget %.0f MiB used; %.0f of 40 closed queue_full (the refusals' room spent); another client answered %s", full/(1<<20), closedFull, retry), ok,
+			"what a refusal keeps is reserved from a room of max_request_bytes as it is read (new with the streaming refusal)"
+	}, func() int64 { return countValues(t, brokers, topic, prefix("refused ")) })
+}
+
 // endsBy reads and drops what c still sends, and reports whether the agent
 // closed it before by.
 func endsBy(c net.Conn, by time.Time) bool {

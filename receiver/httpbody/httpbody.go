@@ -194,17 +194,43 @@ func (r *Reader) Get(n int) *Buf { return r.bufs.get(n) }
 // only to give it back: under a full budget, a burst of refused 8 MiB
 // requests each made an 8 MiB buffer outside the budget).
 func (r *Reader) GetReserved(n int) (*Buf, bool) {
+	return r.getWith(n, func(k int64) bool { return r.budget.Reserve(k, r.budget.Limit()) })
+}
+
+// GetMoved is GetReserved whose room is taken from from's reservation
+// first (as Move), reserving only what from lacks.
+func (r *Reader) GetMoved(from *Buf, n int) (*Buf, bool) {
+	return r.getWith(n, func(k int64) bool {
+		take := min(k, from.reserved)
+		if take < k && !r.budget.Reserve(k-take, r.budget.Limit()) {
+			return false
+		}
+		from.reserved -= take
+		return true
+	})
+}
+
+// getWith reserves, with reserve, the capacity get(n) makes a buffer with,
+// then takes one, and settles the reservation to the capacity it got (a
+// pooled buffer may be smaller, one of a limit that is not a power of two,
+// or larger).
+func (r *Reader) getWith(n int, reserve func(int64) bool) (*Buf, bool) {
+	if r.budget == nil {
+		return r.bufs.get(n), true
+	}
 	want := int64(classCap(n))
-	if r.budget != nil && !r.budget.Reserve(want, r.budget.Limit()) {
+	if !reserve(want) {
 		return nil, false
 	}
 	b := r.bufs.get(n)
-	if r.budget != nil {
-		b.reserved = want
-		if c := int64(cap(b.B)); c > want && !r.Reserve(b, c-want) {
-			r.Put(b)
-			return nil, false
-		}
+	b.reserved = want
+	switch c := int64(cap(b.B)); {
+	case c < want:
+		r.budget.Release(want - c)
+		b.reserved = c
+	case c > want && !r.Reserve(b, c-want):
+		r.Put(b)
+		return nil, false
 	}
 	return b, true
 }

@@ -151,3 +151,31 @@ func TestGetReservedWait(t *testing.T) {
 	}
 	r.Put(nb)
 }
+
+// TestGetReservedSettles: a pooled buffer smaller than its size class (one
+// made at a limit that is not a power of two) is charged its capacity, not
+// the class's; GetMoved takes its room from a lease first.
+func TestGetReservedSettles(t *testing.T) {
+	b := budget.New(64 << 20)
+	r := NewReader(10_000_000)
+	r.SetBudget(b)
+	r.bufs.put(r.bufs.getAtMost(9<<20, 10_000_000)) // 10,000,000 bytes, in the 16 MiB class
+	got, ok := r.GetReserved(9 << 20)
+	if !ok || got.Reserved() != int64(cap(got.B)) || b.Used() != got.Reserved() {
+		t.Fatalf("cap %d, reserved %d, used %d", cap(got.B), got.Reserved(), b.Used())
+	}
+	r.Put(got)
+	lease := r.Get(0)
+	if !r.Reserve(lease, 8<<20) {
+		t.Fatal("the lease")
+	}
+	moved, ok := r.GetMoved(lease, 5<<20)
+	if !ok || moved.Reserved() != 8<<20 || lease.Reserved() != 0 || b.Used() != 8<<20 {
+		t.Fatalf("moved: reserved %d, lease %d, used %d", moved.Reserved(), lease.Reserved(), b.Used())
+	}
+	r.Put(moved)
+	r.Put(lease)
+	if b.Used() != 0 {
+		t.Fatalf("%d bytes still reserved", b.Used())
+	}
+}

@@ -118,6 +118,15 @@ func (g *grpcServer) fromLease(ctx context.Context, b *httpbody.Buf, n int64) bo
 	return g.r.body.Reserve(b, n)
 }
 
+// getFromLease is a buffer of room for n bytes, its capacity reserved
+// (from the request's lease first) before it is taken.
+func (g *grpcServer) getFromLease(ctx context.Context, n int) (*httpbody.Buf, bool) {
+	if l, ok := ctx.Value(leaseKey{}).(*lease); ok {
+		return g.r.body.GetMoved(l.buf, n)
+	}
+	return g.r.body.GetReserved(n)
+}
+
 func (g *grpcServer) postSpans(ctx context.Context, dec func(any) error) (any, error) {
 	r := g.r
 	m := r.jaeger.m
@@ -160,9 +169,13 @@ func (g *grpcServer) postSpans(ctx context.Context, dec func(any) error) (any, e
 			msg: fmt.Sprintf("%s: converting this request takes %d bytes of memory (the message, its OTLP and %d spans decoded at once), more than queue.memory_limit (%d)",
 				jaegerGRPCName, need, c.Spans, r.body.Limit())})
 	}
-	out := r.body.Get(limit)
+	out, ok := g.getFromLease(ctx, limit)
+	if !ok {
+		r.body.Put(in)
+		return refuse(classify(consumer.ErrFull))
+	}
 	heap := r.body.Get(0) // the conversion's transient Go heap: a reservation only
-	if !g.fromLease(ctx, out, int64(cap(out.B))) || !g.fromLease(ctx, heap, c.Peak) {
+	if !g.fromLease(ctx, heap, c.Peak) {
 		r.body.Put(in)
 		r.body.Put(out)
 		r.body.Put(heap)

@@ -78,15 +78,14 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return fmt.Errorf("otlp grpc: cannot unmarshal into %T", v)
 	}
 	n := data.Len()
-	m.buf = m.reader.Get(n)
+	// Room first, then the buffer: a message refused for room takes none.
 	var fits bool
 	if m.lease != nil {
-		fits = m.reader.Move(m.lease.buf, m.buf, int64(cap(m.buf.B)))
+		m.buf, fits = m.reader.GetMoved(m.lease.buf, n)
 	} else {
-		fits = m.reader.Reserve(m.buf, int64(cap(m.buf.B)))
+		m.buf, fits = m.reader.GetReserved(n)
 	}
 	if !fits {
-		m.reader.Put(m.buf)
 		m.buf, m.noRoom = nil, true
 		return nil
 	}

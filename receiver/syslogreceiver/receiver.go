@@ -386,8 +386,9 @@ func (b *builder) handBatch(raws [][]byte, trun []bool, wait bool) (k int) {
 		}
 	}()
 	k, need := b.prepare(raws)
-	// The buffer is taken once its room is reserved: a batch waiting for
-	// room holds no memory outside the budget.
+	// The buffer is taken once its room is reserved: a batch waiting here
+	// for room holds no buffer outside the budget (handOn's retries still
+	// hold their filled buffer while they wait).
 	var ok bool
 	if wait {
 		for buf == nil {

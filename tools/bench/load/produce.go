@@ -484,6 +484,9 @@ func (r *run) kafka(ctx context.Context) error {
 	recPool := sync.Pool{New: func() any { return new(kgo.Record) }}
 	promise := func(rec *kgo.Record, err error) {
 		if err != nil {
+			// Counted whatever the error, ctx's too: franz-go fails with the
+			// record's ctx also records it had buffered and not sent (the
+			// local target's ctx error is only Produce's wait for room).
 			r.fail("kafka_error", 1)
 			if r.o.seq {
 				_, _, seq, _ := verify.ParseSeq(rec.Value)
@@ -570,7 +573,7 @@ func (r *run) local(ctx context.Context, addr string) error {
 			case errors.As(err, &fe):
 				code = fe.Reason
 			case errors.Is(err, client.ErrBufferFull):
-				code = "buffer_full" // the agent took nothing for MaxBlock
+				code = "buffer_full" // the buffer stayed full for MaxBlock
 			case errors.Is(err, client.ErrClosed):
 				code = "closed" // unanswered by --flush-timeout
 			case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
