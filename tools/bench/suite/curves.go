@@ -613,7 +613,7 @@ func curveText(name string, pts []curvePoint) string {
 			"request handler is busy for ~20 s and every producer stalls alike (measured apart on a fresh broker, same load: "+
 			"franz-go direct 16.8 s worst latency, the broker 17.8 s of system CPU and 2,004 major faults; ferry the same). A Go "+
 			"client whose buffer stays full past `MaxBlock` (10 s) fails each Produce call that waited that long, about one per load "+
-			"worker: the `failed` column (`buffer_full`). At 10,000 topics a partition reaches 4 KiB only after ~24 s (a record a "+
+			"worker when the stall outlasts it: the `failed` column (`buffer_full`; 0 to 8 in runs here). At 10,000 topics a partition reaches 4 KiB only after ~24 s (a record a "+
 			"second, each a Kafka batch of its own, ~170 bytes), past the warm-up and the window. Past "+
 			"`exporter.kafka.max_pending_topics` (1,000) topics not yet confirmed by Kafka, batches are refused (retryable, after "+
 			"5 s) until the first ones are confirmed (the bound keeps a client naming made-up topics from growing every metadata request).",
