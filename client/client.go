@@ -94,7 +94,8 @@ type Options struct {
 	ClientName string
 	// MaxBufferedBytes bounds the records produced and not yet called back
 	// (default 64 MiB). When full, Produce waits up to MaxBlock for room,
-	// then fails the record with ErrBufferFull.
+	// then fails the record with ErrBufferFull (or, if its ctx ends first,
+	// with an error wrapping ctx's).
 	MaxBufferedBytes int64
 	// MaxBufferedRecords bounds the same records by count (default
 	// 100,000, the bound ferry-bench gives franz-go, its direct

@@ -578,7 +578,9 @@ func TestSlowConnections(t *testing.T) {
 		}
 		// The local frames fill the budget first, so the Kafka clients'
 		// requests are refused and trickle inside their refusals.
-		for by := time.Now().Add(5 * time.Second); used() < 56<<20 && time.Now().Before(by); {
+		// Past 56 MiB used the prompt request below (an 8 MiB buffer)
+		// cannot fit.
+		for by := time.Now().Add(5 * time.Second); used() < 58<<20 && time.Now().Before(by); {
 			time.Sleep(50 * time.Millisecond)
 		}
 		for range 4 {
@@ -619,7 +621,7 @@ func TestSlowConnections(t *testing.T) {
 				closedN++
 			}
 		}
-		ok := held >= 56<<20 && used() <= 4<<20 && closedN == len(conns) && retry
+		ok := held >= 58<<20 && used() <= 4<<20 && closedN == len(conns) && retry
 		return fmt.Sprintf("%.0f MiB held, given back after %.0f s; %d of %d connections closed; another client answered %s in %.1f s",
 				held/(1<<20), freed.Seconds(), closedN, len(conns), prompt, promptTook.Seconds()), ok,
 			"a body must arrive within body_timeout (10s) of its header (was: the budget stayed held until the client chose to close); a refusal reads on its own clock (was: one lease, 5 s per trickling client)"
@@ -655,14 +657,18 @@ func TestSlowConnections(t *testing.T) {
 // TestRefusalRoom: with the memory budget full, 40 Kafka clients each send
 // a produce request naming 10,000 topics of 249 bytes (2.5 MB of names a
 // refusal must keep to answer them) and hold back its last byte. What the
-// refusals keep is bounded by their room (max_request_bytes, 8 MiB): past
+// refusals keep is bounded by their room (max_request_bytes plus the
+// answer's cost at max_partitions_per_request, ~11 MiB): past
 // it connections are closed queue_full rather than kept; RSS stays within
 // the bound (unbounded, forty such requests would keep ~100 MB of names),
 // and another client's request is still told to retry at once.
 func TestRefusalRoom(t *testing.T) {
 	brokers := kafkatest.Shared(t)
 	topic := kafkatest.NewTopic(t, brokers, "room", 1)
-	a := agenttest.Start(t, ferryBin, agentConfig(brokers), "receivers.kafka.enabled=true")
+	// Long body timeouts: the local frames keep the budget full, and the
+	// Kafka clients their refusals, for the whole attack on a slow machine.
+	a := agenttest.Start(t, ferryBin, agentConfig(brokers), "receivers.kafka.enabled=true",
+		"receivers.local.body_timeout=60s", "receivers.kafka.body_timeout=30s")
 	used := func() float64 { return a.Metric("ferry_queue_bytes") }
 	attack(t, a, "Kafka front: 40 connections each holding back a refused request of 10,000 topics with 249-byte names (budget full)", func() (string, bool, string) {
 		var conns []net.Conn
@@ -672,7 +678,7 @@ func TestRefusalRoom(t *testing.T) {
 			}
 		}()
 		// Local frames fill the budget: each holds an 8 MiB reservation
-		// until its body_timeout (10 s).
+		// until its body_timeout.
 		for range 8 {
 			c, err := localConn(t, a, 0)
 			if err != nil {
@@ -713,8 +719,18 @@ func TestRefusalRoom(t *testing.T) {
 				_, _ = c.Write(big[:len(big)-1])
 			}()
 		}
-		time.Sleep(3 * time.Second)
-		closedFull := a.Metric(`ferry_receiver_errors_total{receiver="kafka",reason="queue_full"}`) - before
+		// Until the closes stop: the room is spent and the rest refused.
+		queueFull := func() float64 {
+			return a.Metric(`ferry_receiver_errors_total{receiver="kafka",reason="queue_full"}`) - before
+		}
+		for last, since, by := -1.0, time.Now(), time.Now().Add(20*time.Second); time.Now().Before(by); time.Sleep(100 * time.Millisecond) {
+			if n := queueFull(); n != last {
+				last, since = n, time.Now()
+			} else if n >= 30 && time.Since(since) > time.Second {
+				break
+			}
+		}
+		closedFull := queueFull()
 		retry := "no answer"
 		if s, err := dialKafka(a.KafkaFront); err == nil {
 			_ = s.c.SetDeadline(time.Now().Add(3 * time.Second))
@@ -723,13 +739,14 @@ func TestRefusalRoom(t *testing.T) {
 			}
 			s.Close()
 		}
+		stillFull := used()
 		for _, c := range conns {
 			c.Close()
 		}
 		wg.Wait()
-		ok := full >= 60<<20 && closedFull >= 30 && retry == fmt.Sprintf("code %d", kerr.NotEnoughReplicas.Code)
+		ok := full >= 60<<20 && stillFull >= 60<<20 && closedFull >= 30 && retry == fmt.Sprintf("code %d", kerr.NotEnoughReplicas.Code)
 		return fmt.Sprintf("budget %.0f MiB used; %.0f of 40 closed queue_full (the refusals' room spent); another client answered %s", full/(1<<20), closedFull, retry), ok,
-			"what a refusal keeps is reserved from a room of max_request_bytes as it is read (new with the streaming refusal)"
+			"what a refusal keeps is reserved as it arrives from a room shared by refusals (new with the streaming refusal)"
 	}, func() int64 { return countValues(t, brokers, topic, prefix("refused ")) })
 }
 

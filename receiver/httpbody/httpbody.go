@@ -223,6 +223,16 @@ func (r *Reader) getWith(n int, reserve func(int64) bool) (*Buf, bool) {
 		return nil, false
 	}
 	b := r.bufs.get(n)
+	if !r.settle(b, want) {
+		return nil, false
+	}
+	return b, true
+}
+
+// settle makes b, whose capacity want bytes were reserved for, hold a
+// reservation of exactly its capacity; false (b put back, nothing held) if
+// a larger one does not fit.
+func (r *Reader) settle(b *Buf, want int64) bool {
 	b.reserved = want
 	switch c := int64(cap(b.B)); {
 	case c < want:
@@ -230,9 +240,9 @@ func (r *Reader) getWith(n int, reserve func(int64) bool) (*Buf, bool) {
 		b.reserved = c
 	case c > want && !r.Reserve(b, c-want):
 		r.Put(b)
-		return nil, false
+		return false
 	}
-	return b, true
+	return true
 }
 
 // GetReservedWait is GetReserved, waiting until the deadline for room to be

@@ -159,7 +159,20 @@ func TestGetReservedSettles(t *testing.T) {
 	b := budget.New(64 << 20)
 	r := NewReader(10_000_000)
 	r.SetBudget(b)
-	r.bufs.put(r.bufs.getAtMost(9<<20, 10_000_000)) // 10,000,000 bytes, in the 16 MiB class
+	// A pooled buffer of 10,000,000 bytes in the 16 MiB class, its class
+	// reserved: charged its capacity.
+	small := &Buf{B: make([]byte, 0, 10_000_000), class: classFor(10_000_000)}
+	if !b.TryReserve(16<<20) || !r.settle(small, 16<<20) || small.Reserved() != 10_000_000 || b.Used() != 10_000_000 {
+		t.Fatalf("smaller: reserved %d, used %d", small.Reserved(), b.Used())
+	}
+	r.Put(small)
+	// One larger than its class (made at n past a power of two): charged
+	// its capacity too, or refused with nothing held.
+	large := &Buf{B: make([]byte, 0, 5<<20), class: classFor(4 << 20)}
+	if !b.TryReserve(4<<20) || !r.settle(large, 4<<20) || large.Reserved() != 5<<20 || b.Used() != 5<<20 {
+		t.Fatalf("larger: reserved %d, used %d", large.Reserved(), b.Used())
+	}
+	r.Put(large)
 	got, ok := r.GetReserved(9 << 20)
 	if !ok || got.Reserved() != int64(cap(got.B)) || b.Used() != got.Reserved() {
 		t.Fatalf("cap %d, reserved %d, used %d", cap(got.B), got.Reserved(), b.Used())

@@ -34,7 +34,8 @@ type Config struct {
 	// reserves it before decompressing, so a bomb costs at most this.
 	MaxDecompressedBytes bytesize.Size `yaml:"max_decompressed_bytes"`
 	// MaxRecords bounds the records of one produce request, and
-	// MaxPartitions its topic-partitions, checked before they are decoded.
+	// MaxPartitions its topic-partitions (a topic with none counts as one),
+	// checked before they are decoded.
 	MaxRecords    int `yaml:"max_records_per_request"`
 	MaxPartitions int `yaml:"max_partitions_per_request"`
 	// MaxInflightBytes bounds the produce requests one connection has

@@ -94,7 +94,7 @@ type Receiver struct {
 	batchP      sync.Pool
 
 	// refusals bounds what answers to refused produce requests keep
-	// (refusal.go): max_request_bytes across all connections.
+	// (refusal.go), across all connections: refusalRoom.
 	refusals *budget.Budget
 	// decoding admits a few non-produce requests to kmsg at once.
 	decoding chan struct{}
@@ -117,7 +117,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	}
 	set := env.Set
 	r := &Receiver{cfg: cfg, set: set, body: httpbody.NewReader(int64(cfg.MaxRequestBytes)), gate: env.Pre.Gate(cfg.Auth),
-		topics: newTopicCache(env.Topics, cfg.MetadataMaxAge), refusals: budget.New(int64(cfg.MaxRequestBytes)),
+		topics: newTopicCache(env.Topics, cfg.MetadataMaxAge), refusals: budget.New(refusalRoom(cfg)),
 		decoding: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), seqs: newProducers(50000, 200000), idem: env.Idem,
 		watchShrink: env.WatchShrink}
 	if env.Bodies != nil {

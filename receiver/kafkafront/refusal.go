@@ -20,8 +20,8 @@ import (
 // otherwise fails the batch or drops the connection), and the answer names
 // every topic and partition of the request, so the request is read whole.
 // It is read as a stream: the record batches are skipped unread, and only
-// the topic names and partition numbers are kept, in a compact form (kept)
-// no larger than the bytes they came in but for 8 bytes a topic. Each
+// the topic names and partition numbers are kept, in a compact form (kept):
+// names as sent, 4 bytes a partition, 8 a topic. Each
 // refusing connection reads on its own body_timeout with a few KiB of
 // buffer, so a client trickling its request delays nobody else's refusal.
 // (The refusal used to read the request into one buffer of
@@ -29,10 +29,13 @@ import (
 // holding back their last byte kept every other client's "retry" waiting
 // body_timeout, up to 5 s, each.)
 //
-// What a refusal keeps is reserved, as it grows, from a room of
-// max_request_bytes shared by all refusals; so is the answer built at the
-// end, for the moment it takes to encode. A client holding room while it
-// trickles has sent as many bytes as it holds. When the room is spent the
+// What a refusal keeps is reserved as its bytes arrive (never for what a
+// length only declares), from a room shared by all refusals:
+// max_request_bytes plus the answer's cost at max_partitions_per_request,
+// so one refusal of any allowed shape fits an empty room. So is the answer
+// built at the end, for the moment it takes to encode. A client holding
+// room while it trickles holds at most about twice what it sent, plus 8
+// bytes a topic (slices grow by doubling). When the room is spent the
 // refused request's connection is closed (counted queue_full), which a
 // Kafka client retries like the refusal itself. acks=0 requests keep
 // nothing: they are read, counted, and not answered.
@@ -44,6 +47,12 @@ const (
 	answerTopicCost     = 96
 	answerPartitionCost = 192
 )
+
+// refusalRoom is the room refusals share: one request of any allowed shape
+// and its answer.
+func refusalRoom(cfg Config) int64 {
+	return int64(cfg.MaxRequestBytes) + int64(cfg.MaxPartitions)*(answerTopicCost+answerPartitionCost)
+}
 
 var refusalReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10) }}
 
@@ -226,7 +235,8 @@ func grow[T any](s []T, n int, size int64, reserve func(int64) bool) ([]T, bool)
 
 // answerCost is what response costs for the moment it takes to encode.
 func (k *kept) answerCost() int64 {
-	return int64(len(k.topics))*answerTopicCost + int64(len(k.names)) + int64(len(k.parts))*answerPartitionCost
+	// Names twice: the answer's strings, then its encoding.
+	return int64(len(k.topics))*answerTopicCost + 2*int64(len(k.names)) + int64(len(k.parts))*answerPartitionCost
 }
 
 // response is the answer's skeleton for the kept topics and partitions:
@@ -340,12 +350,11 @@ func readRefused(br *bufio.Reader, src io.Reader, n int, ver int16, maxParts int
 		// A topic counts as one even with no partition (countPartitions).
 		return nil, limit()
 	}
+	// Room is reserved as bytes arrive, never for what a length only
+	// declares: names in chunks of the read buffer, topics and partitions
+	// one at a time (grow doubles, so what is held stays within about twice
+	// what was kept).
 	var ok bool
-	if keep {
-		if k.topics, ok = grow(k.topics, topics, 8, reserve); !ok {
-			return nil, errNoRoom
-		}
-	}
 	for t := 0; t < topics && s.err == nil; t++ {
 		size := s.length(s.int16)
 		if s.err != nil {
@@ -355,12 +364,16 @@ func readRefused(br *bufio.Reader, src io.Reader, n int, ver int16, maxParts int
 			return nil, fmt.Errorf("%w: a null topic name", errMalformed)
 		}
 		if keep {
-			if k.names, ok = grow(k.names, size, 1, reserve); !ok {
-				return nil, errNoRoom
+			for rem := size; rem > 0 && s.err == nil; {
+				c := min(rem, s.r.Size())
+				if k.names, ok = grow(k.names, c, 1, reserve); !ok {
+					return nil, errNoRoom
+				}
+				at := len(k.names)
+				k.names = k.names[:at+c]
+				s.fixed(k.names[at:])
+				rem -= c
 			}
-			at := len(k.names)
-			k.names = k.names[:at+size]
-			s.fixed(k.names[at:])
 		} else {
 			s.skip(int64(size))
 		}
@@ -371,21 +384,22 @@ func readRefused(br *bufio.Reader, src io.Reader, n int, ver int16, maxParts int
 		if total += max(parts, 1); total > maxParts {
 			return nil, limit()
 		}
-		if keep {
-			if k.parts, ok = grow(k.parts, parts, 4, reserve); !ok {
-				return nil, errNoRoom
-			}
-		}
 		for p := 0; p < parts && s.err == nil; p++ {
 			idx := int32(s.int32())
-			if keep {
+			if keep && s.err == nil {
+				if k.parts, ok = grow(k.parts, 1, 4, reserve); !ok {
+					return nil, errNoRoom
+				}
 				k.parts = append(k.parts, idx)
 			}
 			s.nullableBytes() // the records, skipped unread
 			s.tags()
 		}
 		s.tags()
-		if keep {
+		if keep && s.err == nil {
+			if k.topics, ok = grow(k.topics, 1, 8, reserve); !ok {
+				return nil, errNoRoom
+			}
 			k.topics = append(k.topics, keptTopic{int32(len(k.names)), int32(len(k.parts))})
 		}
 	}

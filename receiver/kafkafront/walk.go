@@ -20,6 +20,10 @@ func countPartitions(b []byte, version int16, limit int) (int, error) {
 	w.nullableString() // transactional_id
 	w.skip(2 + 4)      // acks, timeout
 	topics := w.arrayLen()
+	if topics > limit {
+		// Each topic counts at least one: over the limit before its bytes.
+		return topics, &limitError{what: "topic-partitions in one produce request", limit: limit, field: "max_partitions_per_request"}
+	}
 	total := 0
 	for t := 0; t < topics && w.err == nil; t++ {
 		w.nullableString() // topic name

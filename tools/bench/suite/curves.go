@@ -609,11 +609,11 @@ func curveText(name string, pts []curvePoint) string {
 			"`exporter.kafka.linger` (docs/scaling.md: 500 ms–1 s for fleets) makes fewer requests and cuts it. Memory: %.1f KiB per topic "+
 			"(the client's buffer and metadata per partition, ferry's known-topic entry). The warm-up at 1,000 is the broker's: "+
 			"after 4 KiB of records a partition (`log.index.interval.bytes`) it writes the first entries of 1,000 fresh partitions' "+
-			"memory-mapped index files, and on this machine each first write is a major page fault costing ~9 ms of kernel time, so a "+
+			"memory-mapped index files, and on the machine of 2026-11-29 (2 cores, virtio disk) each first write was a major page fault costing ~9 ms of kernel time, so a "+
 			"request handler is busy for ~20 s and every producer stalls alike (measured apart on a fresh broker, same load: "+
 			"franz-go direct 16.8 s worst latency, the broker 17.8 s of system CPU and 2,004 major faults; ferry the same). A Go "+
 			"client whose buffer stays full past `MaxBlock` (10 s) fails each Produce call that waited that long, about one per load "+
-			"worker when the stall outlasts it: the `failed` column (`buffer_full`; 0 to 8 in runs here). At 10,000 topics a partition reaches 4 KiB only after ~24 s (a record a "+
+			"worker when the stall outlasts it: the `failed` column (`buffer_full`; 0 to 8 in runs that day). At 10,000 topics a partition reaches 4 KiB only after ~24 s (a record a "+
 			"second, each a Kafka batch of its own, ~170 bytes), past the warm-up and the window. Past "+
 			"`exporter.kafka.max_pending_topics` (1,000) topics not yet confirmed by Kafka, batches are refused (retryable, after "+
 			"5 s) until the first ones are confirmed (the bound keeps a client naming made-up topics from growing every metadata request).",
