@@ -109,14 +109,22 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 			return
 		}
 		pb, err := jsonToProto(sig, body.B)
-		h.r.body.Put(body)
 		if err != nil {
+			h.r.body.Put(body)
 			m.Error("invalid_payload")
 			h.fail(w, true, answer{httpStatus: http.StatusBadRequest, code: codes.InvalidArgument, reason: "invalid_payload", msg: "invalid OTLP/JSON: " + err.Error()})
 			return
 		}
-		body = h.r.body.Get(len(pb))
-		body.B = append(body.B, pb...)
+		// The protobuf's buffer takes its room from the JSON body's before
+		// that is given back: reserved before it is taken.
+		nb, ok := h.r.body.GetMoved(body, len(pb))
+		h.r.body.Put(body)
+		if !ok {
+			h.fail(w, true, classify(consumer.ErrFull))
+			return
+		}
+		nb.B = append(nb.B, pb...)
+		body = nb
 	}
 	if h.r.gate.WantsResource() {
 		var aerr error

@@ -70,7 +70,12 @@ func (r *Receiver) resourceAuth(headerTok string, sig encoding.Signal, body *htt
 		if err != nil {
 			return nil, body, &decodeError{err}
 		}
-		nb := r.body.Get(len(stripped))
+		// Room from the request's own reservation first (the stripped
+		// copy is smaller), before the buffer is taken.
+		nb, ok := r.body.GetMoved(body, len(stripped))
+		if !ok {
+			return nil, body, consumer.ErrFull
+		}
 		nb.B = append(nb.B, stripped...)
 		r.body.Put(body)
 		body = nb

@@ -25,11 +25,12 @@ type answer struct {
 // UNAVAILABLE or RESOURCE_EXHAUSTED-with-RetryInfo are retried by exporters,
 // everything else is not.
 // refusedPayload: err is about the request's content (malformed, over a
-// limit), not its credentials.
+// limit) or the room to hold it, not its credentials.
 func refusedPayload(err error) bool {
 	var de *decodeError
 	var pe *consumer.PermanentError
-	return errors.As(err, &de) || errors.As(err, &pe)
+	// ErrFull: no room to hold the request's copy; refused, retryable.
+	return errors.As(err, &de) || errors.As(err, &pe) || errors.Is(err, consumer.ErrFull)
 }
 
 // otlpAnswers is the OTLP specification's answer for each kind: HTTP
