@@ -657,8 +657,8 @@ func TestSlowConnections(t *testing.T) {
 // TestRefusalRoom: with the memory budget full, 40 Kafka clients each send
 // a produce request naming 10,000 topics of 249 bytes (2.5 MB of names a
 // refusal must keep to answer them) and hold back its last byte. What the
-// refusals keep is bounded by their room (max_request_bytes plus the
-// answer's cost at max_partitions_per_request, ~11 MiB): past
+// refusals keep is bounded by their room (one refusal of the largest
+// request Kafka could accept, 10.7 MB): past
 // it connections are closed queue_full rather than kept; RSS stays within
 // the bound (unbounded, forty such requests would keep ~100 MB of names),
 // and another client's request is still told to retry at once.

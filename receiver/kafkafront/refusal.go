@@ -8,6 +8,7 @@ import (
 	"io"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -31,8 +32,8 @@ import (
 //
 // What a refusal keeps is reserved as its bytes arrive (never for what a
 // length only declares), from a room shared by all refusals:
-// max_request_bytes plus the answer's cost at max_partitions_per_request,
-// so one refusal of any allowed shape fits an empty room. So is the answer
+// refusalRoom, so one refusal of any request Kafka could accept fits an
+// empty room. So is the answer
 // built at the end, for the moment it takes to encode. A client holding
 // room while it trickles holds at most about twice what it sent, plus 8
 // bytes a topic (slices grow by doubling). When the room is spent the
@@ -40,18 +41,27 @@ import (
 // Kafka client retries like the refusal itself. acks=0 requests keep
 // nothing: they are read, counted, and not answered.
 
-// What the answer built from kept costs for the moment it is encoded:
-// kmsg's structs (about 90 bytes a partition) and the encoded answer
-// (about 70 from v8 on), per topic its struct and name.
+// What the answer built from kept costs for the moment it is encoded,
+// besides the names (encoded once; the answer's strings alias kept's
+// bytes): per partition kmsg's struct (~90 bytes) and its encoding (~70
+// from v8 on), rounded up; per topic its struct.
 const (
 	answerTopicCost     = 96
 	answerPartitionCost = 192
 )
 
-// refusalRoom is the room refusals share: one request of any allowed shape
-// and its answer.
+// kafkaMaxTopicName is the longest topic name Kafka accepts.
+const kafkaMaxTopicName = 249
+
+// refusalRoom is the room refusals share: at least max_request_bytes, and
+// enough for one refusal of any request Kafka could accept, with
+// max_partitions_per_request one-partition topics of the longest name:
+// kept while reading (names up to twice their bytes, slices grow by
+// doubling: 16 bytes a topic, 8 a partition), then the answer (names once
+// more, answerTopicCost, answerPartitionCost). 10.7 MB by default.
 func refusalRoom(cfg Config) int64 {
-	return int64(cfg.MaxRequestBytes) + int64(cfg.MaxPartitions)*(answerTopicCost+answerPartitionCost)
+	perTopic := int64(3*kafkaMaxTopicName + 16 + 8 + answerTopicCost + answerPartitionCost)
+	return max(int64(cfg.MaxRequestBytes), int64(cfg.MaxPartitions)*perTopic)
 }
 
 var refusalReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10) }}
@@ -118,16 +128,38 @@ func (s *stream) fixed(b []byte) {
 	}
 }
 
+// peek returns the next n bytes (n at most the reader's size), valid until
+// the next read, and consumes them; nil on error. No copy: an array passed
+// to fixed would escape through io.ReadFull, an allocation a partition.
+func (s *stream) peek(n int) []byte {
+	if s.err != nil {
+		return nil
+	}
+	if int64(n) > s.left() {
+		s.fail("truncated")
+		return nil
+	}
+	b, err := s.r.Peek(n)
+	if err != nil {
+		s.ioErr(err)
+		return nil
+	}
+	_, _ = s.r.Discard(n)
+	return b
+}
+
 func (s *stream) int16() int {
-	var b [2]byte
-	s.fixed(b[:])
-	return int(int16(binary.BigEndian.Uint16(b[:])))
+	if b := s.peek(2); b != nil {
+		return int(int16(binary.BigEndian.Uint16(b)))
+	}
+	return 0
 }
 
 func (s *stream) int32() int {
-	var b [4]byte
-	s.fixed(b[:])
-	return int(int32(binary.BigEndian.Uint32(b[:])))
+	if b := s.peek(4); b != nil {
+		return int(int32(binary.BigEndian.Uint32(b)))
+	}
+	return 0
 }
 
 func (s *stream) uvarint() uint64 {
@@ -235,8 +267,9 @@ func grow[T any](s []T, n int, size int64, reserve func(int64) bool) ([]T, bool)
 
 // answerCost is what response costs for the moment it takes to encode.
 func (k *kept) answerCost() int64 {
-	// Names twice: the answer's strings, then its encoding.
-	return int64(len(k.topics))*answerTopicCost + 2*int64(len(k.names)) + int64(len(k.parts))*answerPartitionCost
+	// Names once: the answer's strings alias kept's bytes; its encoding
+	// copies them.
+	return int64(len(k.topics))*answerTopicCost + int64(len(k.names)) + int64(len(k.parts))*answerPartitionCost
 }
 
 // response is the answer's skeleton for the kept topics and partitions:
@@ -249,7 +282,9 @@ func (k *kept) response(ver int16) *kmsg.ProduceResponse {
 	for t, kt := range k.topics {
 		rt := &resp.Topics[t]
 		*rt = kmsg.NewProduceResponseTopic()
-		rt.Topic = string(k.names[name:kt.nameEnd])
+		// An alias, not a copy: k.names is not written again, and the
+		// answer is encoded before k is dropped.
+		rt.Topic = unsafe.String(unsafe.SliceData(k.names[name:kt.nameEnd]), int(kt.nameEnd-name))
 		rt.Partitions = make([]kmsg.ProduceResponseTopicPartition, kt.partsEnd-part)
 		for p := range rt.Partitions {
 			rp := &rt.Partitions[p]
@@ -365,7 +400,9 @@ func readRefused(br *bufio.Reader, src io.Reader, n int, ver int16, maxParts int
 		}
 		if keep {
 			for rem := size; rem > 0 && s.err == nil; {
-				c := min(rem, s.r.Size())
+				// What has arrived (at least one byte, which waits for
+				// the next read): room for bytes sent, not declared.
+				c := min(rem, max(s.r.Buffered(), 1))
 				if k.names, ok = grow(k.names, c, 1, reserve); !ok {
 					return nil, errNoRoom
 				}

@@ -282,3 +282,31 @@ func TestRefusalReservesWhatArrived(t *testing.T) {
 		t.Fatalf("%d bytes of the refusals' room held for a request that sent %d", used, len(b))
 	}
 }
+
+// TestRefusalOfTheLargestValidShape: with the defaults' bounds, a refused
+// request of max_partitions_per_request one-partition topics, each with the
+// longest name Kafka accepts, is answered "retry" from an empty room, not
+// closed for want of it.
+func TestRefusalOfTheLargestValidShape(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxRequestBytes, cfg.MaxDecompressedBytes, cfg.MaxPartitions, cfg.MaxInflightBytes = 8<<20, 32<<20, 10000, 64<<20
+	bud := budget.New(256 << 10)
+	f := startFront(t, cfg, receiver.Env{Bodies: bud})
+	if !bud.TryReserve(bud.Limit()) {
+		t.Fatal("could not fill the budget")
+	}
+	req := newProduce(9, -1)
+	for i := range 10000 {
+		add(req, fmt.Sprintf("%05d%s", i, strings.Repeat("n", 244)), 0, nil)
+	}
+	resp := dial(t, f).produce(req)
+	if len(resp.Topics) != 10000 || resp.Topics[9999].Partitions[0].ErrorCode != kerr.NotEnoughReplicas.Code {
+		t.Fatalf("%d topics answered", len(resp.Topics))
+	}
+	if n := f.refused("queue_full"); n != 1 {
+		t.Fatalf("%v queue_full counted, want the one refusal", n)
+	}
+	if used := f.r.refusals.Used(); used != 0 {
+		t.Fatalf("%d bytes of the room still held", used)
+	}
+}
