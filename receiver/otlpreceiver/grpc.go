@@ -407,7 +407,7 @@ func (g *grpcServer) export(ctx context.Context, sig encoding.Signal, dec func(a
 				a := classify(aerr)
 				m.Error(a.reason)
 				m.RequestCode(a.code.String())
-				return nil, status.Error(a.code, a.msg)
+				return nil, retryStatus(a) // RetryInfo when retryable (no room): else exporters drop it
 			}
 			return nil, unauthenticated(m, aerr)
 		}

@@ -84,9 +84,7 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 	body, berr := h.r.body.Read(q)
 	if berr != nil {
 		if berr.Status == http.StatusTooManyRequests {
-			a := classify(consumer.ErrFull)
-			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(a.retryAfter.Seconds()))))
-			h.fail(w, isJSON, a)
+			h.full(w, isJSON)
 			return
 		}
 		code := codes.InvalidArgument
@@ -120,7 +118,7 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 		nb, ok := h.r.body.GetMoved(body, len(pb))
 		h.r.body.Put(body)
 		if !ok {
-			h.fail(w, true, classify(consumer.ErrFull))
+			h.full(w, true)
 			return
 		}
 		nb.B = append(nb.B, pb...)
@@ -130,7 +128,11 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 		var aerr error
 		if claims, body, aerr = h.r.resourceAuth(headerTok, sig, body); aerr != nil {
 			h.r.body.Put(body)
-			if refusedPayload(aerr) {
+			switch {
+			case errors.Is(aerr, consumer.ErrFull):
+				h.full(w, isJSON)
+				return
+			case refusedPayload(aerr):
 				h.fail(w, isJSON, classify(aerr))
 				return
 			}
@@ -187,6 +189,14 @@ func exportResponse(o outcome) []byte {
 
 // fail answers with a google.rpc.Status in the request's encoding, as the
 // OTLP/HTTP specification asks.
+// full answers a request there is no room to hold: 429, retried after
+// Retry-After.
+func (h *httpServer) full(w http.ResponseWriter, isJSON bool) {
+	a := classify(consumer.ErrFull)
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(a.retryAfter.Seconds()))))
+	h.fail(w, isJSON, a)
+}
+
 func (h *httpServer) fail(w http.ResponseWriter, isJSON bool, a answer) {
 	h.r.httpM.Error(a.reason)
 	h.write(w, isJSON, a)
