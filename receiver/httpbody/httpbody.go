@@ -194,13 +194,13 @@ func (r *Reader) Get(n int) *Buf { return r.bufs.get(n) }
 // only to give it back: under a full budget, a burst of refused 8 MiB
 // requests each made an 8 MiB buffer outside the budget).
 func (r *Reader) GetReserved(n int) (*Buf, bool) {
-	return r.getWith(n, func(k int64) bool { return r.budget.Reserve(k, r.budget.Limit()) })
+	return r.getWith(n, nil, func(k int64) bool { return r.budget.Reserve(k, r.budget.Limit()) })
 }
 
 // GetMoved is GetReserved whose room is taken from from's reservation
 // first (as Move), reserving only what from lacks.
 func (r *Reader) GetMoved(from *Buf, n int) (*Buf, bool) {
-	return r.getWith(n, func(k int64) bool {
+	return r.getWith(n, from, func(k int64) bool {
 		take := min(k, from.reserved)
 		if take < k && !r.budget.Reserve(k-take, r.budget.Limit()) {
 			return false
@@ -214,7 +214,7 @@ func (r *Reader) GetMoved(from *Buf, n int) (*Buf, bool) {
 // then takes one, and settles the reservation to the capacity it got (a
 // pooled buffer may be smaller, one of a limit that is not a power of two,
 // or larger).
-func (r *Reader) getWith(n int, reserve func(int64) bool) (*Buf, bool) {
+func (r *Reader) getWith(n int, from *Buf, reserve func(int64) bool) (*Buf, bool) {
 	if r.budget == nil {
 		return r.bufs.get(n), true
 	}
@@ -223,7 +223,7 @@ func (r *Reader) getWith(n int, reserve func(int64) bool) (*Buf, bool) {
 		return nil, false
 	}
 	b := r.bufs.get(n)
-	if !r.settle(b, want) {
+	if !r.settle(b, want, from) {
 		return nil, false
 	}
 	return b, true
@@ -231,12 +231,17 @@ func (r *Reader) getWith(n int, reserve func(int64) bool) (*Buf, bool) {
 
 // settle makes b, whose capacity want bytes were reserved for, hold a
 // reservation of exactly its capacity; false (b put back, nothing held) if
-// a larger one does not fit.
-func (r *Reader) settle(b *Buf, want int64) bool {
+// a larger one does not fit. What b does not need goes back to from, the
+// lease it came from, if any (else to the budget).
+func (r *Reader) settle(b *Buf, want int64, from *Buf) bool {
 	b.reserved = want
 	switch c := int64(cap(b.B)); {
 	case c < want:
-		r.budget.Release(want - c)
+		if from != nil {
+			from.reserved += want - c
+		} else {
+			r.budget.Release(want - c)
+		}
 		b.reserved = c
 	case c > want && !r.Reserve(b, c-want):
 		r.Put(b)

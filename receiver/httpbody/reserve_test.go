@@ -162,14 +162,22 @@ func TestGetReservedSettles(t *testing.T) {
 	// A pooled buffer of 10,000,000 bytes in the 16 MiB class, its class
 	// reserved: charged its capacity.
 	small := &Buf{B: make([]byte, 0, 10_000_000), class: classFor(10_000_000)}
-	if !b.TryReserve(16<<20) || !r.settle(small, 16<<20) || small.Reserved() != 10_000_000 || b.Used() != 10_000_000 {
+	if !b.TryReserve(16<<20) || !r.settle(small, 16<<20, nil) || small.Reserved() != 10_000_000 || b.Used() != 10_000_000 {
 		t.Fatalf("smaller: reserved %d, used %d", small.Reserved(), b.Used())
 	}
 	r.Put(small)
+	// Through a lease: what the buffer does not need goes back to it.
+	lease0 := r.Get(0)
+	small = &Buf{B: make([]byte, 0, 10_000_000), class: classFor(10_000_000)}
+	if !b.TryReserve(16<<20) || !r.settle(small, 16<<20, lease0) || small.Reserved() != 10_000_000 || lease0.Reserved() != 16<<20-10_000_000 {
+		t.Fatalf("through a lease: reserved %d, lease %d", small.Reserved(), lease0.Reserved())
+	}
+	r.Put(small)
+	r.Put(lease0)
 	// One larger than its class (made at n past a power of two): charged
 	// its capacity too, or refused with nothing held.
 	large := &Buf{B: make([]byte, 0, 5<<20), class: classFor(4 << 20)}
-	if !b.TryReserve(4<<20) || !r.settle(large, 4<<20) || large.Reserved() != 5<<20 || b.Used() != 5<<20 {
+	if !b.TryReserve(4<<20) || !r.settle(large, 4<<20, nil) || large.Reserved() != 5<<20 || b.Used() != 5<<20 {
 		t.Fatalf("larger: reserved %d, used %d", large.Reserved(), b.Used())
 	}
 	r.Put(large)
