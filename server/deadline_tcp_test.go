@@ -148,7 +148,7 @@ func TestReadHeaderOverTCP(t *testing.T) {
 // flushes everything queued before it.
 func TestWriterOrderUnderConcurrency(t *testing.T) {
 	srv, cli := tcpPair(t)
-	w := NewWriter(srv, nil, nil)
+	w := NewWriter(srv, nil, nil, nil)
 	const producers, each = 4, 500
 	var wg sync.WaitGroup
 	for p := 0; p < producers; p++ {
@@ -200,7 +200,7 @@ func TestWriterPeerGone(t *testing.T) {
 	srv, cli := tcpPair(t)
 	var mu sync.Mutex
 	drains := 0
-	w := NewWriter(srv, func() { mu.Lock(); drains++; mu.Unlock() }, nil)
+	w := NewWriter(srv, nil, func() { mu.Lock(); drains++; mu.Unlock() }, nil)
 	readErr := make(chan error, 1)
 	go func() { _, err := srv.Read(make([]byte, 1)); readErr <- err }()
 	_ = cli.(*net.TCPConn).SetLinger(0)

@@ -35,13 +35,10 @@ var served = map[int16][2]int16{
 }
 
 // A client that pipelines requests and never reads the answers must not
-// make ferry hold answers without bound (an ApiVersions request of 20
-// bytes has an answer three times that size): past either bound the
+// make ferry hold answers without bound: past maxOwed answers owed, or
+// past what server.Writer lets a connection hold (server.MaxHeld), the
 // reader stops reading the connection until the client reads.
-const (
-	maxOwed          = 1000    // answers owed on one connection (Kafka's queued.max.requests is 500)
-	maxQueuedAnswers = 1 << 20 // bytes of answers waiting to be written
-)
+const maxOwed = 1000 // answers owed on one connection (Kafka's queued.max.requests is 500)
 
 // conn is one client connection: a reader handles requests in order, a
 // writer sends the answers, in the same order, as they become ready.
@@ -86,7 +83,7 @@ func newConn(r *Receiver, ctx context.Context, c net.Conn) *conn {
 	cn.cond = sync.NewCond(&cn.mu)
 	// A reader waiting for unread answers to drain is woken by the writer.
 	wake := func() { cn.mu.Lock(); cn.cond.Broadcast(); cn.mu.Unlock() }
-	cn.w = server.NewWriter(c, wake, func() { r.m.Error("write_timeout") })
+	cn.w = server.NewWriter(c, r.answers, wake, func() { r.m.Error("write_timeout") })
 	return cn
 }
 
@@ -120,8 +117,20 @@ func (cn *conn) read() *connErr {
 	var fixed [12]byte // size, api key, version, correlation id
 	for {
 		cn.mu.Lock()
-		for (len(cn.owed) >= maxOwed || cn.w.Queued() > maxQueuedAnswers) && !cn.w.Closed() && cn.ctx.Err() == nil {
-			cn.cond.Wait()
+		for !cn.w.Closed() && cn.ctx.Err() == nil {
+			over, crowded := cn.w.Holding()
+			if len(cn.owed) >= maxOwed || over {
+				cn.cond.Wait() // woken by answers made and written
+				continue
+			}
+			if crowded {
+				// Room is made by other connections' clients reading.
+				cn.mu.Unlock()
+				time.Sleep(server.CrowdedPoll)
+				cn.mu.Lock()
+				continue
+			}
+			break
 		}
 		closed := cn.w.Closed()
 		cn.mu.Unlock()
@@ -475,6 +484,9 @@ func (cn *conn) answerNow(corr int32, resp kmsg.Response) {
 // encode frames a response: size, correlation id, the header's empty tag
 // section for flexible responses (never for ApiVersions), the body.
 func encode(dst []byte, corr int32, resp kmsg.Response) []byte {
+	if pr, ok := resp.(*kmsg.ProduceResponse); ok {
+		fewMessages(pr)
+	}
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(corr))
@@ -486,6 +498,30 @@ func encode(dst []byte, corr int32, resp kmsg.Response) []byte {
 	return dst
 }
 
+// maxMessages is how many partitions of a produce answer carry ferry's
+// words with their error code: enough for every partition a client
+// usually sends, and the reason is the same for the rest. With a message
+// each, a request naming 10,000 partitions would have an answer 16 times
+// its size (with a code alone, 5 times).
+const maxMessages = 100
+
+// fewMessages keeps the error messages of the first maxMessages
+// partitions that have one.
+func fewMessages(resp *kmsg.ProduceResponse) {
+	n := 0
+	for t := range resp.Topics {
+		for p := range resp.Topics[t].Partitions {
+			rp := &resp.Topics[t].Partitions[p]
+			if rp.ErrorMessage == nil {
+				continue
+			}
+			if n++; n > maxMessages {
+				rp.ErrorMessage = nil
+			}
+		}
+	}
+}
+
 // complete fills a slot and queues every answer now ready, in order (under
 // cn.mu, so two completions cannot interleave their answers). It never
 // blocks: completions call it from the Kafka client's goroutines.
@@ -493,10 +529,13 @@ func (cn *conn) complete(s *slot, out []byte) {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
 	s.ready, s.out = true, out
+	// Held until the answers before it are ready: counted meanwhile, so
+	// the reader stops when they pile up (server.Writer.Park).
+	cn.w.Park(len(out))
 	n := 0
 	for n < len(cn.owed) && cn.owed[n].ready {
 		o := cn.owed[n]
-		cn.w.Append(o.out)
+		cn.w.AppendParked(o.out)
 		cn.inflight -= o.size
 		n++
 	}

@@ -103,3 +103,82 @@ func TestUnreadAnswersStopTheReader(t *testing.T) {
 	}
 	t.Logf("reader stopped after %.0f requests", last)
 }
+
+// TestParkedAnswersStopTheReader: answers ready behind an earlier one
+// still owed (Kafka has not acknowledged it) are held by ferry until that
+// one is answered. They count toward what the reader lets a connection
+// hold: a client with one produce request unanswered could otherwise
+// pipeline requests naming 10,000 partitions of a topic it may not write
+// (each answered at once, with 16 times its size of per-partition errors)
+// and hold up to 1,000 such answers, about 700 MB, on one connection.
+func TestParkedAnswersStopTheReader(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxPartitions, cfg.Topics = 10000, []string{"logs"}
+	f := startFront(t, cfg, receiver.Env{})
+	k := dial(t, f)
+	k.send(add(newProduce(9, -1), "logs", 0, blob(100).bytes(t)))
+	h := f.sink.next(t) // held: its answer is owed until the test acks it
+	big := newProduce(9, -1)
+	for p := range int32(10000) {
+		add(big, "denied", p, nil)
+	}
+	one := encodeRequest(big, 2)
+	// 40 of them (about 30 MB of answers) in one write, never read.
+	var all []byte
+	for range 40 {
+		all = append(all, one...)
+	}
+	go func() {
+		_ = k.c.SetWriteDeadline(time.Now().Add(wait))
+		_, _ = k.c.Write(all)
+	}()
+	f.waitRequests(t, "Produce", 2)
+	time.Sleep(500 * time.Millisecond)
+	held := f.r.answerBytes()
+	read := f.requests(t, "Produce") - 1
+	if read > 4 || held > 4<<20 {
+		t.Fatalf("with an answer owed the reader read %v of 40 requests whose answers wait behind it, holding %d bytes of answers", read, held)
+	}
+	// Answering the first lets the rest through, in order; each refusal
+	// is told on every partition, in words on the first maxMessages.
+	h.ack(0, nil)
+	k.frame()
+	for range 40 {
+		resp := kmsg.NewPtrProduceResponse()
+		k.recv(2, 9, resp)
+		codes, words := 0, 0
+		for _, tp := range resp.Topics {
+			for _, p := range tp.Partitions {
+				if p.ErrorCode != 0 {
+					codes++
+				}
+				if p.ErrorMessage != nil {
+					words++
+				}
+			}
+		}
+		if codes != 10000 || words != maxMessages {
+			t.Fatalf("a request naming 10,000 partitions it may not write: %d answered with an error, %d with words", codes, words)
+		}
+	}
+	if held := f.r.answerBytes(); held != 0 {
+		t.Fatalf("%d bytes of answers still counted after every answer was read", held)
+	}
+}
+
+// encodeRequest frames req with correlation id corr (as kclient.send).
+func encodeRequest(req kmsg.Request, corr int32) []byte {
+	b := make([]byte, 4, 512)
+	b = binary.BigEndian.AppendUint16(b, uint16(req.Key()))
+	b = binary.BigEndian.AppendUint16(b, uint16(req.GetVersion()))
+	b = binary.BigEndian.AppendUint32(b, uint32(corr))
+	b = append(b, 0, 4, 't', 'e', 's', 't')
+	if req.IsFlexible() {
+		b = append(b, 0)
+	}
+	b = req.AppendTo(b)
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	return b
+}
+
+func (r *Receiver) answerBytes() int64 { return r.answers.Held() }

@@ -96,6 +96,8 @@ type Receiver struct {
 	// refusals bounds what answers to refused produce requests keep
 	// (refusal.go), across all connections: refusalRoom.
 	refusals *budget.Budget
+	// answers is what connections hold of answers not yet read.
+	answers *server.Answers
 	// decoding admits a few non-produce requests to kmsg at once.
 	decoding chan struct{}
 
@@ -125,6 +127,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	}
 	r.log = telemetry.NewLimited(set.Logger.With("component", "receiver/kafka"), 10*time.Second)
 	r.m = receivermetrics.New(set.Registry, "kafka")
+	r.answers = server.NewAnswers(server.AnswersRoom(env.Bounds.MemoryLimit), r.m.UnreadAnswers())
 	r.allow, _ = routing.NewAllow(cfg.Topics) // checked by Validate
 	r.batchP.New = func() any { return new(record.Batch) }
 	r.sub = &submit.Submitter{Next: env.Next, Bodies: r.body, AckTimeout: cfg.AckTimeout, M: r.m,

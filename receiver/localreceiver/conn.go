@@ -71,7 +71,9 @@ const (
 // run serves the connection until the client leaves, breaks the protocol,
 // or the agent stops; frames in flight are answered before it returns.
 func (cn *conn) run() {
-	cn.w = server.NewWriter(cn.c, nil, func() { cn.r.m.Error("write_timeout") })
+	// A reader waiting for unread answers to drain is woken by the writer.
+	wake := func() { cn.fmu.Lock(); cn.fcond.Broadcast(); cn.fmu.Unlock() }
+	cn.w = server.NewWriter(cn.c, cn.r.answers, wake, func() { cn.r.m.Error("write_timeout") })
 	stopTimer := cn.ackTimer()
 	err := cn.read()
 	// Nothing more is read: wait for the answers of what is in flight
@@ -157,6 +159,9 @@ func (cn *conn) read() *connErr {
 		return cn.inflight > 0
 	}
 	for {
+		if !cn.roomForAnswers() {
+			return nil // the client stopped reading and the writer gave up, or the agent is stopping
+		}
 		if err := server.ReadHeader(cn.ctx, cn.c, hdr[:], r.cfg.IdleTimeout, busy); err != nil {
 			return nil // the client left, idled out, or the agent is stopping
 		}
@@ -195,6 +200,30 @@ func (cn *conn) read() *connErr {
 			return cerr
 		}
 	}
+}
+
+// roomForAnswers waits, before the next frame is read, while the
+// connection holds more answers its client has not read than
+// server.Writer allows; false: the connection is over.
+func (cn *conn) roomForAnswers() bool {
+	cn.fmu.Lock()
+	defer cn.fmu.Unlock()
+	for !cn.w.Closed() && cn.ctx.Err() == nil {
+		over, crowded := cn.w.Holding()
+		if over {
+			cn.fcond.Wait() // woken by the writer
+			continue
+		}
+		if crowded {
+			// Room is made by other connections' clients reading.
+			cn.fmu.Unlock()
+			time.Sleep(server.CrowdedPoll)
+			cn.fmu.Lock()
+			continue
+		}
+		return true
+	}
+	return false
 }
 
 // produce reads one produce frame's body and hands its records on.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/protocol"
 	"github.com/ferryhq/ferry/receiver"
+	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
 )
 
@@ -484,5 +486,49 @@ func TestFactoryAndReload(t *testing.T) {
 	other.MaxRecords++
 	if !r.Reload(&other) {
 		t.Fatal("a change of max_records_per_frame does not ask for a restart")
+	}
+}
+
+// TestUnreadAnswersStopTheReader: a client that pipelines frames and
+// never reads their answers (here each answer ten times its frame: every
+// other record to a topic it may not write, each refusal with its reason)
+// has its connection stopped once it holds server.MaxHeld of answers, so
+// ferry holds a bounded amount for it instead of ten times what it sent,
+// until the write timeout.
+func TestUnreadAnswersStopTheReader(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Topics = []string{"ok"}
+	var read atomic.Int64 // frames handed on: one batch each
+	sink := consumer.Func(func(_ context.Context, b *record.Batch) error {
+		read.Add(1)
+		b.Arm()
+		for i := range b.Records {
+			b.AckAt(i, nil)
+		}
+		return nil
+	})
+	r := startEnv(t, cfg, receiver.Env{Next: sink})
+	conn, _, _, _ := binary(t, r, protocol.Hello{Version: 1})
+	var rs []protocol.Record
+	for i := range 100 {
+		rs = append(rs, protocol.Record{Topic: []byte([]string{"ok", "no"}[i%2]), Value: []byte("v")})
+	}
+	const n = 4000
+	var frames []byte
+	for id := range uint32(n) {
+		frames = append(frames, produce(id+1, rs...)...)
+	}
+	go func() {
+		_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		_, _ = conn.Write(frames)
+	}()
+	// Until the agent stops reading (or has read every frame).
+	for last, since := int64(-1), time.Now(); time.Since(since) < 500*time.Millisecond; time.Sleep(20 * time.Millisecond) {
+		if v := read.Load(); v != last {
+			last, since = v, time.Now()
+		}
+	}
+	if held := r.answers.Held(); read.Load() == n || held > 2<<20 {
+		t.Fatalf("%d KiB in %d frames whose answers are never read: %d read, %d KiB of answers held", len(frames)>>10, n, read.Load(), held>>10)
 	}
 }

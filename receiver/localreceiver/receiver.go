@@ -69,6 +69,8 @@ type Receiver struct {
 	// the spool (nil unless delivery mode spool: idempotence is not
 	// granted).
 	idem *idempotency.Store
+	// answers is what connections hold of answers not yet read.
+	answers *server.Answers
 }
 
 // New builds the receiver from a configuration and everything it needs:
@@ -88,6 +90,7 @@ func New(cfg Config, env receiver.Env) (*Receiver, error) {
 	}
 	r.log = telemetry.NewLimited(set.Logger.With("component", "receiver/local"), 10*time.Second)
 	r.m = receivermetrics.New(set.Registry, "local")
+	r.answers = server.NewAnswers(server.AnswersRoom(env.Bounds.MemoryLimit), r.m.UnreadAnswers())
 	r.allow, _ = routing.NewAllow(cfg.Topics) // checked by Validate
 	r.limits = protocol.DefaultLimits
 	r.limits.MaxFrameBytes, r.limits.MaxRecords = int(cfg.MaxFrameBytes), cfg.MaxRecords

@@ -14,6 +14,7 @@ import (
 
 // Metrics are one receiver's view of the shared vectors.
 type Metrics struct {
+	reg        prometheus.Registerer
 	name       string
 	requests   *prometheus.CounterVec
 	errors     *prometheus.CounterVec
@@ -27,7 +28,7 @@ type Metrics struct {
 
 // New registers (or reuses) the shared vectors in reg for the receiver name.
 func New(reg prometheus.Registerer, name string) *Metrics {
-	m := &Metrics{name: name}
+	m := &Metrics{reg: reg, name: name}
 	m.requests = telemetry.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_requests_total",
 		Help: "Requests answered, by status code (HTTP status, or gRPC code name)."}, []string{"receiver", "code"}))
 	m.errors = telemetry.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_receiver_errors_total",
@@ -48,6 +49,13 @@ func New(reg prometheus.Registerer, name string) *Metrics {
 	m.ReqBytes = rb.WithLabelValues(name)
 	m.AckLatency = al.WithLabelValues(name)
 	return m
+}
+
+// UnreadAnswers is the gauge of bytes of answers a stream receiver holds
+// for clients that have not read them (server.Answers).
+func (m *Metrics) UnreadAnswers() prometheus.Gauge {
+	return telemetry.Shared(m.reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ferry_receiver_unread_answer_bytes",
+		Help: "Bytes of answers held for clients that have not read them yet."}, []string{"receiver"})).WithLabelValues(m.name)
 }
 
 // Request counts an answered request by code.
