@@ -421,3 +421,66 @@ func TestGRPCHandlerPanicIsItsRequests(t *testing.T) {
 		t.Fatalf("after the panic: %v", err)
 	}
 }
+
+// TestRecordsBufferReservedFirst: the buffer a request's records are built
+// in is reserved before it is taken. With room for the request's body but
+// not for its records, the request is refused retryable (429 queue_full,
+// Retry-After) and the budget holds nothing after; the buffer used to be
+// taken outside the budget (1.5 times the body, per request in flight).
+// With the attribute processor on, its rewritten copy takes its room from
+// the body's.
+func TestRecordsBufferReservedFirst(t *testing.T) {
+	for _, rewrite := range []bool{false, true} {
+		t.Run(fmt.Sprintf("rewrite=%v", rewrite), func(t *testing.T) { recordsBufferReservedFirst(t, rewrite) })
+	}
+}
+
+func recordsBufferReservedFirst(t *testing.T, rewrite bool) {
+	cfg := testConfig()
+	b := budget.New(8 << 20)
+	sink := &consumertest.Sink{}
+	set := telemetry.TestSettings()
+	pre := &receiver.Prechecks{}
+	if rewrite {
+		ap, err := attributes.New(attributes.Config{Actions: []attributes.Action{{Action: "delete", Key: "secret"}}}, set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pre.Attributes = ap
+	}
+	r, err := New(cfg, receiver.Env{Set: set, Next: sink, Bodies: b, Pre: pre})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Shutdown(context.Background()) })
+	raw, _ := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(1).Traces(40)).MarshalProto()
+	url := "http://" + r.HTTPAddr() + "/v1/traces"
+	class := 1 // the pooled buffer the body is read into: a power of two
+	for class < len(raw) {
+		class <<= 1
+	}
+	taken := b.Limit() - int64(class) - 1024
+	b.Reserve(taken, b.Limit())
+	code, hdr, out := postOTLP(t, url, "application/x-protobuf", "", raw)
+	if code != http.StatusTooManyRequests || hdr.Get("Retry-After") == "" || !strings.Contains(string(out), "buffer is full") {
+		t.Fatalf("room for the body only: %d %q %s", code, hdr.Get("Retry-After"), out)
+	}
+	if n := len(sink.Records()); n != 0 {
+		t.Fatalf("%d records handed on", n)
+	}
+	if used := b.Used(); used != taken {
+		t.Fatalf("the budget holds %d bytes after the refusal, want %d", used, taken)
+	}
+	b.Release(taken)
+	if code, _, out := postOTLP(t, url, "application/x-protobuf", "", raw); code != 200 {
+		t.Fatalf("with room: %d %s", code, out)
+	}
+	for deadline := time.Now().Add(3 * time.Second); b.Used() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the budget holds %d bytes after the request was served", b.Used())
+		}
+	}
+}

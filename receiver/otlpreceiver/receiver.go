@@ -322,7 +322,13 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		r.body.Put(raw)
 		raw = nb
 	}
-	out = r.body.Get(len(raw.B) + len(raw.B)/2)
+	// The records' buffer is reserved before it is taken: under a full
+	// budget a request is refused without making one.
+	var ok bool
+	if out, ok = r.body.GetReserved(len(raw.B) + len(raw.B)/2); !ok {
+		m.Error(consumer.ErrFull.Reason)
+		return outcome{err: consumer.ErrFull}
+	}
 	enc, _ := r.encP.Get().(*encoding.Encoder)
 	if enc == nil {
 		enc = new(encoding.Encoder)
@@ -467,7 +473,12 @@ func (r *Receiver) rewrite(m *receivermetrics.Metrics, sig encoding.Signal, tena
 		m.Error("invalid_payload")
 		return nil, &outcome{err: &decodeError{err}}
 	}
-	nb := r.body.Get(len(rewritten))
+	// Its room comes out of the request's own (raw is dropped after).
+	nb, ok := r.body.GetMoved(raw, len(rewritten))
+	if !ok {
+		m.Error(consumer.ErrFull.Reason)
+		return nil, &outcome{err: consumer.ErrFull}
+	}
 	nb.B = append(nb.B, rewritten...)
 	return nb, nil
 }

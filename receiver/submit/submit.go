@@ -76,8 +76,10 @@ func (s *Submitter) Submit(ctx context.Context, b *record.Batch, wait bool, raw,
 			t.done <- err
 		}
 	})
-	// The queue reserves the whole batch (the request included) from here.
+	// The queue reserves the whole batch (the request and the records'
+	// buffer included) from here.
 	s.Bodies.Release(raw)
+	s.Bodies.Release(out)
 	if err := s.Next.Consume(ctx, b); err != nil {
 		b.PopDone()
 		s.Bodies.Put(raw)
