@@ -23,8 +23,9 @@ var writeTimeout = 30 * time.Second
 // its size). Past MaxHeld, or past FreeHeld while the receiver's
 // connections together hold more than their Answers room, the reader stops
 // reading the connection until its client reads (flow control, as for
-// requests). A reader checks before it reads a request, so a connection
-// holds at most its bound plus one answer.
+// requests). Answers still owed count by an estimate from the moment their
+// request is read (Park), so a reader, which checks before it reads a
+// request, holds at most its bound plus one answer.
 const (
 	MaxHeld  = 1 << 20  // bytes of answers held for one connection
 	FreeHeld = 16 << 10 // held without asking the room: any well-behaved client
@@ -114,9 +115,11 @@ func (w *Writer) settle() {
 	}
 }
 
-// Park counts n bytes of an answer the connection holds before it is
-// queued (a negative n: no longer held): one that must wait for an answer
-// to an earlier request.
+// Park counts n bytes of an answer the connection holds, or will hold,
+// before it is queued (a negative n: no longer): one that must wait for an
+// answer to an earlier request, or the estimate of one still owed, so that
+// a reader stops before the answers to what it already read exceed its
+// bound.
 func (w *Writer) Park(n int) {
 	w.mu.Lock()
 	w.parked += n
@@ -130,6 +133,19 @@ func (w *Writer) AppendParked(b []byte) {
 	w.parked -= len(b)
 	if !w.closed {
 		w.q = append(w.q, b...)
+	}
+	w.settle()
+	w.mu.Unlock()
+	w.wake()
+}
+
+// QueueParked is Queue for an answer whose estimate, parked bytes, was
+// counted by Park.
+func (w *Writer) QueueParked(parked int, enc func([]byte) []byte) {
+	w.mu.Lock()
+	w.parked -= parked
+	if !w.closed {
+		w.q = enc(w.q)
 	}
 	w.settle()
 	w.mu.Unlock()

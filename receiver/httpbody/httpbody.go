@@ -197,6 +197,19 @@ func (r *Reader) GetReserved(n int) (*Buf, bool) {
 	return r.getWith(n, nil, func(k int64) bool { return r.budget.Reserve(k, r.budget.Limit()) })
 }
 
+// CouldReserve says whether the budget could ever hold a buffer of n
+// bytes beside what with holds (nil: nothing).
+func (r *Reader) CouldReserve(n int, with *Buf) bool {
+	if r.budget == nil {
+		return true
+	}
+	held := int64(0)
+	if with != nil {
+		held = with.reserved
+	}
+	return int64(classCap(n))+held <= r.budget.Limit()
+}
+
 // GetMoved is GetReserved whose room is taken from from's reservation
 // first (as Move), reserving only what from lacks.
 func (r *Reader) GetMoved(from *Buf, n int) (*Buf, bool) {

@@ -73,6 +73,7 @@ type slot struct {
 	ready    bool
 	out      []byte
 	size     int64
+	est      int // what the answer is counted as until it is made (server.Writer.Park)
 	deadline time.Time
 	// timeout answers the request when Kafka is too slow (produce only).
 	timeout func()
@@ -466,19 +467,21 @@ func (cn *conn) unsupported(key, ver int16, corr int32, body []byte) *connErr {
 	return nil
 }
 
-// owe reserves the next answer's place in order.
-func (cn *conn) owe(size int64) *slot {
-	s := &slot{size: size}
+// owe reserves the next answer's place in order: one to a request of size
+// bytes (counted in flight), est bytes until it is made.
+func (cn *conn) owe(size int64, est int) *slot {
+	s := &slot{size: size, est: est}
 	cn.mu.Lock()
 	cn.owed = append(cn.owed, s)
 	cn.inflight += size
+	cn.w.Park(est)
 	cn.mu.Unlock()
 	return s
 }
 
 // answerNow queues the answer to a request handled at once.
 func (cn *conn) answerNow(corr int32, resp kmsg.Response) {
-	cn.complete(cn.owe(0), encode(nil, corr, resp))
+	cn.complete(cn.owe(0, 0), encode(nil, corr, resp))
 }
 
 // encode frames a response: size, correlation id, the header's empty tag
@@ -530,8 +533,10 @@ func (cn *conn) complete(s *slot, out []byte) {
 	defer cn.mu.Unlock()
 	s.ready, s.out = true, out
 	// Held until the answers before it are ready: counted meanwhile, so
-	// the reader stops when they pile up (server.Writer.Park).
-	cn.w.Park(len(out))
+	// the reader stops when they pile up (server.Writer.Park), as the
+	// estimate it replaces was.
+	cn.w.Park(len(out) - s.est)
+	s.est = 0
 	n := 0
 	for n < len(cn.owed) && cn.owed[n].ready {
 		o := cn.owed[n]

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"github.com/ferryhq/ferry/receiver"
 	"net"
 	"reflect"
@@ -161,9 +162,60 @@ func TestParkedAnswersStopTheReader(t *testing.T) {
 			t.Fatalf("a request naming 10,000 partitions it may not write: %d answered with an error, %d with words", codes, words)
 		}
 	}
-	if held := f.r.answerBytes(); held != 0 {
-		t.Fatalf("%d bytes of answers still counted after every answer was read", held)
+	waitHeld(t, f, 0)
+}
+
+// waitHeld waits until the front's connections hold want bytes of answers
+// (the writer counts an answer until its write returns).
+func waitHeld(t *testing.T, f *front, want int64) {
+	t.Helper()
+	for deadline := time.Now().Add(wait); f.r.answerBytes() != want; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes of answers counted, want %d", f.r.answerBytes(), want)
+		}
 	}
+}
+
+// TestOwedAnswersStopTheReader: produce requests whose answers are still
+// owed (Kafka has not acknowledged their records) count as the answers
+// they will be, so a client cannot have the front read many requests that
+// each name a partition it may write and 5,000 it may not, and then hold
+// all their answers (165 KB each) once Kafka answers.
+func TestOwedAnswersStopTheReader(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxPartitions, cfg.Topics = 10000, []string{"logs"}
+	f := startFront(t, cfg, receiver.Env{})
+	k := dial(t, f)
+	var all []byte
+	for i := range 40 {
+		req := add(newProduce(9, -1), "logs", 0, plain(fmt.Sprint(i)).bytes(t))
+		for p := range int32(5000) {
+			add(req, "denied", p, nil)
+		}
+		all = append(all, encodeRequest(req, int32(i+1))...)
+	}
+	go func() {
+		_ = k.c.SetWriteDeadline(time.Now().Add(wait))
+		_, _ = k.c.Write(all)
+	}()
+	first := f.sink.next(t)
+	time.Sleep(500 * time.Millisecond)
+	if read := f.requests(t, "Produce"); read > 3 {
+		t.Fatalf("the front read %v of 40 requests while their answers (165 KB each) were owed", read)
+	}
+	// A client that reads its answers gets every one.
+	first.ack(0, nil)
+	for i := range 40 {
+		if i > 0 {
+			f.sink.next(t).ack(int64(i), nil)
+		}
+		resp := kmsg.NewPtrProduceResponse()
+		k.recv(int32(i+1), 9, resp)
+		if len(resp.Topics) != 2 || resp.Topics[0].Partitions[0].ErrorCode != 0 || resp.Topics[0].Partitions[0].BaseOffset != int64(i) {
+			t.Fatalf("answer %d: %+v", i, resp.Topics[0])
+		}
+	}
+	waitHeld(t, f, 0)
 }
 
 // encodeRequest frames req with correlation id corr (as kclient.send).

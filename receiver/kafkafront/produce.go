@@ -152,6 +152,18 @@ func newProduceResponse(req *kmsg.ProduceRequest) *kmsg.ProduceResponse {
 	return resp
 }
 
+// owedCost is what an owed produce answer is counted as until it is made:
+// resp's structs, which wait with it, and its encoding (as a refusal's,
+// answerCost), so that the reader stops before answers to requests it
+// already read exceed the connection's bound.
+func owedCost(resp *kmsg.ProduceResponse) int {
+	n := 0
+	for t := range resp.Topics {
+		n += answerTopicCost + 2*len(resp.Topics[t].Topic) + len(resp.Topics[t].Partitions)*answerPartitionCost
+	}
+	return n
+}
+
 // setError answers a partition with err's Kafka code and ferry's words.
 func setError(rp *kmsg.ProduceResponseTopicPartition, err error) {
 	rp.ErrorCode = codeFor(err).Code
@@ -266,7 +278,7 @@ func (cn *conn) handOn(req *kmsg.ProduceRequest, corr int32, raw *httpbody.Buf, 
 		}
 		return
 	}
-	pr.slot = cn.owe(size)
+	pr.slot = cn.owe(size, owedCost(resp))
 	b.OnFailure = pr.onFailure
 	b.OnAcked = pr.onAcked
 	cn.mu.Lock()

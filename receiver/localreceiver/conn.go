@@ -351,10 +351,12 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 	var headerBytes int // summed over the records: the Kafka client copies each record's
 	payload := 0
 	var rej error // the verdict on topic: records of one topic come in runs
+	runs := 0     // of records of one topic: the ranges their answer may need
 	for i := 0; rs.Next(&pr); i++ {
 		if string(pr.Topic) != topic || i == 0 {
 			topic = string(pr.Topic)
 			rej = cn.check(topic)
+			runs++
 		}
 		if rej != nil {
 			r.m.Error(consumer.Reason(rej))
@@ -448,6 +450,11 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 	cn.inflight += fr.size
 	fr.deadline = now.Add(r.cfg.AckTimeout)
 	cn.pending[fr.id] = fr
+	// Counted from now as the answer it may become, so that the reader
+	// stops before the answers to frames already read exceed the
+	// connection's bound (server.Writer.Park).
+	fr.est = answerEstimate(runs, fr.n, wantReceipt)
+	cn.w.Park(fr.est)
 	cn.fmu.Unlock()
 	idem := b.Idem
 	if err := r.sub.SubmitAsync(cn.ctx, b, raw, out, fr.done); err != nil {
@@ -581,10 +588,35 @@ func (cn *conn) answer(ranges []protocol.Range, rc *protocol.Receipt, fr *frame)
 	// a connection's closing Error frame once nothing is pending, and that
 	// frame must come after every answer (send only takes the writer's own
 	// lock and never blocks).
-	cn.send(func(b []byte) []byte { return protocol.AppendResultReceipt(b, fr.id, ranges, rc) })
+	est := fr.est
+	fr.est = 0
+	cn.w.QueueParked(est, func(b []byte) []byte { return protocol.AppendResultReceipt(b, fr.id, ranges, rc) })
 	cn.fcond.Broadcast()
 	cn.fmu.Unlock()
 }
+
+// answerEstimate is what the answer to a frame of n records in runs runs
+// of one topic may take, until it is made: a range a run (records of one
+// topic fail or pass together; the first maxMessages ranges with words),
+// and with a receipt a placement a record at most.
+func answerEstimate(runs, n int, receipt bool) int {
+	est := 32 + min(runs, maxMessages)*rangeWithWords + max(runs-maxMessages, 0)*rangeBytes
+	if receipt {
+		est += n * placementBytes
+	}
+	return est
+}
+
+// An answer's ranges carry words (a Message) on the first maxMessages
+// only: the reason is the same for the rest, and a frame whose records
+// alternate between outcomes would otherwise be answered with ~100 bytes
+// a record.
+const (
+	maxMessages    = 100
+	rangeWithWords = 384 // count, status, reason, retry, message (a sentence, with a topic name of up to 255 bytes)
+	rangeBytes     = 64  // the same without the message
+	placementBytes = 16  // topic (or "same"), partition, offset, count
+)
 
 // send queues a frame for the writer. It never blocks: completions call it
 // from the Kafka client's goroutine.

@@ -532,3 +532,66 @@ func TestUnreadAnswersStopTheReader(t *testing.T) {
 		t.Fatalf("%d KiB in %d frames whose answers are never read: %d read, %d KiB of answers held", len(frames)>>10, n, read.Load(), held>>10)
 	}
 }
+
+// TestOwedAnswersStopTheReader: frames not yet answered count as the
+// answers they may become (a range per run of one topic), so a client
+// whose frames alternate between a topic it may write and one it may not
+// cannot have the agent read 1 MiB of them (max_inflight_bytes) and then
+// hold answers nine times that size when Kafka answers.
+func TestOwedAnswersStopTheReader(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Topics = []string{"ok"}
+	held := make(chan *record.Batch, 10000)
+	sink := consumer.Func(func(_ context.Context, b *record.Batch) error { held <- b; return nil })
+	r := startEnv(t, cfg, receiver.Env{Next: sink})
+	conn, br, _, _ := binary(t, r, protocol.Hello{Version: 1})
+	var rs []protocol.Record
+	for i := range 100 {
+		rs = append(rs, protocol.Record{Topic: []byte([]string{"ok", "no"}[i%2]), Value: []byte("v")})
+	}
+	const n = 1000
+	var frames []byte
+	for id := range uint32(n) {
+		frames = append(frames, produce(id+1, rs...)...)
+	}
+	go func() {
+		_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		_, _ = conn.Write(frames)
+	}()
+	// Until the agent stops reading.
+	for last, since := -1, time.Now(); time.Since(since) < 500*time.Millisecond; time.Sleep(20 * time.Millisecond) {
+		if v := len(held); v != last {
+			last, since = v, time.Now()
+		}
+	}
+	read := len(held)
+	if read > 40 {
+		t.Fatalf("%d of %d frames read while their answers (~9 KiB each) are owed", read, n)
+	}
+	// Answered, the rest are read and answered too.
+	go func() {
+		for b := range held {
+			b.Arm()
+			for i := range b.Records {
+				b.AckAt(i, nil)
+			}
+		}
+	}()
+	defer close(held)
+	for id := uint32(1); id <= n; id++ {
+		rs := result(t, conn, br, id)
+		if len(rs) != 100 || rs[0].Status != protocol.StatusOK || rs[99].Reason != "topic_not_allowed" {
+			t.Fatalf("frame %d answered %+v", id, rs)
+		}
+		words := 0
+		for _, rg := range rs {
+			if rg.Message != "" {
+				words++
+			}
+		}
+		if words != 50 {
+			t.Fatalf("frame %d: %d refusals with words, want the 50 of the first %d ranges", id, words, 100)
+		}
+	}
+	waitFor(t, "nothing held", func() bool { return r.answers.Held() == 0 })
+}

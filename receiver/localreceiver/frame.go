@@ -18,6 +18,7 @@ type frame struct {
 	size     int64 // bytes it counts in flight
 	deadline time.Time
 	answered bool // guarded by cn.fmu
+	est      int  // what the answer is counted as while pending (guarded by cn.fmu)
 
 	// idx maps a batch index to the frame index when some records were
 	// refused before the hand-off (nil: the batch is the frame).
@@ -126,6 +127,9 @@ func (fr *frame) ranges(batchErr error) []protocol.Range {
 			rg.Status, rg.Reason, rg.Message, rg.RetryAfter = outcome(e)
 			if rg.Status == protocol.StatusPermanent {
 				rg.RetryAfter = 0
+			}
+			if len(out) >= maxMessages {
+				rg.Message = ""
 			}
 		}
 		if k := len(out) - 1; k >= 0 && out[k].Status == rg.Status && out[k].Reason == rg.Reason && out[k].Message == rg.Message {

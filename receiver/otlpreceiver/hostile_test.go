@@ -484,3 +484,34 @@ func recordsBufferReservedFirst(t *testing.T, rewrite bool) {
 		}
 	}
 }
+
+// TestRecordsBufferThatCouldNeverFit: a request whose records' buffer at
+// 1.5 times its size could never fit in the budget beside it is not told
+// to retry forever: sent as one record (partition none) it needs no such
+// buffer and is served.
+func TestRecordsBufferThatCouldNeverFit(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxRequestBytes = 1 << 20
+	cfg.Traces.Partition = "none"
+	b := budget.New(768 << 10)
+	sink := &consumertest.Sink{}
+	r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: sink, Bodies: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Shutdown(context.Background()) })
+	raw, _ := ptraceotlp.NewExportRequestFromTraces(otlpgen.New(1).Traces(1500)).MarshalProto()
+	if len(raw) < 260<<10 || len(raw) > 512<<10 {
+		t.Fatalf("the request is %d bytes: the test needs 256 to 512 KiB", len(raw))
+	}
+	url := "http://" + r.HTTPAddr() + "/v1/traces"
+	if code, _, out := postOTLP(t, url, "application/x-protobuf", "", raw); code != 200 {
+		t.Fatalf("a %d KiB request in a budget of 768 KiB: %d %s", len(raw)>>10, code, out)
+	}
+	if n := len(sink.Records()); n != 1 {
+		t.Fatalf("%d records, want the request as one", n)
+	}
+}

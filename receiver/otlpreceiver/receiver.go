@@ -323,9 +323,18 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		raw = nb
 	}
 	// The records' buffer is reserved before it is taken: under a full
-	// budget a request is refused without making one.
+	// budget a request is refused without making one. It starts at 1.5
+	// times the request (the encoder grows it if need be; the queue charges
+	// what it holds), small when the request itself is likely the one
+	// record (out holds its key at most), and small as well when the
+	// budget could never hold that much beside the request: it is not
+	// told to retry what cannot fit, the queue refuses it if it does not.
+	want := len(raw.B) + len(raw.B)/2
+	if so.cfg.Encoding == "otlp_proto" && so.cfg.Partition == "none" || !r.body.CouldReserve(want, raw) {
+		want = 4 << 10
+	}
 	var ok bool
-	if out, ok = r.body.GetReserved(len(raw.B) + len(raw.B)/2); !ok {
+	if out, ok = r.body.GetReserved(want); !ok {
 		m.Error(consumer.ErrFull.Reason)
 		return outcome{err: consumer.ErrFull}
 	}
