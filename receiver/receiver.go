@@ -12,6 +12,7 @@ package receiver
 
 import (
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/ratelimit"
@@ -54,7 +55,7 @@ func (p *Prechecks) Gate(c auth.ReceiverConfig) *auth.Gate {
 func CheckTopic(allow *routing.Allow, claims *token.Claims, topic string) error {
 	if !routing.ValidTopic(topic) {
 		return &consumer.PermanentError{Reason: "invalid_topic", Kind: consumer.KindInvalid, Err: routing.ErrInvalidTopic,
-			Msg: fmt.Sprintf("invalid topic name %q: use 1 to 249 of a-z A-Z 0-9 . _ -", topic)}
+			Msg: fmt.Sprintf("invalid topic name %s: use 1 to 249 of a-z A-Z 0-9 . _ -", routing.QuoteTopic(topic))}
 	}
 	if claims != nil && claims.Topics[token.Messages] != "" && claims.Topics[token.Messages] != topic {
 		return &consumer.PermanentError{Reason: "topic_not_allowed", Kind: consumer.KindForbidden,
@@ -64,6 +65,23 @@ func CheckTopic(allow *routing.Allow, claims *token.Claims, topic string) error 
 		return &consumer.PermanentError{Reason: "topic_not_allowed", Kind: consumer.KindForbidden, Msg: err.Error(), Err: err}
 	}
 	return nil
+}
+
+// MaxMessageBytes is the most of a refusal's words an answer carries per
+// item (a range of records, a partition): words quote what a client sent,
+// and an answer must not grow with it.
+const MaxMessageBytes = 512
+
+// ClipMessage cuts msg to MaxMessageBytes, at a character's start.
+func ClipMessage(msg string) string {
+	if len(msg) <= MaxMessageBytes {
+		return msg
+	}
+	n := MaxMessageBytes - len("…")
+	for n > 0 && !utf8.RuneStart(msg[n]) {
+		n--
+	}
+	return msg[:n] + "…"
 }
 
 // CheckAuth refuses token settings that cannot work: a receiver that

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 
 	"github.com/ferryhq/ferry/auth/token"
@@ -81,6 +82,16 @@ func FixedTopic(topic string) []string {
 		return nil
 	}
 	return []string{topic}
+}
+
+// QuoteTopic quotes a topic name a client sent, for a message: at most
+// its first 64 bytes, and its length when it is longer (an invalid name
+// can be megabytes, each byte quoted in up to four).
+func QuoteTopic(t string) string {
+	if len(t) <= 64 {
+		return strconv.Quote(t)
+	}
+	return strconv.Quote(t[:64]) + fmt.Sprintf("… (%d bytes)", len(t))
 }
 
 // ValidTopic applies Kafka's rule: 1..249 of [a-zA-Z0-9._-], not "." or "..".

@@ -135,7 +135,7 @@ func (r *Receiver) handleMessages(w http.ResponseWriter, req *http.Request) {
 	// A malformed name is refused before a token is looked at.
 	if !routing.ValidTopic(topic) {
 		r.fail(w, http.StatusBadRequest, "invalid_topic",
-			fmt.Sprintf("invalid topic name %q: use 1 to 249 of a-z A-Z 0-9 . _ -", topic), 0)
+			fmt.Sprintf("invalid topic name %s: use 1 to 249 of a-z A-Z 0-9 . _ -", routing.QuoteTopic(topic)), 0)
 		return
 	}
 	claims, aerr := r.gate.HTTP(req)

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferryhq/ferry/auth/token"
+	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/server"
 )
 
@@ -509,7 +510,7 @@ func encode(dst []byte, corr int32, resp kmsg.Response) []byte {
 const maxMessages = 100
 
 // fewMessages keeps the error messages of the first maxMessages
-// partitions that have one.
+// partitions that have one, each cut to receiver.MaxMessageBytes.
 func fewMessages(resp *kmsg.ProduceResponse) {
 	n := 0
 	for t := range resp.Topics {
@@ -520,6 +521,9 @@ func fewMessages(resp *kmsg.ProduceResponse) {
 			}
 			if n++; n > maxMessages {
 				rp.ErrorMessage = nil
+			} else if len(*rp.ErrorMessage) > receiver.MaxMessageBytes {
+				msg := receiver.ClipMessage(*rp.ErrorMessage)
+				rp.ErrorMessage = &msg
 			}
 		}
 	}
@@ -536,6 +540,9 @@ func (cn *conn) complete(s *slot, out []byte) {
 	// the reader stops when they pile up (server.Writer.Park), as the
 	// estimate it replaces was.
 	cn.w.Park(len(out) - s.est)
+	if len(out) < s.est {
+		cn.cond.Broadcast() // a reader waiting for room may have it now
+	}
 	s.est = 0
 	n := 0
 	for n < len(cn.owed) && cn.owed[n].ready {

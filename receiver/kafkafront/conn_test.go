@@ -8,6 +8,7 @@ import (
 	"github.com/ferryhq/ferry/receiver"
 	"net"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -234,3 +235,33 @@ func encodeRequest(req kmsg.Request, corr int32) []byte {
 }
 
 func (r *Receiver) answerBytes() int64 { return r.answers.Held() }
+
+// TestInvalidNameNotEchoedPerPartition: a topic name the front refuses
+// is quoted in the answer's words by its first bytes only, and words ride
+// on 100 partitions at most: a 100 KB name of bytes quoted in four
+// characters each, on 100 partitions, was answered with 40 MB.
+func TestInvalidNameNotEchoedPerPartition(t *testing.T) {
+	f := startFront(t, testConfig(), receiver.Env{})
+	k := dial(t, f)
+	req := add(newProduce(9, -1), "logs", 0, plain("ok").bytes(t))
+	name := strings.Repeat("\xff", 100_000)
+	for p := range int32(99) {
+		add(req, name, p, nil)
+	}
+	raw := encodeRequest(req, 1)
+	k.write(raw)
+	f.sink.next(t).ack(0, nil)
+	_, body := k.frame()
+	if len(body) > 2*len(raw) {
+		t.Fatalf("a request of %d bytes answered with %d", len(raw), len(body))
+	}
+	resp := kmsg.NewPtrProduceResponse()
+	resp.Version = 9
+	if err := resp.ReadFrom(body[1:]); err != nil {
+		t.Fatal(err)
+	}
+	p := resp.Topics[1].Partitions[0]
+	if p.ErrorCode == 0 || p.ErrorMessage == nil || !strings.Contains(*p.ErrorMessage, "(100000 bytes)") || len(*p.ErrorMessage) > 512 {
+		t.Fatalf("the refused name's partition: code %d, words %v", p.ErrorCode, p.ErrorMessage)
+	}
+}

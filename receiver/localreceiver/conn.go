@@ -334,7 +334,7 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 		}
 		return cn.fail(h.RequestID, "malformed_frame", err.Error())
 	}
-	fr := &frame{id: h.RequestID, n: rs.Len(), size: int64(h.Length)}
+	fr := &frame{id: h.RequestID, n: rs.Len(), size: int64(h.Length), fewWords: true}
 	fr.finish = func(rs []protocol.Range, rc *protocol.Receipt) { cn.answer(rs, rc, fr) }
 	b := r.batchP.Get().(*record.Batch)
 	// The request id header: a view into the frame's buffer, which lives
@@ -596,9 +596,13 @@ func (cn *conn) answer(ranges []protocol.Range, rc *protocol.Receipt, fr *frame)
 }
 
 // answerEstimate is what the answer to a frame of n records in runs runs
-// of one topic may take, until it is made: a range a run (records of one
-// topic fail or pass together; the first maxMessages ranges with words),
-// and with a receipt a placement a record at most.
+// of one topic may take, until it is made: a range a run (the first
+// maxMessages ranges with words), and with a receipt a placement a record
+// at most. Records of one topic pass or fail together unless Kafka fails
+// some of its partitions and not others (a broker down, or records over a
+// topic's own size limit keyed to one partition): their ranges are then
+// not counted before they are made, ~30 bytes a record at most, which
+// takes Kafka's failing records the client chose the partitions of.
 func answerEstimate(runs, n int, receipt bool) int {
 	est := 32 + min(runs, maxMessages)*rangeWithWords + max(runs-maxMessages, 0)*rangeBytes
 	if receipt {
@@ -613,7 +617,7 @@ func answerEstimate(runs, n int, receipt bool) int {
 // a record.
 const (
 	maxMessages    = 100
-	rangeWithWords = 384 // count, status, reason, retry, message (a sentence, with a topic name of up to 255 bytes)
+	rangeWithWords = 600 // count, status, reason, retry, message (receiver.MaxMessageBytes at most)
 	rangeBytes     = 64  // the same without the message
 	placementBytes = 16  // topic (or "same"), partition, offset, count
 )

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/protocol"
+	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/record"
 )
 
@@ -19,6 +20,9 @@ type frame struct {
 	deadline time.Time
 	answered bool // guarded by cn.fmu
 	est      int  // what the answer is counted as while pending (guarded by cn.fmu)
+	// fewWords: words on the first maxMessages ranges only (a binary
+	// Result; text mode answers each line with its own).
+	fewWords bool
 
 	// idx maps a batch index to the frame index when some records were
 	// refused before the hand-off (nil: the batch is the frame).
@@ -128,9 +132,10 @@ func (fr *frame) ranges(batchErr error) []protocol.Range {
 			if rg.Status == protocol.StatusPermanent {
 				rg.RetryAfter = 0
 			}
-			if len(out) >= maxMessages {
+			if fr.fewWords && len(out) >= maxMessages {
 				rg.Message = ""
 			}
+			rg.Message = receiver.ClipMessage(rg.Message)
 		}
 		if k := len(out) - 1; k >= 0 && out[k].Status == rg.Status && out[k].Reason == rg.Reason && out[k].Message == rg.Message {
 			out[k].Count++
