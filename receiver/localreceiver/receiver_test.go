@@ -3,6 +3,8 @@ package localreceiver
 import (
 	"bufio"
 	"context"
+	"errors"
+	"github.com/ferryhq/ferry/buffer/budget"
 	"io"
 	"net"
 	"os"
@@ -233,4 +235,40 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("%s: not within 5s", what)
 		}
 	}
+}
+
+// TestTextAnswersNeverRead: a text-mode client that sends lines and never
+// reads their answers is disconnected once a write of its answers has
+// waited textWriteTimeout, and what its lines held goes back to the
+// budget. The answers' first write had no deadline: the connection, and
+// the budget its long line reserved, were held forever.
+func TestTextAnswersNeverRead(t *testing.T) {
+	defer func(d time.Duration) { textWriteTimeout = d }(textWriteTimeout)
+	textWriteTimeout = 300 * time.Millisecond
+	bud := budget.New(64 << 20)
+	cfg := testConfig(t)
+	cfg.MaxRecords, cfg.MaxFrameBytes, cfg.MaxInflightBytes = 100_000, 8<<20, 8<<20 // one batch of lines: its answers are one write
+	r := startEnv(t, cfg, receiver.Env{Next: &consumertest.Sink{}, Bodies: bud})
+	c, err := net.Dial("unix", r.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// A long line (its buffer grows, reserved), then bad lines whose
+	// answers overflow the socket's buffers; more than 4 KiB left unread.
+	long := "logs\t" + strings.Repeat("v", 600<<10) + "\n"
+	bad := strings.Repeat("no tab here\n", 100_000)
+	go func() {
+		_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		_, _ = io.WriteString(c, long+bad+strings.Repeat("x", 8<<10))
+	}()
+	// The agent closes the connection: a read (of what it managed to
+	// write) ends with EOF or a reset instead of the deadline.
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	time.Sleep(time.Second) // the client does not read meanwhile
+	_, err = io.Copy(io.Discard, c)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal("the connection was still open 5 s after its answers stopped being read")
+	}
+	waitFor(t, "the budget given back", func() bool { return bud.Used() == 0 })
 }

@@ -19,6 +19,10 @@ import (
 	"github.com/ferryhq/ferry/routing"
 )
 
+// textWriteTimeout: a text-mode client that reads none of its answers
+// for this long is disconnected (a variable for the tests).
+var textWriteTimeout = 30 * time.Second
+
 // text serves a text-mode connection: "topic<TAB>value" lines. Lines that
 // arrive together go as one batch; each is answered "OK" or
 // "ERR <reason> <message>" in order once durable, unless "#noreply" was
@@ -32,14 +36,25 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 	reply := true
 	authed := !r.gate.Enabled()
 	tok := "" // the #token line's token, checked again on every batch of lines
+	// Every write of answers (bufio writes when its buffer fills, not only
+	// at Flush) has a deadline: a client that reads none is disconnected
+	// instead of holding the connection, and its lines, for good.
+	writing := func() { _ = c.SetWriteDeadline(time.Now().Add(textWriteTimeout)) }
 	refuse := func(reason, msg string) {
 		r.m.Error(reason)
+		writing()
 		_, _ = w.WriteString("ERR " + reason + " " + msg + "\n")
 		_ = w.Flush()
 	}
 	var lines [][]byte
-	var noRoom []int // lines refused for want of budget
+	var noRoom []int        // lines refused for want of budget
+	var copies httpbody.Buf // the lines' copies, reserved until handed on
+	defer r.body.Release(&copies)
 	for ctx.Err() == nil {
+		if cap(lines) > 1024 {
+			lines = nil // a large batch's slots (and copies) are not kept for the next
+		}
+		clear(lines)
 		lines, noRoom = lines[:0], noRoom[:0]
 		size := 0
 		// Before a token is given a line is a #token line: short, and soon.
@@ -82,7 +97,14 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 				break
 			}
 			line = bytes.TrimRight(line, "\r")
-			// The reader's bytes are overwritten by the next read: keep a copy.
+			// The reader's bytes are overwritten by the next read: keep a
+			// copy, reserved (the queue charges the records once handed on).
+			if !r.body.Reserve(&copies, int64(len(line))) {
+				r.m.Error("queue_full")
+				lines = append(lines, nil)
+				noRoom = append(noRoom, len(lines)-1)
+				continue
+			}
 			lines = append(lines, append([]byte(nil), line...))
 			size += len(line)
 			if err != nil {
@@ -111,6 +133,7 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 				claims, err := r.gate.Check(string(bytes.TrimSpace(line[len("#token "):])))
 				if err != nil {
 					r.m.Error("unauthenticated")
+					writing()
 					_, _ = w.WriteString("ERR unauthenticated " + oneLine(err.Error()) + "\n")
 					_ = w.Flush()
 					return
@@ -124,6 +147,7 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 			}
 			if !authed {
 				r.m.Error("unauthenticated")
+				writing()
 				_, _ = w.WriteString("ERR unauthenticated send \"#token <token>\" first\n")
 				_ = w.Flush()
 				return
@@ -134,6 +158,7 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 				if _, err := r.gate.Check(tok); err != nil {
 					r.m.Error("unauthenticated")
 					r.logWarn("unauthenticated", "local text connection closed: the connection's token no longer holds", "err", err)
+					writing()
 					_, _ = w.WriteString("ERR unauthenticated the connection's token no longer holds: " + oneLine(err.Error()) + "\n")
 					_ = w.Flush()
 					return
@@ -203,16 +228,21 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 				}
 			}
 		}
+		// Handed on (the queue holds the records' charge) or refused: the
+		// copies' reservation is not needed any more.
+		r.body.Release(&copies)
 		if !reply {
 			continue
 		}
+		writing()
 		for _, a := range answers {
 			if a != "" {
 				_, _ = w.WriteString(a)
-				_ = w.WriteByte('\n')
+				if err := w.WriteByte('\n'); err != nil {
+					return
+				}
 			}
 		}
-		_ = c.SetWriteDeadline(time.Now().Add(30 * time.Second))
 		if err := w.Flush(); err != nil {
 			return
 		}
