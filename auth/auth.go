@@ -226,6 +226,10 @@ func (c *Checker) Shutdown(context.Context) error {
 	return nil
 }
 
+// maxRefusedLen is the longest refused token whose verdict is cached:
+// above the tokens ferry issues (about 100 bytes with a few claims).
+const maxRefusedLen = 256
+
 // Check returns the claims of a valid token, or a *token.Error. Refusals are
 // counted by reason.
 func (c *Checker) Check(tok string) (*token.Claims, error) {
@@ -240,7 +244,9 @@ func (c *Checker) Check(tok string) (*token.Claims, error) {
 	}
 	c.misses.Inc()
 	claims, err := ring.Verify(tok, time.Unix(0, now))
-	vd := &verdict{ring: ring, tok: tok, expires: now + c.ttl}
+	// The cached token is a copy: tok may be a slice of a whole request
+	// line or header, which the cache would otherwise keep alive.
+	vd := &verdict{ring: ring, tok: strings.Clone(tok), expires: now + c.ttl}
 	if err != nil {
 		vd.err = err.(*token.Error)
 		if vd.err.Reason == token.ReasonExpired {
@@ -254,7 +260,12 @@ func (c *Checker) Check(tok string) (*token.Claims, error) {
 			vd.tokExp = claims.Expires.UnixNano()
 		}
 	}
-	if len(tok) <= token.MaxLen && tok != "" {
+	// A refusal is cached for tokens of a real token's length only: anyone
+	// can make up refused ones, as many and as long as they like (up to
+	// token.MaxLen), and a full cache of those would hold 256 MiB; at
+	// maxRefusedLen it holds 22 MiB at most, and refusing a longer one
+	// again costs one decryption.
+	if tok != "" && len(tok) <= token.MaxLen && (vd.claims != nil || len(tok) <= maxRefusedLen) {
 		// Replace an empty, expired or this token's slot, else the older.
 		switch {
 		case a == nil || a.tok == tok || now >= a.expires || a.ring != ring:

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -352,5 +353,33 @@ func TestCacheReplacesTheOlder(t *testing.T) {
 	_, _ = c.Check(toks[0]) // the oldest: evicted
 	if m := testutil.ToFloat64(c.misses); m != 4 {
 		t.Fatalf("%v decryptions: the oldest verdict was kept", m)
+	}
+}
+
+// TestMadeUpTokensHoldLittle: refusals of made-up tokens longer than
+// maxRefusedLen are not cached (65,536 of them at token.MaxLen would hold
+// 256 MiB), and a cached token is a copy, not a view of the request line
+// or header it was cut from.
+func TestMadeUpTokensHoldLittle(t *testing.T) {
+	c, ring := newChecker(t, 1024, time.Minute)
+	for i := range 2000 {
+		tok := strconv.Itoa(i) + strings.Repeat("A", token.MaxLen-10)
+		if _, err := c.Check(tok); err == nil {
+			t.Fatal("a made-up token passed")
+		}
+	}
+	if n := c.Len(); n != 0 {
+		t.Fatalf("%d refusals of made-up %d-byte tokens cached", n, token.MaxLen-6)
+	}
+	good, _ := ring.Issue(token.Claims{App: "shop"})
+	line := "POST /v1/messages/logs?token=" + good + " HTTP/1.1" + strings.Repeat(" ", 60000)
+	i := strings.Index(line, good)
+	if _, err := c.Check(line[i : i+len(good)]); err != nil {
+		t.Fatal(err)
+	}
+	for j := range c.slots {
+		if vd := c.slots[j].Load(); vd != nil && unsafe.StringData(vd.tok) == unsafe.StringData(line[i:]) {
+			t.Fatal("the cached token is a view of the request line")
+		}
 	}
 }
