@@ -20,12 +20,20 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Overhead is what a record costs in memory besides its payload while ferry
 // holds it: our Record, franz-go's Record and its promise wrapper, measured
 // with -benchmem. Stages add it per record to a batch's MemBytes.
 const Overhead = 320
+
+// HeaderOverhead is what a record header costs in memory besides its
+// bytes while ferry holds it: our Header and franz-go's copy of it. A
+// header takes two bytes on a client's wire (an empty key and value): a
+// receiver charges this per header so that a request of empty headers
+// does not hold twenty times what it reserved.
+const HeaderOverhead = 2 * int(unsafe.Sizeof(Header{}))
 
 // Header is one Kafka record header.
 type Header struct {

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/ferryhq/ferry/buffer/budget"
 	"github.com/ferryhq/ferry/receiver"
 	"net"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -263,5 +265,57 @@ func TestInvalidNameNotEchoedPerPartition(t *testing.T) {
 	p := resp.Topics[1].Partitions[0]
 	if p.ErrorCode == 0 || p.ErrorMessage == nil || !strings.Contains(*p.ErrorMessage, "(100000 bytes)") || len(*p.ErrorMessage) > 512 {
 		t.Fatalf("the refused name's partition: code %d, words %v", p.ErrorCode, p.ErrorMessage)
+	}
+}
+
+// TestHeadersReservedBeforeMade: a record header costs two bytes on the
+// wire and record.HeaderOverhead in memory. A request whose records carry
+// 1,000 empty headers each is refused retryable on its partition when the
+// budget has room for the request but not for its headers, and otherwise
+// charged for them (a request decompressed to 32 MiB of empty headers
+// made 670 MB of structs, charged 32 MiB).
+func TestHeadersReservedBeforeMade(t *testing.T) {
+	hs := make([][2]string, 1000)
+	tb := tbatch{pid: -1, epoch: -1, seq: -1}
+	for range 50 {
+		tb.recs = append(tb.recs, trec{value: []byte("v"), headers: hs})
+	}
+	structs := int64(50 * 1000 * record.HeaderOverhead)
+	for _, room := range []bool{false, true} {
+		var charged atomic.Int64
+		sink := consumer.Func(func(_ context.Context, b *record.Batch) error {
+			charged.Store(b.MemBytes)
+			b.Arm()
+			for i := range b.Records {
+				b.AckAt(i, nil)
+			}
+			return nil
+		})
+		limit := int64(1 << 20) // the request (~110 KB) fits, its headers' structs (4 MB) do not
+		if room {
+			limit = 64 << 20
+		}
+		bud := budget.New(limit)
+		r, err := New(testConfig(), receiver.Env{Set: telemetry.TestSettings(), Next: sink, Bodies: bud, Topics: frontTopics})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		f := &front{r: r}
+		k := dial(t, f)
+		resp := k.produce(add(newProduce(9, -1), "logs", 0, tb.bytes(t)))
+		code := resp.Topics[0].Partitions[0].ErrorCode
+		switch {
+		case !room && code != codeFor(consumer.ErrFull).Code:
+			t.Fatalf("no room for the headers: code %d", code)
+		case room && (code != 0 || charged.Load() < structs):
+			t.Fatalf("with room: code %d, charged %d bytes for %d bytes of header structs", code, charged.Load(), structs)
+		}
+		_ = r.Shutdown(context.Background())
+		if used := bud.Used(); used != 0 {
+			t.Fatalf("the budget holds %d bytes after the request", used)
+		}
 	}
 }

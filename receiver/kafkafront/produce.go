@@ -222,11 +222,15 @@ func (cn *conn) handOn(req *kmsg.ProduceRequest, corr int32, raw *httpbody.Buf, 
 		outCap: min(int(r.cfg.MaxDecompressedBytes), 8*int(size)+64<<10)}
 	if !d.all(req, resp, infos, pr) {
 		r.body.Put(d.out)
+		r.body.Release(&d.hdr)
 		d = decoder{cn: cn, b: b, now: d.now, maxRecords: r.cfg.MaxRecords, outCap: int(r.cfg.MaxDecompressedBytes)}
 		resp = newProduceResponse(req)
 		pr.resp, pr.parts = resp, pr.parts[:0]
 		d.all(req, resp, infos, pr)
 	}
+	// The headers' reservation goes with the request's, which the queue's
+	// charge of the batch (headers included) replaces.
+	r.body.Move(&d.hdr, raw, d.hdr.Reserved())
 	out := d.out
 	release := func() {
 		b.Reset()
@@ -256,7 +260,7 @@ func (cn *conn) handOn(req *kmsg.ProduceRequest, corr int32, raw *httpbody.Buf, 
 	if out != nil {
 		bufs += cap(out.B)
 	}
-	b.Charge(bufs, d.headerBytes)
+	b.Charge(bufs, d.headerBytes+d.headers*record.HeaderOverhead)
 	if r.idem != nil {
 		// Each partition's key goes with the records to the spool, which
 		// writes them in the same append (chained; record.Idem.Next).
@@ -317,7 +321,7 @@ func (d *decoder) all(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, info
 					continue
 				}
 			}
-			first, payload, headerBytes := len(b.Records), d.payload, d.headerBytes
+			first, payload, headerBytes, headers := len(b.Records), d.payload, d.headerBytes, d.headers
 			if err == nil {
 				err = d.partition(topic, part.Partition, part.Records)
 			}
@@ -338,7 +342,7 @@ func (d *decoder) all(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, info
 				}
 				clear(b.Records[first:])
 				b.Records = b.Records[:first]
-				d.payload, d.headerBytes = payload, headerBytes
+				d.payload, d.headerBytes, d.headers = payload, headerBytes, headers
 				d.refused = append(d.refused, reasonOf(err))
 				setError(rp, err)
 				continue
@@ -518,6 +522,10 @@ type decoder struct {
 	maxRecords  int
 	payload     int
 	headerBytes int
+	headers     int // the records' headers, charged record.HeaderOverhead each
+	// hdr holds the reservation of the headers' structs until it joins
+	// the request's (handOn).
+	hdr httpbody.Buf
 }
 
 // partition decodes one partition's batches into d.b.
@@ -588,6 +596,11 @@ func (d *decoder) records(topic string, part int32, bt batch, data []byte) error
 		}
 		rec.SetPartition(part)
 		if rr.nheaders > 0 {
+			// A header takes two bytes on the wire and HeaderOverhead
+			// here: reserved before its structs are made.
+			if !d.cn.r.body.Reserve(&d.hdr, int64(rr.nheaders*record.HeaderOverhead)) {
+				return consumer.ErrFull
+			}
 			rec.Headers = make([]record.Header, 0, rr.nheaders)
 			h := rr.headers
 			for j := 0; j < rr.nheaders; j++ {
@@ -601,6 +614,7 @@ func (d *decoder) records(topic string, part int32, bt batch, data []byte) error
 				}
 				rec.Headers = append(rec.Headers, record.Header{Key: string(k), Value: v})
 				d.headerBytes += len(k) + len(v)
+				d.headers++
 			}
 			if len(h) != 0 {
 				return errCorrupt

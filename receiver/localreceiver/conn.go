@@ -348,10 +348,12 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 	now := time.Now()
 	var pr protocol.Record
 	var topic string
+	var headers int     // the records' own headers, charged record.HeaderOverhead each
 	var headerBytes int // summed over the records: the Kafka client copies each record's
 	payload := 0
-	var rej error // the verdict on topic: records of one topic come in runs
-	runs := 0     // of records of one topic: the ranges their answer may need
+	noRoom := false // no room for the records' headers
+	var rej error   // the verdict on topic: records of one topic come in runs
+	runs := 0       // of records of one topic: the ranges their answer may need
 	for i := 0; rs.Next(&pr); i++ {
 		if string(pr.Topic) != topic || i == 0 {
 			topic = string(pr.Topic)
@@ -368,6 +370,13 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 			rec.Timestamp = time.UnixMilli(pr.Timestamp)
 		}
 		if len(pr.Headers) > 0 {
+			// A header takes two bytes on the wire and HeaderOverhead
+			// here: reserved (with the frame's, which the queue's charge
+			// replaces) before its structs are made.
+			if !r.body.Reserve(raw, int64(len(pr.Headers)*record.HeaderOverhead)) {
+				noRoom = true
+				break
+			}
 			rec.Headers = make([]record.Header, 0, len(pr.Headers)+len(reqHdr))
 			for _, hd := range pr.Headers {
 				if strings.HasPrefix(string(hd.Key), routing.ReservedHeaderPrefix) {
@@ -376,6 +385,7 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 				}
 				rec.Headers = append(rec.Headers, record.Header{Key: string(hd.Key), Value: hd.Value})
 				headerBytes += len(hd.Key) + len(hd.Value)
+				headers++
 			}
 		}
 		if reqHdr != nil {
@@ -395,11 +405,15 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 		b.Records = append(b.Records, rec)
 		payload += len(rec.Key) + len(rec.Value)
 	}
-	if err := rs.Err(); err != nil {
+	if err := rs.Err(); err != nil || noRoom {
 		b.Reset()
 		r.batchP.Put(b)
 		r.body.Put(raw)
 		r.body.Put(out)
+		if noRoom {
+			cn.answerWhole(h.RequestID, consumer.ErrFull)
+			return nil
+		}
 		return cn.fail(h.RequestID, "malformed_frame", err.Error())
 	}
 	if len(b.Records) == 0 {
@@ -436,7 +450,7 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 	if out != nil {
 		bufs += cap(out.B)
 	}
-	b.Charge(bufs, headerBytes)
+	b.Charge(bufs, headerBytes+headers*record.HeaderOverhead)
 	b.OnFailure = fr.onFailure
 	if wantReceipt {
 		// Sized by the frame: the batch holds at most its records, in

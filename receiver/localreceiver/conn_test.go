@@ -595,3 +595,49 @@ func TestOwedAnswersStopTheReader(t *testing.T) {
 	}
 	waitFor(t, "nothing held", func() bool { return r.answers.Held() == 0 })
 }
+
+// TestHeadersReservedBeforeMade: a record header costs two bytes on the
+// wire and record.HeaderOverhead in memory. A frame of records with 255
+// empty headers each is refused queue_full when the budget has room for
+// the frame but not for its headers, and otherwise charged for them: such
+// frames held twenty times what they reserved.
+func TestHeadersReservedBeforeMade(t *testing.T) {
+	var got atomic.Int64
+	sink := consumer.Func(func(_ context.Context, b *record.Batch) error {
+		got.Store(b.MemBytes)
+		b.Arm()
+		for i := range b.Records {
+			b.AckAt(i, nil)
+		}
+		return nil
+	})
+	hs := make([]protocol.Header, 255)
+	for i := range hs {
+		hs[i] = protocol.Header{Key: []byte{}, Value: nil}
+	}
+	recs := make([]protocol.Record, 100)
+	for i := range recs {
+		recs[i] = protocol.Record{Topic: []byte("logs"), Value: []byte("v"), Headers: hs}
+	}
+	frame := produce(1, recs...)
+	structs := int64(100 * 255 * record.HeaderOverhead)
+
+	bud := budget.New(256 << 10) // the frame (~52 KB) fits, its headers' structs (2 MB) do not
+	r := startEnv(t, testConfig(t), receiver.Env{Next: sink, Bodies: bud})
+	conn, br, _, _ := binary(t, r, protocol.Hello{Version: 1})
+	_, _ = conn.Write(frame)
+	if rs := result(t, conn, br, 1); len(rs) != 1 || rs[0].Status != protocol.StatusRetryable || rs[0].Reason != "queue_full" {
+		t.Fatalf("no room for the headers: %+v", rs)
+	}
+	waitFor(t, "the budget given back", func() bool { return bud.Used() == 0 })
+
+	r2 := startEnv(t, testConfig(t), receiver.Env{Next: sink, Bodies: budget.New(64 << 20)})
+	conn2, br2, _, _ := binary(t, r2, protocol.Hello{Version: 1})
+	_, _ = conn2.Write(frame)
+	if rs := result(t, conn2, br2, 1); len(rs) != 1 || rs[0].Status != protocol.StatusOK {
+		t.Fatalf("with room: %+v", rs)
+	}
+	if got.Load() < structs {
+		t.Fatalf("the batch was charged %d bytes for %d bytes of header structs", got.Load(), structs)
+	}
+}
