@@ -70,6 +70,42 @@ func (c *HTTPConfig) Validate() error {
 	return nil
 }
 
+// httpWriteTimeout: a client that reads none of an answer for this long
+// is disconnected (a variable for the tests). It runs from an answer's
+// first write: a handler may wait for Kafka much longer before it writes.
+var httpWriteTimeout = 30 * time.Second
+
+// answerWriter sets the connection's write deadline when the handler
+// starts its answer: http.Server's WriteTimeout would run from the
+// request's start, and without one a client that pipelines requests and
+// reads nothing keeps its connection (one of max_connections) for good.
+type answerWriter struct {
+	http.ResponseWriter
+	started bool
+}
+
+func (a *answerWriter) start() {
+	if !a.started {
+		a.started = true
+		_ = http.NewResponseController(a.ResponseWriter).SetWriteDeadline(time.Now().Add(httpWriteTimeout))
+	}
+}
+
+func (a *answerWriter) WriteHeader(code int) {
+	if code >= 200 { // 1xx answers are not the answer
+		a.start()
+	}
+	a.ResponseWriter.WriteHeader(code)
+}
+
+func (a *answerWriter) Write(b []byte) (int, error) {
+	a.start()
+	return a.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (a *answerWriter) Unwrap() http.ResponseWriter { return a.ResponseWriter }
+
 // HTTP is one HTTP listener.
 type HTTP struct {
 	name   string
@@ -90,7 +126,7 @@ func NewHTTP(name string, cfg HTTPConfig, h http.Handler, log *slog.Logger, reg 
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s.active.Add(1)
 			defer s.active.Add(-1)
-			h.ServeHTTP(w, r)
+			h.ServeHTTP(&answerWriter{ResponseWriter: w}, r)
 		}),
 		ReadHeaderTimeout: cfg.ReadTimeout,
 		ReadTimeout:       cfg.ReadTimeout,

@@ -298,3 +298,44 @@ func waitCounter(t *testing.T, c prometheus.Collector, want float64) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestAnswersNeverReadFreeTheSlot: a client that pipelines requests and
+// reads none of the answers is disconnected once an answer's write has
+// waited httpWriteTimeout, so it does not keep one of max_connections
+// for good (the listener had no write timeout: a handler that waited for
+// Kafka could not have one from the request's start).
+func TestAnswersNeverReadFreeTheSlot(t *testing.T) {
+	defer func(d time.Duration) { httpWriteTimeout = d }(httpWriteTimeout)
+	httpWriteTimeout = 300 * time.Millisecond
+	big := strings.Repeat("a", 256<<10)
+	s := NewHTTP("test", HTTPConfig{Listen: "127.0.0.1:0", ReadTimeout: 5 * time.Second, IdleTimeout: time.Minute,
+		MaxHeaderBytes: 4096}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(50 * time.Millisecond) // as a handler waiting for Kafka: no deadline runs meanwhile
+		_, _ = io.WriteString(w, big)
+	}), quiet, prometheus.NewRegistry())
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(4 << 10)
+	}
+	go func() {
+		_, _ = io.WriteString(c, strings.Repeat("GET / HTTP/1.1\r\nHost: x\r\n\r\n", 200))
+	}()
+	time.Sleep(2 * time.Second) // reading nothing
+	for end := time.Now().Add(5 * time.Second); s.Active() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("a handler is still writing to a client that reads nothing")
+		}
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, c); errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal("the connection is still open")
+	}
+}
