@@ -18,6 +18,7 @@ import (
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/otlp/encoding"
+	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/origin"
 	"github.com/ferryhq/ferry/server"
 )
@@ -95,7 +96,8 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 		return
 	}
 	if isJSON {
-		if err := checkJSONShape(body.B, jsonContainersPerItem*h.r.cfg.MaxItems); err != nil {
+		cost, err := checkJSONShape(body.B, jsonContainersPerItem*h.r.cfg.MaxItems)
+		if err != nil {
 			h.r.body.Put(body)
 			var ce *containersError
 			if errors.As(err, &ce) {
@@ -106,7 +108,23 @@ func (h *httpServer) handle(w http.ResponseWriter, q *http.Request, sig encoding
 			h.fail(w, true, answer{httpStatus: http.StatusBadRequest, code: codes.InvalidArgument, reason: "invalid_payload", msg: "invalid OTLP/JSON: " + err.Error()})
 			return
 		}
+		// pdata's decoding takes up to cost (25 times a body of numbers):
+		// reserved for the time it runs. One that could never fit is too
+		// large, not retryable.
+		var decoding httpbody.Buf
+		if lim := h.r.body.Limit(); lim > 0 && cost+body.Reserved() > lim {
+			h.r.body.Put(body)
+			h.fail(w, true, classify(consumer.OverLimit("request_too_large", "bytes pdata would take decoding this OTLP/JSON request",
+				h.r.body.Limit(), "queue.memory_limit; send protobuf, or smaller requests")))
+			return
+		}
+		if !h.r.body.Reserve(&decoding, cost) {
+			h.r.body.Put(body)
+			h.full(w, true)
+			return
+		}
 		pb, err := jsonToProto(sig, body.B)
+		h.r.body.Release(&decoding)
 		if err != nil {
 			h.r.body.Put(body)
 			m.Error("invalid_payload")

@@ -17,9 +17,10 @@ const jsonContainersPerItem = 4
 // checkJSONShape walks b once, outside strings, and refuses nesting deeper
 // than maxJSONDepth or more than maxContainers objects and arrays. It does
 // not validate the JSON (pdata does, once the shape is known to be safe).
-func checkJSONShape(b []byte, maxContainers int) error {
-	depth, containers := 0, 0
-	inStr, esc := false, false
+// It returns what pdata's decoding will take in memory at most (jsonCost).
+func checkJSONShape(b []byte, maxContainers int) (cost int64, err error) {
+	depth, containers, values := 0, 0, 0
+	inStr, esc, inValue := false, false, false
 	for _, c := range b {
 		if inStr {
 			switch {
@@ -32,6 +33,12 @@ func checkJSONShape(b []byte, maxContainers int) error {
 			}
 			continue
 		}
+		// A run of number or literal characters is one value.
+		isValue := c >= '0' && c <= '9' || c == '-' || c >= 'a' && c <= 'z'
+		if isValue && !inValue {
+			values++
+		}
+		inValue = isValue
 		switch c {
 		case '"':
 			inStr = true
@@ -39,16 +46,33 @@ func checkJSONShape(b []byte, maxContainers int) error {
 			depth++
 			containers++
 			if depth > maxJSONDepth {
-				return fmt.Errorf("JSON nested deeper than %d levels", maxJSONDepth)
+				return 0, fmt.Errorf("JSON nested deeper than %d levels", maxJSONDepth)
 			}
 			if containers > maxContainers {
-				return &containersError{maxContainers}
+				return 0, &containersError{maxContainers}
 			}
 		case '}', ']':
 			depth--
 		}
 	}
-	return nil
+	return jsonCost(len(b), containers, values), nil
+}
+
+// What pdata allocates decoding OTLP/JSON, garbage included (TestJSONCost
+// checks it against runtime.MemStats): a message and its slot per object
+// or array (a log record of "{}" took 184 bytes), per number or literal
+// its 8 bytes and the slices' growth and copies around them (an array of
+// two million "1"s, 2 bytes of body each, took 52 bytes each, 25 times the
+// body), and about twice the body for strings, maps and the protobuf
+// written after. Ordinary requests take 3 to 4 times their body; this
+// estimate says 5 to 10.
+const (
+	jsonContainerCost = 192
+	jsonValueCost     = 56
+)
+
+func jsonCost(n, containers, values int) int64 {
+	return int64(containers)*jsonContainerCost + int64(values)*jsonValueCost + 2*int64(n)
 }
 
 type containersError struct{ limit int }
