@@ -7,8 +7,9 @@
 // clock (updated every 100 ms): no lock, no allocation, no shared write, so
 // it scales with cores. The table's size is the bound (cache_size verdicts);
 // a verdict lives at most cache_ttl, and a newer one replaces an expired or
-// the older of two colliding ones. Refusals are cached too, so a flood of
-// one bad token costs one decryption per TTL, not one per request.
+// the older of two colliding ones. Refusals of tokens up to maxRefusedLen
+// are cached too, so a flood of one bad token costs one decryption per
+// TTL, not one per request.
 package auth
 
 import (
@@ -244,9 +245,7 @@ func (c *Checker) Check(tok string) (*token.Claims, error) {
 	}
 	c.misses.Inc()
 	claims, err := ring.Verify(tok, time.Unix(0, now))
-	// The cached token is a copy: tok may be a slice of a whole request
-	// line or header, which the cache would otherwise keep alive.
-	vd := &verdict{ring: ring, tok: strings.Clone(tok), expires: now + c.ttl}
+	vd := &verdict{ring: ring, tok: tok, expires: now + c.ttl}
 	if err != nil {
 		vd.err = err.(*token.Error)
 		if vd.err.Reason == token.ReasonExpired {
@@ -266,6 +265,9 @@ func (c *Checker) Check(tok string) (*token.Claims, error) {
 	// maxRefusedLen it holds 22 MiB at most, and refusing a longer one
 	// again costs one decryption.
 	if tok != "" && len(tok) <= token.MaxLen && (vd.claims != nil || len(tok) <= maxRefusedLen) {
+		// A copy: tok may be a slice of a whole request line or header,
+		// which the cache would otherwise keep alive.
+		vd.tok = strings.Clone(tok)
 		// Replace an empty, expired or this token's slot, else the older.
 		switch {
 		case a == nil || a.tok == tok || now >= a.expires || a.ring != ring:

@@ -71,24 +71,26 @@ func (c *HTTPConfig) Validate() error {
 }
 
 // httpWriteTimeout: a client that reads none of an answer for this long
-// is disconnected (a variable for the tests). It runs from an answer's
-// first write: a handler may wait for Kafka much longer before it writes.
+// is disconnected (a variable for the tests). It runs from each write of
+// an answer: a handler may wait for Kafka much longer before it writes.
 var httpWriteTimeout = 30 * time.Second
 
-// answerWriter sets the connection's write deadline when the handler
-// starts its answer: http.Server's WriteTimeout would run from the
+// answerWriter gives every write of an answer a deadline of
+// httpWriteTimeout: http.Server's WriteTimeout would run from the
 // request's start, and without one a client that pipelines requests and
 // reads nothing keeps its connection (one of max_connections) for good.
+// Each write moves it on, so an answer written as it goes (a pprof trace)
+// lasts as long as its client reads.
 type answerWriter struct {
 	http.ResponseWriter
-	started bool
+	rc *http.ResponseController
 }
 
 func (a *answerWriter) start() {
-	if !a.started {
-		a.started = true
-		_ = http.NewResponseController(a.ResponseWriter).SetWriteDeadline(time.Now().Add(httpWriteTimeout))
+	if a.rc == nil {
+		a.rc = http.NewResponseController(a.ResponseWriter)
 	}
+	_ = a.rc.SetWriteDeadline(time.Now().Add(httpWriteTimeout))
 }
 
 func (a *answerWriter) WriteHeader(code int) {

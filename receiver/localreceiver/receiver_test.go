@@ -272,3 +272,25 @@ func TestTextAnswersNeverRead(t *testing.T) {
 	}
 	waitFor(t, "the budget given back", func() bool { return bud.Used() == 0 })
 }
+
+// TestTextFullBudget: with the budget full, a record line is refused
+// queue_full on its own and the connection goes on; the #token line is not
+// refused for room (that would read as a bad token).
+func TestTextFullBudget(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Auth = auth.ReceiverConfig{Mode: "required", Sources: []string{"hello"}}
+	checker, _ := authtest.New(t)
+	bud := budget.New(1 << 20)
+	r := startEnv(t, cfg, receiver.Env{Next: &consumertest.Sink{}, Bodies: bud, Pre: &receiver.Prechecks{Checker: checker}})
+	bud.Reserve(bud.Limit(), bud.Limit())
+	tok := authtest.IssueClaims(t, token.Claims{App: "shop"})
+	got := textSession(t, r, "#token "+tok, "logs\ty")
+	if len(got) != 2 || got[0] != "OK" || !strings.HasPrefix(got[1], "ERR queue_full") {
+		t.Fatalf("budget full: %q", got)
+	}
+	bud.Release(bud.Limit())
+	if got := textSession(t, r, "#token "+tok, "logs\tz"); len(got) != 2 || got[1] != "OK" {
+		t.Fatalf("with room: %q", got)
+	}
+	waitFor(t, "the budget given back", func() bool { return bud.Used() == 0 })
+}

@@ -98,8 +98,10 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 			}
 			line = bytes.TrimRight(line, "\r")
 			// The reader's bytes are overwritten by the next read: keep a
-			// copy, reserved (the queue charges the records once handed on).
-			if !r.body.Reserve(&copies, int64(len(line))) {
+			// copy, reserved until the queue charges the records. Not the
+			// control lines (#token, #noreply: short; refusing them would
+			// read as a bad token, or answers nobody reads).
+			if (len(line) == 0 || line[0] != '#') && !r.body.Reserve(&copies, int64(len(line))) {
 				r.m.Error("queue_full")
 				lines = append(lines, nil)
 				noRoom = append(noRoom, len(lines)-1)
@@ -185,6 +187,10 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 			answers = append(answers, "OK")
 			payload += len(value)
 		}
+		// The copies are the records' values now, which the queue charges
+		// from the hand-off on (as Submit gives up a request's own), or
+		// refused lines' words: their reservation is not needed any more.
+		r.body.Release(&copies)
 		if len(b.Records) == 0 {
 			b.Reset()
 			r.batchP.Put(b)
@@ -228,9 +234,6 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 				}
 			}
 		}
-		// Handed on (the queue holds the records' charge) or refused: the
-		// copies' reservation is not needed any more.
-		r.body.Release(&copies)
 		if !reply {
 			continue
 		}

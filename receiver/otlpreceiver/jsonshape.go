@@ -34,7 +34,7 @@ func checkJSONShape(b []byte, maxContainers int) (cost int64, err error) {
 			continue
 		}
 		// A run of number or literal characters is one value.
-		isValue := c >= '0' && c <= '9' || c == '-' || c >= 'a' && c <= 'z'
+		isValue := c >= '0' && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'E' || c >= 'a' && c <= 'z'
 		if isValue && !inValue {
 			values++
 		}
