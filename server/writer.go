@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -162,6 +163,32 @@ func (w *Writer) Holding() (over, crowded bool) {
 	h := w.held()
 	w.mu.Unlock()
 	return h > MaxHeld, h > FreeHeld && w.ans != nil && w.ans.held.Load() > w.ans.room
+}
+
+// WaitForRoom is the reader's wait before it reads another request: while
+// the connection holds too much (Holding), or full (may be nil: the
+// caller's own bound, such as answers owed) says so. mu is cond's lock,
+// held by the caller; cond is broadcast by the caller when its bound
+// eases and by drained (the writer's progress); a crowded receiver is
+// polled every CrowdedPoll, since other connections' clients make that
+// room. False: the writer closed or ctx ended (cond must be broadcast
+// then too).
+func (w *Writer) WaitForRoom(ctx context.Context, mu sync.Locker, cond *sync.Cond, full func() bool) bool {
+	for !w.Closed() && ctx.Err() == nil {
+		over, crowded := w.Holding()
+		if over || full != nil && full() {
+			cond.Wait()
+			continue
+		}
+		if crowded {
+			mu.Unlock()
+			time.Sleep(CrowdedPoll)
+			mu.Lock()
+			continue
+		}
+		return true
+	}
+	return false
 }
 
 // Queue appends an answer with enc, unless the connection is closed.

@@ -119,24 +119,9 @@ func (cn *conn) read() *connErr {
 	var fixed [12]byte // size, api key, version, correlation id
 	for {
 		cn.mu.Lock()
-		for !cn.w.Closed() && cn.ctx.Err() == nil {
-			over, crowded := cn.w.Holding()
-			if len(cn.owed) >= maxOwed || over {
-				cn.cond.Wait() // woken by answers made and written
-				continue
-			}
-			if crowded {
-				// Room is made by other connections' clients reading.
-				cn.mu.Unlock()
-				time.Sleep(server.CrowdedPoll)
-				cn.mu.Lock()
-				continue
-			}
-			break
-		}
-		closed := cn.w.Closed()
+		room := cn.w.WaitForRoom(cn.ctx, &cn.mu, cn.cond, func() bool { return len(cn.owed) >= maxOwed })
 		cn.mu.Unlock()
-		if cn.ctx.Err() != nil || closed {
+		if !room {
 			return nil
 		}
 		// Idle only while no answer is owed: a client waiting for its

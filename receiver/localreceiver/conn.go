@@ -208,22 +208,7 @@ func (cn *conn) read() *connErr {
 func (cn *conn) roomForAnswers() bool {
 	cn.fmu.Lock()
 	defer cn.fmu.Unlock()
-	for !cn.w.Closed() && cn.ctx.Err() == nil {
-		over, crowded := cn.w.Holding()
-		if over {
-			cn.fcond.Wait() // woken by the writer
-			continue
-		}
-		if crowded {
-			// Room is made by other connections' clients reading.
-			cn.fmu.Unlock()
-			time.Sleep(server.CrowdedPoll)
-			cn.fmu.Lock()
-			continue
-		}
-		return true
-	}
-	return false
+	return cn.w.WaitForRoom(cn.ctx, &cn.fmu, cn.fcond, nil)
 }
 
 // produce reads one produce frame's body and hands its records on.

@@ -509,19 +509,8 @@ func TestUnreadAnswersStopTheReader(t *testing.T) {
 	})
 	r := startEnv(t, cfg, receiver.Env{Next: sink})
 	conn, _, _, _ := binary(t, r, protocol.Hello{Version: 1})
-	var rs []protocol.Record
-	for i := range 100 {
-		rs = append(rs, protocol.Record{Topic: []byte([]string{"ok", "no"}[i%2]), Value: []byte("v")})
-	}
 	const n = 4000
-	var frames []byte
-	for id := range uint32(n) {
-		frames = append(frames, produce(id+1, rs...)...)
-	}
-	go func() {
-		_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		_, _ = conn.Write(frames)
-	}()
+	frames := sendAlternating(conn, n)
 	// Until the agent stops reading (or has read every frame).
 	for last, since := int64(-1), time.Now(); time.Since(since) < 500*time.Millisecond; time.Sleep(20 * time.Millisecond) {
 		if v := read.Load(); v != last {
@@ -545,19 +534,8 @@ func TestOwedAnswersStopTheReader(t *testing.T) {
 	sink := consumer.Func(func(_ context.Context, b *record.Batch) error { held <- b; return nil })
 	r := startEnv(t, cfg, receiver.Env{Next: sink})
 	conn, br, _, _ := binary(t, r, protocol.Hello{Version: 1})
-	var rs []protocol.Record
-	for i := range 100 {
-		rs = append(rs, protocol.Record{Topic: []byte([]string{"ok", "no"}[i%2]), Value: []byte("v")})
-	}
 	const n = 1000
-	var frames []byte
-	for id := range uint32(n) {
-		frames = append(frames, produce(id+1, rs...)...)
-	}
-	go func() {
-		_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		_, _ = conn.Write(frames)
-	}()
+	sendAlternating(conn, n)
 	// Until the agent stops reading.
 	for last, since := -1, time.Now(); time.Since(since) < 500*time.Millisecond; time.Sleep(20 * time.Millisecond) {
 		if v := len(held); v != last {
@@ -640,4 +618,23 @@ func TestHeadersReservedBeforeMade(t *testing.T) {
 	if got.Load() < structs {
 		t.Fatalf("the batch was charged %d bytes for %d bytes of header structs", got.Load(), structs)
 	}
+}
+
+// sendAlternating writes n frames (ids 1…n) of 100 records alternating
+// between topic "ok" and topic "no", in the background, never reading;
+// it returns what it writes.
+func sendAlternating(conn net.Conn, n int) []byte {
+	var rs []protocol.Record
+	for i := range 100 {
+		rs = append(rs, protocol.Record{Topic: []byte([]string{"ok", "no"}[i%2]), Value: []byte("v")})
+	}
+	var frames []byte
+	for id := range uint32(n) {
+		frames = append(frames, produce(id+1, rs...)...)
+	}
+	go func() {
+		_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		_, _ = conn.Write(frames)
+	}()
+	return frames
 }
