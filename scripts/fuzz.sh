@@ -41,6 +41,7 @@ for target in \
   "FuzzLogsAndMetrics ./otlp/wire" \
   "FuzzEncode ./otlp/flatjson" \
   "FuzzSplitBounded ./otlp/encoding" \
+  "FuzzDecodeCost ./otlp/encoding 20000x" \
   "FuzzRemoteWrite ./otlp/prom" \
   "FuzzPush ./otlp/prom 20000x" \
   "FuzzOTLPHTTP ./receiver/otlpreceiver" \

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/authtest"
@@ -513,5 +514,57 @@ func TestRecordsBufferThatCouldNeverFit(t *testing.T) {
 	}
 	if n := len(sink.Records()); n != 1 {
 		t.Fatalf("%d records, want the request as one", n)
+	}
+}
+
+// TestRewriteDecodingReserved: with the attribute processor on, what pdata
+// takes decoding a request (encoding.DecodeCost) is reserved while it
+// runs: 100,000 empty attributes, 200 KB on the wire and 24 MB in pdata,
+// are refused 413 where that could never fit, 429 with Retry-After where
+// it does not fit now, and served where it does; the budget holds nothing
+// after. They were decoded outside the budget.
+func TestRewriteDecodingReserved(t *testing.T) {
+	one := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), nil)
+	resource := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), bytes.Repeat(one, 100_000))
+	raw := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), resource)
+	cost, err := encoding.DecodeCost(encoding.Traces, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		limit, taken int64
+		status       int
+	}{
+		{cost / 2, 0, http.StatusRequestEntityTooLarge},
+		{2 * cost, 2*cost - cost/2, http.StatusTooManyRequests},
+		{2 * cost, 0, http.StatusOK},
+	} {
+		set := telemetry.TestSettings()
+		ap, err := attributes.New(attributes.Config{Actions: []attributes.Action{{Action: "delete", Key: "secret"}}}, set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := testConfig()
+		cfg.MaxRequestBytes = 1 << 20
+		b := budget.New(c.limit)
+		r, err := New(cfg, receiver.Env{Set: set, Next: &consumertest.Sink{}, Bodies: b, Pre: &receiver.Prechecks{Attributes: ap}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		b.Reserve(c.taken, b.Limit())
+		code, hdr, out := postOTLP(t, "http://"+r.HTTPAddr()+"/v1/traces", "application/x-protobuf", "", raw)
+		if code != c.status || code == http.StatusTooManyRequests && hdr.Get("Retry-After") == "" {
+			t.Fatalf("budget %d, %d taken: %d %s, want %d", c.limit, c.taken, code, out, c.status)
+		}
+		b.Release(c.taken)
+		for deadline := time.Now().Add(3 * time.Second); b.Used() != 0; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the budget holds %d bytes after the request", b.Used())
+			}
+		}
+		_ = r.Shutdown(context.Background())
 	}
 }

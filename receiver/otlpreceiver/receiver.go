@@ -477,7 +477,27 @@ func (r *Receiver) rewrite(m *receivermetrics.Metrics, sig encoding.Signal, tena
 		o := r.encodeFailed(m, err)
 		return nil, &o
 	}
+	// pdata takes up to cost decoding the request (an empty attribute is 2
+	// bytes on the wire and 226 in pdata): reserved while it runs. One
+	// that could never fit beside the request is too large, not retryable.
+	cost, err := encoding.DecodeCost(sig, raw.B)
+	if err != nil {
+		o := r.encodeFailed(m, err)
+		return nil, &o
+	}
+	if lim := r.body.Limit(); lim > 0 && cost+raw.Reserved() > lim {
+		o := outcome{err: consumer.OverLimit("request_too_large", "bytes pdata would take decoding this request for the attribute processor",
+			lim, "queue.memory_limit; or smaller requests")}
+		m.Error("request_too_large")
+		return nil, &o
+	}
+	var decoding httpbody.Buf
+	if !r.body.Reserve(&decoding, cost) {
+		m.Error(consumer.ErrFull.Reason)
+		return nil, &outcome{err: consumer.ErrFull}
+	}
 	rewritten, _, err := r.attrs.Apply(sig, tenant, raw.B)
+	r.body.Release(&decoding)
 	if err != nil {
 		m.Error("invalid_payload")
 		return nil, &outcome{err: &decodeError{err}}
