@@ -16,8 +16,9 @@ import (
 // the wire (an empty KeyValue) and 226 in pdata. A receiver that hands a
 // request to pdata (the attribute processor) reserves this first.
 const (
-	decodeMessageCost = 240
-	decodePackedCost  = 16
+	decodeMessageCost  = 240
+	decodePackedCost   = 16
+	decodeUnpackedCost = 48 // a packed field's element sent on its own
 )
 
 // DecodeCost is what pdata takes decoding raw, a request of sig (see
@@ -64,6 +65,11 @@ func countMessages(b []byte, s *costSchema, depth int) (msgs, packed int64, err 
 				return 0, 0, protowire.ParseError(n)
 			}
 			b = b[n:]
+			if _, ok := s.packed[num]; ok {
+				// An element sent unpacked (pdata takes both): 2 bytes a
+				// varint, and appended one at a time (1M took 40 bytes each).
+				packed += decodeUnpackedCost / decodePackedCost
+			}
 			continue
 		}
 		v, n := protowire.ConsumeBytes(b)

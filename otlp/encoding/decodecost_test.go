@@ -36,6 +36,11 @@ func TestDecodeCost(t *testing.T) {
 	packed := bytes.Repeat([]byte{1, 0, 0, 0, 0, 0, 0, 0}, 1<<20)
 	point := append(msg(6, packed), msg(7, packed)...)
 	histogram := msg(1, msg(2, msg(2, msg(9, msg(1, point)))))
+	// metrics: an exponential histogram point whose positive buckets are
+	// 1M varints sent unpacked (2 bytes each)
+	unpacked := bytes.Repeat(protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.VarintType), 1), 1<<20)
+	expPoint := msg(8, unpacked)
+	expHistogram := msg(1, msg(2, msg(2, msg(10, msg(1, expPoint)))))
 
 	ordinary := func(sig Signal) []byte {
 		g := otlpgen.New(1)
@@ -59,6 +64,7 @@ func TestDecodeCost(t *testing.T) {
 		{"empty attributes", Traces, emptyAttrs, 0},
 		{"empty events", Traces, emptyEvents, 0},
 		{"packed buckets", Metrics, histogram, 0},
+		{"unpacked buckets", Metrics, expHistogram, 0},
 		{"traces", Traces, ordinary(Traces), 5},
 		{"logs", Logs, ordinary(Logs), 5},
 		{"metrics", Metrics, ordinary(Metrics), 5},
