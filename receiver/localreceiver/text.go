@@ -116,6 +116,7 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 		// A long line's room goes back to the budget once it is copied out.
 		lr.shrink()
 		var answers []string
+		var lastAnswer string
 		checked := false
 		b := r.batchP.Get().(*record.Batch)
 		var idx []int
@@ -175,7 +176,11 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 			}
 			if err := cn.check(string(topic)); err != nil {
 				r.m.Error(consumer.Reason(err))
-				answers = append(answers, errLine(err))
+				// Lines refused alike in a row share one answer string.
+				if a := errLine(err); a != lastAnswer {
+					lastAnswer = a
+				}
+				answers = append(answers, lastAnswer)
 				continue
 			}
 			rec := record.Record{Topic: string(topic), Value: value, Timestamp: now}
@@ -208,8 +213,9 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 			}
 			if err != nil {
 				r.m.Error(consumer.Reason(err))
+				line := errLine(err) // one string for every line it answers
 				for _, i := range idx {
-					answers[i] = errLine(err)
+					answers[i] = line
 				}
 			} else {
 				r.m.Received(r.set.Topics.Get(first), n, payload)
@@ -224,9 +230,15 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 					}
 					k := 0
 					for _, rg := range rs {
+						// One string a range, not a line: 100,000 lines
+						// refused alike hold one answer, not 100,000.
+						line := ""
+						if rg.Status != protocol.StatusOK {
+							line = "ERR " + rg.Reason + " " + oneLine(rg.Message)
+						}
 						for j := 0; j < int(rg.Count) && k < len(idx); j++ {
-							if rg.Status != protocol.StatusOK {
-								answers[idx[k]] = "ERR " + rg.Reason + " " + oneLine(rg.Message)
+							if line != "" {
+								answers[idx[k]] = line
 							}
 							k++
 						}
