@@ -50,7 +50,7 @@ var errCostDepth = errors.New("OTLP request nested too deeply")
 // countMessages counts the messages in b (a message of type s), and the
 // elements of its packed arrays, recursively.
 func countMessages(b []byte, s *costSchema, depth int) (msgs, packed int64, err error) {
-	if depth > 2*maxCostDepth {
+	if depth > maxCostDepth {
 		return 0, 0, errCostDepth
 	}
 	for len(b) > 0 {
@@ -89,9 +89,10 @@ func countMessages(b []byte, s *costSchema, depth int) (msgs, packed int64, err 
 			if size > 0 {
 				packed += int64(len(v) / size)
 			} else {
+				// Varints are appended one at a time even when packed.
 				for _, c := range v {
 					if c < 0x80 {
-						packed++
+						packed += decodeUnpackedCost / decodePackedCost
 					}
 				}
 			}
@@ -114,13 +115,18 @@ func costSchemas() (traces, logs, metrics *costSchema) {
 	anyValue.msgs[5], anyValue.msgs[6] = array, kvlist
 	array.msgs[1] = anyValue
 	kvlist.msgs[1] = kv
-	resource, scope := msg(), msg()
-	resource.msgs[1] = kv
+	resource, scope, entity := msg(), msg(), msg()
+	resource.msgs[1], resource.msgs[3] = kv, entity
 	scope.msgs[3] = kv
+	// An entity's id and description keys are strings: each a string
+	// header in a slice, counted as a message.
+	entity.msgs[3], entity.msgs[4] = msg(), msg()
 	envelope := func(item *costSchema) *costSchema {
 		scoped, resourced, req := msg(), msg(), msg()
 		scoped.msgs[1], scoped.msgs[2] = scope, item
-		resourced.msgs[1], resourced.msgs[2] = resource, scoped
+		// 1000: the deprecated scope field pdata still decodes (and
+		// migrates or drops after): ferry's item walk does not look in it.
+		resourced.msgs[1], resourced.msgs[2], resourced.msgs[1000] = resource, scoped, scoped
 		req.msgs[1] = resourced
 		return req
 	}
@@ -128,7 +134,7 @@ func costSchemas() (traces, logs, metrics *costSchema) {
 	span, event, link, status := msg(), msg(), msg(), msg()
 	span.msgs[9], span.msgs[11], span.msgs[13], span.msgs[15] = kv, event, link, status
 	event.msgs[3] = kv
-	link.msgs[5] = kv
+	link.msgs[4] = kv
 
 	record := msg()
 	record.msgs[5], record.msgs[6] = anyValue, kv

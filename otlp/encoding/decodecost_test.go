@@ -32,6 +32,13 @@ func TestDecodeCost(t *testing.T) {
 	// traces: one span with 50k empty events
 	span := rep(11, nil, 50_000)
 	emptyEvents := msg(1, msg(2, msg(2, span)))
+	// traces: one span with one link of 100k empty attributes (field 4)
+	emptyLinkAttrs := msg(1, msg(2, msg(2, msg(13, rep(4, nil, 100_000)))))
+	// traces: 100k empty attributes on a span in the deprecated scope
+	// field 1000, which ferry's item walk does not read and pdata does
+	deprecated := msg(1, msg(1000, msg(2, rep(9, nil, 100_000))))
+	// traces: a resource with 100k empty entity references
+	entities := msg(1, msg(1, rep(3, nil, 100_000)))
 	// metrics: a histogram point with 1M packed bucket counts and bounds
 	packed := bytes.Repeat([]byte{1, 0, 0, 0, 0, 0, 0, 0}, 1<<20)
 	point := append(msg(6, packed), msg(7, packed)...)
@@ -41,6 +48,7 @@ func TestDecodeCost(t *testing.T) {
 	unpacked := bytes.Repeat(protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.VarintType), 1), 1<<20)
 	expPoint := msg(8, unpacked)
 	expHistogram := msg(1, msg(2, msg(2, msg(10, msg(1, expPoint)))))
+	packedVarints := msg(1, msg(2, msg(2, msg(10, msg(1, msg(8, msg(2, bytes.Repeat([]byte{1}, 1<<20))))))))
 
 	ordinary := func(sig Signal) []byte {
 		g := otlpgen.New(1)
@@ -63,8 +71,12 @@ func TestDecodeCost(t *testing.T) {
 	}{
 		{"empty attributes", Traces, emptyAttrs, 0},
 		{"empty events", Traces, emptyEvents, 0},
+		{"empty link attributes", Traces, emptyLinkAttrs, 0},
+		{"deprecated scope field", Traces, deprecated, 0},
+		{"empty entity references", Traces, entities, 0},
 		{"packed buckets", Metrics, histogram, 0},
 		{"unpacked buckets", Metrics, expHistogram, 0},
+		{"packed varint buckets", Metrics, packedVarints, 0},
 		{"traces", Traces, ordinary(Traces), 5},
 		{"logs", Logs, ordinary(Logs), 5},
 		{"metrics", Metrics, ordinary(Metrics), 5},

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/ferryhq/ferry/buffer/budget"
 	"github.com/ferryhq/ferry/receiver"
+	"google.golang.org/protobuf/encoding/protowire"
 	"net/http"
 	"strings"
 	"testing"
@@ -281,5 +283,55 @@ func TestRoutingByResourceAndHeaderWithKeyTemplate(t *testing.T) {
 		if !strings.HasSuffix(rec.Topic, "-stage") {
 			t.Fatalf("gRPC topic %q", rec.Topic)
 		}
+	}
+}
+
+// TestResourceTokenDecodingReserved: the resource-token path hands the
+// request to pdata to strip the token: what that takes is reserved first,
+// as for the attribute processor. A request carrying its token on the
+// resource and 100,000 empty attributes besides (200 KB, 24 MB in pdata)
+// is refused 413 where that could never fit, and served where it does.
+func TestResourceTokenDecodingReserved(t *testing.T) {
+	checker, issue := authtest.New(t)
+	tok := issue("edge")
+	ld := plog.NewLogs()
+	rl := ld.ResourceLogs().AppendEmpty()
+	rl.Resource().Attributes().PutStr("ferry.token", tok)
+	rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().Body().SetStr("hello")
+	raw, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+	// A second ResourceLogs whose resource has 100,000 empty attributes.
+	empty := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), nil)
+	res := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), bytes.Repeat(empty, 100_000))
+	raw = protowire.AppendBytes(protowire.AppendTag(raw, 1, protowire.BytesType), res)
+	cost, err := encoding.DecodeCost(encoding.Logs, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		limit  int64
+		status int
+	}{{cost / 2, http.StatusRequestEntityTooLarge}, {2 * cost, http.StatusOK}} {
+		cfg := testConfig()
+		cfg.MaxRequestBytes = 1 << 20
+		cfg.Logs = encoding.Config{Topic: "logs", Encoding: "otlp_proto", Partition: "none"}
+		cfg.Auth = auth.ReceiverConfig{Mode: "required", Sources: []string{"resource"}}
+		b := budget.New(c.limit)
+		r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: &consumertest.Sink{}, Bodies: b, Pre: &receiver.Prechecks{Checker: checker}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		code, _, out := postOTLP(t, "http://"+r.HTTPAddr()+"/v1/logs", "application/x-protobuf", "", raw)
+		if code != c.status {
+			t.Fatalf("budget %d for a decoding of %d: %d %s, want %d", c.limit, cost, code, out, c.status)
+		}
+		for deadline := time.Now().Add(3 * time.Second); b.Used() != 0; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the budget holds %d bytes after the request", b.Used())
+			}
+		}
+		_ = r.Shutdown(context.Background())
 	}
 }

@@ -477,24 +477,19 @@ func (r *Receiver) rewrite(m *receivermetrics.Metrics, sig encoding.Signal, tena
 		o := r.encodeFailed(m, err)
 		return nil, &o
 	}
-	// pdata takes up to cost decoding the request (an empty attribute is 2
-	// bytes on the wire and 226 in pdata): reserved while it runs. One
-	// that could never fit beside the request is too large, not retryable.
-	cost, err := encoding.DecodeCost(sig, raw.B)
-	if err != nil {
+	var decoding httpbody.Buf
+	if err := r.reservePdata(sig, raw, &decoding); err != nil {
+		var pe *consumer.PermanentError
+		switch {
+		case errors.Is(err, consumer.ErrFull):
+			m.Error(consumer.ErrFull.Reason)
+			return nil, &outcome{err: err}
+		case errors.As(err, &pe):
+			m.Error(pe.Reason)
+			return nil, &outcome{err: err}
+		}
 		o := r.encodeFailed(m, err)
 		return nil, &o
-	}
-	if lim := r.body.Limit(); lim > 0 && cost+raw.Reserved() > lim {
-		o := outcome{err: consumer.OverLimit("request_too_large", "bytes pdata would take decoding this request for the attribute processor",
-			lim, "queue.memory_limit; or smaller requests")}
-		m.Error("request_too_large")
-		return nil, &o
-	}
-	var decoding httpbody.Buf
-	if !r.body.Reserve(&decoding, cost) {
-		m.Error(consumer.ErrFull.Reason)
-		return nil, &outcome{err: consumer.ErrFull}
 	}
 	rewritten, _, err := r.attrs.Apply(sig, tenant, raw.B)
 	r.body.Release(&decoding)
@@ -510,6 +505,25 @@ func (r *Receiver) rewrite(m *receivermetrics.Metrics, sig encoding.Signal, tena
 	}
 	nb.B = append(nb.B, rewritten...)
 	return nb, nil
+}
+
+// reservePdata reserves into res what pdata takes decoding raw
+// (encoding.DecodeCost: an empty attribute is 2 bytes on the wire and 226
+// in pdata), for the time the caller hands raw to pdata. Errors: the
+// request's walk failed (nested too deeply, malformed), a request that
+// could never fit beside raw (413, not retryable), or consumer.ErrFull.
+func (r *Receiver) reservePdata(sig encoding.Signal, raw, res *httpbody.Buf) error {
+	cost, err := encoding.DecodeCost(sig, raw.B)
+	if err != nil {
+		return err
+	}
+	if lim := r.body.Limit(); lim > 0 && cost+raw.Reserved() > lim {
+		return consumer.OverLimit("request_too_large", "bytes pdata would take decoding this request", lim, "queue.memory_limit; or smaller requests")
+	}
+	if !r.body.Reserve(res, cost) {
+		return consumer.ErrFull
+	}
+	return nil
 }
 
 // fill builds b's records from the encoder's parts (values and keys in out,

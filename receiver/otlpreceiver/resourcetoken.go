@@ -66,7 +66,17 @@ func (r *Receiver) resourceAuth(headerTok string, sig encoding.Signal, body *htt
 			}
 			return nil, body, &decodeError{err}
 		}
+		// pdata's decoding reserved while it runs, as the rewrite's.
+		var decoding httpbody.Buf
+		if err := r.reservePdata(sig, body, &decoding); err != nil {
+			var pe *consumer.PermanentError
+			if errors.Is(err, consumer.ErrFull) || errors.As(err, &pe) {
+				return nil, body, err
+			}
+			return nil, body, &decodeError{err}
+		}
 		stripped, err := stripResourceAttribute(sig, body.B, tokenAttribute)
+		r.body.Release(&decoding)
 		if err != nil {
 			return nil, body, &decodeError{err}
 		}
