@@ -43,6 +43,9 @@ func DecodeCost(sig Signal, raw []byte) (int64, error) {
 type costSchema struct {
 	msgs   map[protowire.Number]*costSchema
 	packed map[protowire.Number]int
+	// strs: repeated string fields, an element each (its header and slot;
+	// its bytes are in the 2x the request), never read inside.
+	strs map[protowire.Number]bool
 }
 
 var errCostDepth = errors.New("OTLP request nested too deeply")
@@ -77,6 +80,10 @@ func countMessages(b []byte, s *costSchema, depth int) (msgs, packed int64, err 
 			return 0, 0, protowire.ParseError(n)
 		}
 		b = b[n:]
+		if s.strs[num] {
+			msgs++
+			continue
+		}
 		if child := s.msgs[num]; child != nil {
 			m, p, err := countMessages(v, child, depth+1)
 			if err != nil {
@@ -118,9 +125,8 @@ func costSchemas() (traces, logs, metrics *costSchema) {
 	resource, scope, entity := msg(), msg(), msg()
 	resource.msgs[1], resource.msgs[3] = kv, entity
 	scope.msgs[3] = kv
-	// An entity's id and description keys are strings: each a string
-	// header in a slice, counted as a message.
-	entity.msgs[3], entity.msgs[4] = msg(), msg()
+	// An entity's id and description keys: repeated strings.
+	entity.strs = map[protowire.Number]bool{3: true, 4: true}
 	envelope := func(item *costSchema) *costSchema {
 		scoped, resourced, req := msg(), msg(), msg()
 		scoped.msgs[1], scoped.msgs[2] = scope, item

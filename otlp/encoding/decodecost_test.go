@@ -37,8 +37,11 @@ func TestDecodeCost(t *testing.T) {
 	// traces: 100k empty attributes on a span in the deprecated scope
 	// field 1000, which ferry's item walk does not read and pdata does
 	deprecated := msg(1, msg(1000, msg(2, rep(9, nil, 100_000))))
-	// traces: a resource with 100k empty entity references
-	entities := msg(1, msg(1, rep(3, nil, 100_000)))
+	// traces: a resource with 100k empty entity references, and one real
+	// one (its keys are strings, not messages)
+	ref := append(msg(1, []byte("service")), msg(3, []byte("service.name"))...)
+	ref = append(ref, msg(4, []byte("service.version"))...)
+	entities := msg(1, msg(1, append(rep(3, nil, 100_000), msg(3, ref)...)))
 	// metrics: a histogram point with 1M packed bucket counts and bounds
 	packed := bytes.Repeat([]byte{1, 0, 0, 0, 0, 0, 0, 0}, 1<<20)
 	point := append(msg(6, packed), msg(7, packed)...)

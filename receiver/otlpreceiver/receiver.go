@@ -491,6 +491,7 @@ func (r *Receiver) rewrite(m *receivermetrics.Metrics, sig encoding.Signal, tena
 		o := r.encodeFailed(m, err)
 		return nil, &o
 	}
+	defer r.body.Release(&decoding) // a panic in pdata too
 	rewritten, _, err := r.attrs.Apply(sig, tenant, raw.B)
 	r.body.Release(&decoding)
 	if err != nil {

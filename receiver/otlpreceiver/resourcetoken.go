@@ -75,6 +75,7 @@ func (r *Receiver) resourceAuth(headerTok string, sig encoding.Signal, body *htt
 			}
 			return nil, body, &decodeError{err}
 		}
+		defer r.body.Release(&decoding) // a panic in pdata too (recovered above)
 		stripped, err := stripResourceAttribute(sig, body.B, tokenAttribute)
 		r.body.Release(&decoding)
 		if err != nil {
