@@ -531,23 +531,34 @@ func TestRewriteDecodingReserved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct {
-		limit, taken int64
-		status       int
-	}{
+	ap, err := attributes.New(attributes.Config{Actions: []attributes.Action{{Action: "delete", Key: "secret"}}}, telemetry.TestSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.MaxRequestBytes = 1 << 20
+	answersWithin(t, cfg, &receiver.Prechecks{Attributes: ap}, "/v1/traces", "application/x-protobuf", raw, []budgetCase{
 		{cost / 2, 0, http.StatusRequestEntityTooLarge},
 		{2 * cost, 2*cost - cost/2, http.StatusTooManyRequests},
 		{2 * cost, 0, http.StatusOK},
-	} {
-		set := telemetry.TestSettings()
-		ap, err := attributes.New(attributes.Config{Actions: []attributes.Action{{Action: "delete", Key: "secret"}}}, set)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := testConfig()
-		cfg.MaxRequestBytes = 1 << 20
+	})
+}
+
+// budgetCase is one request to a receiver whose budget is limit bytes,
+// taken of them held by others, and the status it must be answered.
+type budgetCase struct {
+	limit, taken int64
+	status       int
+}
+
+// answersWithin posts body to path on a receiver of cfg (with pre) for
+// each case, checks the status (a 429 with Retry-After), and that the
+// budget holds nothing after.
+func answersWithin(t *testing.T, cfg Config, pre *receiver.Prechecks, path, ctype string, body []byte, cases []budgetCase) {
+	t.Helper()
+	for _, c := range cases {
 		b := budget.New(c.limit)
-		r, err := New(cfg, receiver.Env{Set: set, Next: &consumertest.Sink{}, Bodies: b, Pre: &receiver.Prechecks{Attributes: ap}})
+		r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: &consumertest.Sink{}, Bodies: b, Pre: pre})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -555,7 +566,7 @@ func TestRewriteDecodingReserved(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.Reserve(c.taken, b.Limit())
-		code, hdr, out := postOTLP(t, "http://"+r.HTTPAddr()+"/v1/traces", "application/x-protobuf", "", raw)
+		code, hdr, out := postOTLP(t, "http://"+r.HTTPAddr()+path, ctype, "", body)
 		if code != c.status || code == http.StatusTooManyRequests && hdr.Get("Retry-After") == "" {
 			t.Fatalf("budget %d, %d taken: %d %s, want %d", c.limit, c.taken, code, out, c.status)
 		}

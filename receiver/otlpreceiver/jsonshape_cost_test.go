@@ -1,21 +1,15 @@
 package otlpreceiver
 
 import (
-	"context"
 	"net/http"
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
-	"github.com/ferryhq/ferry/buffer/budget"
-	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/otlp/encoding"
-	"github.com/ferryhq/ferry/receiver"
-	"github.com/ferryhq/ferry/telemetry"
 	"github.com/ferryhq/ferry/tools/otlpgen"
 )
 
@@ -70,35 +64,11 @@ func TestJSONDecodingReserved(t *testing.T) {
 	body := []byte(`{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"name":"h","gauge":{"dataPoints":[` +
 		strings.TrimSuffix(strings.Repeat(`{"asInt":"1"},`, 20000), ",") + `]}}]}]}]}`)
 	cost, _ := checkJSONShape(body, 1<<30)
-	for _, c := range []struct {
-		limit, taken int64
-		status       int
-	}{
+	cfg := testConfig()
+	cfg.MaxRequestBytes = 4 << 20
+	answersWithin(t, cfg, nil, "/v1/metrics", "application/json", body, []budgetCase{
 		{cost / 2, 0, http.StatusRequestEntityTooLarge},
 		{4 * cost, 4*cost - cost/2, http.StatusTooManyRequests},
 		{4 * cost, 0, http.StatusOK},
-	} {
-		cfg := testConfig()
-		cfg.MaxRequestBytes = 4 << 20
-		b := budget.New(c.limit)
-		r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: &consumertest.Sink{}, Bodies: b})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		b.Reserve(c.taken, b.Limit())
-		code, hdr, out := postOTLP(t, "http://"+r.HTTPAddr()+"/v1/metrics", "application/json", "", body)
-		if code != c.status || code == http.StatusTooManyRequests && hdr.Get("Retry-After") == "" {
-			t.Fatalf("budget %d, %d taken: %d %s, want %d", c.limit, c.taken, code, out, c.status)
-		}
-		b.Release(c.taken)
-		for deadline := time.Now().Add(3 * time.Second); b.Used() != 0; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the budget holds %d bytes after the request", b.Used())
-			}
-		}
-		_ = r.Shutdown(context.Background())
-	}
+	})
 }
