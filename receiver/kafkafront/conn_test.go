@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/ferryhq/ferry/buffer/budget"
-	"github.com/ferryhq/ferry/receiver"
 	"net"
 	"reflect"
 	"strings"
@@ -16,7 +14,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ferryhq/ferry/buffer/budget"
 	"github.com/ferryhq/ferry/consumer"
+	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/record"
 	"github.com/ferryhq/ferry/telemetry"
 )
@@ -138,7 +138,7 @@ func TestParkedAnswersStopTheReader(t *testing.T) {
 	}()
 	f.waitRequests(t, "Produce", 2)
 	time.Sleep(500 * time.Millisecond)
-	held := f.r.answerBytes()
+	held := f.r.answers.Held()
 	read := f.requests(t, "Produce") - 1
 	if read > 4 || held > 4<<20 {
 		t.Fatalf("with an answer owed the reader read %v of 40 requests whose answers wait behind it, holding %d bytes of answers", read, held)
@@ -172,9 +172,9 @@ func TestParkedAnswersStopTheReader(t *testing.T) {
 // (the writer counts an answer until its write returns).
 func waitHeld(t *testing.T, f *front, want int64) {
 	t.Helper()
-	for deadline := time.Now().Add(wait); f.r.answerBytes() != want; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(wait); f.r.answers.Held() != want; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d bytes of answers counted, want %d", f.r.answerBytes(), want)
+			t.Fatalf("%d bytes of answers counted, want %d", f.r.answers.Held(), want)
 		}
 	}
 }
@@ -220,23 +220,6 @@ func TestOwedAnswersStopTheReader(t *testing.T) {
 	}
 	waitHeld(t, f, 0)
 }
-
-// encodeRequest frames req with correlation id corr (as kclient.send).
-func encodeRequest(req kmsg.Request, corr int32) []byte {
-	b := make([]byte, 4, 512)
-	b = binary.BigEndian.AppendUint16(b, uint16(req.Key()))
-	b = binary.BigEndian.AppendUint16(b, uint16(req.GetVersion()))
-	b = binary.BigEndian.AppendUint32(b, uint32(corr))
-	b = append(b, 0, 4, 't', 'e', 's', 't')
-	if req.IsFlexible() {
-		b = append(b, 0)
-	}
-	b = req.AppendTo(b)
-	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
-	return b
-}
-
-func (r *Receiver) answerBytes() int64 { return r.answers.Held() }
 
 // TestInvalidNameNotEchoedPerPartition: a topic name the front refuses
 // is quoted in the answer's words by its first bytes only, and words ride

@@ -270,18 +270,25 @@ func dial(t *testing.T, f *front) *kclient {
 func (k *kclient) send(req kmsg.Request) int32 {
 	k.t.Helper()
 	k.corr++
+	k.write(encodeRequest(req, k.corr))
+	return k.corr
+}
+
+// encodeRequest frames req with correlation id corr: size, request
+// header (v1, or v2 with its empty tag section for flexible requests,
+// client id "test"), body.
+func encodeRequest(req kmsg.Request, corr int32) []byte {
 	b := make([]byte, 4, 512)
 	b = binary.BigEndian.AppendUint16(b, uint16(req.Key()))
 	b = binary.BigEndian.AppendUint16(b, uint16(req.GetVersion()))
-	b = binary.BigEndian.AppendUint32(b, uint32(k.corr))
+	b = binary.BigEndian.AppendUint32(b, uint32(corr))
 	b = append(b, 0, 4, 't', 'e', 's', 't') // client id
 	if req.IsFlexible() {
 		b = append(b, 0)
 	}
 	b = req.AppendTo(b)
 	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
-	k.write(b)
-	return k.corr
+	return b
 }
 
 func (k *kclient) write(b []byte) {

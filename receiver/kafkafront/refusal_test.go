@@ -133,17 +133,7 @@ func TestRefusalBounds(t *testing.T) {
 // frameOf is req as the client sends it (kclient.send's framing).
 func frameOf(k *kclient, req kmsg.Request) []byte {
 	k.corr++
-	b := make([]byte, 4, 512)
-	b = binary.BigEndian.AppendUint16(b, uint16(req.Key()))
-	b = binary.BigEndian.AppendUint16(b, uint16(req.GetVersion()))
-	b = binary.BigEndian.AppendUint32(b, uint32(k.corr))
-	b = append(b, 0, 4, 't', 'e', 's', 't')
-	if req.IsFlexible() {
-		b = append(b, 0)
-	}
-	b = req.AppendTo(b)
-	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
-	return b
+	return encodeRequest(req, k.corr)
 }
 
 // FuzzRefusal: whatever a client sends as the rest of a Produce request

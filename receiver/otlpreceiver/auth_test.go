@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/ferryhq/ferry/buffer/budget"
-	"github.com/ferryhq/ferry/receiver"
-	"google.golang.org/protobuf/encoding/protowire"
 	"net/http"
 	"strings"
 	"testing"
@@ -21,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/ferryhq/ferry/auth"
 	"github.com/ferryhq/ferry/auth/authtest"
@@ -29,6 +27,7 @@ import (
 	"github.com/ferryhq/ferry/consumer/consumertest"
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/proofs/harness/payloads"
+	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/telemetry"
 	"github.com/ferryhq/ferry/tools/otlpgen"
 )
@@ -307,31 +306,12 @@ func TestResourceTokenDecodingReserved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct {
-		limit  int64
-		status int
-	}{{cost / 2, http.StatusRequestEntityTooLarge}, {2 * cost, http.StatusOK}} {
-		cfg := testConfig()
-		cfg.MaxRequestBytes = 1 << 20
-		cfg.Logs = encoding.Config{Topic: "logs", Encoding: "otlp_proto", Partition: "none"}
-		cfg.Auth = auth.ReceiverConfig{Mode: "required", Sources: []string{"resource"}}
-		b := budget.New(c.limit)
-		r, err := New(cfg, receiver.Env{Set: telemetry.TestSettings(), Next: &consumertest.Sink{}, Bodies: b, Pre: &receiver.Prechecks{Checker: checker}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		code, _, out := postOTLP(t, "http://"+r.HTTPAddr()+"/v1/logs", "application/x-protobuf", "", raw)
-		if code != c.status {
-			t.Fatalf("budget %d for a decoding of %d: %d %s, want %d", c.limit, cost, code, out, c.status)
-		}
-		for deadline := time.Now().Add(3 * time.Second); b.Used() != 0; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the budget holds %d bytes after the request", b.Used())
-			}
-		}
-		_ = r.Shutdown(context.Background())
-	}
+	cfg := testConfig()
+	cfg.MaxRequestBytes = 1 << 20
+	cfg.Logs = encoding.Config{Topic: "logs", Encoding: "otlp_proto", Partition: "none"}
+	cfg.Auth = auth.ReceiverConfig{Mode: "required", Sources: []string{"resource"}}
+	answersWithin(t, cfg, &receiver.Prechecks{Checker: checker}, "/v1/logs", "application/x-protobuf", raw, []budgetCase{
+		{cost / 2, 0, http.StatusRequestEntityTooLarge},
+		{2 * cost, 0, http.StatusOK},
+	})
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/ferryhq/ferry/receiver"
 	"net/http"
 	"runtime"
 	"runtime/debug"
@@ -31,6 +30,7 @@ import (
 	"github.com/ferryhq/ferry/otlp/encoding"
 	"github.com/ferryhq/ferry/processor/attributes"
 	"github.com/ferryhq/ferry/proofs/harness/payloads"
+	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/telemetry"
 	"github.com/ferryhq/ferry/tools/otlpgen"
 )
