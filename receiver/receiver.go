@@ -67,6 +67,13 @@ func CheckTopic(allow *routing.Allow, claims *token.Claims, topic string) error 
 	return nil
 }
 
+// MaxMessages is how many items (a Kafka answer's partitions, a local
+// result's ranges) of one answer carry words with their error code:
+// enough for every item a client usually sends, and the reason is the
+// same for the rest. With words on each, an answer naming 10,000 refused
+// partitions would be 16 times its request.
+const MaxMessages = 100
+
 // MaxMessageBytes is the most of a refusal's words an answer carries per
 // item (a range of records, a partition): words quote what a client sent,
 // and an answer must not grow with it.

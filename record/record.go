@@ -35,6 +35,30 @@ const Overhead = 320
 // does not hold twenty times what it reserved.
 const HeaderOverhead = 2 * int(unsafe.Sizeof(Header{}))
 
+// ReserveHeaders is the step in which a receiver reserves HeaderOverhead
+// for the headers it decodes: one reservation (an atomic on the budget
+// every receiver shares) per chunk, not per record. room is what the
+// previous steps reserved and the headers have not used; need is this
+// record's; reserve asks the budget. False: no room for need.
+func ReserveHeaders(room *int64, need int64, reserve func(int64) bool) bool {
+	if need <= *room {
+		*room -= need
+		return true
+	}
+	take := max(need-*room, headerChunk)
+	if !reserve(take) {
+		if take == need-*room || !reserve(need-*room) {
+			return false
+		}
+		take = need - *room
+	}
+	*room += take - need
+	return true
+}
+
+// headerChunk is what ReserveHeaders reserves at a time.
+const headerChunk = 64 << 10
+
 // Header is one Kafka record header.
 type Header struct {
 	Key   string

@@ -121,3 +121,36 @@ func TestCharge(t *testing.T) {
 		t.Fatalf("Size %d", r.Size())
 	}
 }
+
+// TestReserveHeaders: headers' room is reserved a chunk at a time (one
+// budget operation per 64 KiB, not per record), and only what a record
+// needs when a chunk does not fit.
+func TestReserveHeaders(t *testing.T) {
+	var calls []int64
+	budget := int64(100 << 10)
+	reserve := func(n int64) bool {
+		calls = append(calls, n)
+		if n > budget {
+			return false
+		}
+		budget -= n
+		return true
+	}
+	var room int64
+	for range 100 { // 100 records of 5 headers: 40,000 bytes, one chunk
+		if !ReserveHeaders(&room, 5*int64(HeaderOverhead), reserve) {
+			t.Fatal("refused within the first chunk")
+		}
+	}
+	if len(calls) != 1 || calls[0] != 64<<10 || room != 64<<10-100*5*int64(HeaderOverhead) {
+		t.Fatalf("reservations %v, %d left", calls, room)
+	}
+	// A record needing more than the budget's rest in chunks: only its need.
+	need := room + 30<<10
+	if !ReserveHeaders(&room, need, reserve) || room != 0 || calls[len(calls)-1] != 30<<10 {
+		t.Fatalf("a need beyond the chunk that fits: reservations %v, %d left", calls, room)
+	}
+	if ReserveHeaders(&room, 10<<10, reserve) {
+		t.Fatal("a need beyond the budget was granted")
+	}
+}

@@ -81,7 +81,7 @@ type Writer struct {
 	mu      sync.Mutex
 	q       []byte
 	writing int   // bytes handed to the socket's Write, not yet returned
-	parked  int   // bytes of answers ready but waiting for an earlier one (Park)
+	parked  int   // bytes of answers not queued yet: made and waiting for an earlier one, or owed (their estimate): Park
 	counted int64 // what ans counts for this connection
 	closed  bool
 	kick    chan struct{}

@@ -16,9 +16,12 @@ import (
 // the wire (an empty KeyValue) and 226 in pdata. A receiver that hands a
 // request to pdata (the attribute processor) reserves this first.
 const (
-	decodeMessageCost  = 240
-	decodePackedCost   = 16
-	decodeUnpackedCost = 48 // a packed field's element sent on its own
+	decodeMessageCost = 240
+	decodePackedCost  = 16 // a fixed-size element of a packed array
+	// An element appended one at a time: a packed field's element sent
+	// unpacked (pdata takes both), or any packed varint (1M took 40
+	// bytes each).
+	decodeAppendedCost = 48
 )
 
 // DecodeCost is what pdata takes decoding raw, a request of sig (see
@@ -33,8 +36,8 @@ func DecodeCost(sig Signal, raw []byte) (int64, error) {
 	case Metrics:
 		root = costMetrics
 	}
-	n, packed, err := countMessages(raw, root, 0)
-	return 2*int64(len(raw)) + n*decodeMessageCost + packed*decodePackedCost, err
+	n, elems, err := countMessages(raw, root, 0)
+	return 2*int64(len(raw)) + n*decodeMessageCost + elems, err
 }
 
 // costSchema is, for one OTLP message type, the message type of each of
@@ -50,9 +53,9 @@ type costSchema struct {
 
 var errCostDepth = errors.New("OTLP request nested too deeply")
 
-// countMessages counts the messages in b (a message of type s), and the
-// elements of its packed arrays, recursively.
-func countMessages(b []byte, s *costSchema, depth int) (msgs, packed int64, err error) {
+// countMessages counts the messages in b (a message of type s), and what
+// the elements of its numeric arrays cost, recursively.
+func countMessages(b []byte, s *costSchema, depth int) (msgs, elems int64, err error) {
 	if depth > maxCostDepth {
 		return 0, 0, errCostDepth
 	}
@@ -69,9 +72,7 @@ func countMessages(b []byte, s *costSchema, depth int) (msgs, packed int64, err 
 			}
 			b = b[n:]
 			if _, ok := s.packed[num]; ok {
-				// An element sent unpacked (pdata takes both): 2 bytes a
-				// varint, and appended one at a time (1M took 40 bytes each).
-				packed += decodeUnpackedCost / decodePackedCost
+				elems += decodeAppendedCost // sent unpacked: 2 bytes a varint
 			}
 			continue
 		}
@@ -89,23 +90,22 @@ func countMessages(b []byte, s *costSchema, depth int) (msgs, packed int64, err 
 			if err != nil {
 				return 0, 0, err
 			}
-			msgs, packed = msgs+1+m, packed+p
+			msgs, elems = msgs+1+m, elems+p
 			continue
 		}
 		if size, ok := s.packed[num]; ok {
 			if size > 0 {
-				packed += int64(len(v) / size)
+				elems += int64(len(v)/size) * decodePackedCost
 			} else {
-				// Varints are appended one at a time even when packed.
 				for _, c := range v {
-					if c < 0x80 {
-						packed += decodeUnpackedCost / decodePackedCost
+					if c < 0x80 { // a varint's last byte
+						elems += decodeAppendedCost
 					}
 				}
 			}
 		}
 	}
-	return msgs, packed, nil
+	return msgs, elems, nil
 }
 
 // maxCostDepth: attribute values nest 32 levels at most (ferry's decoder

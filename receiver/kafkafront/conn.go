@@ -460,7 +460,9 @@ func (cn *conn) owe(size int64, est int) *slot {
 	cn.mu.Lock()
 	cn.owed = append(cn.owed, s)
 	cn.inflight += size
-	cn.w.Park(est)
+	if est != 0 {
+		cn.w.Park(est)
+	}
 	cn.mu.Unlock()
 	return s
 }
@@ -487,14 +489,7 @@ func encode(dst []byte, corr int32, resp kmsg.Response) []byte {
 	return dst
 }
 
-// maxMessages is how many partitions of a produce answer carry ferry's
-// words with their error code: enough for every partition a client
-// usually sends, and the reason is the same for the rest. With a message
-// each, a request naming 10,000 partitions would have an answer 16 times
-// its size (with a code alone, 5 times).
-const maxMessages = 100
-
-// fewMessages keeps the error messages of the first maxMessages
+// fewMessages keeps the error messages of the first receiver.MaxMessages
 // partitions that have one, each cut to receiver.MaxMessageBytes.
 func fewMessages(resp *kmsg.ProduceResponse) {
 	n := 0
@@ -504,7 +499,7 @@ func fewMessages(resp *kmsg.ProduceResponse) {
 			if rp.ErrorMessage == nil {
 				continue
 			}
-			if n++; n > maxMessages {
+			if n++; n > receiver.MaxMessages {
 				rp.ErrorMessage = nil
 			} else if len(*rp.ErrorMessage) > receiver.MaxMessageBytes {
 				msg := receiver.ClipMessage(*rp.ErrorMessage)

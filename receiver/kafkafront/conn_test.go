@@ -144,7 +144,7 @@ func TestParkedAnswersStopTheReader(t *testing.T) {
 		t.Fatalf("with an answer owed the reader read %v of 40 requests whose answers wait behind it, holding %d bytes of answers", read, held)
 	}
 	// Answering the first lets the rest through, in order; each refusal
-	// is told on every partition, in words on the first maxMessages.
+	// is told on every partition, in words on the first receiver.MaxMessages.
 	h.ack(0, nil)
 	k.frame()
 	for range 40 {
@@ -161,7 +161,7 @@ func TestParkedAnswersStopTheReader(t *testing.T) {
 				}
 			}
 		}
-		if codes != 10000 || words != maxMessages {
+		if codes != 10000 || words != receiver.MaxMessages {
 			t.Fatalf("a request naming 10,000 partitions it may not write: %d answered with an error, %d with words", codes, words)
 		}
 	}

@@ -525,7 +525,8 @@ type decoder struct {
 	headers     int // the records' headers, charged record.HeaderOverhead each
 	// hdr holds the reservation of the headers' structs until it joins
 	// the request's (handOn).
-	hdr httpbody.Buf
+	hdr     httpbody.Buf
+	hdrRoom int64 // of hdr, not used by headers yet
 }
 
 // partition decodes one partition's batches into d.b.
@@ -598,7 +599,7 @@ func (d *decoder) records(topic string, part int32, bt batch, data []byte) error
 		if rr.nheaders > 0 {
 			// A header takes two bytes on the wire and HeaderOverhead
 			// here: reserved before its structs are made.
-			if !d.cn.r.body.Reserve(&d.hdr, int64(rr.nheaders*record.HeaderOverhead)) {
+			if !record.ReserveHeaders(&d.hdrRoom, int64(rr.nheaders)*int64(record.HeaderOverhead), func(n int64) bool { return d.cn.r.body.Reserve(&d.hdr, n) }) {
 				return consumer.ErrFull
 			}
 			rec.Headers = make([]record.Header, 0, rr.nheaders)

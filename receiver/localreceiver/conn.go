@@ -336,9 +336,10 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 	var headers int     // the records' own headers, charged record.HeaderOverhead each
 	var headerBytes int // summed over the records: the Kafka client copies each record's
 	payload := 0
-	noRoom := false // no room for the records' headers
-	var rej error   // the verdict on topic: records of one topic come in runs
-	runs := 0       // of records of one topic: the ranges their answer may need
+	noRoom := false   // no room for the records' headers
+	var hdrRoom int64 // reserved for headers, not used yet
+	var rej error     // the verdict on topic: records of one topic come in runs
+	runs := 0         // of records of one topic: the ranges their answer may need
 	for i := 0; rs.Next(&pr); i++ {
 		if string(pr.Topic) != topic || i == 0 {
 			topic = string(pr.Topic)
@@ -358,7 +359,7 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 			// A header takes two bytes on the wire and HeaderOverhead
 			// here: reserved (with the frame's, which the queue's charge
 			// replaces) before its structs are made.
-			if !r.body.Reserve(raw, int64(len(pr.Headers)*record.HeaderOverhead)) {
+			if !record.ReserveHeaders(&hdrRoom, int64(len(pr.Headers))*int64(record.HeaderOverhead), func(n int64) bool { return r.body.Reserve(raw, n) }) {
 				noRoom = true
 				break
 			}
@@ -585,8 +586,8 @@ func (cn *conn) answer(ranges []protocol.Range, rc *protocol.Receipt, fr *frame)
 	}
 	// Queued before the lock is let go: run, woken by the Broadcast, queues
 	// a connection's closing Error frame once nothing is pending, and that
-	// frame must come after every answer (send only takes the writer's own
-	// lock and never blocks).
+	// frame must come after every answer (QueueParked only takes the
+	// writer's own lock and never blocks).
 	est := fr.est
 	fr.est = 0
 	cn.w.QueueParked(est, func(b []byte) []byte { return protocol.AppendResultReceipt(b, fr.id, ranges, rc) })
@@ -596,26 +597,25 @@ func (cn *conn) answer(ranges []protocol.Range, rc *protocol.Receipt, fr *frame)
 
 // answerEstimate is what the answer to a frame of n records in runs runs
 // of one topic may take, until it is made: a range a run (the first
-// maxMessages ranges with words), and with a receipt a placement a record
+// receiver.MaxMessages ranges with words), and with a receipt a placement a record
 // at most. Records of one topic pass or fail together unless Kafka fails
 // some of its partitions and not others (a broker down, or records over a
 // topic's own size limit keyed to one partition): their ranges are then
 // not counted before they are made, ~30 bytes a record at most, which
 // takes Kafka's failing records the client chose the partitions of.
 func answerEstimate(runs, n int, receipt bool) int {
-	est := 32 + min(runs, maxMessages)*rangeWithWords + max(runs-maxMessages, 0)*rangeBytes
+	est := 32 + min(runs, receiver.MaxMessages)*rangeWithWords + max(runs-receiver.MaxMessages, 0)*rangeBytes
 	if receipt {
 		est += n * placementBytes
 	}
 	return est
 }
 
-// An answer's ranges carry words (a Message) on the first maxMessages
-// only: the reason is the same for the rest, and a frame whose records
+// What a range of a result takes: an answer's ranges carry words (a
+// Message) on the first receiver.MaxMessages only (a frame whose records
 // alternate between outcomes would otherwise be answered with ~100 bytes
-// a record.
+// a record).
 const (
-	maxMessages    = 100
 	rangeWithWords = 600 // count, status, reason, retry, message (receiver.MaxMessageBytes at most)
 	rangeBytes     = 64  // the same without the message
 	placementBytes = 16  // topic (or "same"), partition, offset, count

@@ -20,7 +20,7 @@ type frame struct {
 	deadline time.Time
 	answered bool // guarded by cn.fmu
 	est      int  // what the answer is counted as while pending (guarded by cn.fmu)
-	// fewWords: words on the first maxMessages ranges only (a binary
+	// fewWords: words on the first receiver.MaxMessages ranges only (a binary
 	// Result; text mode answers each line with its own).
 	fewWords bool
 
@@ -132,7 +132,7 @@ func (fr *frame) ranges(batchErr error) []protocol.Range {
 			if rg.Status == protocol.StatusPermanent {
 				rg.RetryAfter = 0
 			}
-			if fr.fewWords && len(out) >= maxMessages {
+			if fr.fewWords && len(out) >= receiver.MaxMessages {
 				rg.Message = ""
 			}
 			rg.Message = receiver.ClipMessage(rg.Message)

@@ -55,7 +55,7 @@ func New(reg prometheus.Registerer, name string) *Metrics {
 // for clients that have not read them (server.Answers).
 func (m *Metrics) UnreadAnswers() prometheus.Gauge {
 	return telemetry.Shared(m.reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ferry_receiver_unread_answer_bytes",
-		Help: "Bytes of answers held for clients that have not read them yet."}, []string{"receiver"})).WithLabelValues(m.name)
+		Help: "Bytes of answers held for clients that have not read them yet; an answer still owed counts as an estimate of what it will hold."}, []string{"receiver"})).WithLabelValues(m.name)
 }
 
 // Request counts an answered request by code.
