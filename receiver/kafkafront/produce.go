@@ -15,6 +15,7 @@ import (
 	"github.com/ferryhq/ferry/auth/token"
 	"github.com/ferryhq/ferry/consumer"
 	"github.com/ferryhq/ferry/protocol"
+	"github.com/ferryhq/ferry/receiver"
 	"github.com/ferryhq/ferry/receiver/httpbody"
 	"github.com/ferryhq/ferry/receiver/submit"
 	"github.com/ferryhq/ferry/record"
@@ -157,9 +158,17 @@ func newProduceResponse(req *kmsg.ProduceRequest) *kmsg.ProduceResponse {
 // answerCost), so that the reader stops before answers to requests it
 // already read exceed the connection's bound.
 func owedCost(resp *kmsg.ProduceResponse) int {
-	n := 0
+	n, words := 0, 0
 	for t := range resp.Topics {
 		n += answerTopicCost + 2*len(resp.Topics[t].Topic) + len(resp.Topics[t].Partitions)*answerPartitionCost
+		// Refusals decided already carry words (the answer keeps those of
+		// the first receiver.MaxMessages).
+		for p := range resp.Topics[t].Partitions {
+			if m := resp.Topics[t].Partitions[p].ErrorMessage; m != nil && words < receiver.MaxMessages {
+				words++
+				n += min(len(*m), receiver.MaxMessageBytes)
+			}
+		}
 	}
 	return n
 }
@@ -603,6 +612,7 @@ func (d *decoder) records(topic string, part int32, bt batch, data []byte) error
 				return consumer.ErrFull
 			}
 			rec.Headers = make([]record.Header, 0, rr.nheaders)
+			d.headers += rr.nheaders // the slots made, dropped headers' too
 			h := rr.headers
 			for j := 0; j < rr.nheaders; j++ {
 				var k, v []byte
@@ -615,7 +625,6 @@ func (d *decoder) records(topic string, part int32, bt batch, data []byte) error
 				}
 				rec.Headers = append(rec.Headers, record.Header{Key: string(k), Value: v})
 				d.headerBytes += len(k) + len(v)
-				d.headers++
 			}
 			if len(h) != 0 {
 				return errCorrupt

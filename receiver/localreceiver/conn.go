@@ -364,6 +364,7 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 				break
 			}
 			rec.Headers = make([]record.Header, 0, len(pr.Headers)+len(reqHdr))
+			headers += len(pr.Headers) // the slots made, dropped headers' too
 			for _, hd := range pr.Headers {
 				if strings.HasPrefix(string(hd.Key), routing.ReservedHeaderPrefix) {
 					r.m.Error("reserved_header_dropped")
@@ -371,7 +372,6 @@ func (cn *conn) produce(h protocol.FrameHeader) *connErr {
 				}
 				rec.Headers = append(rec.Headers, record.Header{Key: string(hd.Key), Value: hd.Value})
 				headerBytes += len(hd.Key) + len(hd.Value)
-				headers++
 			}
 		}
 		if reqHdr != nil {
@@ -606,7 +606,9 @@ func (cn *conn) answer(ranges []protocol.Range, rc *protocol.Receipt, fr *frame)
 func answerEstimate(runs, n int, receipt bool) int {
 	est := 32 + min(runs, receiver.MaxMessages)*rangeWithWords + max(runs-receiver.MaxMessages, 0)*rangeBytes
 	if receipt {
-		est += n * placementBytes
+		// A placement a record at most, and its topic's name again each
+		// time the topic changes.
+		est += n*placementBytes + runs*placementTopic
 	}
 	return est
 }
@@ -618,7 +620,8 @@ func answerEstimate(runs, n int, receipt bool) int {
 const (
 	rangeWithWords = 600 // count, status, reason, retry, message (receiver.MaxMessageBytes at most)
 	rangeBytes     = 64  // the same without the message
-	placementBytes = 16  // topic (or "same"), partition, offset, count
+	placementBytes = 16  // "same topic", partition, offset, count
+	placementTopic = 256 // a topic name (249 bytes at most) and its length
 )
 
 // send queues a frame for the writer. It never blocks: completions call it
