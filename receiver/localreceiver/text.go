@@ -23,6 +23,10 @@ import (
 // for this long is disconnected (a variable for the tests).
 var textWriteTimeout = 30 * time.Second
 
+// textControlFree is how many bytes of control lines a batch keeps when
+// the budget has no room for them.
+const textControlFree = 64 << 10
+
 // text serves a text-mode connection: "topic<TAB>value" lines. Lines that
 // arrive together go as one batch; each is answered "OK" or
 // "ERR <reason> <message>" in order once durable, unless "#noreply" was
@@ -56,6 +60,7 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 		}
 		clear(lines)
 		lines, noRoom = lines[:0], noRoom[:0]
+		controlFree := textControlFree
 		size := 0
 		// Before a token is given a line is a #token line: short, and soon.
 		idle, max := r.cfg.IdleTimeout, maxLine
@@ -98,14 +103,18 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 			}
 			line = bytes.TrimRight(line, "\r")
 			// The reader's bytes are overwritten by the next read: keep a
-			// copy, reserved until the queue charges the records. Not the
-			// control lines (#token, #noreply: short; refusing them would
-			// read as a bad token, or answers nobody reads).
-			if (len(line) == 0 || line[0] != '#') && !r.body.Reserve(&copies, int64(len(line))) {
-				r.m.Error("queue_full")
-				lines = append(lines, nil)
-				noRoom = append(noRoom, len(lines)-1)
-				continue
+			// copy, reserved until the queue charges the records. Control
+			// lines (#token, #noreply) that find no room are kept within
+			// a small allowance a batch: refusing them would read as a bad
+			// token, or give answers nobody reads.
+			if !r.body.Reserve(&copies, int64(len(line))) {
+				if control := len(line) > 0 && line[0] == '#'; !control || len(line) > controlFree {
+					r.m.Error("queue_full")
+					lines = append(lines, nil)
+					noRoom = append(noRoom, len(lines)-1)
+					continue
+				}
+				controlFree -= len(line) // kept without room
 			}
 			lines = append(lines, append([]byte(nil), line...))
 			size += len(line)
@@ -194,8 +203,10 @@ func (r *Receiver) text(ctx context.Context, c net.Conn, prefix []byte) {
 		}
 		// The copies are the records' values now, which the queue charges
 		// from the hand-off on (as Submit gives up a request's own), or
-		// refused lines' words: their reservation is not needed any more.
+		// refused lines: the batch's records hold the ones handed on, and
+		// nothing the rest, while the batch waits for Kafka and its client.
 		r.body.Release(&copies)
+		clear(lines)
 		if len(b.Records) == 0 {
 			b.Reset()
 			r.batchP.Put(b)
