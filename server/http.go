@@ -128,7 +128,11 @@ func NewHTTP(name string, cfg HTTPConfig, h http.Handler, log *slog.Logger, reg 
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s.active.Add(1)
 			defer s.active.Add(-1)
-			h.ServeHTTP(&answerWriter{ResponseWriter: w}, r)
+			// A kept-alive connection keeps the last answer's deadline,
+			// which this request's 100 Continue would hit: cleared.
+			aw := &answerWriter{ResponseWriter: w, rc: http.NewResponseController(w)}
+			_ = aw.rc.SetWriteDeadline(time.Time{})
+			h.ServeHTTP(aw, r)
 		}),
 		ReadHeaderTimeout: cfg.ReadTimeout,
 		ReadTimeout:       cfg.ReadTimeout,

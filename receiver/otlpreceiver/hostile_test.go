@@ -544,6 +544,28 @@ func TestRewriteDecodingReserved(t *testing.T) {
 	})
 }
 
+// TestOTLPJSONEncodingReserved: records written as otlp_json go through
+// pdata too; what that takes is reserved while the encoder runs.
+func TestOTLPJSONEncodingReserved(t *testing.T) {
+	one := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), nil)
+	resource := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), bytes.Repeat(one, 100_000))
+	span := protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType),
+		protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), nil)) // a scope with one empty span
+	raw := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), append(resource, span...))
+	cost, err := encoding.DecodeCost(encoding.Traces, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.MaxRequestBytes = 1 << 20
+	cfg.MaxExpandedBytes = 64 << 20
+	cfg.Traces = encoding.Config{Topic: "spans", Encoding: "otlp_json", Partition: "none"}
+	answersWithin(t, cfg, nil, "/v1/traces", "application/x-protobuf", raw, []budgetCase{
+		{cost / 2, 0, http.StatusRequestEntityTooLarge},
+		{4 * cost, 0, http.StatusOK},
+	})
+}
+
 // budgetCase is one request to a receiver whose budget is limit bytes,
 // taken of them held by others, and the status it must be answered.
 type budgetCase struct {

@@ -21,6 +21,10 @@ const jsonContainersPerItem = 4
 func checkJSONShape(b []byte, maxContainers int) (cost int64, err error) {
 	depth, containers, values := 0, 0, 0
 	inStr, esc, inValue := false, false, false
+	// inArray[d]: the container at depth d is an array. A string in an
+	// array is a value too: pdata takes quoted numbers ("1") in numeric
+	// arrays, and appends them one at a time as bare ones.
+	var inArray [maxJSONDepth + 1]bool
 	for _, c := range b {
 		if inStr {
 			switch {
@@ -42,16 +46,23 @@ func checkJSONShape(b []byte, maxContainers int) (cost int64, err error) {
 		switch c {
 		case '"':
 			inStr = true
+			if inArray[depth] {
+				values++
+			}
 		case '{', '[':
 			depth++
 			containers++
 			if depth > maxJSONDepth {
 				return 0, fmt.Errorf("JSON nested deeper than %d levels", maxJSONDepth)
 			}
+			inArray[depth] = c == '['
 			if containers > maxContainers {
 				return 0, &containersError{maxContainers}
 			}
 		case '}', ']':
+			if depth == 0 {
+				return 0, fmt.Errorf("JSON closes %q that was not opened", c)
+			}
 			depth--
 		}
 	}

@@ -30,6 +30,8 @@ func TestJSONCost(t *testing.T) {
 		{"numbers", encoding.Metrics, `{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"name":"h","histogram":{"dataPoints":[{"bucketCounts":[` +
 			list("1", 1<<20) + `],"explicitBounds":[` + list("1", 1<<20) + `]}]}}]}]}]}`, 0},
 		{"empty records", encoding.Logs, `{"resourceLogs":[{"scopeLogs":[{"logRecords":[` + list("{}", 100000) + `]}]}]}`, 0},
+		{"quoted numbers", encoding.Metrics, `{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"name":"h","histogram":{"dataPoints":[{"bucketCounts":[` +
+			list(`"1"`, 1<<20) + `]}]}}]}]}]}`, 0},
 		{"empty attributes", encoding.Logs, `{"resourceLogs":[{"resource":{"attributes":[` + list(`{"key":"a","value":{}}`, 100000) + `]},"scopeLogs":[]}]}`, 0},
 		{"logs", encoding.Logs, string(ld), 4},
 		{"traces", encoding.Traces, string(td), 4},

@@ -324,8 +324,9 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 	}
 	// The records' buffer is reserved before it is taken: under a full
 	// budget a request is refused without making one. It starts at 1.5
-	// times the request (the encoder grows it if need be; the queue charges
-	// what it holds), small when the request itself is likely the one
+	// times the request (the encoder grows it if need be, up to
+	// max_expanded_bytes, unreserved until the queue charges what it
+	// holds), small when the request itself is likely the one
 	// record (out holds its key at most), and small as well when the
 	// budget could never hold that much beside the request: it is not
 	// told to retry what cannot fit, the queue refuses it if it does not.
@@ -354,7 +355,17 @@ func (r *Receiver) export(ctx context.Context, m *receivermetrics.Metrics, sig e
 		// record is not one topic's count.
 		enc.Partitions = r.parts.get(rt.topic)
 	}
+	// otlp_json goes through pdata (appendJSON): what that takes is
+	// reserved while the encoder runs, as for the attribute processor.
+	var decoding httpbody.Buf
+	if so.cfg.Encoding == "otlp_json" {
+		if o := r.reservePdataOutcome(m, sig, raw, &decoding); o != nil {
+			return *o
+		}
+		defer r.body.Release(&decoding)
+	}
 	parts, buf, items, err := enc.Encode(sig, so.cfg, raw.B, out.B)
+	r.body.Release(&decoding)
 	out.B = buf
 	if err != nil {
 		return r.encodeFailed(m, err)
@@ -478,18 +489,8 @@ func (r *Receiver) rewrite(m *receivermetrics.Metrics, sig encoding.Signal, tena
 		return nil, &o
 	}
 	var decoding httpbody.Buf
-	if err := r.reservePdata(sig, raw, &decoding); err != nil {
-		var pe *consumer.PermanentError
-		switch {
-		case errors.Is(err, consumer.ErrFull):
-			m.Error(consumer.ErrFull.Reason)
-			return nil, &outcome{err: err}
-		case errors.As(err, &pe):
-			m.Error(pe.Reason)
-			return nil, &outcome{err: err}
-		}
-		o := r.encodeFailed(m, err)
-		return nil, &o
+	if o := r.reservePdataOutcome(m, sig, raw, &decoding); o != nil {
+		return nil, o
 	}
 	defer r.body.Release(&decoding) // a panic in pdata too
 	rewritten, _, err := r.attrs.Apply(sig, tenant, raw.B)
@@ -525,6 +526,25 @@ func (r *Receiver) reservePdata(sig encoding.Signal, raw, res *httpbody.Buf) err
 		return consumer.ErrFull
 	}
 	return nil
+}
+
+// reservePdataOutcome is reservePdata with its refusal as the request's
+// outcome, counted: nil when the room is reserved.
+func (r *Receiver) reservePdataOutcome(m *receivermetrics.Metrics, sig encoding.Signal, raw, res *httpbody.Buf) *outcome {
+	err := r.reservePdata(sig, raw, res)
+	var pe *consumer.PermanentError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, consumer.ErrFull):
+		m.Error(consumer.ErrFull.Reason)
+		return &outcome{err: err}
+	case errors.As(err, &pe):
+		m.Error(pe.Reason)
+		return &outcome{err: err}
+	}
+	o := r.encodeFailed(m, err)
+	return &o
 }
 
 // fill builds b's records from the encoder's parts (values and keys in out,
